@@ -1,0 +1,50 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+// Layers, dependencies pointing one way:
+//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → DocfsProvider → DocfsCore
+// Only DocfsFUSE imports CFuse (libfuse3). CLinux wraps Linux syscalls Swift's Glibc hides.
+let package = Package(
+    name: "docfs",
+    products: [
+        .executable(name: "docfs", targets: ["docfs"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CFuse",
+            path: "Sources/CFuse",
+            pkgConfig: "fuse3",
+            providers: [.apt(["libfuse3-dev"])]
+        ),
+        .target(name: "CLinux", path: "Sources/CLinux"),
+        .target(
+            name: "DocfsCore",
+            dependencies: [
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(name: "DocfsProvider", dependencies: ["DocfsCore", "CLinux"]),
+        .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsProvider", "CLinux"]),
+        .target(
+            name: "DocfsFUSE",
+            dependencies: ["CFuse", "DocfsFilesystem", .product(name: "Logging", package: "swift-log")]
+        ),
+        .executableTarget(
+            name: "docfs",
+            dependencies: [
+                "DocfsFUSE",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider"]),
+        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,61 @@
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <linux/fs.h>
+#include <linux/falloc.h>
+#include "docfs_linux.h"
+
+int docfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+                    unsigned int flags) {
+    return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+ssize_t docfs_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len,
+                              unsigned int flags) {
+    return copy_file_range(fd_in, off_in, fd_out, off_out, len, flags);
+}
+
+int docfs_fallocate(int fd, int mode, off_t offset, off_t len) {
+    return fallocate(fd, mode, offset, len);
+}
+
+int docfs_syncfs(int fd) { return syncfs(fd); }
+
+ssize_t docfs_getxattr(const char *path, const char *name, void *value, size_t size) {
+    return getxattr(path, name, value, size);
+}
+ssize_t docfs_listxattr(const char *path, char *list, size_t size) { return listxattr(path, list, size); }
+int docfs_setxattr(const char *path, const char *name, const void *value, size_t size, int flags) {
+    return setxattr(path, name, value, size, flags);
+}
+int docfs_removexattr(const char *path, const char *name) { return removexattr(path, name); }
+ssize_t docfs_lgetxattr(const char *path, const char *name, void *value, size_t size) {
+    return lgetxattr(path, name, value, size);
+}
+ssize_t docfs_llistxattr(const char *path, char *list, size_t size) { return llistxattr(path, list, size); }
+int docfs_lsetxattr(const char *path, const char *name, const void *value, size_t size, int flags) {
+    return lsetxattr(path, name, value, size, flags);
+}
+int docfs_lremovexattr(const char *path, const char *name) { return lremovexattr(path, name); }
+
+const unsigned int DOCFS_RENAME_NOREPLACE = RENAME_NOREPLACE;
+const unsigned int DOCFS_RENAME_EXCHANGE = RENAME_EXCHANGE;
+const int DOCFS_O_PATH = O_PATH;
+const int DOCFS_AT_EMPTY_PATH = AT_EMPTY_PATH;
+const int DOCFS_O_DIRECT = O_DIRECT;
+const int DOCFS_O_NOATIME = O_NOATIME;
+const short DOCFS_POSIX_SPAWN_SETSID = POSIX_SPAWN_SETSID;
+const int DOCFS_MNT_DETACH = MNT_DETACH;
+const int DOCFS_FALLOC_FL_KEEP_SIZE = FALLOC_FL_KEEP_SIZE;
+const int DOCFS_FALLOC_FL_PUNCH_HOLE = FALLOC_FL_PUNCH_HOLE;
+const int DOCFS_FALLOC_FL_ZERO_RANGE = FALLOC_FL_ZERO_RANGE;
+const long DOCFS_UTIME_NOW = UTIME_NOW;
+const long DOCFS_UTIME_OMIT = UTIME_OMIT;
+const int DOCFS_XATTR_CREATE = XATTR_CREATE;
+const int DOCFS_XATTR_REPLACE = XATTR_REPLACE;

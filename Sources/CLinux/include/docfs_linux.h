@@ -1,0 +1,40 @@
+// Linux system calls and constants that Swift's Glibc module does not show (they need
+// _GNU_SOURCE, which must not leak into this header: Swift's Glibc is built without it).
+// Each function returns -1 and sets errno on failure, like the call it wraps.
+#ifndef DOCFS_LINUX_H
+#define DOCFS_LINUX_H
+
+#include <sys/types.h>
+
+int docfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+                    unsigned int flags);
+ssize_t docfs_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len,
+                              unsigned int flags);
+int docfs_fallocate(int fd, int mode, off_t offset, off_t len);
+int docfs_syncfs(int fd);
+ssize_t docfs_getxattr(const char *path, const char *name, void *value, size_t size);
+ssize_t docfs_listxattr(const char *path, char *list, size_t size);
+int docfs_setxattr(const char *path, const char *name, const void *value, size_t size, int flags);
+int docfs_removexattr(const char *path, const char *name);
+ssize_t docfs_lgetxattr(const char *path, const char *name, void *value, size_t size);
+ssize_t docfs_llistxattr(const char *path, char *list, size_t size);
+int docfs_lsetxattr(const char *path, const char *name, const void *value, size_t size, int flags);
+int docfs_lremovexattr(const char *path, const char *name);
+
+extern const unsigned int DOCFS_RENAME_NOREPLACE;
+extern const unsigned int DOCFS_RENAME_EXCHANGE;
+extern const int DOCFS_O_PATH;
+extern const int DOCFS_AT_EMPTY_PATH;
+extern const int DOCFS_O_DIRECT;
+extern const int DOCFS_O_NOATIME;
+extern const short DOCFS_POSIX_SPAWN_SETSID;
+extern const int DOCFS_MNT_DETACH;
+extern const int DOCFS_FALLOC_FL_KEEP_SIZE;
+extern const int DOCFS_FALLOC_FL_PUNCH_HOLE;
+extern const int DOCFS_FALLOC_FL_ZERO_RANGE;
+extern const long DOCFS_UTIME_NOW;
+extern const long DOCFS_UTIME_OMIT;
+extern const int DOCFS_XATTR_CREATE;
+extern const int DOCFS_XATTR_REPLACE;
+
+#endif

@@ -1,0 +1,37 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The number FUSE knows an item by. 1 is the mount root.
+public typealias NodeID = UInt64
+
+/// What a lookup, create, mkdir, mknod, symlink or link answers: the node, its generation and
+/// its attributes. Each Entry handed to the kernel counts as one lookup of that node.
+public struct Entry: Sendable {
+    public var node: NodeID
+    public var generation: UInt64
+    public var attributes: stat
+
+    public init(node: NodeID, generation: UInt64, attributes: stat) {
+        self.node = node
+        self.generation = generation
+        self.attributes = attributes
+    }
+}
+
+/// Who asked: the process behind a request, as the kernel reports it.
+public struct Caller: Sendable, Equatable {
+    public var uid: uid_t
+    public var gid: gid_t
+    public var pid: pid_t
+
+    public init(uid: uid_t, gid: gid_t, pid: pid_t) {
+        self.uid = uid
+        self.gid = gid
+        self.pid = pid
+    }
+
+    /// The daemon itself (root-owned internal work and in-process tests).
+    public static var daemon: Caller { Caller(uid: getuid(), gid: getgid(), pid: getpid()) }
+}
+

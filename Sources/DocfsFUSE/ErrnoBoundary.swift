@@ -1,0 +1,30 @@
+import DocfsCore
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The one place a `DocfsError` becomes an errno for the kernel. System errors pass as they
+/// are; the rest map to their nearest errno; anything unforeseen is logged and answers EIO.
+enum ErrnoBoundary {
+    static func errno(for error: any Error, operation: StaticString, logger: Logger) -> Int32 {
+        guard let error = error as? DocfsError else {
+            logger.error("\(operation): unexpected error \(error)")
+            return EIO
+        }
+        if let value = error.systemErrno {
+            if value == EIO { logger.error("\(operation): \(error)") }
+            return value
+        }
+        switch error.code {
+        case .invalidArgument:
+            logger.notice("\(operation): \(error)")
+            return EINVAL
+        case .system:
+            return EIO
+        case .storeBusy, .storeUnavailable, .badMountPoint, .missingSystemSupport, .internalFailure:
+            logger.error("\(operation): \(error)")
+            return EIO
+        }
+    }
+}

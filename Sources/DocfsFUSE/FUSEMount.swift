@@ -1,0 +1,124 @@
+import CFuse
+import CLinux
+import DocfsCore
+import DocfsFilesystem
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A mounted libfuse session serving a `Filesystem`: created and mounted by `init`, served by
+/// `run` (blocking, on the caller's thread plus libfuse's worker threads), ended by an unmount
+/// from outside or by `requestExit` (signals).
+public final class FUSEMount: Sendable {
+    /// Options docfs understands itself; the rest go to libfuse as `-o` options.
+    public struct Options: Sendable {
+        public var fuseOptions: [String]
+        public var writebackCache: Bool
+        public var maxThreads: UInt32
+
+        public init(fuseOptions: [String] = [], writebackCache: Bool = false, maxThreads: UInt32 = 16) {
+            self.fuseOptions = fuseOptions
+            self.writebackCache = writebackCache
+            self.maxThreads = maxThreads
+        }
+
+        /// Splits user `-o` options into docfs's own and libfuse's.
+        public static func parse(_ options: [String]) -> Options {
+            var result = Options()
+            for option in options.flatMap({ $0.split(separator: ",").map(String.init) }) where !option.isEmpty {
+                switch option {
+                case "writeback", "writeback_cache": result.writebackCache = true
+                case "nowriteback", "no_writeback_cache": result.writebackCache = false
+                default: result.fuseOptions.append(option)
+                }
+            }
+            return result
+        }
+    }
+
+    private struct Session: @unchecked Sendable {
+        // The session pointer is used by libfuse's own threads; docfs only calls the
+        // thread-safe fuse_session_exit on it from elsewhere, under `state`'s lock.
+        let pointer: OpaquePointer
+    }
+
+    private enum Phase { case mounted, running, exiting, finished }
+
+    public let mountPoint: String
+    private let session: Session
+    private let context: Unmanaged<BridgeContext>
+    private let logger: Logger
+    private let maxThreads: UInt32
+    /// Lock order: leaf lock, never held across a call into libfuse's loop.
+    private let phase = Mutex(Phase.mounted)
+
+    public init(filesystem: Filesystem, mountPoint: String, options: Options, logger: Logger) throws(DocfsError) {
+        self.mountPoint = mountPoint
+        self.logger = logger
+        self.maxThreads = options.maxThreads
+        let context = Unmanaged.passRetained(BridgeContext(filesystem: filesystem, logger: logger,
+                                                           writebackCache: options.writebackCache))
+        var standard = ["fsname=docfs", "subtype=docfs", "default_permissions"]
+        if getuid() == 0 || access("/bin/fusermount3", X_OK) == 0 || access("/usr/bin/fusermount3", X_OK) == 0 {
+            standard.append("auto_unmount")
+        }
+        let arguments = ["docfs", "-o", (standard + options.fuseOptions).joined(separator: ",")]
+        var cStrings = arguments.map { strdup($0) }
+        defer { cStrings.forEach { free($0) } }
+        var args = docfs_fuse_args(Int32(cStrings.count), &cStrings)
+        var ops = Operations.table()
+        guard let pointer = docfs_session_new(&args, &ops, context.toOpaque()) else {
+            context.release()
+            fuse_opt_free_args(&args)
+            throw DocfsError(.invalidArgument,
+                             "libfuse refused the mount options \(options.fuseOptions.joined(separator: ",")): see `man mount.fuse3` for valid -o options")
+        }
+        fuse_opt_free_args(&args)
+        guard fuse_session_mount(pointer, mountPoint) == 0 else {
+            fuse_session_destroy(pointer)
+            context.release()
+            throw DocfsError(.badMountPoint,
+                             "cannot mount on \(mountPoint): check that it is an empty directory you own and that fuse3 is installed")
+        }
+        self.session = Session(pointer: pointer)
+        self.context = context
+    }
+
+    /// Serves requests until the mount goes away, then cleans the session up (exactly once).
+    public func run() {
+        let start = phase.withLock { phase -> Bool in
+            guard phase == .mounted else { return false }
+            phase = .running
+            return true
+        }
+        guard start else { return }
+        let result = docfs_session_loop_mt(session.pointer, 4, maxThreads)
+        phase.withLock { $0 = .finished }
+        if result != 0 { logger.notice("FUSE loop ended with \(result)") }
+        fuse_session_unmount(session.pointer)
+        fuse_session_destroy(session.pointer)
+        context.release()
+        logger.info("unmounted \(mountPoint)")
+    }
+
+    /// Ends the session: stops the loop and detaches the mount so the loop's read returns.
+    public func requestExit() {
+        let proceed = phase.withLock { phase -> Bool in
+            guard phase == .running || phase == .mounted else { return false }
+            phase = .exiting
+            fuse_session_exit(session.pointer)
+            return true
+        }
+        guard proceed else { return }
+        Self.detach(mountPoint)
+    }
+
+    /// Lazily unmounts `mountPoint` (umount2 as root, fusermount3 -uz otherwise).
+    @discardableResult
+    public static func detach(_ mountPoint: String) -> Bool {
+        if getuid() == 0, umount2(mountPoint, DOCFS_MNT_DETACH) == 0 { return true }
+        return ProcessRunner.run("fusermount3", ["-u", "-z", mountPoint]) == 0
+    }
+}

@@ -1,0 +1,150 @@
+import CFuse
+import DocfsCore
+import DocfsFilesystem
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension Operations {
+    static func installFileOperations(_ ops: inout fuse_lowlevel_ops) {
+        ops.create = { req, parent, name, mode, fi in
+            let ctx = BridgeContext.of(req)
+            do {
+                let (entry, file) = try ctx.filesystem.create(parent: parent, name: string(name), mode: mode,
+                                                              flags: fi!.pointee.flags, caller: caller(of: req))
+                ctx.fileInfo(fi, file)
+                var param = ctx.entryParam(entry)
+                if fuse_reply_create(req, &param, fi) != 0 {
+                    ctx.filesystem.forget(entry.node, count: 1)
+                    ctx.filesystem.release(file.handle)
+                }
+            } catch { ctx.fail(req, error, "create") }
+        }
+        ops.open = { req, node, fi in
+            let ctx = BridgeContext.of(req)
+            do {
+                let file = try ctx.filesystem.open(node, flags: fi!.pointee.flags)
+                ctx.fileInfo(fi, file)
+                if fuse_reply_open(req, fi) != 0 { ctx.filesystem.release(file.handle) }
+            } catch { ctx.fail(req, error, "open") }
+        }
+        ops.read = { req, _, size, offset, fi in
+            let ctx = BridgeContext.of(req)
+            var data = docfs_fd_bufvec(ctx.filesystem.backingDescriptor(of: fi!.pointee.fh), size, offset)
+            fuse_reply_data(req, &data, FUSE_BUF_SPLICE_MOVE)
+        }
+        ops.write_buf = { req, _, input, offset, fi in
+            let ctx = BridgeContext.of(req)
+            let n = docfs_write_bufvec_to_fd(input, ctx.filesystem.backingDescriptor(of: fi!.pointee.fh), offset)
+            if n < 0 {
+                fuse_reply_err(req, Int32(-n))
+            } else {
+                fuse_reply_write(req, n)
+            }
+        }
+        ops.flush = { req, _, fi in
+            let ctx = BridgeContext.of(req)
+            do {
+                try ctx.filesystem.flush(fi!.pointee.fh)
+                fuse_reply_err(req, 0)
+            } catch { ctx.fail(req, error, "flush") }
+        }
+        ops.release = { req, _, fi in
+            BridgeContext.of(req).filesystem.release(fi!.pointee.fh)
+            fuse_reply_err(req, 0)
+        }
+        ops.fsync = { req, _, dataOnly, fi in
+            let ctx = BridgeContext.of(req)
+            do {
+                try ctx.filesystem.fsync(fi!.pointee.fh, dataOnly: dataOnly != 0)
+                fuse_reply_err(req, 0)
+            } catch { ctx.fail(req, error, "fsync") }
+        }
+        ops.fallocate = { req, _, mode, offset, length, fi in
+            let ctx = BridgeContext.of(req)
+            do {
+                try ctx.filesystem.allocate(fi!.pointee.fh, mode: mode, offset: offset, length: length)
+                fuse_reply_err(req, 0)
+            } catch { ctx.fail(req, error, "fallocate") }
+        }
+        ops.lseek = { req, _, offset, whence, fi in
+            let ctx = BridgeContext.of(req)
+            do {
+                fuse_reply_lseek(req, try ctx.filesystem.seek(fi!.pointee.fh, offset: offset, whence: whence))
+            } catch { ctx.fail(req, error, "lseek") }
+        }
+        ops.copy_file_range = { req, _, inOffset, inFile, _, outOffset, outFile, length, flags in
+            let ctx = BridgeContext.of(req)
+            do {
+                let n = try ctx.filesystem.copyRange(from: inFile!.pointee.fh, at: inOffset, to: outFile!.pointee.fh,
+                                                     at: outOffset, length: length, flags: UInt32(flags))
+                fuse_reply_write(req, n)
+            } catch { ctx.fail(req, error, "copy_file_range") }
+        }
+    }
+
+    static func installDirectoryOperations(_ ops: inout fuse_lowlevel_ops) {
+        ops.opendir = { req, node, fi in
+            let ctx = BridgeContext.of(req)
+            do {
+                fi!.pointee.fh = try ctx.filesystem.openDirectory(node)
+                if fuse_reply_open(req, fi) != 0 { ctx.filesystem.releaseDirectory(fi!.pointee.fh) }
+            } catch { ctx.fail(req, error, "opendir") }
+        }
+        ops.releasedir = { req, _, fi in
+            BridgeContext.of(req).filesystem.releaseDirectory(fi!.pointee.fh)
+            fuse_reply_err(req, 0)
+        }
+        ops.fsyncdir = { req, _, dataOnly, fi in
+            let ctx = BridgeContext.of(req)
+            do {
+                try ctx.filesystem.syncDirectory(fi!.pointee.fh, dataOnly: dataOnly != 0)
+                fuse_reply_err(req, 0)
+            } catch { ctx.fail(req, error, "fsyncdir") }
+        }
+        ops.readdir = { req, _, size, offset, fi in
+            let ctx = BridgeContext.of(req)
+            let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
+            defer { buffer.deallocate() }
+            var used = 0
+            do {
+                try ctx.filesystem.readDirectory(fi!.pointee.fh, offset: Int64(offset)) { item in
+                    var st = stat()
+                    st.st_ino = ino_t(item.inode)
+                    st.st_mode = mode_t(item.type) << 12
+                    let n = fuse_add_direntry(req, buffer + used, size - used, item.name, &st, off_t(item.nextOffset))
+                    if n > size - used { return false }
+                    used += n
+                    return true
+                }
+                fuse_reply_buf(req, buffer, used)
+            } catch {
+                if used > 0 { fuse_reply_buf(req, buffer, used) } else { ctx.fail(req, error, "readdir") }
+            }
+        }
+        ops.readdirplus = { req, _, size, offset, fi in
+            let ctx = BridgeContext.of(req)
+            let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
+            defer { buffer.deallocate() }
+            var used = 0
+            do {
+                try ctx.filesystem.readDirectoryPlus(fi!.pointee.fh, offset: Int64(offset)) { item, entry in
+                    var param = fuse_entry_param()
+                    if let entry {
+                        param = ctx.entryParam(entry)
+                    } else {
+                        param.attr.st_ino = ino_t(item.inode)
+                        param.attr.st_mode = mode_t(item.type) << 12
+                    }
+                    let n = fuse_add_direntry_plus(req, buffer + used, size - used, item.name, &param, off_t(item.nextOffset))
+                    if n > size - used { return false }
+                    used += n
+                    return true
+                }
+                fuse_reply_buf(req, buffer, used)
+            } catch {
+                if used > 0 { fuse_reply_buf(req, buffer, used) } else { ctx.fail(req, error, "readdirplus") }
+            }
+        }
+    }
+}

@@ -1,0 +1,71 @@
+import CFuse
+import DocfsCore
+import DocfsFilesystem
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Turning results into libfuse replies.
+extension BridgeContext {
+    /// Answers a failed request with the errno its error maps to (EIO, logged, for errors
+    /// that are not DocfsErrors).
+    func fail(_ req: fuse_req_t?, _ error: any Error, _ operation: StaticString) {
+        fuse_reply_err(req, ErrnoBoundary.errno(for: error, operation: operation, logger: logger))
+    }
+
+    func entryParam(_ entry: Entry) -> fuse_entry_param {
+        var param = fuse_entry_param()
+        param.ino = fuse_ino_t(entry.node)
+        param.generation = entry.generation
+        param.attr = entry.attributes
+        param.attr_timeout = filesystem.cachePolicy.attributeTimeout
+        param.entry_timeout = filesystem.cachePolicy.entryTimeout
+        return param
+    }
+
+    func replyEntry(_ req: fuse_req_t?, _ entry: Entry) {
+        var param = entryParam(entry)
+        if fuse_reply_entry(req, &param) != 0 {
+            // The request was interrupted: the kernel did not take the lookup.
+            filesystem.forget(entry.node, count: 1)
+        }
+    }
+
+    func replyNegativeEntry(_ req: fuse_req_t?) {
+        var param = fuse_entry_param()
+        param.ino = 0
+        param.entry_timeout = filesystem.cachePolicy.negativeTimeout
+        fuse_reply_entry(req, &param)
+    }
+
+    func replyAttributes(_ req: fuse_req_t?, _ st: stat) {
+        var st = st
+        fuse_reply_attr(req, &st, filesystem.cachePolicy.attributeTimeout)
+    }
+
+    func replyValue(_ req: fuse_req_t?, _ value: AttributeValue) {
+        switch value {
+        case .size(let n):
+            fuse_reply_xattr(req, n)
+        case .bytes(let bytes):
+            bytes.withUnsafeBytes { _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
+        }
+    }
+
+    func fileInfo(_ fi: UnsafeMutablePointer<fuse_file_info>?, _ file: OpenFile) {
+        guard let fi else { return }
+        fi.pointee.fh = file.handle
+        docfs_fi_set_direct_io(fi, file.directIO ? 1 : 0)
+        docfs_fi_set_keep_cache(fi, file.keepCache ? 1 : 0)
+    }
+}
+
+/// The caller of a request, from the kernel's request context.
+func caller(of req: fuse_req_t?) -> Caller {
+    let ctx = fuse_req_ctx(req)!.pointee
+    return Caller(uid: ctx.uid, gid: ctx.gid, pid: ctx.pid)
+}
+
+/// A name argument as a Swift string.
+@inline(__always)
+func string(_ name: UnsafePointer<CChar>?) -> String { String(cString: name!) }

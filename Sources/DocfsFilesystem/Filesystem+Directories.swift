@@ -1,0 +1,67 @@
+import CLinux
+import DocfsCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Listing folders. A directory handle is a retained `DirectoryHandle` whose address is the
+/// number the kernel passes back.
+extension Filesystem {
+    public func openDirectory(_ id: NodeID) throws(DocfsError) -> UInt64 {
+        let node = try nodes.node(id)
+        let fd = openat(node.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
+        guard let dir = fdopendir(fd) else {
+            let e = Glibc.errno
+            close(fd)
+            throw DocfsError.system(e)
+        }
+        let handle = DirectoryHandle(node: node, dir: dir)
+        return UInt64(UInt(bitPattern: Unmanaged.passRetained(handle).toOpaque()))
+    }
+
+    public func releaseDirectory(_ handle: UInt64) {
+        directoryHandle(handle).release()
+    }
+
+    private func directoryHandle(_ handle: UInt64) -> Unmanaged<DirectoryHandle> {
+        Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: UInt(handle))!)
+    }
+
+    /// Hands entries from `offset` on to `body` until it answers false (the buffer is full).
+    public func readDirectory(_ handle: UInt64, offset: Int64, _ body: (DirectoryEntry) -> Bool) throws(DocfsError) {
+        try directoryHandle(handle).takeUnretainedValue().read(from: offset) { entry throws(DocfsError) in body(entry) }
+    }
+
+    /// readdirplus: each entry but `.` and `..` comes with its looked-up Entry. `body` answers
+    /// whether it took the entry; a lookup it did not take is given back at once.
+    public func readDirectoryPlus(_ handle: UInt64, offset: Int64,
+                                  _ body: (DirectoryEntry, Entry?) -> Bool) throws(DocfsError) {
+        let directory = directoryHandle(handle).takeUnretainedValue()
+        try directory.read(from: offset) { item throws(DocfsError) in
+            if item.name == "." || item.name == ".." {
+                return body(item, nil)
+            }
+            let looked: Entry
+            do throws(DocfsError) {
+                looked = try entry(in: directory.node, name: item.name)
+            } catch {
+                if error.systemErrno == ENOENT { return true }  // removed since it was listed
+                throw error
+            }
+            if !body(item, looked) {
+                forget(looked.node, count: 1)
+                return false
+            }
+            return true
+        }
+    }
+
+    public func syncDirectory(_ handle: UInt64, dataOnly: Bool) throws(DocfsError) {
+        let directory = directoryHandle(handle).takeUnretainedValue()
+        let fd = openat(directory.node.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
+        defer { close(fd) }
+        try check(dataOnly ? fdatasync(fd) : Glibc.fsync(fd))
+    }
+}

@@ -1,0 +1,78 @@
+import CLinux
+import DocfsCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a getxattr or listxattr answers: the value, or only its size when the caller probed
+/// with a zero-size buffer.
+public enum AttributeValue: Sendable, Equatable {
+    case size(Int)
+    case bytes([UInt8])
+}
+
+/// user.* extended attributes, stored on the backing file (see `ExtendedAttributePolicy`).
+/// Size-0 probes, ERANGE, ENODATA and XATTR_CREATE/REPLACE behave as on ext4.
+extension Filesystem {
+    public func getExtendedAttribute(_ id: NodeID, name: String, size: Int) throws(DocfsError) -> AttributeValue {
+        try ExtendedAttributePolicy.checkName(name)
+        let node = try nodes.node(id)
+        guard ExtendedAttributePolicy.isStored(name), !node.isSymlink else { throw DocfsError.system(ENODATA) }
+        var buffer = [UInt8](repeating: 0, count: ExtendedAttributePolicy.maximumValueSize)
+        let n = buffer.withUnsafeMutableBytes { docfs_getxattr(node.procPath, name, $0.baseAddress, $0.count) }
+        guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
+        return try fit(Array(buffer[0..<n]), into: size)
+    }
+
+    public func listExtendedAttributes(_ id: NodeID, size: Int) throws(DocfsError) -> AttributeValue {
+        let node = try nodes.node(id)
+        if node.isSymlink { return try fit([], into: size) }
+        let path = node.procPath
+        var length = docfs_listxattr(path, nil, 0) as Int
+        guard length >= 0 else { throw DocfsError.system(Glibc.errno) }
+        var names = [UInt8]()
+        while true {
+            var buffer = [CChar](repeating: 0, count: max(length, 1))
+            let n = docfs_listxattr(path, &buffer, buffer.count)
+            if n < 0 && Glibc.errno == ERANGE {  // grew meanwhile
+                length = docfs_listxattr(path, nil, 0) as Int
+                continue
+            }
+            guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
+            for name in buffer[0..<n].split(separator: 0) {
+                let bytes = name.map { UInt8(bitPattern: $0) }
+                if ExtendedAttributePolicy.isStored(String(decoding: bytes, as: UTF8.self)) {
+                    names += bytes
+                    names.append(0)
+                }
+            }
+            break
+        }
+        return try fit(names, into: size)
+    }
+
+    /// docfs_setxattr(2); `flags` may hold XATTR_CREATE or XATTR_REPLACE.
+    public func setExtendedAttribute(_ id: NodeID, name: String, value: [UInt8], flags: Int32) throws(DocfsError) {
+        try ExtendedAttributePolicy.checkName(name)
+        if value.count > ExtendedAttributePolicy.maximumValueSize { throw DocfsError.system(E2BIG) }
+        let node = try nodes.node(id)
+        guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(EOPNOTSUPP) }
+        if node.isSymlink { throw DocfsError.system(EPERM) }
+        let r = value.withUnsafeBytes { docfs_setxattr(node.procPath, name, $0.baseAddress, $0.count, flags) }
+        try check(r)
+    }
+
+    public func removeExtendedAttribute(_ id: NodeID, name: String) throws(DocfsError) {
+        try ExtendedAttributePolicy.checkName(name)
+        let node = try nodes.node(id)
+        guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(EOPNOTSUPP) }
+        if node.isSymlink { throw DocfsError.system(EPERM) }
+        try check(docfs_removexattr(node.procPath, name))
+    }
+
+    private func fit(_ bytes: [UInt8], into size: Int) throws(DocfsError) -> AttributeValue {
+        if size == 0 { return .size(bytes.count) }
+        if bytes.count > size { throw DocfsError.system(ERANGE) }
+        return .bytes(bytes)
+    }
+}

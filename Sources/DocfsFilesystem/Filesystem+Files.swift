@@ -1,0 +1,104 @@
+import CLinux
+import DocfsCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An open file: the handle the kernel passes back with each read and write, and how the
+/// kernel should cache it.
+public struct OpenFile: Sendable {
+    /// The handle (the backing descriptor).
+    public var handle: UInt64
+    /// Bypass the page cache (the caller asked for O_DIRECT).
+    public var directIO: Bool
+    /// Keep the page cache of the file from earlier opens.
+    public var keepCache: Bool
+}
+
+/// Opening, reading and writing file content. Reads and writes go to the backing descriptor:
+/// the bridge splices through `backingDescriptor(of:)`; `read`/`write` serve in-process use.
+extension Filesystem {
+    /// Flags the backing open must not see: creation is done by `create`, and O_DIRECT is
+    /// served by telling the kernel to bypass its cache (the backing file takes unaligned I/O).
+    static let strippedOpenFlags = O_CREAT | O_EXCL | O_NOCTTY | DOCFS_O_DIRECT
+
+    public func open(_ id: NodeID, flags: Int32) throws(DocfsError) -> OpenFile {
+        let node = try nodes.node(id)
+        if node.isDirectory && flags & O_ACCMODE != O_RDONLY { throw DocfsError.system(EISDIR) }
+        let fd = Glibc.open(node.procPath, (flags & ~Self.strippedOpenFlags) | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
+        return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: false)
+    }
+
+    public func create(parent: NodeID, name: String, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
+        let directory = try nodes.node(parent)
+        let openFlags = (flags & ~(O_NOCTTY | DOCFS_O_DIRECT)) | O_CREAT | O_CLOEXEC | O_NOFOLLOW
+        let fd = openat(directory.fd, name, openFlags, mode & 0o7777)
+        guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
+        do {
+            try giveToCaller(in: directory, name: name, caller: caller, mode: mode | S_IFREG)
+            let entry = try self.entry(in: directory, name: name)
+            return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: false))
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+
+    /// The descriptor reads and writes of `handle` go to (for splicing in the bridge).
+    @inline(__always)
+    public func backingDescriptor(of handle: UInt64) -> Int32 { Int32(truncatingIfNeeded: handle) }
+
+    public func read(_ handle: UInt64, size: Int, offset: off_t) throws(DocfsError) -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: size)
+        let n = buffer.withUnsafeMutableBytes { pread(backingDescriptor(of: handle), $0.baseAddress, size, offset) }
+        guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
+        buffer.removeSubrange(n...)
+        return buffer
+    }
+
+    public func write(_ handle: UInt64, bytes: [UInt8], offset: off_t) throws(DocfsError) -> Int {
+        let n = bytes.withUnsafeBytes { pwrite(backingDescriptor(of: handle), $0.baseAddress, bytes.count, offset) }
+        guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
+        return n
+    }
+
+    /// close(2) of one of the descriptors sharing an open file: reports errors of the backing
+    /// file's close (as NFS would) without closing the handle.
+    public func flush(_ handle: UInt64) throws(DocfsError) {
+        let copy = dup(backingDescriptor(of: handle))
+        guard copy >= 0 else { throw DocfsError.system(Glibc.errno) }
+        try check(close(copy))
+    }
+
+    public func release(_ handle: UInt64) {
+        close(backingDescriptor(of: handle))
+    }
+
+    public func fsync(_ handle: UInt64, dataOnly: Bool) throws(DocfsError) {
+        let fd = backingDescriptor(of: handle)
+        try check(dataOnly ? fdatasync(fd) : Glibc.fsync(fd))
+    }
+
+    /// fallocate(2) with any mode (keep-size, punch-hole, zero-range, collapse/insert range).
+    public func allocate(_ handle: UInt64, mode: Int32, offset: off_t, length: off_t) throws(DocfsError) {
+        try check(docfs_fallocate(backingDescriptor(of: handle), mode, offset, length))
+    }
+
+    /// lseek(2), for SEEK_DATA and SEEK_HOLE (the kernel answers the other whences itself).
+    public func seek(_ handle: UInt64, offset: off_t, whence: Int32) throws(DocfsError) -> off_t {
+        let r = lseek(backingDescriptor(of: handle), offset, whence)
+        guard r >= 0 else { throw DocfsError.system(Glibc.errno) }
+        return r
+    }
+
+    public func copyRange(from source: UInt64, at sourceOffset: off_t, to target: UInt64, at targetOffset: off_t,
+                          length: Int, flags: UInt32) throws(DocfsError) -> Int {
+        var inOffset = sourceOffset
+        var outOffset = targetOffset
+        let n = docfs_copy_file_range(backingDescriptor(of: source), &inOffset, backingDescriptor(of: target),
+                                      &outOffset, length, flags)
+        guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
+        return n
+    }
+}

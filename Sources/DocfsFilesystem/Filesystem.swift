@@ -1,0 +1,153 @@
+import CLinux
+import DocfsCore
+import DocfsProvider
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The filesystem logic behind a mount: every FUSE operation as a Swift method working on the
+/// store through descriptors (fd-relative), throwing `DocfsError`. It never talks to the kernel,
+/// so tests can drive it in-process; the FUSE bridge turns its results into replies.
+///
+/// Permission checks are the kernel's (the bridge mounts with `default_permissions`); this type
+/// makes new items belong to the caller, as ext4 does, with setgid-directory inheritance.
+public final class Filesystem: Sendable {
+    /// How long the kernel may cache entries and attributes, in seconds.
+    public struct CachePolicy: Sendable {
+        public var entryTimeout: Double
+        public var attributeTimeout: Double
+        public var negativeTimeout: Double
+
+        public init(entryTimeout: Double = 1, attributeTimeout: Double = 1, negativeTimeout: Double = 1) {
+            self.entryTimeout = entryTimeout
+            self.attributeTimeout = attributeTimeout
+            self.negativeTimeout = negativeTimeout
+        }
+    }
+
+    public let store: LocalStore
+    public let cachePolicy: CachePolicy
+    /// Generation of every node this daemon hands out; node ids are never reused within it.
+    public let generation: UInt64
+    let nodes: NodeTable
+    let root: Node
+
+    /// Serves the documents scope of the store's default container.
+    public init(store: LocalStore, cachePolicy: CachePolicy = CachePolicy()) throws(DocfsError) {
+        self.store = store
+        self.cachePolicy = cachePolicy
+        let fd = try store.openDirectory(store.layout.documentsDirectory(.userDefault))
+        var st = stat()
+        guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else {
+            close(fd)
+            throw DocfsError(.storeUnavailable, "cannot stat the documents directory", cause: DocfsError.errno("fstatat"))
+        }
+        root = Node(id: rootID, fd: fd, key: BackingKey(st), type: S_IFDIR)
+        nodes = NodeTable(root: root)
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        generation = UInt64(now.tv_sec)
+    }
+
+    /// The number of nodes the kernel holds references to (the root included).
+    public var knownNodeCount: Int { nodes.count }
+
+    /// How many lookups of `node` the kernel holds.
+    public func lookupCount(of node: NodeID) -> UInt64 { nodes.lookups(of: node) }
+
+    // MARK: lookup and forget
+
+    public func lookup(parent: NodeID, name: String) throws(DocfsError) -> Entry {
+        let directory = try nodes.node(parent)
+        return try entry(in: directory, name: name)
+    }
+
+    public func forget(_ node: NodeID, count: UInt64) {
+        nodes.forget(node, count: count)
+    }
+
+    /// Unmount: the kernel drops its references without forgets.
+    public func forgetAll() { nodes.dropAll() }
+
+    /// Looks `name` up in `directory` and counts one lookup of it.
+    func entry(in directory: Node, name: String) throws(DocfsError) -> Entry {
+        let fd = openat(directory.fd, name, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
+        var st = stat()
+        guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else {
+            let e = Glibc.errno
+            close(fd)
+            throw DocfsError.system(e)
+        }
+        let node = nodes.reference(key: BackingKey(st), fd: fd, type: st.st_mode & S_IFMT)
+        return Entry(node: node.id, generation: generation, attributes: st)
+    }
+
+    // MARK: attributes
+
+    public func attributes(of id: NodeID, handle: UInt64? = nil) throws(DocfsError) -> stat {
+        var st = stat()
+        if let handle {
+            guard fstat(Int32(truncatingIfNeeded: handle), &st) == 0 else { throw DocfsError.system(Glibc.errno) }
+            return st
+        }
+        let node = try nodes.node(id)
+        guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else {
+            throw DocfsError.system(Glibc.errno)
+        }
+        return st
+    }
+
+    public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges) throws(DocfsError) -> stat {
+        let node = try nodes.node(id)
+        let fd = handle.map { Int32(truncatingIfNeeded: $0) }
+        if let mode = changes.mode {
+            if node.isSymlink { throw DocfsError.system(EOPNOTSUPP) }
+            let r = fd.map { fchmod($0, mode & 0o7777) } ?? chmod(node.procPath, mode & 0o7777)
+            try check(r)
+        }
+        if changes.uid != nil || changes.gid != nil {
+            let uid = changes.uid ?? uid_t.max
+            let gid = changes.gid ?? gid_t.max
+            try check(fchownat(node.fd, "", uid, gid, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+        }
+        if let size = changes.size {
+            if node.isDirectory { throw DocfsError.system(EISDIR) }
+            let r = fd.map { ftruncate($0, size) } ?? truncate(node.procPath, size)
+            try check(r)
+        }
+        if changes.changesTimes {
+            let times = changes.timespecs
+            let r: Int32
+            if let fd {
+                r = futimens(fd, times)
+            } else if node.isSymlink {
+                r = utimensat(node.fd, "", times, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
+            } else {
+                r = utimensat(AT_FDCWD, node.procPath, times, 0)
+            }
+            try check(r)
+        }
+        return try attributes(of: id, handle: handle)
+    }
+
+    public func readLink(_ id: NodeID) throws(DocfsError) -> String {
+        let node = try nodes.node(id)
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlinkat(node.fd, "", &buffer, buffer.count - 1)
+        guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
+        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    public func statistics() throws(DocfsError) -> statvfs {
+        var sv = statvfs()
+        try check(fstatvfs(root.fd, &sv))
+        return sv
+    }
+}
+
+/// Throws the current errno when a system call answered -1.
+@inline(__always)
+func check(_ result: Int32) throws(DocfsError) {
+    if result < 0 { throw DocfsError.system(Glibc.errno) }
+}

@@ -1,0 +1,141 @@
+import CLinux
+import DocfsCore
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Identity of a file in the backing store: device and inode number.
+struct BackingKey: Hashable, Sendable {
+    var device: UInt64
+    var inode: UInt64
+
+    init(_ st: stat) {
+        device = UInt64(st.st_dev)
+        inode = UInt64(st.st_ino)
+    }
+}
+
+/// A file or folder the kernel holds a reference to. It keeps an O_PATH descriptor of its
+/// backing file, so it can be reached after renames and unlinks without a path, and so its
+/// backing inode cannot be reused while the kernel still knows it.
+final class Node: Sendable {
+    let id: NodeID
+    /// O_PATH descriptor of the backing file; closed when the node is forgotten.
+    let fd: Int32
+    let key: BackingKey
+    /// S_IFMT bits: a backing inode never changes type.
+    let type: mode_t
+
+    init(id: NodeID, fd: Int32, key: BackingKey, type: mode_t) {
+        self.id = id
+        self.fd = fd
+        self.key = key
+        self.type = type
+    }
+
+    var isSymlink: Bool { type == S_IFLNK }
+    var isDirectory: Bool { type == S_IFDIR }
+
+    /// A path that reaches the backing file through /proc, for calls that need a path and
+    /// cannot take an O_PATH descriptor (xattrs, chmod, truncate, utimensat).
+    var procPath: String { "/proc/self/fd/\(fd)" }
+
+    deinit { close(fd) }
+}
+
+/// The nodes the kernel knows, with their lookup counts (FUSE's reference counting: each entry
+/// replied adds one, `forget` takes some back; at zero the node is dropped).
+///
+/// Lock order: `NodeTable.state` is a leaf lock; nothing else is taken while holding it, and it
+/// is never held across a reply to the kernel.
+final class NodeTable: Sendable {
+    private struct Slot {
+        var node: Node
+        var lookups: UInt64
+    }
+
+    private struct State {
+        var slots: [NodeID: Slot] = [:]
+        var byKey: [BackingKey: NodeID] = [:]
+        var nextID: NodeID = 2
+    }
+
+    private let state = Mutex(State())
+
+    init(root: Node) {
+        state.withLock {
+            $0.slots[root.id] = Slot(node: root, lookups: 1)
+            $0.byKey[root.key] = root.id
+        }
+    }
+
+    func node(_ id: NodeID) throws(DocfsError) -> Node {
+        guard let node = state.withLock({ $0.slots[id]?.node }) else {
+            throw DocfsError(.system(.badFileDescriptor), "unknown node \(id)")
+        }
+        return node
+    }
+
+    /// Counts one more lookup of the backing file `key`, making a node for it if the kernel did
+    /// not know it. `fd` is an O_PATH descriptor of that file; it is closed when an existing
+    /// node already holds one.
+    func reference(key: BackingKey, fd: Int32, type: mode_t) -> Node {
+        let (node, duplicate) = state.withLock { state -> (Node, Bool) in
+            if let id = state.byKey[key], var slot = state.slots[id] {
+                slot.lookups += 1
+                state.slots[id] = slot
+                return (slot.node, true)
+            }
+            let id = state.nextID
+            state.nextID += 1
+            let node = Node(id: id, fd: fd, key: key, type: type)
+            state.slots[id] = Slot(node: node, lookups: 1)
+            state.byKey[key] = id
+            return (node, false)
+        }
+        if duplicate { close(fd) }
+        return node
+    }
+
+    /// Counts one more lookup of a node already known (hard link, readdirplus of a known file).
+    func reference(_ node: Node) {
+        state.withLock { state in
+            state.slots[node.id]?.lookups += 1
+        }
+    }
+
+    /// Takes back `count` lookups; the node is dropped (and its descriptor closed, once no
+    /// operation still uses it) when none remain.
+    func forget(_ id: NodeID, count: UInt64) {
+        let dropped: Node? = state.withLock { state in
+            guard var slot = state.slots[id], id != rootID else { return nil }
+            slot.lookups = slot.lookups > count ? slot.lookups - count : 0
+            if slot.lookups == 0 {
+                state.slots[id] = nil
+                if state.byKey[slot.node.key] == id { state.byKey[slot.node.key] = nil }
+                return slot.node
+            }
+            state.slots[id] = slot
+            return nil
+        }
+        _ = dropped  // released outside the lock
+    }
+
+    /// Drops every node but the root (unmount: the kernel sends no forgets).
+    func dropAll() {
+        let nodes: [Node] = state.withLock { state in
+            let all = state.slots.values.map(\.node).filter { $0.id != rootID }
+            state.slots = state.slots.filter { $0.key == rootID }
+            state.byKey = state.byKey.filter { $0.value == rootID }
+            return all
+        }
+        _ = nodes
+    }
+
+    var count: Int { state.withLock { $0.slots.count } }
+
+    func lookups(of id: NodeID) -> UInt64 { state.withLock { $0.slots[id]?.lookups ?? 0 } }
+}
+
+let rootID: NodeID = 1

@@ -1,0 +1,32 @@
+import DocfsCore
+
+/// Where things live inside a store directory (DESIGN §3). Containers are ordinary directory
+/// trees, so a store stays readable without docfs; docfs's own state sits beside them.
+///
+///     STORE/
+///       store.json                       format marker
+///       daemon.lock                      held (flock) by the daemon serving the store
+///       containers/<id>/Documents/       a container's documents scope (user-visible)
+///       containers/<id>/Data/            the rest of the container (data scope)
+///       index/  versions/  keys/         index, kept versions, signing key (later issues)
+///       logs/daemon.log                  the background daemon's log
+public struct StoreLayout: Sendable {
+    public let root: String
+
+    public init(root: String) {
+        self.root = root.count > 1 && root.hasSuffix("/") ? String(root.dropLast()) : root
+    }
+
+    public var formatFile: String { root + "/store.json" }
+    public var lockFile: String { root + "/daemon.lock" }
+    public var containersDirectory: String { root + "/containers" }
+    public var indexDirectory: String { root + "/index" }
+    public var versionsDirectory: String { root + "/versions" }
+    public var keysDirectory: String { root + "/keys" }
+    public var logsDirectory: String { root + "/logs" }
+    public var daemonLog: String { logsDirectory + "/daemon.log" }
+
+    public func containerDirectory(_ id: ContainerID) -> String { containersDirectory + "/" + id.rawValue }
+    public func documentsDirectory(_ id: ContainerID) -> String { containerDirectory(id) + "/Documents" }
+    public func dataDirectory(_ id: ContainerID) -> String { containerDirectory(id) + "/Data" }
+}

@@ -1,0 +1,63 @@
+import CLinux
+import DocfsCore
+import DocfsFUSE
+import DocfsFilesystem
+import DocfsProvider
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The process that serves one store at one mount point: holds the store's lock, runs the
+/// FUSE session on this thread and libfuse's workers, and unmounts cleanly on SIGTERM, SIGINT
+/// or SIGHUP (a signal thread waits for them; they are blocked everywhere else).
+final class Daemon {
+    private let mount: FUSEMount
+    private let lock: StoreLock
+    private let logger: Logger
+    private let mountPoint: String
+
+    init(storePath: String, mountPoint: String, options: FUSEMount.Options, logLevel: Logger.Level) throws(DocfsError) {
+        umask(0)  // the kernel already applied the caller's umask
+        Self.raiseDescriptorLimit()
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = logLevel
+            return handler
+        }
+        var logger = Logger(label: "docfs")
+        logger.logLevel = logLevel
+        self.logger = logger
+        self.mountPoint = mountPoint
+        let store = try LocalStore(path: storePath)
+        lock = try StoreLock(store: store, mountPoint: mountPoint)
+        let filesystem = try Filesystem(store: store)
+        SignalThread.blockTerminationSignals()
+        mount = try FUSEMount(filesystem: filesystem, mountPoint: mountPoint, options: options, logger: logger)
+        MountRegistry.register(mountPoint: mountPoint, store: store.layout.root)
+        logger.notice("serving \(store.layout.root) at \(mountPoint) (pid \(getpid()))")
+    }
+
+    func serve() {
+        let mount = self.mount
+        let logger = self.logger
+        SignalThread.start { signal in
+            logger.notice("signal \(signal): unmounting")
+            mount.requestExit()
+        }
+        mount.run()
+        MountRegistry.unregister(mountPoint: mountPoint)
+        withExtendedLifetime(lock) {}
+    }
+
+    /// One descriptor per file the kernel knows: allow as many as the hard limit does.
+    private static func raiseDescriptorLimit() {
+        var limit = rlimit()
+        if getrlimit(RLIMIT_NOFILE_VALUE, &limit) == 0, limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max
+            setrlimit(RLIMIT_NOFILE_VALUE, &limit)
+        }
+    }
+}
+
+private let RLIMIT_NOFILE_VALUE = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)

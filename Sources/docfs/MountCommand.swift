@@ -1,0 +1,92 @@
+import ArgumentParser
+import CLinux
+import DocfsCore
+import DocfsFUSE
+import DocfsFilesystem
+import DocfsProvider
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `docfs mount`: serves a store at a mount point, in the background unless told otherwise.
+struct MountCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "mount",
+        abstract: "Mount a document store on a directory.",
+        discussion: """
+            The store defaults to $XDG_DATA_HOME/docfs (else ~/.local/share/docfs) and is created \
+            on first use. The command returns once the mount answers; the daemon keeps serving in \
+            the background and logs to STORE/logs/daemon.log. Stop it with `docfs unmount`.
+
+            Examples:
+              docfs mount ~/Docs
+              docfs mount --store /srv/docs -o allow_other /mnt/docs
+              docfs mount --foreground ~/Docs
+            """
+    )
+
+    @Option(name: .long, help: ArgumentHelp("The store directory.", valueName: "dir"))
+    var store: String?
+
+    @Flag(name: .long, help: "Stay attached and log to stderr; Ctrl-C unmounts.")
+    var foreground = false
+
+    @Option(name: .short, help: ArgumentHelp(
+        "Mount options, comma separated: FUSE's (allow_other, ro, …) and docfs's own (writeback, nonempty).",
+        valueName: "opt[,opt]"))
+    var options: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error.", valueName: "level"))
+    var logLevel: Logger.Level = .notice
+
+    /// Set by the background launcher: the pipe to report readiness on.
+    @Option(name: .long, help: .hidden)
+    var readyFd: Int32?
+
+    @Argument(help: ArgumentHelp("The directory to mount on (must exist and be empty).", valueName: "mountpoint"))
+    var mountPoint: String
+
+    func run() throws {
+        let mountPoint = MountTable.canonical(self.mountPoint)
+        let storePath = store ?? LocalStore.defaultPath(environment: environmentDictionary())
+        var parsed = FUSEMount.Options.parse(options)
+        let allowNonEmpty = parsed.fuseOptions.contains("nonempty")
+        parsed.fuseOptions.removeAll { $0 == "nonempty" }
+        let ready = ReadinessPipe(fd: readyFd)
+
+        let checked: Void? = ready.reporting {
+            () throws(DocfsError) in
+            try Preflight.checkFUSEDevice()
+            if getuid() != 0 { try Preflight.checkFusermount() }
+            try Preflight.checkMountPoint(mountPoint, allowNonEmpty: allowNonEmpty)
+            try Preflight.checkStore(storePath)
+        }
+        guard checked != nil else { throw ExitCode.failure }
+
+        if !foreground && readyFd == nil {
+            let code = BackgroundLauncher.launch(storePath: storePath, mountPoint: mountPoint)
+            throw ExitCode(code)
+        }
+        guard let daemon = ready.reporting({ () throws(DocfsError) in
+            try Daemon(storePath: storePath, mountPoint: mountPoint, options: parsed, logLevel: logLevel)
+        }) else { throw ExitCode.failure }
+        ready.succeed()
+        daemon.serve()
+    }
+}
+
+extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+func environmentDictionary() -> [String: String] {
+    var result: [String: String] = [:]
+    var pointer = environ
+    while let entry = pointer.pointee {
+        let text = String(cString: entry)
+        if let eq = text.firstIndex(of: "=") {
+            result[String(text[..<eq])] = String(text[text.index(after: eq)...])
+        }
+        pointer += 1
+    }
+    return result
+}

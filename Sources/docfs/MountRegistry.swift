@@ -1,0 +1,47 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where running daemons note which mount point they serve, so `docfs unmount` can wait for the
+/// right daemon to finish: /run/docfs for root, $XDG_RUNTIME_DIR/docfs or /tmp/docfs-UID else.
+enum MountRegistry {
+    struct Record {
+        var pid: pid_t
+        var store: String
+    }
+
+    static var directory: String {
+        if getuid() == 0 { return "/run/docfs" }
+        if let runtime = getenv("XDG_RUNTIME_DIR") { return String(cString: runtime) + "/docfs" }
+        return "/tmp/docfs-\(getuid())"
+    }
+
+    static func file(for mountPoint: String) -> String {
+        let name = mountPoint.utf8.map { String($0, radix: 16) }.joined()
+        return directory + "/" + String(name.prefix(240))
+    }
+
+    static func register(mountPoint: String, store: String) {
+        mkdir(directory, 0o700)
+        let text = "\(getpid())\n\(store)\n"
+        let fd = open(file(for: mountPoint), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        _ = text.withCString { write(fd, $0, strlen($0)) }
+        close(fd)
+    }
+
+    static func unregister(mountPoint: String) {
+        let path = file(for: mountPoint)
+        if let record = record(for: mountPoint), record.pid == getpid() { unlink(path) }
+    }
+
+    static func record(for mountPoint: String) -> Record? {
+        guard let handle = fopen(file(for: mountPoint), "r") else { return nil }
+        defer { fclose(handle) }
+        var buffer = [CChar](repeating: 0, count: 8192)
+        let n = fread(&buffer, 1, buffer.count - 1, handle)
+        let lines = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self).split(separator: "\n")
+        guard lines.count >= 2, let pid = pid_t(lines[0]) else { return nil }
+        return Record(pid: pid, store: String(lines[1]))
+    }
+}

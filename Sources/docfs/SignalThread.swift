@@ -1,0 +1,39 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Termination signals handled on a thread of their own with sigwait, so the handler may do
+/// real work (unmounting) safely.
+enum SignalThread {
+    static let signals: [Int32] = [SIGTERM, SIGINT, SIGHUP]
+
+    /// Blocks the signals in this thread and every thread it starts later.
+    static func blockTerminationSignals() {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for signal in signals { sigaddset(&set, signal) }
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+    }
+
+    /// Starts the thread; `handler` runs for each signal received.
+    static func start(_ handler: @escaping @Sendable (Int32) -> Void) {
+        let box = Unmanaged.passRetained(Box(handler)).toOpaque()
+        var thread = pthread_t()
+        pthread_create(&thread, nil, { argument in
+            let handler = Unmanaged<Box>.fromOpaque(argument!).takeRetainedValue().handler
+            var set = sigset_t()
+            sigemptyset(&set)
+            for signal in SignalThread.signals { sigaddset(&set, signal) }
+            while true {
+                var received: Int32 = 0
+                if sigwait(&set, &received) == 0 { handler(received) }
+            }
+        }, box)
+        pthread_detach(thread)
+    }
+
+    private final class Box {
+        let handler: @Sendable (Int32) -> Void
+        init(_ handler: @escaping @Sendable (Int32) -> Void) { self.handler = handler }
+    }
+}

@@ -1,0 +1,49 @@
+import ArgumentParser
+import DocfsFUSE
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `docfs unmount`: unmounts a docfs mount and waits for its daemon to finish.
+struct UnmountCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "unmount",
+        abstract: "Unmount a docfs mount.",
+        discussion: "Fails if files are still open on the mount, unless --lazy is given."
+    )
+
+    @Flag(name: .long, help: "Detach now even if files are in use; finish when they are closed.")
+    var lazy = false
+
+    @Argument(help: ArgumentHelp("The mount point.", valueName: "mountpoint"))
+    var mountPoint: String
+
+    func run() throws {
+        let path = MountTable.canonical(mountPoint)
+        guard MountTable.entry(at: path) != nil else {
+            printError("docfs: \(path) is not a docfs mount: see `findmnt -t fuse.docfs` for the mounts there are\n")
+            throw ExitCode.failure
+        }
+        let record = MountRegistry.record(for: path)
+        if !unmount(path) {
+            printError("docfs: \(path) is busy: close the files and shells using it (fuser -vm \(path)), or use --lazy\n")
+            throw ExitCode.failure
+        }
+        if let record { waitForExit(record.pid) }
+    }
+
+    private func unmount(_ path: String) -> Bool {
+        if lazy { return FUSEMount.detach(path) }
+        if getuid() == 0 { return umount2(path, 0) == 0 || MountTable.entry(at: path) == nil }
+        return ProcessRunner.run("fusermount3", ["-u", path]) == 0
+    }
+
+    /// The daemon releases the store when it exits; wait (up to 10 s) so a new mount can follow.
+    private func waitForExit(_ pid: pid_t) {
+        for _ in 0..<1000 {
+            if kill(pid, 0) != 0 && errno == ESRCH { return }
+            usleep(10_000)
+        }
+        printError("docfs: the daemon (pid \(pid)) is still finishing; it will exit once its work is done\n")
+    }
+}

@@ -1,0 +1,123 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A docfs daemon serving a fresh store at a fresh mount point, for one test. `stop()` (call it
+/// in a `defer`) unmounts and ends the daemon even when the test failed.
+final class MountFixture: @unchecked Sendable {
+    let root: String
+    let store: String
+    let mountPoint: String
+    private(set) var daemon: Process?
+
+    static var binary: String {
+        if let path = ProcessInfo.processInfo.environment["DOCFS_BIN"] { return path }
+        let testBinary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        var directory = testBinary.deletingLastPathComponent()
+        for _ in 0..<4 {
+            let candidate = directory.appendingPathComponent("docfs").path
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+            directory = directory.deletingLastPathComponent()
+        }
+        return ".build/debug/docfs"
+    }
+
+    /// A new store and mount point under /tmp/docfs-tests; mounts unless `mount` is false.
+    init(options: [String] = ["allow_other"], mount: Bool = true) throws {
+        root = "/tmp/docfs-tests/" + UUID().uuidString.prefix(8)
+        store = root + "/store"
+        mountPoint = root + "/mnt"
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        chmod(root, 0o755)
+        if mount { try start(options: options) }
+    }
+
+    /// The backing directory that the mount root shows.
+    var documents: String { store + "/containers/docfs.default/Documents" }
+
+    func path(_ relative: String) -> String { relative.isEmpty ? mountPoint : mountPoint + "/" + relative }
+
+    /// Starts the daemon in the foreground (as a child) and waits until the mount answers.
+    func start(options: [String] = ["allow_other"]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.binary)
+        var arguments = ["mount", "--foreground", "--store", store]
+        if !options.isEmpty { arguments += ["-o", options.joined(separator: ",")] }
+        process.arguments = arguments + [mountPoint]
+        let log = FileHandle(forWritingAtPath: "/dev/null")
+        process.standardOutput = log
+        process.standardError = FileHandle.standardError
+        try process.run()
+        daemon = process
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            if Self.isMounted(mountPoint) { return }
+            if !process.isRunning { break }
+            usleep(20_000)
+        }
+        throw FixtureError("docfs did not mount \(mountPoint) (daemon running: \(process.isRunning))")
+    }
+
+    /// Unmounts and waits for the daemon; safe to call more than once.
+    func stop() {
+        if Self.isMounted(mountPoint) {
+            if umount2(mountPoint, 0) != 0 { _ = umount2(mountPoint, MNT_DETACH_VALUE) }
+        }
+        if let daemon {
+            let deadline = Date().addingTimeInterval(10)
+            while daemon.isRunning && Date() < deadline { usleep(10_000) }
+            if daemon.isRunning {
+                kill(daemon.processIdentifier, SIGKILL)
+                daemon.waitUntilExit()
+            }
+        }
+        daemon = nil
+    }
+
+    /// Stops and removes the fixture's directories.
+    func tearDown() {
+        stop()
+        try? FileManager.default.removeItem(atPath: root)
+    }
+
+    static func isMounted(_ path: String) -> Bool {
+        guard let text = try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8) else { return false }
+        return text.split(separator: "\n").contains { line in
+            let fields = line.split(separator: " ")
+            return fields.count > 2 && fields[1] == path && fields[2] == "fuse.docfs"
+        }
+    }
+}
+
+let MNT_DETACH_VALUE: Int32 = 2
+
+struct FixtureError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Runs a shell command line; returns its exit status and output (stdout and stderr).
+@discardableResult
+func shell(_ command: String, in directory: String? = nil, environment: [String: String] = [:]) throws -> (status: Int32, output: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/bin/bash")
+    process.arguments = ["-c", command]
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+    var env = ProcessInfo.processInfo.environment
+    env.merge(environment) { $1 }
+    process.environment = env
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+    try process.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+/// errno of a system call that answered -1, or 0 when it worked.
+func errnoOf(_ result: Int32) -> Int32 { result < 0 ? errno : 0 }
+func errnoOf(_ result: Int) -> Int32 { result < 0 ? errno : 0 }
