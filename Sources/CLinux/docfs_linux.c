@@ -27,6 +27,10 @@ int docfs_fallocate(int fd, int mode, off_t offset, off_t len) {
 
 int docfs_syncfs(int fd) { return syncfs(fd); }
 
+int docfs_spawn_close_from(void *file_actions, int from) {
+    return posix_spawn_file_actions_addclosefrom_np((posix_spawn_file_actions_t *)file_actions, from);
+}
+
 ssize_t docfs_getxattr(const char *path, const char *name, void *value, size_t size) {
     return getxattr(path, name, value, size);
 }

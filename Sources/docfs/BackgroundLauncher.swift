@@ -40,6 +40,7 @@ enum BackgroundLauncher {
         }
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
         posix_spawn_file_actions_adddup2(&actions, writeEnd, childReadyFd)
+        docfs_spawn_close_from(&actions, childReadyFd + 1)  // the daemon keeps no stray descriptors
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }

@@ -58,7 +58,7 @@ struct MountCommand: ParsableCommand {
         let checked: Void? = ready.reporting {
             () throws(DocfsError) in
             try Preflight.checkFUSEDevice()
-            if getuid() != 0 { try Preflight.checkFusermount() }
+            try Preflight.checkFusermount()
             try Preflight.checkMountPoint(mountPoint, allowNonEmpty: allowNonEmpty)
             try Preflight.checkStore(storePath)
         }

@@ -12,6 +12,8 @@ ssize_t docfs_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_o
                               unsigned int flags);
 int docfs_fallocate(int fd, int mode, off_t offset, off_t len);
 int docfs_syncfs(int fd);
+/// posix_spawn_file_actions_addclosefrom_np: the child closes every descriptor from `from` on.
+int docfs_spawn_close_from(void *file_actions, int from);
 ssize_t docfs_getxattr(const char *path, const char *name, void *value, size_t size);
 ssize_t docfs_listxattr(const char *path, char *list, size_t size);
 int docfs_setxattr(const char *path, const char *name, const void *value, size_t size, int flags);

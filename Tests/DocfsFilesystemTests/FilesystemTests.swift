@@ -1,0 +1,125 @@
+import DocfsCore
+import DocfsProvider
+import Foundation
+import Testing
+@testable import DocfsFilesystem
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The filesystem logic driven in-process, without the kernel: lookup counting, readdirplus
+/// accounting, content and errors.
+@Suite struct FilesystemTests {
+    let directory: String
+    let filesystem: Filesystem
+
+    init() throws {
+        umask(0)
+        directory = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8)
+        filesystem = try Filesystem(store: LocalStore(path: directory))
+    }
+
+    private func cleanUp() { try? FileManager.default.removeItem(atPath: directory) }
+
+    @Test func lookupsAreCountedAndForgotten() throws {
+        defer { cleanUp() }
+        let (created, file) = try filesystem.create(parent: 1, name: "a", mode: 0o644, flags: O_RDWR, caller: .daemon)
+        filesystem.release(file.handle)
+        #expect(filesystem.lookupCount(of: created.node) == 1)
+        let again = try filesystem.lookup(parent: 1, name: "a")
+        #expect(again.node == created.node)
+        #expect(filesystem.lookupCount(of: created.node) == 2)
+        filesystem.forget(created.node, count: 1)
+        #expect(filesystem.lookupCount(of: created.node) == 1)
+        filesystem.forget(created.node, count: 1)
+        #expect(filesystem.lookupCount(of: created.node) == 0)
+        #expect(filesystem.knownNodeCount == 1)
+        #expect(throws: DocfsError.self) { try filesystem.attributes(of: created.node) }
+        // Known again after a forget: a new node id, never the old one.
+        let later = try filesystem.lookup(parent: 1, name: "a")
+        #expect(later.node != created.node)
+    }
+
+    @Test func hardLinksShareOneNode() throws {
+        defer { cleanUp() }
+        let (entry, file) = try filesystem.create(parent: 1, name: "x", mode: 0o600, flags: O_WRONLY, caller: .daemon)
+        filesystem.release(file.handle)
+        let linked = try filesystem.link(entry.node, newParent: 1, newName: "y")
+        #expect(linked.node == entry.node)
+        #expect(linked.attributes.st_nlink == 2)
+        #expect(filesystem.lookupCount(of: entry.node) == 2)
+    }
+
+    @Test func readdirplusCountsOnlyWhatTheKernelTook() throws {
+        defer { cleanUp() }
+        for name in ["one", "two", "three"] {
+            let (entry, file) = try filesystem.create(parent: 1, name: name, mode: 0o644, flags: O_WRONLY, caller: .daemon)
+            filesystem.release(file.handle)
+            filesystem.forget(entry.node, count: 1)
+        }
+        #expect(filesystem.knownNodeCount == 1)
+        let handle = try filesystem.openDirectory(1)
+        defer { filesystem.releaseDirectory(handle) }
+        var taken: [String] = []
+        var next: Int64 = 0
+        try filesystem.readDirectoryPlus(handle, offset: 0) { item, entry in
+            if taken.count == 3 { return false }  // "buffer full" after three entries
+            taken.append(item.name)
+            next = item.nextOffset
+            if let entry { #expect(entry.attributes.st_mode & S_IFMT == S_IFREG) }
+            return true
+        }
+        let files = taken.filter { $0 != "." && $0 != ".." }
+        #expect(filesystem.knownNodeCount == 1 + files.count)
+        var rest: [String] = []
+        try filesystem.readDirectoryPlus(handle, offset: next) { item, _ in
+            rest.append(item.name)
+            return true
+        }
+        #expect(Set(taken + rest) == [".", "..", "one", "two", "three"])
+        #expect(taken.count + rest.count == 5)
+        #expect(filesystem.knownNodeCount == 4)
+    }
+
+    @Test func contentAndErrors() throws {
+        defer { cleanUp() }
+        let (_, file) = try filesystem.create(parent: 1, name: "doc", mode: 0o644, flags: O_RDWR, caller: .daemon)
+        #expect(try filesystem.write(file.handle, bytes: Array("hello".utf8), offset: 0) == 5)
+        #expect(try filesystem.read(file.handle, size: 10, offset: 1) == Array("ello".utf8))
+        filesystem.release(file.handle)
+        do {
+            _ = try filesystem.lookup(parent: 1, name: "missing")
+            Issue.record("lookup of a missing name succeeded")
+        } catch {
+            #expect(error.systemErrno == ENOENT)
+        }
+        do {
+            _ = try filesystem.lookup(parent: 999, name: "doc")
+            Issue.record("lookup in an unknown node succeeded")
+        } catch {
+            #expect(error.systemErrno == EBADF)
+        }
+        #expect(throws: DocfsError.self) {
+            try filesystem.rename(parent: 1, name: "doc", newParent: 1, newName: "x", flags: 0x40)
+        }
+    }
+
+    @Test func newItemsBelongToTheCaller() throws {
+        defer { cleanUp() }
+        let caller = Caller(uid: 1234, gid: 5678, pid: 1)
+        let (file, handle) = try filesystem.create(parent: 1, name: "f", mode: 0o2755, flags: O_WRONLY, caller: caller)
+        filesystem.release(handle.handle)
+        let attributes = try filesystem.attributes(of: file.node)
+        #expect(attributes.st_uid == 1234)
+        #expect(attributes.st_gid == 5678)
+        #expect(attributes.st_mode & 0o7777 == 0o2755)
+        let folder = try filesystem.makeDirectory(parent: 1, name: "g", mode: 0o2775, caller: caller)
+        #expect(folder.attributes.st_mode & S_ISGID == 0)  // mkdir ignores S_ISGID, as on ext4
+        _ = try filesystem.setAttributes(of: folder.node, handle: nil, AttributeChanges(mode: 0o2775))
+        let inside = try filesystem.makeDirectory(parent: folder.node, name: "h", mode: 0o755,
+                                                  caller: Caller(uid: 42, gid: 42, pid: 1))
+        #expect(inside.attributes.st_gid == 5678)  // setgid folder: its group, not the caller's
+        #expect(inside.attributes.st_uid == 42)
+        #expect(inside.attributes.st_mode & S_ISGID != 0)
+    }
+}

@@ -1,0 +1,68 @@
+import DocfsCore
+import DocfsProvider
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The local store: layout on first use, the one-daemon lock, names it accepts.
+@Suite struct StoreTests {
+    @Test func firstUseCreatesTheLayout() throws {
+        let path = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8) + "/nested/store"
+        defer { try? FileManager.default.removeItem(atPath: String(path.dropLast("/nested/store".count))) }
+        let store = try LocalStore(path: path)
+        var isDirectory: ObjCBool = false
+        #expect(FileManager.default.fileExists(atPath: store.layout.documentsDirectory(.userDefault), isDirectory: &isDirectory))
+        #expect(isDirectory.boolValue)
+        let marker = try String(contentsOfFile: store.layout.formatFile, encoding: .utf8)
+        #expect(marker.contains("\"format\": 1"))
+    }
+
+    @Test func oneDaemonAtATime() throws {
+        let path = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let store = try LocalStore(path: path)
+        #expect(StoreLock.holder(of: store.layout) == nil)
+        let lock = try StoreLock(store: store, mountPoint: "/mnt/first")
+        let holder = StoreLock.holder(of: store.layout)
+        #expect(holder?.mountPoint == "/mnt/first")
+        #expect(holder?.pid == getpid())
+        do {
+            _ = try StoreLock(store: store, mountPoint: "/mnt/second")
+            Issue.record("a second lock was granted")
+        } catch {
+            #expect(error.code == .storeBusy)
+            #expect(error.message.contains("/mnt/first"))
+        }
+        withExtendedLifetime(lock) {}
+    }
+
+    @Test func unreadableStoreIsReported() throws {
+        let path = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        FileManager.default.createFile(atPath: path, contents: Data("not a folder".utf8))
+        do {
+            _ = try LocalStore(path: path)
+            Issue.record("a file was accepted as a store")
+        } catch {
+            #expect(error.code == .storeUnavailable)
+            #expect(error.message.contains("not a directory"))
+        }
+    }
+
+    @Test func defaultPathFollowsXDG() {
+        #expect(LocalStore.defaultPath(environment: ["XDG_DATA_HOME": "/x/data", "HOME": "/home/u"]) == "/x/data/docfs")
+        #expect(LocalStore.defaultPath(environment: ["HOME": "/home/u"]) == "/home/u/.local/share/docfs")
+        #expect(LocalStore.defaultPath(environment: ["XDG_DATA_HOME": "relative", "HOME": "/home/u"]) == "/home/u/.local/share/docfs")
+    }
+
+    @Test(arguments: ["", ".hidden", "a/b", "a..b", "space here", String(repeating: "x", count: 201)])
+    func malformedContainerIDsAreRejected(_ raw: String) {
+        #expect(throws: DocfsError.self) { try ContainerID(raw) }
+    }
+
+    @Test func wellFormedContainerID() throws {
+        #expect(try ContainerID("com.example.Notes").rawValue == "com.example.Notes")
+    }
+}
