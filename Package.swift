@@ -44,7 +44,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider"]),
-        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux"]),
+        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux"], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]
 )

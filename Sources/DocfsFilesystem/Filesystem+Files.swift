@@ -18,9 +18,10 @@ public struct OpenFile: Sendable {
 /// Opening, reading and writing file content. Reads and writes go to the backing descriptor:
 /// the bridge splices through `backingDescriptor(of:)`; `read`/`write` serve in-process use.
 extension Filesystem {
-    /// Flags the backing open must not see: creation is done by `create`, and O_DIRECT is
+    /// Flags the backing open must not see: creation is done by `create`; the kernel already
+    /// resolved the path (O_NOFOLLOW would refuse the /proc link we open through); O_DIRECT is
     /// served by telling the kernel to bypass its cache (the backing file takes unaligned I/O).
-    static let strippedOpenFlags = O_CREAT | O_EXCL | O_NOCTTY | DOCFS_O_DIRECT
+    static let strippedOpenFlags = O_CREAT | O_EXCL | O_NOCTTY | O_NOFOLLOW | DOCFS_O_DIRECT
 
     public func open(_ id: NodeID, flags: Int32) throws(DocfsError) -> OpenFile {
         let node = try nodes.node(id)
