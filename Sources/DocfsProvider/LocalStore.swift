@@ -30,8 +30,9 @@ public final class LocalStore: Sendable {
         try writeFormatMarkerIfMissing()
     }
 
-    /// The default store: $XDG_DATA_HOME/docfs, else ~/.local/share/docfs.
+    /// The default store: $DOCFS_STORE, else $XDG_DATA_HOME/docfs, else ~/.local/share/docfs.
     public static func defaultPath(environment: [String: String]) -> String {
+        if let store = environment["DOCFS_STORE"], !store.isEmpty { return store }
         if let xdg = environment["XDG_DATA_HOME"], xdg.hasPrefix("/") { return xdg + "/docfs" }
         let home = environment["HOME"] ?? "/root"
         return home + "/.local/share/docfs"

@@ -15,7 +15,8 @@ struct MountCommand: ParsableCommand {
         commandName: "mount",
         abstract: "Mount a document store on a directory.",
         discussion: """
-            The store defaults to $XDG_DATA_HOME/docfs (else ~/.local/share/docfs) and is created \
+            The store defaults to $DOCFS_STORE, else $XDG_DATA_HOME/docfs, else \
+            ~/.local/share/docfs, and is created \
             on first use. The command returns once the mount answers; the daemon keeps serving in \
             the background and logs to STORE/logs/daemon.log. Stop it with `docfs unmount`.
 

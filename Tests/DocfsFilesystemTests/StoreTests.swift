@@ -55,6 +55,7 @@ import Glibc
         #expect(LocalStore.defaultPath(environment: ["XDG_DATA_HOME": "/x/data", "HOME": "/home/u"]) == "/x/data/docfs")
         #expect(LocalStore.defaultPath(environment: ["HOME": "/home/u"]) == "/home/u/.local/share/docfs")
         #expect(LocalStore.defaultPath(environment: ["XDG_DATA_HOME": "relative", "HOME": "/home/u"]) == "/home/u/.local/share/docfs")
+        #expect(LocalStore.defaultPath(environment: ["DOCFS_STORE": "/srv/s", "XDG_DATA_HOME": "/x"]) == "/srv/s")
     }
 
     @Test(arguments: ["", ".hidden", "a/b", "a..b", "space here", String(repeating: "x", count: 201)])
