@@ -32,6 +32,6 @@ public struct Caller: Sendable, Equatable {
     }
 
     /// The daemon itself (root-owned internal work and in-process tests).
-    public static var daemon: Caller { Caller(uid: getuid(), gid: getgid(), pid: getpid()) }
+    public static let daemon = Caller(uid: getuid(), gid: getgid(), pid: getpid())
 }
 

@@ -2,6 +2,9 @@ import CFuse
 import DocfsCore
 import DocfsFilesystem
 import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// What every FUSE callback reaches through `fuse_req_userdata`: the filesystem, the logger and
 /// the mount's options. Callbacks are C function pointers that capture nothing, so this object
@@ -10,11 +13,25 @@ final class BridgeContext: Sendable {
     let filesystem: Filesystem
     let logger: Logger
     let writebackCache: Bool
+    /// The largest write that still fits a splice pipe: pipe-max-size less a header page.
+    let spliceableWriteSize: Int
 
     init(filesystem: Filesystem, logger: Logger, writebackCache: Bool) {
         self.filesystem = filesystem
         self.logger = logger
         self.writebackCache = writebackCache
+        self.spliceableWriteSize = BridgeContext.pipeMaxSize() - 4096
+    }
+
+    private static func pipeMaxSize() -> Int {
+        guard let file = fopen("/proc/sys/fs/pipe-max-size", "r") else { return 1 << 20 }
+        defer { fclose(file) }
+        var value = 0
+        var line = [CChar](repeating: 0, count: 32)
+        if fgets(&line, 32, file) != nil {
+            value = Int(String(decoding: line.prefix { $0 != 0 && $0 != 10 }.map { UInt8($0) }, as: UTF8.self)) ?? 0
+        }
+        return value >= 65536 ? value : 1 << 20
     }
 
     static func of(_ req: fuse_req_t?) -> BridgeContext {

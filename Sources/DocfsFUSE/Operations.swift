@@ -15,10 +15,13 @@ enum Operations {
             guard let conn else { return }
             let splice = UInt32(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE)
             conn.pointee.want |= conn.pointee.capable & splice
+            // libfuse splices a request into a pipe sized max_write + one header page; an
+            // unprivileged pipe grows to pipe-max-size (1 MiB) at most, so leave it room.
+            conn.pointee.max_write = min(conn.pointee.max_write, UInt32(ctx.spliceableWriteSize))
             if ctx.writebackCache && conn.pointee.capable & UInt32(FUSE_CAP_WRITEBACK_CACHE) != 0 {
                 conn.pointee.want |= UInt32(FUSE_CAP_WRITEBACK_CACHE)
             }
-            ctx.logger.info("FUSE session started (protocol \(conn.pointee.proto_major).\(conn.pointee.proto_minor))")
+            ctx.logger.info("FUSE session started (protocol \(conn.pointee.proto_major).\(conn.pointee.proto_minor), capable \(String(conn.pointee.capable, radix: 16)), want \(String(conn.pointee.want, radix: 16)), max_write \(conn.pointee.max_write))")
         }
         ops.destroy = { userdata in
             BridgeContext.of(userdata: userdata).filesystem.forgetAll()

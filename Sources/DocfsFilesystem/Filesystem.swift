@@ -11,6 +11,8 @@ import Glibc
 ///
 /// Permission checks are the kernel's (the bridge mounts with `default_permissions`); this type
 /// makes new items belong to the caller, as ext4 does, with setgid-directory inheritance.
+/// Modes given to create, mkdir and mknod are used as they are: the kernel already applied the
+/// caller's umask, so the daemon runs with umask 0.
 public final class Filesystem: Sendable {
     /// How long the kernel may cache entries and attributes, in seconds.
     public struct CachePolicy: Sendable {

@@ -14,7 +14,6 @@ import Glibc
     let filesystem: Filesystem
 
     init() throws {
-        umask(0)
         directory = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8)
         filesystem = try Filesystem(store: LocalStore(path: directory))
     }

@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""The docfs benchmark: the same workloads on the raw disk, on libfuse's passthrough_ll and on
+docfs, measured in one run, reported as a table of absolute figures and ratios.
+
+Ratios are speeds relative to the other target (higher is better, 1.00 = as fast)."""
+import argparse, os, shutil, statistics, subprocess, sys, tarfile, tempfile, time
+
+EXAMPLE = "/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c"
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def is_mounted(path):
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+def wait_mounted(path, proc, what):
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        if is_mounted(path):
+            return
+        if proc.poll() is not None:
+            sys.exit(f"bench: {what} exited before mounting")
+        time.sleep(0.02)
+    sys.exit(f"bench: {what} did not mount {path}")
+
+
+def drop_caches():
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+class Target:
+    """A place to run workloads: the raw disk, or a FUSE mount over a backing directory."""
+
+    def __init__(self, name, path, proc=None):
+        self.name, self.path, self.proc = name, path, proc
+
+    def stop(self):
+        if self.proc is None:
+            return
+        if is_mounted(self.path):
+            subprocess.run(["umount", self.path])
+            if is_mounted(self.path):
+                subprocess.run(["umount", "-l", self.path])
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def start_targets(root, docfs, docfs_options):
+    targets = []
+    raw = os.path.join(root, "raw")
+    os.makedirs(raw)
+    targets.append(Target("raw disk", raw))
+
+    pt_bin = os.path.join(root, "passthrough_ll")
+    flags = subprocess.check_output(["pkg-config", "--cflags", "--libs", "fuse3"], text=True).split()
+    run(["gcc", "-O2", EXAMPLE, "-o", pt_bin] + flags)
+    pt_src, pt_mnt = os.path.join(root, "pt-backing"), os.path.join(root, "pt-mnt")
+    os.makedirs(pt_src), os.makedirs(pt_mnt)
+    proc = subprocess.Popen([pt_bin, "-f", "-o", f"source={pt_src}", pt_mnt],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_mounted(pt_mnt, proc, "passthrough_ll")
+    targets.append(Target("passthrough_ll", pt_mnt, proc))
+
+    store, mnt = os.path.join(root, "docfs-store"), os.path.join(root, "docfs-mnt")
+    os.makedirs(mnt)
+    cmd = [docfs, "mount", "--foreground", "--store", store]
+    if docfs_options:
+        cmd += ["-o", docfs_options]
+    proc = subprocess.Popen(cmd + [mnt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_mounted(mnt, proc, "docfs")
+    targets.append(Target("docfs", mnt, proc))
+    return targets
+
+
+def timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+# Each workload: (name, unit, kind, function(target_dir, scratch) -> seconds, size for rates).
+def seq_write(size_mb, fsync):
+    def work(d, _):
+        path = os.path.join(d, "seq.bin")
+        block = os.urandom(1 << 20)
+        def body():
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+            for _ in range(size_mb):
+                os.write(fd, block)
+            if fsync:
+                os.fsync(fd)
+            os.close(fd)
+        return timed(body)
+    return work
+
+
+def seq_read(size_mb, cold):
+    def work(d, _):
+        path = os.path.join(d, "seq.bin")
+        if not os.path.exists(path) or os.path.getsize(path) != size_mb << 20:
+            seq_write(size_mb, True)(d, None)
+        if cold:
+            drop_caches()
+        def body():
+            fd = os.open(path, os.O_RDONLY)
+            while os.read(fd, 1 << 20):
+                pass
+            os.close(fd)
+        return timed(body)
+    return work
+
+
+def small_files(count, phase):
+    payload = b"x" * 1024
+    def work(d, _):
+        base = os.path.join(d, "small")
+        names = [os.path.join(base, f"f{i:05d}") for i in range(count)]
+        if phase == "create":
+            shutil.rmtree(base, ignore_errors=True)
+            os.makedirs(base)
+            def body():
+                for n in names:
+                    fd = os.open(n, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+                    os.write(fd, payload)
+                    os.close(fd)
+            return timed(body)
+        if phase == "stat":
+            return timed(lambda: [os.stat(n) for n in names])
+        if phase == "read":
+            def body():
+                for n in names:
+                    fd = os.open(n, os.O_RDONLY)
+                    os.read(fd, 4096)
+                    os.close(fd)
+            return timed(body)
+        if phase == "unlink":
+            t = timed(lambda: [os.unlink(n) for n in names])
+            os.rmdir(base)
+            return t
+    return work
+
+
+def make_tree(root, files):
+    """A source-like tree: nested folders, text files of varied sizes."""
+    for i in range(files):
+        d = os.path.join(root, f"pkg{i % 20}", f"mod{i % 7}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"file{i}.txt"), "w") as f:
+            f.write((f"line {i} of a source file\n") * (1 + (i * 37) % 200))
+
+
+def tar_extract(tarball):
+    def work(d, _):
+        dest = os.path.join(d, "untar")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.makedirs(dest)
+        return timed(lambda: run(["tar", "xf", tarball, "-C", dest]))
+    return work
+
+
+def git_commit(tree):
+    env = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@x", GIT_COMMITTER_NAME="b",
+               GIT_COMMITTER_EMAIL="b@x", HOME="/nonexistent")
+    def work(d, _):
+        repo = os.path.join(d, "repo")
+        shutil.rmtree(repo, ignore_errors=True)
+        shutil.copytree(tree, repo)
+        def body():
+            run(["git", "init", "-q", repo], env=env)
+            run(["git", "-C", repo, "add", "-A"], env=env)
+            run(["git", "-C", repo, "commit", "-qm", "bench"], env=env)
+        return timed(body)
+    return work
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--docfs", required=True)
+    parser.add_argument("--dir", default="/var/tmp/docfs-bench", help="where to work (same disk for all)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, one repetition")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--docfs-options", default="")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench: run as root (mounts, drop_caches)")
+    size_mb = 256 if args.quick else 1024
+    files = 2000 if args.quick else 10000
+    repeat = 3 if args.quick else args.repeat
+
+    shutil.rmtree(args.dir, ignore_errors=True)
+    os.makedirs(args.dir)
+    scratch = os.path.join(args.dir, "scratch")
+    tree = os.path.join(scratch, "tree")
+    make_tree(tree, 2000)
+    tarball = os.path.join(scratch, "tree.tar")
+    run(["tar", "cf", tarball, "-C", tree, "."])
+    can_drop = drop_caches()
+
+    workloads = [
+        (f"write {size_mb} MiB, 1 MiB blocks", "MB/s", size_mb, seq_write(size_mb, False)),
+        (f"write {size_mb} MiB + fsync", "MB/s", size_mb, seq_write(size_mb, True)),
+        (f"read {size_mb} MiB, cold cache", "MB/s", size_mb, seq_read(size_mb, True)),
+        (f"read {size_mb} MiB, warm", "MB/s", size_mb, seq_read(size_mb, False)),
+        (f"create {files} files (1 KiB)", "s", None, small_files(files, "create")),
+        (f"stat {files} files", "s", None, small_files(files, "stat")),
+        (f"read {files} files", "s", None, small_files(files, "read")),
+        (f"unlink {files} files", "s", None, small_files(files, "unlink")),
+        ("tar x, 2000 files", "s", None, tar_extract(tarball)),
+        ("git add+commit, 2000 files", "s", None, git_commit(tree)),
+    ]
+
+    targets = start_targets(args.dir, args.docfs, args.docfs_options)
+    results = {}
+    try:
+        for name, unit, size, work in workloads:
+            # Targets take turns within each repetition, so slow spells of a shared machine
+            # fall on all of them; the median of the repetitions is reported.
+            times = {t.name: [] for t in targets}
+            for _ in range(repeat):
+                for t in targets:
+                    times[t.name].append(work(t.path, scratch))
+            for t in targets:
+                results[(name, t.name)] = statistics.median(times[t.name])
+                spread = " ".join(f"{x:.3f}" for x in times[t.name])
+                print(f"  {name:34} {t.name:15} {spread}", file=sys.stderr)
+    finally:
+        for t in targets:
+            t.stop()
+
+    def figure(name, unit, size, target):
+        s = results[(name, target)]
+        return size / s if unit == "MB/s" else s
+
+    def speed_ratio(name, unit, size, a, b):
+        sa, sb = results[(name, a)], results[(name, b)]
+        return sb / sa  # time of b over time of a: speed of a relative to b
+
+    print()
+    print(f"docfs benchmark — {args.dir} ({'quick' if args.quick else f'median of {repeat}'}; "
+          f"cold reads {'drop the page cache' if can_drop else 'could not drop the page cache'})")
+    header = f"{'workload':36} {'unit':>5} {'raw disk':>10} {'passthru':>10} {'docfs':>10} {'vs raw':>8} {'vs pt':>8}  target"
+    print(header)
+    print("-" * len(header))
+    for name, unit, size, _ in workloads:
+        raw, pt, dfs = (figure(name, unit, size, t) for t in ("raw disk", "passthrough_ll", "docfs"))
+        vs_raw = speed_ratio(name, unit, size, "docfs", "raw disk")
+        vs_pt = speed_ratio(name, unit, size, "docfs", "passthrough_ll")
+        if unit == "MB/s":
+            target, ok = ">= 0.90 x raw", vs_raw >= 0.9
+        else:
+            target, ok = ">= 1.00 x passthru", vs_pt >= 1.0
+        print(f"{name:36} {unit:>5} {raw:10.2f} {pt:10.2f} {dfs:10.2f} {vs_raw:7.2f}x {vs_pt:7.2f}x  {target} {'ok' if ok else 'MISSED'}")
+    print("\nvs raw / vs pt: docfs's speed relative to the raw disk / passthrough_ll (higher is better).")
+    shutil.rmtree(args.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
