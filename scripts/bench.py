@@ -122,33 +122,28 @@ def seq_read(size_mb, cold):
     return work
 
 
-def small_files(count, phase):
+def small_files(count):
+    """create, stat, read and unlink `count` 1 KiB files: one timing per phase."""
     payload = b"x" * 1024
     def work(d, _):
         base = os.path.join(d, "small")
+        shutil.rmtree(base, ignore_errors=True)
+        os.makedirs(base)
         names = [os.path.join(base, f"f{i:05d}") for i in range(count)]
-        if phase == "create":
-            shutil.rmtree(base, ignore_errors=True)
-            os.makedirs(base)
-            def body():
-                for n in names:
-                    fd = os.open(n, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
-                    os.write(fd, payload)
-                    os.close(fd)
-            return timed(body)
-        if phase == "stat":
-            return timed(lambda: [os.stat(n) for n in names])
-        if phase == "read":
-            def body():
-                for n in names:
-                    fd = os.open(n, os.O_RDONLY)
-                    os.read(fd, 4096)
-                    os.close(fd)
-            return timed(body)
-        if phase == "unlink":
-            t = timed(lambda: [os.unlink(n) for n in names])
-            os.rmdir(base)
-            return t
+        def create():
+            for n in names:
+                fd = os.open(n, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+                os.write(fd, payload)
+                os.close(fd)
+        def read():
+            for n in names:
+                fd = os.open(n, os.O_RDONLY)
+                os.read(fd, 4096)
+                os.close(fd)
+        phases = {"create": timed(create), "stat": timed(lambda: [os.stat(n) for n in names]),
+                  "read": timed(read), "unlink": timed(lambda: [os.unlink(n) for n in names])}
+        os.rmdir(base)
+        return phases
     return work
 
 
@@ -208,33 +203,42 @@ def main():
     run(["tar", "cf", tarball, "-C", tree, "."])
     can_drop = drop_caches()
 
+    # (row, unit, MiB moved or None, workload, phase of a multi-phase workload or None)
+    small = small_files(files)
     workloads = [
-        (f"write {size_mb} MiB, 1 MiB blocks", "MB/s", size_mb, seq_write(size_mb, False)),
-        (f"write {size_mb} MiB + fsync", "MB/s", size_mb, seq_write(size_mb, True)),
-        (f"read {size_mb} MiB, cold cache", "MB/s", size_mb, seq_read(size_mb, True)),
-        (f"read {size_mb} MiB, warm", "MB/s", size_mb, seq_read(size_mb, False)),
-        (f"create {files} files (1 KiB)", "s", None, small_files(files, "create")),
-        (f"stat {files} files", "s", None, small_files(files, "stat")),
-        (f"read {files} files", "s", None, small_files(files, "read")),
-        (f"unlink {files} files", "s", None, small_files(files, "unlink")),
-        ("tar x, 2000 files", "s", None, tar_extract(tarball)),
-        ("git add+commit, 2000 files", "s", None, git_commit(tree)),
+        (f"write {size_mb} MiB, 1 MiB blocks", "MB/s", size_mb, seq_write(size_mb, False), None),
+        (f"write {size_mb} MiB + fsync", "MB/s", size_mb, seq_write(size_mb, True), None),
+        (f"read {size_mb} MiB, cold cache", "MB/s", size_mb, seq_read(size_mb, True), None),
+        (f"read {size_mb} MiB, warm", "MB/s", size_mb, seq_read(size_mb, False), None),
+        (f"create {files} files (1 KiB)", "s", None, small, "create"),
+        (f"stat {files} files", "s", None, small, "stat"),
+        (f"read {files} files", "s", None, small, "read"),
+        (f"unlink {files} files", "s", None, small, "unlink"),
+        ("tar x, 2000 files", "s", None, tar_extract(tarball), None),
+        ("git add+commit, 2000 files", "s", None, git_commit(tree), None),
     ]
 
     targets = start_targets(args.dir, args.docfs, args.docfs_options)
     results = {}
     try:
-        for name, unit, size, work in workloads:
+        done = {}
+        for name, unit, size, work, phase in workloads:
             # Targets take turns within each repetition, so slow spells of a shared machine
-            # fall on all of them; the median of the repetitions is reported.
-            times = {t.name: [] for t in targets}
-            for _ in range(repeat):
-                for t in targets:
-                    times[t.name].append(work(t.path, scratch))
+            # fall on all of them; the median of the repetitions is reported. A multi-phase
+            # workload runs once for all its rows.
+            if phase is not None and id(work) in done:
+                runs = done[id(work)]
+            else:
+                runs = {t.name: [] for t in targets}
+                for _ in range(repeat):
+                    for t in targets:
+                        os.sync()  # no earlier run's writeback competes with this one
+                        runs[t.name].append(work(t.path, scratch))
+                done[id(work)] = runs
             for t in targets:
-                results[(name, t.name)] = statistics.median(times[t.name])
-                spread = " ".join(f"{x:.3f}" for x in times[t.name])
-                print(f"  {name:34} {t.name:15} {spread}", file=sys.stderr)
+                times = [r[phase] if phase else r for r in runs[t.name]]
+                results[(name, t.name)] = statistics.median(times)
+                print(f"  {name:34} {t.name:15} " + " ".join(f"{x:.3f}" for x in times), file=sys.stderr)
     finally:
         for t in targets:
             t.stop()
@@ -253,7 +257,7 @@ def main():
     header = f"{'workload':36} {'unit':>5} {'raw disk':>10} {'passthru':>10} {'docfs':>10} {'vs raw':>8} {'vs pt':>8}  target"
     print(header)
     print("-" * len(header))
-    for name, unit, size, _ in workloads:
+    for name, unit, size, _, _ in workloads:
         raw, pt, dfs = (figure(name, unit, size, t) for t in ("raw disk", "passthrough_ll", "docfs"))
         vs_raw = speed_ratio(name, unit, size, "docfs", "raw disk")
         vs_pt = speed_ratio(name, unit, size, "docfs", "passthrough_ll")

@@ -11,7 +11,8 @@ public struct OpenFile: Sendable {
     public var handle: UInt64
     /// Bypass the page cache (the caller asked for O_DIRECT).
     public var directIO: Bool
-    /// Keep the page cache of the file from earlier opens.
+    /// Keep the page cache of the file from earlier opens. The kernel still drops it when it
+    /// sees the file's size or mtime change (auto_inval_data).
     public var keepCache: Bool
 }
 
@@ -26,24 +27,32 @@ extension Filesystem {
     public func open(_ id: NodeID, flags: Int32) throws(DocfsError) -> OpenFile {
         let node = try nodes.node(id)
         if node.isDirectory && flags & O_ACCMODE != O_RDONLY { throw DocfsError.system(EISDIR) }
-        let fd = Glibc.open(node.procPath, (flags & ~Self.strippedOpenFlags) | O_CLOEXEC)
+        let fd = Glibc.open(node.procPath, backingFlags(flags & ~Self.strippedOpenFlags) | O_CLOEXEC)
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
-        return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: false)
+        return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true)
     }
 
     public func create(parent: NodeID, name: String, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
         let directory = try nodes.node(parent)
-        let openFlags = (flags & ~(O_NOCTTY | DOCFS_O_DIRECT)) | O_CREAT | O_CLOEXEC | O_NOFOLLOW
+        let openFlags = backingFlags(flags & ~(O_NOCTTY | DOCFS_O_DIRECT)) | O_CREAT | O_CLOEXEC | O_NOFOLLOW
         let fd = openat(directory.fd, name, openFlags, mode & 0o7777)
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
         do {
             try giveToCaller(in: directory, name: name, caller: caller, mode: mode | S_IFREG)
             let entry = try self.entry(in: directory, name: name)
-            return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: false))
+            return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true))
         } catch {
             close(fd)
             throw error
         }
+    }
+
+    /// Open flags for the backing file, given the kernel's caching (see `CachePolicy`).
+    private func backingFlags(_ flags: Int32) -> Int32 {
+        guard cachePolicy.writebackCache else { return flags }
+        var result = flags & ~O_APPEND
+        if result & O_ACCMODE == O_WRONLY { result = (result & ~O_ACCMODE) | O_RDWR }
+        return result
     }
 
     /// The descriptor reads and writes of `handle` go to (for splicing in the bridge).

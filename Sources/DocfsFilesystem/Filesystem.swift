@@ -19,11 +19,17 @@ public final class Filesystem: Sendable {
         public var entryTimeout: Double
         public var attributeTimeout: Double
         public var negativeTimeout: Double
+        /// The kernel caches writes and sends them later (FUSE writeback cache). It then reads
+        /// pages of files opened write-only and computes O_APPEND offsets itself, so opens of the
+        /// backing file are read-write and never append.
+        public var writebackCache: Bool
 
-        public init(entryTimeout: Double = 1, attributeTimeout: Double = 1, negativeTimeout: Double = 1) {
+        public init(entryTimeout: Double = 1, attributeTimeout: Double = 1, negativeTimeout: Double = 1,
+                    writebackCache: Bool = false) {
             self.entryTimeout = entryTimeout
             self.attributeTimeout = attributeTimeout
             self.negativeTimeout = negativeTimeout
+            self.writebackCache = writebackCache
         }
     }
 

@@ -31,7 +31,7 @@ final class Daemon {
         self.mountPoint = mountPoint
         let store = try LocalStore(path: storePath)
         lock = try StoreLock(store: store, mountPoint: mountPoint)
-        let filesystem = try Filesystem(store: store)
+        let filesystem = try Filesystem(store: store, cachePolicy: .init(writebackCache: options.writebackCache))
         SignalThread.blockTerminationSignals()
         mount = try FUSEMount(filesystem: filesystem, mountPoint: mountPoint, options: options, logger: logger)
         MountRegistry.register(mountPoint: mountPoint, store: store.layout.root)

@@ -25,7 +25,14 @@ final class MountFixture: @unchecked Sendable {
     }
 
     /// A new store and mount point under /tmp/docfs-tests; mounts unless `mount` is false.
-    init(options: [String] = ["allow_other"], mount: Bool = true) throws {
+    /// Mount options for every fixture: allow_other, plus DOCFS_TEST_OPTIONS (to run the whole
+    /// suite with, say, the writeback cache).
+    static var defaultOptions: [String] {
+        let extra = ProcessInfo.processInfo.environment["DOCFS_TEST_OPTIONS"].map { $0.split(separator: ",").map(String.init) } ?? []
+        return ["allow_other"] + extra
+    }
+
+    init(options: [String] = MountFixture.defaultOptions, mount: Bool = true) throws {
         root = "/tmp/docfs-tests/" + UUID().uuidString.prefix(8)
         store = root + "/store"
         mountPoint = root + "/mnt"
@@ -40,7 +47,7 @@ final class MountFixture: @unchecked Sendable {
     func path(_ relative: String) -> String { relative.isEmpty ? mountPoint : mountPoint + "/" + relative }
 
     /// Starts the daemon in the foreground (as a child) and waits until the mount answers.
-    func start(options: [String] = ["allow_other"]) throws {
+    func start(options: [String] = MountFixture.defaultOptions) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
         var arguments = ["mount", "--foreground", "--store", store]
