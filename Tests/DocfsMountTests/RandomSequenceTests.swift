@@ -45,7 +45,7 @@ import Glibc
         replayHandles.closeAll()
         #expect(log.entries.count == Self.threads * Self.operationsPerThread)
         let worked = log.entries.filter { !$0.1.hasPrefix("E") && $0.1 != "no handle" }.count
-        #expect(worked * 3 > log.entries.count, "only \(worked) operations succeeded: the sequence tests little")
+        #expect(worked * 5 > log.entries.count, "only \(worked) operations succeeded: the sequence tests little")
         if ProcessInfo.processInfo.environment["DOCFS_TEST_VERBOSE"] != nil { print("seed \(seed): \(worked) of \(log.entries.count) succeeded") }
         #expect(mismatches.isEmpty, "seed \(seed):\n\(mismatches.joined(separator: "\n"))")
         let a = TreeSnapshot.take(plain), b = TreeSnapshot.take(fixture.mountPoint)
