@@ -30,6 +30,10 @@ import Glibc
             r.call("unlink", unlink(dir + "/d/f"))
             r.call("unlink again", unlink(dir + "/d/f"))
             r.call("rmdir nested", rmdir(dir + "/d/e"))
+            let dirfd = open(dir + "/d", O_RDONLY | O_DIRECTORY)
+            r.call("fsync a directory", fsync(dirfd))
+            r.call("fdatasync a directory", fdatasync(dirfd))
+            close(dirfd)
             r.call("rmdir", rmdir(dir + "/d"))
             r.call("mkdir with setgid bit", mkdir(dir + "/g", 0o2775))
         }
