@@ -32,7 +32,11 @@ extension Filesystem {
     public func link(_ id: NodeID, newParent: NodeID, newName: String) throws(DocfsError) -> Entry {
         let node = try nodes.node(id)
         let directory = try nodes.node(newParent)
-        try check(linkat(node.fd, "", directory.fd, newName, DOCFS_AT_EMPTY_PATH))
+        // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; a daemon without it links through /proc.
+        if linkat(node.fd, "", directory.fd, newName, DOCFS_AT_EMPTY_PATH) != 0 {
+            guard errno == ENOENT || errno == EPERM else { throw DocfsError.system(errno) }
+            try check(linkat(AT_FDCWD, node.procPath, directory.fd, newName, AT_SYMLINK_FOLLOW))
+        }
         var st = stat()
         try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
         nodes.reference(node)

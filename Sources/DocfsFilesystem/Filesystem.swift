@@ -95,11 +95,11 @@ public final class Filesystem: Sendable {
 
     public func attributes(of id: NodeID, handle: UInt64? = nil) throws(DocfsError) -> stat {
         var st = stat()
-        if let handle {
+        let node = try nodes.node(id)
+        if let handle, node.type == S_IFREG {
             guard fstat(Int32(truncatingIfNeeded: handle), &st) == 0 else { throw DocfsError.system(Glibc.errno) }
             return st
         }
-        let node = try nodes.node(id)
         guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else {
             throw DocfsError.system(Glibc.errno)
         }
@@ -108,7 +108,8 @@ public final class Filesystem: Sendable {
 
     public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges) throws(DocfsError) -> stat {
         let node = try nodes.node(id)
-        let fd = handle.map { Int32(truncatingIfNeeded: $0) }
+        // The kernel passes a handle only for regular files; never trust one for anything else.
+        let fd = node.type == S_IFREG ? handle.map { Int32(truncatingIfNeeded: $0) } : nil
         if let mode = changes.mode {
             if node.isSymlink { throw DocfsError.system(EOPNOTSUPP) }
             let r = fd.map { fchmod($0, mode & 0o7777) } ?? chmod(node.procPath, mode & 0o7777)
@@ -136,7 +137,7 @@ public final class Filesystem: Sendable {
             }
             try check(r)
         }
-        return try attributes(of: id, handle: handle)
+        return try attributes(of: id, handle: fd.map { UInt64($0) })
     }
 
     public func readLink(_ id: NodeID) throws(DocfsError) -> String {
