@@ -13,14 +13,18 @@ final class BridgeContext: Sendable {
     let filesystem: Filesystem
     let logger: Logger
     let writebackCache: Bool
-    /// The largest write that still fits a splice pipe: pipe-max-size less a header page.
+    /// The largest request payload whose reply still fits a splice pipe (pipe-max-size less a
+    /// header page), rounded down to a power of two so large writes split evenly.
     let spliceableWriteSize: Int
 
     init(filesystem: Filesystem, logger: Logger, writebackCache: Bool) {
         self.filesystem = filesystem
         self.logger = logger
         self.writebackCache = writebackCache
-        self.spliceableWriteSize = BridgeContext.pipeMaxSize() - 4096
+        let room = BridgeContext.pipeMaxSize() - 4096
+        var size = 1 << 16
+        while size * 2 <= room { size *= 2 }
+        self.spliceableWriteSize = size
     }
 
     private static func pipeMaxSize() -> Int {

@@ -15,11 +15,13 @@ public final class FUSEMount: Sendable {
     /// Options docfs understands itself; the rest go to libfuse as `-o` options.
     public struct Options: Sendable {
         public var fuseOptions: [String]
-        /// The kernel's writeback cache (default on; `-o nowriteback` turns it off).
+        /// The kernel's writeback cache (`-o writeback`). Off by default: without it a write()
+        /// has reached the store when it returns, so even a crash of the daemon loses nothing
+        /// written, and changes made in the store behind docfs are seen sooner.
         public var writebackCache: Bool
         public var maxThreads: UInt32
 
-        public init(fuseOptions: [String] = [], writebackCache: Bool = true, maxThreads: UInt32 = 16) {
+        public init(fuseOptions: [String] = [], writebackCache: Bool = false, maxThreads: UInt32 = 16) {
             self.fuseOptions = fuseOptions
             self.writebackCache = writebackCache
             self.maxThreads = maxThreads

@@ -13,10 +13,14 @@ enum Operations {
         ops.`init` = { userdata, conn in
             let ctx = BridgeContext.of(userdata: userdata)
             guard let conn else { return }
-            let splice = UInt32(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE)
-            conn.pointee.want |= conn.pointee.capable & splice
-            // libfuse splices a request into a pipe sized max_write + one header page; an
-            // unprivileged pipe grows to pipe-max-size (1 MiB) at most, so leave it room.
+            // Read replies are spliced from the backing file to /dev/fuse (no copy through
+            // docfs). Requests are not: splicing them costs a second syscall per request and
+            // saves no copy, since the store's page cache copies from the pipe anyway.
+            conn.pointee.want |= conn.pointee.capable & UInt32(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE)
+            conn.pointee.want &= ~UInt32(FUSE_CAP_SPLICE_READ)
+            // A spliced reply must fit a pipe, which grows to pipe-max-size (1 MiB) at most
+            // without privileges; read requests are at most max_write long (max_pages), so keep
+            // max_write one header page under it.
             conn.pointee.max_write = min(conn.pointee.max_write, UInt32(ctx.spliceableWriteSize))
             if ctx.writebackCache && conn.pointee.capable & UInt32(FUSE_CAP_WRITEBACK_CACHE) != 0 {
                 conn.pointee.want |= UInt32(FUSE_CAP_WRITEBACK_CACHE)

@@ -16,12 +16,18 @@ public enum AttributeValue: Sendable, Equatable {
 extension Filesystem {
     public func getExtendedAttribute(_ id: NodeID, name: String, size: Int) throws(DocfsError) -> AttributeValue {
         try ExtendedAttributePolicy.checkName(name)
+        // Asked before every write (security.capability): answered without touching anything.
+        guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(ENODATA) }
         let node = try nodes.node(id)
-        guard ExtendedAttributePolicy.isStored(name), !node.isSymlink else { throw DocfsError.system(ENODATA) }
-        var buffer = [UInt8](repeating: 0, count: ExtendedAttributePolicy.maximumValueSize)
-        let n = buffer.withUnsafeMutableBytes { docfs_getxattr(node.procPath, name, $0.baseAddress, $0.count) }
+        if node.isSymlink { throw DocfsError.system(ENODATA) }
+        // The store answers size-0 probes and ERANGE itself: read into the caller's size only.
+        let capacity = min(size, ExtendedAttributePolicy.maximumValueSize)
+        var buffer = [UInt8](repeating: 0, count: capacity)
+        let n = buffer.withUnsafeMutableBytes { docfs_getxattr(node.procPath, name, capacity == 0 ? nil : $0.baseAddress, capacity) }
         guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
-        return try fit(Array(buffer[0..<n]), into: size)
+        if size == 0 { return .size(n) }
+        buffer.removeSubrange(n...)
+        return .bytes(buffer)
     }
 
     public func listExtendedAttributes(_ id: NodeID, size: Int) throws(DocfsError) -> AttributeValue {

@@ -9,6 +9,16 @@ import Glibc
 @Suite struct CLITests {
     let docfs = MountFixture.binary
 
+    /// Runs a command that must fail with a one-line `docfs: …` message containing `words`.
+    private func expectFailure(_ command: String, saying words: String,
+                               sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let result = try shell(command)
+        #expect(result.status != 0, "\(command) succeeded", sourceLocation: sourceLocation)
+        #expect(result.output.contains(words), "\(result.output)", sourceLocation: sourceLocation)
+        #expect(result.output.hasPrefix("docfs: "), "\(result.output)", sourceLocation: sourceLocation)
+        #expect(result.output.split(separator: "\n").count == 1, "\(result.output)", sourceLocation: sourceLocation)
+    }
+
     @Test func backgroundMountAnswersAtOnceAndUnmountEndsTheDaemon() throws {
         let fixture = try MountFixture(mount: false)
         defer { fixture.tearDown() }
@@ -57,41 +67,24 @@ import Glibc
         defer { fixture.tearDown() }
         let store = "--store '\(fixture.store)'"
 
-        let missing = try shell("'\(docfs)' mount \(store) '\(fixture.root)/nowhere'")
-        #expect(missing.status != 0)
-        #expect(missing.output.contains("does not exist: create it"), "\(missing.output)")
+        try expectFailure("'\(docfs)' mount \(store) '\(fixture.root)/nowhere'", saying: "does not exist: create it")
 
         FileManager.default.createFile(atPath: fixture.mountPoint + "/x", contents: Data())
-        let nonEmpty = try shell("'\(docfs)' mount \(store) '\(fixture.mountPoint)'")
-        #expect(nonEmpty.status != 0)
-        #expect(nonEmpty.output.contains("is not empty"), "\(nonEmpty.output)")
+        try expectFailure("'\(docfs)' mount \(store) '\(fixture.mountPoint)'", saying: "is not empty")
         unlink(fixture.mountPoint + "/x")
 
         let file = fixture.root + "/a-file"
         FileManager.default.createFile(atPath: file, contents: Data("x".utf8))
-        let badStore = try shell("'\(docfs)' mount --store '\(file)' '\(fixture.mountPoint)'")
-        #expect(badStore.status != 0)
-        #expect(badStore.output.contains("not a directory"), "\(badStore.output)")
+        try expectFailure("'\(docfs)' mount --store '\(file)' '\(fixture.mountPoint)'", saying: "not a directory")
 
         try fixture.start()
         let second = fixture.root + "/second"
         mkdir(second, 0o755)
-        let busy = try shell("'\(docfs)' mount \(store) '\(second)'")
-        #expect(busy.status != 0)
-        #expect(busy.output.contains("already served by daemon pid"), "\(busy.output)")
-        #expect(busy.output.contains(fixture.mountPoint))
-
-        let notMounted = try shell("'\(docfs)' unmount '\(second)'")
-        #expect(notMounted.status != 0)
-        #expect(notMounted.output.contains("is not a docfs mount"), "\(notMounted.output)")
-
-        let badOption = try shell("'\(docfs)' mount --store '\(fixture.root)/other' -o no_such_option '\(second)'")
-        #expect(badOption.status != 0)
-        #expect(badOption.output.contains("mount options"), "\(badOption.output)")
-
-        for output in [missing.output, nonEmpty.output, badStore.output, busy.output, notMounted.output] {
-            #expect(output.hasPrefix("docfs: "), "\(output)")
-        }
+        try expectFailure("'\(docfs)' mount \(store) '\(second)'", saying: "already served by daemon pid")
+        try expectFailure("'\(docfs)' mount \(store) '\(second)'", saying: fixture.mountPoint)
+        try expectFailure("'\(docfs)' unmount '\(second)'", saying: "is not a docfs mount")
+        try expectFailure("'\(docfs)' mount --store '\(fixture.root)/other' -o no_such_option '\(second)'",
+                          saying: "mount options")
     }
 
     @Test func missingSystemSupportIsExplained() throws {
@@ -99,12 +92,10 @@ import Glibc
         defer { fixture.tearDown() }
         let empty = fixture.root + "/empty"
         FileManager.default.createFile(atPath: empty, contents: Data())
-        let noDevice = try shell("unshare -m bash -c \"mount --bind '\(empty)' /dev/fuse && '\(docfs)' mount --store '\(fixture.store)' '\(fixture.mountPoint)'\"")
-        #expect(noDevice.status != 0)
-        #expect(noDevice.output.contains("/dev/fuse is missing"), "\(noDevice.output)")
-        let noHelper = try shell("unshare -m bash -c \"mount --bind '\(empty)' /usr/bin/fusermount3 && '\(docfs)' mount --store '\(fixture.store)' '\(fixture.mountPoint)'\"")
-        #expect(noHelper.status != 0)
-        #expect(noHelper.output.contains("fusermount3 is not installed"), "\(noHelper.output)")
+        let mount = "'\(docfs)' mount --store '\(fixture.store)' '\(fixture.mountPoint)'"
+        try expectFailure("unshare -m bash -c \"mount --bind '\(empty)' /dev/fuse && \(mount)\"", saying: "/dev/fuse is missing")
+        try expectFailure("unshare -m bash -c \"mount --bind '\(empty)' /usr/bin/fusermount3 && \(mount)\"",
+                          saying: "fusermount3 is not installed")
     }
 
     @Test func helpReadsWell() throws {
