@@ -3,7 +3,8 @@ import PackageDescription
 
 // Layers, dependencies pointing one way:
 //   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → DocfsProvider → DocfsCore
-// Only DocfsFUSE imports CFuse (libfuse3). CLinux wraps Linux syscalls Swift's Glibc hides.
+// Only DocfsFUSE imports CFuse (libfuse3) and CFusePassthrough (its C helpers for the kernel's
+// FUSE passthrough). CLinux wraps Linux syscalls Swift's Glibc hides.
 let package = Package(
     name: "docfs",
     products: [
@@ -22,6 +23,7 @@ let package = Package(
             providers: [.apt(["libfuse3-dev"])]
         ),
         .target(name: "CLinux", path: "Sources/CLinux"),
+        .target(name: "CFusePassthrough", dependencies: ["CFuse"], path: "Sources/CFusePassthrough"),
         .target(
             name: "DocfsCore",
             dependencies: [
@@ -33,7 +35,7 @@ let package = Package(
         .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsProvider", "CLinux"]),
         .target(
             name: "DocfsFUSE",
-            dependencies: ["CFuse", "DocfsFilesystem", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["CFuse", "CFusePassthrough", "DocfsFilesystem", .product(name: "Logging", package: "swift-log")]
         ),
         .executableTarget(
             name: "docfs",

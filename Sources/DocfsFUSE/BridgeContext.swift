@@ -13,14 +13,18 @@ final class BridgeContext: Sendable {
     let filesystem: Filesystem
     let logger: Logger
     let writebackCache: Bool
+    /// Backing files of open files, when the kernel serves their I/O itself (passthrough).
+    let passthrough: PassthroughRegistry
     /// The largest request payload whose reply still fits a splice pipe (pipe-max-size less a
     /// header page), rounded down to a power of two so large writes split evenly.
     let spliceableWriteSize: Int
 
-    init(filesystem: Filesystem, logger: Logger, writebackCache: Bool) {
+    init(filesystem: Filesystem, logger: Logger, writebackCache: Bool, passthrough: Bool) {
         self.filesystem = filesystem
         self.logger = logger
         self.writebackCache = writebackCache
+        // The kernel refuses passthrough together with the writeback cache.
+        self.passthrough = PassthroughRegistry(enabled: passthrough && !writebackCache, logger: logger)
         let room = BridgeContext.pipeMaxSize() - 4096
         var size = 1 << 16
         while size * 2 <= room { size *= 2 }

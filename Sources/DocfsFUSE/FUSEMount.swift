@@ -1,4 +1,5 @@
 import CFuse
+import CFusePassthrough
 import CLinux
 import DocfsCore
 import DocfsFilesystem
@@ -19,11 +20,17 @@ public final class FUSEMount: Sendable {
         /// has reached the store when it returns, so even a crash of the daemon loses nothing
         /// written, and changes made in the store behind docfs are seen sooner.
         public var writebackCache: Bool
+        /// Let the kernel read and write open files' backing files itself (FUSE passthrough,
+        /// Linux 6.9+, needs CAP_SYS_ADMIN; `-o nopassthrough` turns it off). Used when the
+        /// kernel grants it; otherwise docfs serves reads and writes.
+        public var passthrough: Bool
         public var maxThreads: UInt32
 
-        public init(fuseOptions: [String] = [], writebackCache: Bool = false, maxThreads: UInt32 = 16) {
+        public init(fuseOptions: [String] = [], writebackCache: Bool = false, passthrough: Bool = true,
+                    maxThreads: UInt32 = 16) {
             self.fuseOptions = fuseOptions
             self.writebackCache = writebackCache
+            self.passthrough = passthrough
             self.maxThreads = maxThreads
         }
 
@@ -34,6 +41,8 @@ public final class FUSEMount: Sendable {
                 switch option {
                 case "writeback", "writeback_cache": result.writebackCache = true
                 case "nowriteback", "no_writeback_cache": result.writebackCache = false
+                case "passthrough": result.passthrough = true
+                case "nopassthrough", "no_passthrough": result.passthrough = false
                 default: result.fuseOptions.append(option)
                 }
             }
@@ -62,7 +71,8 @@ public final class FUSEMount: Sendable {
         self.logger = logger
         self.maxThreads = options.maxThreads
         let context = Unmanaged.passRetained(BridgeContext(filesystem: filesystem, logger: logger,
-                                                           writebackCache: options.writebackCache))
+                                                           writebackCache: options.writebackCache,
+                                                           passthrough: options.passthrough))
         var standard = ["fsname=docfs", "subtype=docfs", "default_permissions"]
         if getuid() == 0 || access("/bin/fusermount3", X_OK) == 0 || access("/usr/bin/fusermount3", X_OK) == 0 {
             standard.append("auto_unmount")
@@ -84,6 +94,14 @@ public final class FUSEMount: Sendable {
             context.release()
             throw DocfsError(.badMountPoint,
                              "cannot mount on \(mountPoint): check that it is an empty directory you own and that fuse3 is installed")
+        }
+        if options.passthrough && !options.writebackCache {
+            let installed = docfs_install_io(pointer)
+            if installed == 0 {
+                context.takeUnretainedValue().passthrough.attach(session: pointer)
+            } else {
+                logger.notice("cannot route FUSE traffic for passthrough (\(installed)); serving reads and writes through docfs")
+            }
         }
         self.session = Session(pointer: pointer)
         self.context = context

@@ -1,4 +1,5 @@
 import CFuse
+import CFusePassthrough
 import DocfsCore
 import DocfsFilesystem
 #if canImport(Glibc)
@@ -12,11 +13,19 @@ extension Operations {
             do {
                 let (entry, file) = try ctx.filesystem.create(parent: parent, name: string(name), mode: mode,
                                                               flags: fi!.pointee.flags, caller: caller(of: req))
-                ctx.fileInfo(fi, file)
                 var param = ctx.entryParam(entry)
-                if fuse_reply_create(req, &param, fi) != 0 {
+                let replied: Int32
+                if let backing = ctx.passthrough.acquire(entry.node, openBacking: { () throws(DocfsError) in
+                    try ctx.filesystem.openBacking(entry.node)
+                }) {
+                    replied = docfs_reply_create_backed(req, &param, file.handle, 0, backing)
+                } else {
+                    ctx.fileInfo(fi, file)
+                    replied = fuse_reply_create(req, &param, fi)
+                }
+                if replied != 0 {
                     ctx.filesystem.forget(entry.node, count: 1)
-                    ctx.filesystem.release(file.handle)
+                    ctx.release(entry.node, file.handle)
                 }
             } catch { ctx.fail(req, error, "create") }
         }
@@ -24,8 +33,16 @@ extension Operations {
             let ctx = BridgeContext.of(req)
             do {
                 let file = try ctx.filesystem.open(node, flags: fi!.pointee.flags)
-                ctx.fileInfo(fi, file)
-                if fuse_reply_open(req, fi) != 0 { ctx.filesystem.release(file.handle) }
+                let replied: Int32
+                if file.isRegularFile, let backing = ctx.passthrough.acquire(node, openBacking: { () throws(DocfsError) in
+                    try ctx.filesystem.openBacking(node)
+                }) {
+                    replied = docfs_reply_open_backed(req, file.handle, 0, backing)
+                } else {
+                    ctx.fileInfo(fi, file)
+                    replied = fuse_reply_open(req, fi)
+                }
+                if replied != 0 { ctx.release(node, file.handle) }
             } catch { ctx.fail(req, error, "open") }
         }
         ops.read = { req, _, size, offset, fi in
@@ -49,8 +66,8 @@ extension Operations {
                 fuse_reply_err(req, 0)
             } catch { ctx.fail(req, error, "flush") }
         }
-        ops.release = { req, _, fi in
-            BridgeContext.of(req).filesystem.release(fi!.pointee.fh)
+        ops.release = { req, node, fi in
+            BridgeContext.of(req).release(node, fi!.pointee.fh)
             fuse_reply_err(req, 0)
         }
         ops.fsync = { req, _, dataOnly, fi in

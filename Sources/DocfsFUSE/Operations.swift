@@ -1,4 +1,5 @@
 import CFuse
+import CFusePassthrough
 import DocfsCore
 import DocfsFilesystem
 #if canImport(Glibc)
@@ -22,6 +23,7 @@ enum Operations {
             // without privileges; read requests are at most max_write long (max_pages), so keep
             // max_write one header page under it.
             conn.pointee.max_write = min(conn.pointee.max_write, UInt32(ctx.spliceableWriteSize))
+            docfs_request_passthrough(ctx.passthrough.isEnabled ? 1 : 0)
             if ctx.writebackCache && conn.pointee.capable & UInt32(FUSE_CAP_WRITEBACK_CACHE) != 0 {
                 conn.pointee.want |= UInt32(FUSE_CAP_WRITEBACK_CACHE)
             }

@@ -52,6 +52,12 @@ extension BridgeContext {
         }
     }
 
+    /// Closes an open file and gives back its share of the node's backing file.
+    func release(_ node: NodeID, _ handle: UInt64) {
+        filesystem.release(handle)
+        passthrough.release(node)
+    }
+
     func fileInfo(_ fi: UnsafeMutablePointer<fuse_file_info>?, _ file: OpenFile) {
         guard let fi else { return }
         fi.pointee.fh = file.handle

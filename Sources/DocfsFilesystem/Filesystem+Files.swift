@@ -14,6 +14,8 @@ public struct OpenFile: Sendable {
     /// Keep the page cache of the file from earlier opens. The kernel still drops it when it
     /// sees the file's size or mtime change (auto_inval_data).
     public var keepCache: Bool
+    /// A regular file, whose reads and writes the kernel may do on the backing file itself.
+    public var isRegularFile: Bool
 }
 
 /// Opening, reading and writing file content. Reads and writes go to the backing descriptor:
@@ -29,7 +31,8 @@ extension Filesystem {
         if node.isDirectory && flags & O_ACCMODE != O_RDONLY { throw DocfsError.system(EISDIR) }
         let fd = Glibc.open(node.procPath, backingFlags(flags & ~Self.strippedOpenFlags) | O_CLOEXEC)
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
-        return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true)
+        return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
+                        isRegularFile: node.type == S_IFREG)
     }
 
     public func create(parent: NodeID, name: String, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
@@ -40,7 +43,8 @@ extension Filesystem {
         do {
             try giveToCaller(in: directory, name: name, caller: caller, mode: mode | S_IFREG)
             let entry = try self.entry(in: directory, name: name)
-            return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true))
+            return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
+                                    isRegularFile: true))
         } catch {
             close(fd)
             throw error
@@ -53,6 +57,19 @@ extension Filesystem {
         var result = flags & ~O_APPEND
         if result & O_ACCMODE == O_WRONLY { result = (result & ~O_ACCMODE) | O_RDWR }
         return result
+    }
+
+    /// A descriptor of the node's backing file open for reading and writing (reading only on a
+    /// read-only store), for the kernel to do I/O on directly; the caller closes it.
+    public func openBacking(_ id: NodeID) throws(DocfsError) -> Int32 {
+        let node = try nodes.node(id)
+        guard node.type == S_IFREG else { throw DocfsError.system(EINVAL) }
+        var fd = Glibc.open(node.procPath, O_RDWR | O_CLOEXEC)
+        if fd < 0 && (errno == EROFS || errno == EACCES || errno == ETXTBSY) {
+            fd = Glibc.open(node.procPath, O_RDONLY | O_CLOEXEC)
+        }
+        guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
+        return fd
     }
 
     /// The descriptor reads and writes of `handle` go to (for splicing in the bridge).

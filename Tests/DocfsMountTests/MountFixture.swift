@@ -41,6 +41,9 @@ final class MountFixture: @unchecked Sendable {
         if mount { try start(options: options) }
     }
 
+    /// Where the daemon's output goes.
+    var daemonLog: String { root + "/daemon.log" }
+
     /// The backing directory that the mount root shows.
     var documents: String { store + "/containers/docfs.default/Documents" }
 
@@ -53,9 +56,11 @@ final class MountFixture: @unchecked Sendable {
         var arguments = ["mount", "--foreground", "--store", store]
         if !options.isEmpty { arguments += ["-o", options.joined(separator: ",")] }
         process.arguments = arguments + [mountPoint]
-        let log = FileHandle(forWritingAtPath: "/dev/null")
+        FileManager.default.createFile(atPath: daemonLog, contents: nil)
+        let log = FileHandle(forWritingAtPath: daemonLog)
+        log?.seekToEndOfFile()
         process.standardOutput = log
-        process.standardError = FileHandle.standardError
+        process.standardError = log
         try process.run()
         daemon = process
         let deadline = Date().addingTimeInterval(20)

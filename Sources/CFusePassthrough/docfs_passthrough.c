@@ -1,0 +1,140 @@
+// FUSE passthrough (Linux 6.9+) for libfuse 3.14, which predates it: see docfs_passthrough.h.
+// Kernel structures follow the FUSE protocol 7.40; written here, not taken from newer headers.
+#define _GNU_SOURCE
+#include <stddef.h>
+#define FUSE_USE_VERSION 314
+#include <fuse3/fuse_lowlevel.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+#include <linux/fuse.h>
+#include "docfs_passthrough.h"
+
+#define DOCFS_FUSE_PASSTHROUGH_FLAGS2 (1u << 5)  /* FUSE_PASSTHROUGH is bit 37 of the flags */
+#define DOCFS_FOPEN_PASSTHROUGH (1u << 7)
+#define DOCFS_MAX_STACK_DEPTH 2                  /* FILESYSTEM_MAX_STACK_DEPTH */
+
+struct docfs_backing_map {
+    int32_t fd;
+    uint32_t flags;
+    uint64_t padding;
+};
+#define DOCFS_FUSE_DEV_IOC_BACKING_OPEN _IOW(FUSE_DEV_IOC_MAGIC, 1, struct docfs_backing_map)
+#define DOCFS_FUSE_DEV_IOC_BACKING_CLOSE _IOW(FUSE_DEV_IOC_MAGIC, 2, uint32_t)
+
+/// Set by the init callback before libfuse answers INIT: whether to ask for passthrough.
+static int docfs_passthrough_wanted;
+/// Whether the INIT reply has gone out (only the first reply is INIT's).
+static int docfs_init_answered;
+
+static ssize_t docfs_io_read(int fd, void *buf, size_t len, void *userdata) {
+    (void)userdata;
+    return read(fd, buf, len);
+}
+
+static ssize_t docfs_io_writev(int fd, struct iovec *iov, int count, void *userdata) {
+    (void)userdata;
+    if (!__atomic_load_n(&docfs_init_answered, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&docfs_init_answered, 1, __ATOMIC_RELEASE);
+        struct fuse_out_header *header = (struct fuse_out_header *)iov[0].iov_base;
+        if (count >= 2 && header->error == 0 && iov[1].iov_len >= sizeof(struct fuse_init_out)
+            && __atomic_load_n(&docfs_passthrough_wanted, __ATOMIC_ACQUIRE)) {
+            struct fuse_init_out *init = (struct fuse_init_out *)iov[1].iov_base;
+            if ((init->flags & FUSE_INIT_EXT) && !(init->flags & FUSE_WRITEBACK_CACHE)) {
+                init->flags2 |= DOCFS_FUSE_PASSTHROUGH_FLAGS2;
+                init->unused[0] = DOCFS_MAX_STACK_DEPTH;  /* max_stack_depth since 7.40 */
+            }
+        }
+    }
+    return writev(fd, iov, count);
+}
+
+static ssize_t docfs_io_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+                                    unsigned int flags, void *userdata) {
+    (void)userdata;
+    return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+/// Routes the mounted session's device traffic through the io above (same descriptor).
+int docfs_install_io(struct fuse_session *se) {
+    static const struct fuse_custom_io io = {
+        .writev = docfs_io_writev,
+        .read = docfs_io_read,
+        .splice_receive = NULL,
+        .splice_send = docfs_io_splice_send,
+    };
+    return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+}
+
+void docfs_request_passthrough(int wanted) {
+    __atomic_store_n(&docfs_passthrough_wanted, wanted, __ATOMIC_RELEASE);
+}
+
+/// Registers `fd` as a backing file; returns its id (> 0) or -errno.
+int docfs_backing_open(struct fuse_session *se, int fd) {
+    struct docfs_backing_map map = { .fd = fd, .flags = 0, .padding = 0 };
+    int id = ioctl(fuse_session_fd(se), DOCFS_FUSE_DEV_IOC_BACKING_OPEN, &map);
+    return id < 0 ? -errno : id;
+}
+
+int docfs_backing_close(struct fuse_session *se, int id) {
+    uint32_t value = (uint32_t)id;
+    return ioctl(fuse_session_fd(se), DOCFS_FUSE_DEV_IOC_BACKING_CLOSE, &value) < 0 ? -errno : 0;
+}
+
+static void docfs_fill_open_out(struct fuse_open_out *out, uint64_t fh, uint32_t open_flags,
+                                       int32_t backing_id) {
+    memset(out, 0, sizeof(*out));
+    out->fh = fh;
+    out->open_flags = open_flags | (backing_id > 0 ? DOCFS_FOPEN_PASSTHROUGH : 0);
+    out->padding = (uint32_t)backing_id;  /* backing_id since 7.40 */
+}
+
+int docfs_reply_open_backed(fuse_req_t req, uint64_t fh, uint32_t open_flags, int32_t backing_id) {
+    struct fuse_open_out out;
+    docfs_fill_open_out(&out, fh, open_flags, backing_id);
+    return fuse_reply_buf(req, (const char *)&out, sizeof(out));
+}
+
+static uint64_t docfs_whole_seconds(double t) { return t > 0 ? (uint64_t)t : 0; }
+static uint32_t docfs_nanoseconds(double t) {
+    return t > 0 ? (uint32_t)((t - (double)(uint64_t)t) * 1.0e9) : 0;
+}
+
+int docfs_reply_create_backed(fuse_req_t req, const struct fuse_entry_param *e, uint64_t fh,
+                                            uint32_t open_flags, int32_t backing_id) {
+    struct {
+        struct fuse_entry_out entry;
+        struct fuse_open_out open;
+    } out;
+    memset(&out, 0, sizeof(out));
+    out.entry.nodeid = e->ino;
+    out.entry.generation = e->generation;
+    out.entry.entry_valid = docfs_whole_seconds(e->entry_timeout);
+    out.entry.entry_valid_nsec = docfs_nanoseconds(e->entry_timeout);
+    out.entry.attr_valid = docfs_whole_seconds(e->attr_timeout);
+    out.entry.attr_valid_nsec = docfs_nanoseconds(e->attr_timeout);
+    const struct stat *st = &e->attr;
+    out.entry.attr.ino = st->st_ino;
+    out.entry.attr.size = st->st_size;
+    out.entry.attr.blocks = st->st_blocks;
+    out.entry.attr.atime = st->st_atim.tv_sec;
+    out.entry.attr.mtime = st->st_mtim.tv_sec;
+    out.entry.attr.ctime = st->st_ctim.tv_sec;
+    out.entry.attr.atimensec = st->st_atim.tv_nsec;
+    out.entry.attr.mtimensec = st->st_mtim.tv_nsec;
+    out.entry.attr.ctimensec = st->st_ctim.tv_nsec;
+    out.entry.attr.mode = st->st_mode;
+    out.entry.attr.nlink = st->st_nlink;
+    out.entry.attr.uid = st->st_uid;
+    out.entry.attr.gid = st->st_gid;
+    out.entry.attr.rdev = st->st_rdev;
+    out.entry.attr.blksize = st->st_blksize;
+    docfs_fill_open_out(&out.open, fh, open_flags, backing_id);
+    return fuse_reply_buf(req, (const char *)&out, sizeof(out));
+}
+
