@@ -34,7 +34,7 @@ struct MountCommand: ParsableCommand {
     var foreground = false
 
     @Option(name: .short, help: ArgumentHelp(
-        "Mount options, comma separated: FUSE's (allow_other, ro, …) and docfs's own (writeback, nonempty).",
+        "Mount options, comma separated: FUSE's (allow_other, ro, …) and docfs's own (nopassthrough, writeback, nonempty).",
         valueName: "opt[,opt]"))
     var options: [String] = []
 
