@@ -60,11 +60,8 @@ static const unsigned int DOCFS_SET_ATTR_ATIME = FUSE_SET_ATTR_ATIME;
 static const unsigned int DOCFS_SET_ATTR_MTIME = FUSE_SET_ATTR_MTIME;
 static const unsigned int DOCFS_SET_ATTR_ATIME_NOW = FUSE_SET_ATTR_ATIME_NOW;
 static const unsigned int DOCFS_SET_ATTR_MTIME_NOW = FUSE_SET_ATTR_MTIME_NOW;
-static const unsigned int DOCFS_SET_ATTR_CTIME = FUSE_SET_ATTR_CTIME;
 
-static inline unsigned int docfs_fi_direct_io(const struct fuse_file_info *fi) { return fi->direct_io; }
 static inline void docfs_fi_set_direct_io(struct fuse_file_info *fi, unsigned int v) { fi->direct_io = v; }
 static inline void docfs_fi_set_keep_cache(struct fuse_file_info *fi, unsigned int v) { fi->keep_cache = v; }
-static inline unsigned int docfs_fi_flush(const struct fuse_file_info *fi) { return fi->flush; }
 
 #endif

@@ -25,8 +25,6 @@ int docfs_fallocate(int fd, int mode, off_t offset, off_t len) {
     return fallocate(fd, mode, offset, len);
 }
 
-int docfs_syncfs(int fd) { return syncfs(fd); }
-
 int docfs_spawn_close_from(void *file_actions, int from) {
     return posix_spawn_file_actions_addclosefrom_np((posix_spawn_file_actions_t *)file_actions, from);
 }
@@ -53,7 +51,6 @@ const unsigned int DOCFS_RENAME_EXCHANGE = RENAME_EXCHANGE;
 const int DOCFS_O_PATH = O_PATH;
 const int DOCFS_AT_EMPTY_PATH = AT_EMPTY_PATH;
 const int DOCFS_O_DIRECT = O_DIRECT;
-const int DOCFS_O_NOATIME = O_NOATIME;
 const short DOCFS_POSIX_SPAWN_SETSID = POSIX_SPAWN_SETSID;
 const int DOCFS_MNT_DETACH = MNT_DETACH;
 const int DOCFS_FALLOC_FL_KEEP_SIZE = FALLOC_FL_KEEP_SIZE;

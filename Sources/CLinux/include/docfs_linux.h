@@ -11,7 +11,6 @@ int docfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char 
 ssize_t docfs_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len,
                               unsigned int flags);
 int docfs_fallocate(int fd, int mode, off_t offset, off_t len);
-int docfs_syncfs(int fd);
 /// posix_spawn_file_actions_addclosefrom_np: the child closes every descriptor from `from` on.
 int docfs_spawn_close_from(void *file_actions, int from);
 ssize_t docfs_getxattr(const char *path, const char *name, void *value, size_t size);
@@ -28,7 +27,6 @@ extern const unsigned int DOCFS_RENAME_EXCHANGE;
 extern const int DOCFS_O_PATH;
 extern const int DOCFS_AT_EMPTY_PATH;
 extern const int DOCFS_O_DIRECT;
-extern const int DOCFS_O_NOATIME;
 extern const short DOCFS_POSIX_SPAWN_SETSID;
 extern const int DOCFS_MNT_DETACH;
 extern const int DOCFS_FALLOC_FL_KEEP_SIZE;
