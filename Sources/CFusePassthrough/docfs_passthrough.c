@@ -11,8 +11,60 @@
 #include <unistd.h>
 #include <sys/ioctl.h>
 #include <sys/uio.h>
-#include <linux/fuse.h>
 #include "docfs_passthrough.h"
+
+/* The FUSE protocol as of 7.40, written out here so that neither older nor newer system headers
+   change what is sent. */
+#define DOCFS_FUSE_WRITEBACK_CACHE (1u << 16)
+#define DOCFS_FUSE_INIT_EXT (1u << 30)
+#define DOCFS_FUSE_DEV_IOC_MAGIC 229
+
+struct docfs_out_header {
+    uint32_t len;
+    int32_t error;
+    uint64_t unique;
+};
+
+struct docfs_init_out {
+    uint32_t major;
+    uint32_t minor;
+    uint32_t max_readahead;
+    uint32_t flags;
+    uint16_t max_background;
+    uint16_t congestion_threshold;
+    uint32_t max_write;
+    uint32_t time_gran;
+    uint16_t max_pages;
+    uint16_t map_alignment;
+    uint32_t flags2;
+    uint32_t max_stack_depth;
+    uint32_t unused[6];
+};
+
+struct docfs_attr {
+    uint64_t ino, size, blocks, atime, mtime, ctime;
+    uint32_t atimensec, mtimensec, ctimensec, mode, nlink, uid, gid, rdev, blksize, flags;
+};
+
+struct docfs_entry_out {
+    uint64_t nodeid, generation, entry_valid, attr_valid;
+    uint32_t entry_valid_nsec, attr_valid_nsec;
+    struct docfs_attr attr;
+};
+
+struct docfs_open_out {
+    uint64_t fh;
+    uint32_t open_flags;
+    int32_t backing_id;
+};
+
+_Static_assert(sizeof(struct docfs_out_header) == 16, "fuse_out_header");
+_Static_assert(sizeof(struct docfs_init_out) == 64, "fuse_init_out");
+_Static_assert(offsetof(struct docfs_init_out, flags2) == 32, "fuse_init_out.flags2");
+_Static_assert(offsetof(struct docfs_init_out, max_stack_depth) == 36, "fuse_init_out.max_stack_depth");
+_Static_assert(sizeof(struct docfs_attr) == 88, "fuse_attr");
+_Static_assert(sizeof(struct docfs_entry_out) == 128, "fuse_entry_out");
+_Static_assert(sizeof(struct docfs_open_out) == 16, "fuse_open_out");
 
 #define DOCFS_FUSE_PASSTHROUGH_FLAGS2 (1u << 5)  /* FUSE_PASSTHROUGH is bit 37 of the flags */
 #define DOCFS_FOPEN_PASSTHROUGH (1u << 7)
@@ -23,8 +75,8 @@ struct docfs_backing_map {
     uint32_t flags;
     uint64_t padding;
 };
-#define DOCFS_FUSE_DEV_IOC_BACKING_OPEN _IOW(FUSE_DEV_IOC_MAGIC, 1, struct docfs_backing_map)
-#define DOCFS_FUSE_DEV_IOC_BACKING_CLOSE _IOW(FUSE_DEV_IOC_MAGIC, 2, uint32_t)
+#define DOCFS_FUSE_DEV_IOC_BACKING_OPEN _IOW(DOCFS_FUSE_DEV_IOC_MAGIC, 1, struct docfs_backing_map)
+#define DOCFS_FUSE_DEV_IOC_BACKING_CLOSE _IOW(DOCFS_FUSE_DEV_IOC_MAGIC, 2, uint32_t)
 
 /// Set by the init callback before libfuse answers INIT: whether to ask for passthrough.
 static int docfs_passthrough_wanted;
@@ -40,13 +92,13 @@ static ssize_t docfs_io_writev(int fd, struct iovec *iov, int count, void *userd
     (void)userdata;
     if (!__atomic_load_n(&docfs_init_answered, __ATOMIC_ACQUIRE)) {
         __atomic_store_n(&docfs_init_answered, 1, __ATOMIC_RELEASE);
-        struct fuse_out_header *header = (struct fuse_out_header *)iov[0].iov_base;
-        if (count >= 2 && header->error == 0 && iov[1].iov_len >= sizeof(struct fuse_init_out)
+        struct docfs_out_header *header = (struct docfs_out_header *)iov[0].iov_base;
+        if (count >= 2 && header->error == 0 && iov[1].iov_len >= sizeof(struct docfs_init_out)
             && __atomic_load_n(&docfs_passthrough_wanted, __ATOMIC_ACQUIRE)) {
-            struct fuse_init_out *init = (struct fuse_init_out *)iov[1].iov_base;
-            if ((init->flags & FUSE_INIT_EXT) && !(init->flags & FUSE_WRITEBACK_CACHE)) {
+            struct docfs_init_out *init = (struct docfs_init_out *)iov[1].iov_base;
+            if ((init->flags & DOCFS_FUSE_INIT_EXT) && !(init->flags & DOCFS_FUSE_WRITEBACK_CACHE)) {
                 init->flags2 |= DOCFS_FUSE_PASSTHROUGH_FLAGS2;
-                init->unused[0] = DOCFS_MAX_STACK_DEPTH;  /* max_stack_depth since 7.40 */
+                init->max_stack_depth = DOCFS_MAX_STACK_DEPTH;
             }
         }
     }
@@ -86,16 +138,16 @@ int docfs_backing_close(struct fuse_session *se, int id) {
     return ioctl(fuse_session_fd(se), DOCFS_FUSE_DEV_IOC_BACKING_CLOSE, &value) < 0 ? -errno : 0;
 }
 
-static void docfs_fill_open_out(struct fuse_open_out *out, uint64_t fh, uint32_t open_flags,
-                                       int32_t backing_id) {
+static void docfs_fill_open_out(struct docfs_open_out *out, uint64_t fh, uint32_t open_flags,
+                                int32_t backing_id) {
     memset(out, 0, sizeof(*out));
     out->fh = fh;
     out->open_flags = open_flags | (backing_id > 0 ? DOCFS_FOPEN_PASSTHROUGH : 0);
-    out->padding = (uint32_t)backing_id;  /* backing_id since 7.40 */
+    out->backing_id = backing_id;
 }
 
 int docfs_reply_open_backed(fuse_req_t req, uint64_t fh, uint32_t open_flags, int32_t backing_id) {
-    struct fuse_open_out out;
+    struct docfs_open_out out;
     docfs_fill_open_out(&out, fh, open_flags, backing_id);
     return fuse_reply_buf(req, (const char *)&out, sizeof(out));
 }
@@ -108,8 +160,8 @@ static uint32_t docfs_nanoseconds(double t) {
 int docfs_reply_create_backed(fuse_req_t req, const struct fuse_entry_param *e, uint64_t fh,
                                             uint32_t open_flags, int32_t backing_id) {
     struct {
-        struct fuse_entry_out entry;
-        struct fuse_open_out open;
+        struct docfs_entry_out entry;
+        struct docfs_open_out open;
     } out;
     memset(&out, 0, sizeof(out));
     out.entry.nodeid = e->ino;

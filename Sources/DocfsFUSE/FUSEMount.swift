@@ -105,6 +105,7 @@ public final class FUSEMount: Sendable {
         }
         self.session = Session(pointer: pointer)
         self.context = context
+        self.connectionNumber = Self.connectionNumber(of: mountPoint)
     }
 
     /// Serves requests until the mount goes away, then cleans the session up (exactly once).
@@ -124,16 +125,63 @@ public final class FUSEMount: Sendable {
         logger.info("unmounted \(mountPoint)")
     }
 
-    /// Ends the session: stops the loop and detaches the mount so the loop's read returns.
+    /// Ends the session. The first call detaches the mount (as `umount -l`): new opens fail at
+    /// once, files still open keep working, and the loop ends when the last one is closed. A
+    /// second call forces the end: the kernel's connection is aborted, open files get ENOTCONN.
     public func requestExit() {
-        let proceed = phase.withLock { phase -> Bool in
-            guard phase == .running || phase == .mounted else { return false }
-            phase = .exiting
-            fuse_session_exit(session.pointer)
-            return true
+        let step = phase.withLock { phase -> Phase? in
+            switch phase {
+            case .mounted, .running:
+                phase = .exiting
+                return .exiting
+            case .exiting:
+                fuse_session_exit(session.pointer)
+                return .finished
+            case .finished:
+                return nil
+            }
         }
-        guard proceed else { return }
-        Self.detach(mountPoint)
+        switch step {
+        case .exiting?:
+            Self.detach(mountPoint)
+        case .finished?:
+            logger.notice("second signal: aborting the FUSE connection; open files get ENOTCONN")
+            if let connection = connectionNumber { Self.abortConnection(connection) }
+        default:
+            break
+        }
+    }
+
+    /// The kernel's number for this mount's FUSE connection (its device minor), read from
+    /// mountinfo without touching the mount itself.
+    private let connectionNumber: Int?
+
+    private static func connectionNumber(of mountPoint: String) -> Int? {
+        guard let file = fopen("/proc/self/mountinfo", "r") else { return nil }
+        defer { fclose(file) }
+        var line: UnsafeMutablePointer<CChar>? = nil
+        var capacity = 0
+        defer { free(line) }
+        var found: Int? = nil
+        while getline(&line, &capacity, file) > 0 {
+            let fields = String(cString: line!).split(separator: " ")
+            guard fields.count > 4, fields[4] == mountPoint, let dash = fields.firstIndex(of: "-"),
+                  dash + 1 < fields.count, fields[dash + 1] == "fuse.docfs" else { continue }
+            found = fields[2].split(separator: ":").last.flatMap { Int($0) }
+        }
+        return found
+    }
+
+    /// Aborts a FUSE connection through fusectl (mounting it first if need be, as root).
+    private static func abortConnection(_ number: Int) {
+        let control = "/sys/fs/fuse/connections"
+        if access("\(control)/\(number)/abort", W_OK) != 0 {
+            _ = mount("fusectl", control, "fusectl", 0, nil)
+        }
+        let fd = open("\(control)/\(number)/abort", O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        _ = write(fd, "1", 1)
+        close(fd)
     }
 
     /// Lazily unmounts `mountPoint` (umount2 as root, fusermount3 -uz otherwise).

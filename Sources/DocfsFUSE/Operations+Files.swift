@@ -15,9 +15,17 @@ extension Operations {
                                                               flags: fi!.pointee.flags, caller: caller(of: req))
                 var param = ctx.entryParam(entry)
                 let replied: Int32
-                if let backing = ctx.passthrough.acquire(entry.node, openBacking: { () throws(DocfsError) in
-                    try ctx.filesystem.openBacking(entry.node)
-                }) {
+                let backing: Int32?
+                do {
+                    backing = try ctx.passthrough.acquire(entry.node, handle: file.handle) { () throws(DocfsError) in
+                        try ctx.filesystem.openBacking(entry.node)
+                    }
+                } catch {
+                    ctx.filesystem.forget(entry.node, count: 1)
+                    ctx.filesystem.release(file.handle)
+                    throw error
+                }
+                if let backing {
                     replied = docfs_reply_create_backed(req, &param, file.handle, 0, backing)
                 } else {
                     ctx.fileInfo(fi, file)
@@ -25,7 +33,7 @@ extension Operations {
                 }
                 if replied != 0 {
                     ctx.filesystem.forget(entry.node, count: 1)
-                    ctx.release(entry.node, file.handle)
+                    ctx.release(file.handle)
                 }
             } catch { ctx.fail(req, error, "create") }
         }
@@ -34,15 +42,24 @@ extension Operations {
             do {
                 let file = try ctx.filesystem.open(node, flags: fi!.pointee.flags)
                 let replied: Int32
-                if file.isRegularFile, let backing = ctx.passthrough.acquire(node, openBacking: { () throws(DocfsError) in
-                    try ctx.filesystem.openBacking(node)
-                }) {
+                var backing: Int32? = nil
+                if file.isRegularFile {
+                    do {
+                        backing = try ctx.passthrough.acquire(node, handle: file.handle) { () throws(DocfsError) in
+                            try ctx.filesystem.openBacking(node)
+                        }
+                    } catch {
+                        ctx.filesystem.release(file.handle)
+                        throw error
+                    }
+                }
+                if let backing {
                     replied = docfs_reply_open_backed(req, file.handle, 0, backing)
                 } else {
                     ctx.fileInfo(fi, file)
                     replied = fuse_reply_open(req, fi)
                 }
-                if replied != 0 { ctx.release(node, file.handle) }
+                if replied != 0 { ctx.release(file.handle) }
             } catch { ctx.fail(req, error, "open") }
         }
         ops.read = { req, _, size, offset, fi in
@@ -66,8 +83,8 @@ extension Operations {
                 fuse_reply_err(req, 0)
             } catch { ctx.fail(req, error, "flush") }
         }
-        ops.release = { req, node, fi in
-            BridgeContext.of(req).release(node, fi!.pointee.fh)
+        ops.release = { req, _, fi in
+            BridgeContext.of(req).release(fi!.pointee.fh)
             fuse_reply_err(req, 0)
         }
         ops.fsync = { req, _, dataOnly, fi in
@@ -144,6 +161,7 @@ extension Operations {
             let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
             defer { buffer.deallocate() }
             var used = 0
+            var counted: [NodeID] = []  // lookups the entries in the buffer hold
             do {
                 try ctx.filesystem.readDirectoryPlus(fi!.pointee.fh, offset: Int64(offset)) { item, entry in
                     var param = fuse_entry_param()
@@ -156,11 +174,18 @@ extension Operations {
                     let n = fuse_add_direntry_plus(req, buffer + used, size - used, item.name, &param, off_t(item.nextOffset))
                     if n > size - used { return false }
                     used += n
+                    if let entry { counted.append(entry.node) }
                     return true
                 }
-                fuse_reply_buf(req, buffer, used)
             } catch {
-                if used > 0 { fuse_reply_buf(req, buffer, used) } else { ctx.fail(req, error, "readdirplus") }
+                if used == 0 {
+                    ctx.fail(req, error, "readdirplus")
+                    return
+                }
+            }
+            if fuse_reply_buf(req, buffer, used) != 0 {
+                // Interrupted: the kernel took none of these lookups.
+                for node in counted { ctx.filesystem.forget(node, count: 1) }
             }
         }
     }

@@ -2,6 +2,7 @@ import CFusePassthrough
 import DocfsCore
 import Logging
 import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -24,6 +25,8 @@ final class PassthroughRegistry: Sendable {
         var enabled: Bool
         var session: OpaquePointer?
         var byNode: [NodeID: Backing] = [:]
+        /// The open files served by passthrough, by handle: only their releases count.
+        var backedHandles: [UInt64: NodeID] = [:]
         var announced = false
     }
 
@@ -42,26 +45,31 @@ final class PassthroughRegistry: Sendable {
         state.withLock { $0.session = UnsafeSendable(session).value }
     }
 
-    func disable() { state.withLock { $0.enabled = false } }
-
-    /// The backing id for an open of `node`, registering `openBacking()`'s descriptor on the
-    /// first open; nil when passthrough is off (the open is then served through docfs).
-    func acquire(_ node: NodeID, openBacking: () throws(DocfsError) -> Int32) -> Int32? {
-        state.withLock { state -> Int32? in
+    /// The backing id for the open `handle` of `node`, registering `openBacking()`'s
+    /// descriptor on the node's first open; nil when passthrough is off (the open is then served
+    /// through docfs). Throws when the backing file cannot be had for a passing reason, so no
+    /// open of a passthrough node is ever served another way (the kernel would refuse it).
+    func acquire(_ node: NodeID, handle: UInt64, openBacking: () throws(DocfsError) -> Int32) throws(DocfsError) -> Int32? {
+        try state.withLock { (state: inout State) throws(DocfsError) -> Int32? in
             // A node with a registered backing file keeps it for every open until the last
             // release, even after passthrough was switched off: the kernel needs them to agree.
             if var backing = state.byNode[node] {
                 backing.opens += 1
                 state.byNode[node] = backing
+                state.backedHandles[handle] = node
                 return backing.id
             }
             guard state.enabled, let session = state.session else { return nil }
-            guard let fd = try? openBacking() else { return nil }
+            let fd = try openBacking()
             let id = docfs_backing_open(session, fd)
             close(fd)  // the kernel holds its own reference to the file
-            guard id > 0 else {
+            if id < 0 {
+                let reason = -id
+                guard [EPERM, EOPNOTSUPP, ENOTTY, EINVAL].contains(reason) else {
+                    throw DocfsError(.system(Errno(rawValue: reason)), "registering a backing file")
+                }
                 state.enabled = false
-                logger.notice("kernel refused FUSE passthrough (\(-id)): serving reads and writes through docfs")
+                logger.notice("kernel refused FUSE passthrough (\(reason)): serving reads and writes through docfs")
                 return nil
             }
             if !state.announced {
@@ -69,14 +77,17 @@ final class PassthroughRegistry: Sendable {
                 logger.notice("FUSE passthrough in use: the kernel reads and writes open files in the store itself")
             }
             state.byNode[node] = Backing(id: id, opens: 1)
+            state.backedHandles[handle] = node
             return id
         }
     }
 
-    /// One open of `node` was released; the last one unregisters its backing file.
-    func release(_ node: NodeID) {
+    /// The open `handle` is being released; the last backed open of its node unregisters the
+    /// backing file. Call before the handle's descriptor is closed (its number is the key).
+    func release(_ handle: UInt64) {
         state.withLock { state in
-            guard var backing = state.byNode[node], let session = state.session else { return }
+            guard let node = state.backedHandles.removeValue(forKey: handle),
+                  var backing = state.byNode[node], let session = state.session else { return }
             backing.opens -= 1
             if backing.opens > 0 {
                 state.byNode[node] = backing

@@ -52,10 +52,10 @@ extension BridgeContext {
         }
     }
 
-    /// Closes an open file and gives back its share of the node's backing file.
-    func release(_ node: NodeID, _ handle: UInt64) {
+    /// Gives back an open file's share of its node's backing file, then closes it.
+    func release(_ handle: UInt64) {
+        passthrough.release(handle)
         filesystem.release(handle)
-        passthrough.release(node)
     }
 
     func fileInfo(_ fi: UnsafeMutablePointer<fuse_file_info>?, _ file: OpenFile) {

@@ -54,7 +54,14 @@ final class DirectoryHandle: Sendable {
                     }
                     entry = Self.entry(raw)
                 }
-                if try !body(entry) {
+                let taken: Bool
+                do throws(DocfsError) {
+                    taken = try body(entry)
+                } catch {
+                    s.pending = entry  // not lost: the next read starts with it
+                    throw error
+                }
+                if !taken {
                     s.pending = entry
                     return
                 }

@@ -38,15 +38,27 @@ extension Filesystem {
     public func create(parent: NodeID, name: String, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
         let directory = try nodes.node(parent)
         let openFlags = backingFlags(flags & ~(O_NOCTTY | DOCFS_O_DIRECT)) | O_CREAT | O_CLOEXEC | O_NOFOLLOW
-        let fd = openat(directory.fd, name, openFlags, mode & 0o7777)
+        // Create exclusively, so only a file made here is given to the caller. If one appeared
+        // in the store since the kernel looked (and the caller did not ask for O_EXCL), open it
+        // as it is, as a local filesystem would.
+        var fd = openat(directory.fd, name, openFlags | O_EXCL, mode & 0o7777)
+        var created = fd >= 0
+        if fd < 0 && errno == EEXIST && flags & O_EXCL == 0 {
+            fd = openat(directory.fd, name, openFlags & ~O_CREAT, mode & 0o7777)
+            created = false
+        }
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
-        do {
-            try giveToCaller(in: directory, name: name, caller: caller, mode: mode | S_IFREG)
+        do throws(DocfsError) {
+            if created, let (uid, gid) = try ownership(for: caller, in: directory) {
+                try check(fchown(fd, uid, gid))
+                if mode & (S_ISUID | S_ISGID) != 0 { try check(fchmod(fd, mode & 0o7777)) }
+            }
             let entry = try self.entry(in: directory, name: name)
             return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
                                     isRegularFile: true))
         } catch {
             close(fd)
+            if created { unlinkat(directory.fd, name, 0) }
             throw error
         }
     }

@@ -61,21 +61,42 @@ extension Filesystem {
         try check(docfs_renameat2(from.fd, name, to.fd, newName, flags))
     }
 
-    /// Makes a new item belong to the caller, as a local filesystem would when the caller
-    /// creates it: owner is the caller, group is the caller's unless the folder is setgid (the
-    /// store already gave the folder's group then). chown clears set-id bits, so `mode` puts
-    /// them back on files created with them.
-    func giveToCaller(in directory: Node, name: String, caller: Caller, mode: mode_t?) throws(DocfsError) {
+    /// The owner and group a new item of `caller`'s gets, as a local filesystem gives them: the
+    /// caller, and the caller's group unless the folder is setgid (the store already gave the
+    /// folder's group then: gid_t.max leaves it). Nil when the daemon's own ids already fit.
+    func ownership(for caller: Caller, in directory: Node) throws(DocfsError) -> (uid: uid_t, gid: gid_t)? {
         let me = Caller.daemon
-        if caller.uid == me.uid && caller.gid == me.gid { return }  // already the store's owner
+        if caller.uid == me.uid && caller.gid == me.gid { return nil }
         var parent = stat()
         try check(fstatat(directory.fd, "", &parent, DOCFS_AT_EMPTY_PATH))
         let inheritsGroup = parent.st_mode & S_ISGID != 0
-        let gid = inheritsGroup ? gid_t.max : caller.gid
-        if caller.uid == me.uid && (inheritsGroup || caller.gid == me.gid) { return }
-        try check(fchownat(directory.fd, name, caller.uid, gid, AT_SYMLINK_NOFOLLOW))
-        if let mode, mode & (S_ISUID | S_ISGID) != 0, mode & S_IFMT == S_IFREG {
-            try check(fchmodat(directory.fd, name, mode & 0o7777, 0))
+        if caller.uid == me.uid && inheritsGroup { return nil }
+        return (caller.uid, inheritsGroup ? gid_t.max : caller.gid)
+    }
+
+    /// Gives the item just made at `name` to the caller, never following a symlink there; on
+    /// failure the item is removed again, so a refused create leaves nothing behind.
+    func giveToCaller(in directory: Node, name: String, caller: Caller, mode: mode_t?) throws(DocfsError) {
+        do throws(DocfsError) {
+            guard let (uid, gid) = try ownership(for: caller, in: directory) else { return }
+            try check(fchownat(directory.fd, name, uid, gid, AT_SYMLINK_NOFOLLOW))
+            // chown clears set-id bits of files: put back those the caller asked for.
+            if let mode, mode & (S_ISUID | S_ISGID) != 0, mode & S_IFMT == S_IFREG {
+                let fd = openat(directory.fd, name, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+                guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
+                defer { close(fd) }
+                try check(chmod("/proc/self/fd/\(fd)", mode & 0o7777))
+            }
+        } catch {
+            let isDirectory = mode == nil && (try? entryType(in: directory, name: name)) == S_IFDIR
+            unlinkat(directory.fd, name, isDirectory ? AT_REMOVEDIR : 0)
+            throw error
         }
+    }
+
+    private func entryType(in directory: Node, name: String) throws(DocfsError) -> mode_t {
+        var st = stat()
+        try check(fstatat(directory.fd, name, &st, AT_SYMLINK_NOFOLLOW))
+        return st.st_mode & S_IFMT
     }
 }

@@ -19,6 +19,7 @@ final class Daemon {
 
     init(storePath: String, mountPoint: String, options: FUSEMount.Options, logLevel: Logger.Level) throws(DocfsError) {
         umask(0)  // the kernel already applied the caller's umask
+        signal(SIGPIPE, SIG_IGN)  // a launcher or log reader that went away must not kill the daemon
         Self.raiseDescriptorLimit()
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)

@@ -21,10 +21,19 @@ enum MountRegistry {
         return directory + "/" + String(name.prefix(240))
     }
 
-    static func register(mountPoint: String, store: String) {
+    /// The directory, when it is a real directory of ours that nobody else can write.
+    private static func ownDirectory() -> String? {
         mkdir(directory, 0o700)
+        var st = stat()
+        guard lstat(directory, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid(),
+              st.st_mode & 0o022 == 0 else { return nil }
+        return directory
+    }
+
+    static func register(mountPoint: String, store: String) {
+        guard ownDirectory() != nil else { return }
         let text = "\(getpid())\n\(store)\n"
-        let fd = open(file(for: mountPoint), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        let fd = open(file(for: mountPoint), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { return }
         _ = text.withCString { write(fd, $0, strlen($0)) }
         close(fd)
@@ -36,7 +45,7 @@ enum MountRegistry {
     }
 
     static func record(for mountPoint: String) -> Record? {
-        guard let handle = fopen(file(for: mountPoint), "r") else { return nil }
+        guard ownDirectory() != nil, let handle = fopen(file(for: mountPoint), "r") else { return nil }
         defer { fclose(handle) }
         var buffer = [CChar](repeating: 0, count: 8192)
         let n = fread(&buffer, 1, buffer.count - 1, handle)

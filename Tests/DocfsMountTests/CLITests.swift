@@ -49,6 +49,41 @@ import Glibc
         #expect(!MountFixture.isMounted(fixture.mountPoint))
     }
 
+    @Test func aSignalWithFilesOpenDetachesAndFinishesWhenTheyClose() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let daemon = try #require(fixture.daemon)
+        #expect(FileManager.default.createFile(atPath: fixture.path("open"), contents: Data("still here".utf8)))
+        let fd = open(fixture.path("open"), O_RDONLY)
+        #expect(fd >= 0)
+        kill(daemon.processIdentifier, SIGTERM)
+        let deadline = Date().addingTimeInterval(5)
+        while MountFixture.isMounted(fixture.mountPoint) && Date() < deadline { usleep(20_000) }
+        #expect(!MountFixture.isMounted(fixture.mountPoint))
+        usleep(200_000)
+        #expect(daemon.isRunning, "the daemon quit while a file was still open")
+        var buffer = [UInt8](repeating: 0, count: 32)
+        #expect(pread(fd, &buffer, 32, 0) == 10)
+        close(fd)
+        daemon.waitUntilExit()
+        #expect(daemon.terminationStatus == 0)
+    }
+
+    @Test func aSecondSignalForcesTheEnd() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let daemon = try #require(fixture.daemon)
+        #expect(FileManager.default.createFile(atPath: fixture.path("open"), contents: Data("x".utf8)))
+        let fd = open(fixture.path("open"), O_RDONLY)
+        defer { close(fd) }
+        kill(daemon.processIdentifier, SIGTERM)
+        usleep(300_000)
+        kill(daemon.processIdentifier, SIGTERM)
+        let deadline = Date().addingTimeInterval(10)
+        while daemon.isRunning && Date() < deadline { usleep(20_000) }
+        #expect(!daemon.isRunning, "the daemon ignored a second SIGTERM")
+    }
+
     @Test func aCrashedDaemonLeavesNoDeadMount() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
