@@ -11,7 +11,7 @@ extension Operations {
         ops.create = { req, parent, name, mode, fi in
             let ctx = BridgeContext.of(req)
             do {
-                let (entry, file) = try ctx.filesystem.create(parent: parent, name: string(name), mode: mode,
+                let (entry, file) = try ctx.filesystem.create(parent: parent, name: fileName(name), mode: mode,
                                                               flags: fi!.pointee.flags, caller: caller(of: req))
                 var param = ctx.entryParam(entry)
                 let replied: Int32
@@ -146,7 +146,7 @@ extension Operations {
                     var st = stat()
                     st.st_ino = ino_t(item.inode)
                     st.st_mode = mode_t(item.type) << 12
-                    let n = fuse_add_direntry(req, buffer + used, size - used, item.name, &st, off_t(item.nextOffset))
+                    let n = fuse_add_direntry(req, buffer + used, size - used, item.name.cString, &st, off_t(item.nextOffset))
                     if n > size - used { return false }
                     used += n
                     return true
@@ -171,7 +171,7 @@ extension Operations {
                         param.attr.st_ino = ino_t(item.inode)
                         param.attr.st_mode = mode_t(item.type) << 12
                     }
-                    let n = fuse_add_direntry_plus(req, buffer + used, size - used, item.name, &param, off_t(item.nextOffset))
+                    let n = fuse_add_direntry_plus(req, buffer + used, size - used, item.name.cString, &param, off_t(item.nextOffset))
                     if n > size - used { return false }
                     used += n
                     if let entry { counted.append(entry.node) }

@@ -43,7 +43,7 @@ enum Operations {
         ops.lookup = { req, parent, name in
             let ctx = BridgeContext.of(req)
             do {
-                ctx.replyEntry(req, try ctx.filesystem.lookup(parent: parent, name: string(name)))
+                ctx.replyEntry(req, try ctx.filesystem.lookup(parent: parent, name: fileName(name)))
             } catch let error as DocfsError where error.systemErrno == ENOENT {
                 ctx.replyNegativeEntry(req)
             } catch {
@@ -65,45 +65,45 @@ enum Operations {
         ops.mkdir = { req, parent, name, mode in
             let ctx = BridgeContext.of(req)
             do {
-                ctx.replyEntry(req, try ctx.filesystem.makeDirectory(parent: parent, name: string(name), mode: mode, caller: caller(of: req)))
+                ctx.replyEntry(req, try ctx.filesystem.makeDirectory(parent: parent, name: fileName(name), mode: mode, caller: caller(of: req)))
             } catch { ctx.fail(req, error, "mkdir") }
         }
         ops.mknod = { req, parent, name, mode, device in
             let ctx = BridgeContext.of(req)
             do {
-                ctx.replyEntry(req, try ctx.filesystem.makeNode(parent: parent, name: string(name), mode: mode, device: device, caller: caller(of: req)))
+                ctx.replyEntry(req, try ctx.filesystem.makeNode(parent: parent, name: fileName(name), mode: mode, device: device, caller: caller(of: req)))
             } catch { ctx.fail(req, error, "mknod") }
         }
         ops.symlink = { req, target, parent, name in
             let ctx = BridgeContext.of(req)
             do {
-                ctx.replyEntry(req, try ctx.filesystem.makeSymbolicLink(target: string(target), parent: parent, name: string(name), caller: caller(of: req)))
+                ctx.replyEntry(req, try ctx.filesystem.makeSymbolicLink(target: fileName(target), parent: parent, name: fileName(name), caller: caller(of: req)))
             } catch { ctx.fail(req, error, "symlink") }
         }
         ops.link = { req, node, newParent, newName in
             let ctx = BridgeContext.of(req)
             do {
-                ctx.replyEntry(req, try ctx.filesystem.link(node, newParent: newParent, newName: string(newName)))
+                ctx.replyEntry(req, try ctx.filesystem.link(node, newParent: newParent, newName: fileName(newName)))
             } catch { ctx.fail(req, error, "link") }
         }
         ops.unlink = { req, parent, name in
             let ctx = BridgeContext.of(req)
             do {
-                try ctx.filesystem.unlink(parent: parent, name: string(name))
+                try ctx.filesystem.unlink(parent: parent, name: fileName(name))
                 fuse_reply_err(req, 0)
             } catch { ctx.fail(req, error, "unlink") }
         }
         ops.rmdir = { req, parent, name in
             let ctx = BridgeContext.of(req)
             do {
-                try ctx.filesystem.removeDirectory(parent: parent, name: string(name))
+                try ctx.filesystem.removeDirectory(parent: parent, name: fileName(name))
                 fuse_reply_err(req, 0)
             } catch { ctx.fail(req, error, "rmdir") }
         }
         ops.rename = { req, parent, name, newParent, newName, flags in
             let ctx = BridgeContext.of(req)
             do {
-                try ctx.filesystem.rename(parent: parent, name: string(name), newParent: newParent, newName: string(newName), flags: flags)
+                try ctx.filesystem.rename(parent: parent, name: fileName(name), newParent: newParent, newName: fileName(newName), flags: flags)
                 fuse_reply_err(req, 0)
             } catch { ctx.fail(req, error, "rename") }
         }
@@ -111,7 +111,7 @@ enum Operations {
             let ctx = BridgeContext.of(req)
             do {
                 let target = try ctx.filesystem.readLink(node)
-                fuse_reply_readlink(req, target)
+                fuse_reply_readlink(req, target.cString)
             } catch { ctx.fail(req, error, "readlink") }
         }
         ops.statfs = { req, _ in

@@ -72,6 +72,10 @@ func caller(of req: fuse_req_t?) -> Caller {
     return Caller(uid: ctx.uid, gid: ctx.gid, pid: ctx.pid)
 }
 
-/// A name argument as a Swift string.
+/// A name argument, as the bytes the kernel sent.
+@inline(__always)
+func fileName(_ name: UnsafePointer<CChar>?) -> FileName { FileName(cString: name!) }
+
+/// An xattr name argument (xattr names are text).
 @inline(__always)
 func string(_ name: UnsafePointer<CChar>?) -> String { String(cString: name!) }

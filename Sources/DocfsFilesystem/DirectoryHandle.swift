@@ -6,7 +6,7 @@ import Glibc
 
 /// One entry read from a directory stream.
 public struct DirectoryEntry: Sendable {
-    public var name: String
+    public var name: FileName
     public var inode: UInt64
     /// DT_* type of the entry, as readdir reports it.
     public var type: UInt8
@@ -72,7 +72,7 @@ final class DirectoryHandle: Sendable {
 
     private static func entry(_ raw: UnsafeMutablePointer<dirent>) -> DirectoryEntry {
         let name = withUnsafePointer(to: &raw.pointee.d_name) {
-            $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            $0.withMemoryRebound(to: CChar.self, capacity: 256) { FileName(cString: $0) }
         }
         return DirectoryEntry(name: name, inode: UInt64(raw.pointee.d_ino), type: raw.pointee.d_type,
                               nextOffset: Int64(raw.pointee.d_off))

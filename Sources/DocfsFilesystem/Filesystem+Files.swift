@@ -35,16 +35,16 @@ extension Filesystem {
                         isRegularFile: node.type == S_IFREG)
     }
 
-    public func create(parent: NodeID, name: String, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
+    public func create(parent: NodeID, name: FileName, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
         let directory = try nodes.node(parent)
         let openFlags = backingFlags(flags & ~(O_NOCTTY | DOCFS_O_DIRECT)) | O_CREAT | O_CLOEXEC | O_NOFOLLOW
         // Create exclusively, so only a file made here is given to the caller. If one appeared
         // in the store since the kernel looked (and the caller did not ask for O_EXCL), open it
         // as it is, as a local filesystem would.
-        var fd = openat(directory.fd, name, openFlags | O_EXCL, mode & 0o7777)
+        var fd = openat(directory.fd, name.cString, openFlags | O_EXCL, mode & 0o7777)
         var created = fd >= 0
         if fd < 0 && errno == EEXIST && flags & O_EXCL == 0 {
-            fd = openat(directory.fd, name, openFlags & ~O_CREAT, mode & 0o7777)
+            fd = openat(directory.fd, name.cString, openFlags & ~O_CREAT, mode & 0o7777)
             created = false
         }
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
@@ -58,7 +58,7 @@ extension Filesystem {
                                     isRegularFile: true))
         } catch {
             close(fd)
-            if created { unlinkat(directory.fd, name, 0) }
+            if created { unlinkat(directory.fd, name.cString, 0) }
             throw error
         }
     }

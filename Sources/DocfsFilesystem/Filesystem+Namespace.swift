@@ -6,36 +6,36 @@ import Glibc
 
 /// Making, removing and renaming names.
 extension Filesystem {
-    public func makeDirectory(parent: NodeID, name: String, mode: mode_t, caller: Caller) throws(DocfsError) -> Entry {
+    public func makeDirectory(parent: NodeID, name: FileName, mode: mode_t, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
-        try check(mkdirat(directory.fd, name, mode & 0o7777))
+        try check(mkdirat(directory.fd, name.cString, mode & 0o7777))
         try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
         return try entry(in: directory, name: name)
     }
 
     /// mknod: regular files, fifos, sockets and (for root) device nodes.
-    public func makeNode(parent: NodeID, name: String, mode: mode_t, device: dev_t, caller: Caller) throws(DocfsError) -> Entry {
+    public func makeNode(parent: NodeID, name: FileName, mode: mode_t, device: dev_t, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
-        try check(mknodat(directory.fd, name, mode, device))
+        try check(mknodat(directory.fd, name.cString, mode, device))
         try giveToCaller(in: directory, name: name, caller: caller, mode: mode)
         return try entry(in: directory, name: name)
     }
 
-    public func makeSymbolicLink(target: String, parent: NodeID, name: String, caller: Caller) throws(DocfsError) -> Entry {
+    public func makeSymbolicLink(target: FileName, parent: NodeID, name: FileName, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
-        try check(symlinkat(target, directory.fd, name))
+        try check(symlinkat(target.cString, directory.fd, name.cString))
         try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
         return try entry(in: directory, name: name)
     }
 
     /// A hard link: the new name reaches the same node.
-    public func link(_ id: NodeID, newParent: NodeID, newName: String) throws(DocfsError) -> Entry {
+    public func link(_ id: NodeID, newParent: NodeID, newName: FileName) throws(DocfsError) -> Entry {
         let node = try nodes.node(id)
         let directory = try nodes.node(newParent)
         // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; a daemon without it links through /proc.
-        if linkat(node.fd, "", directory.fd, newName, DOCFS_AT_EMPTY_PATH) != 0 {
+        if linkat(node.fd, "", directory.fd, newName.cString, DOCFS_AT_EMPTY_PATH) != 0 {
             guard errno == ENOENT || errno == EPERM else { throw DocfsError.system(errno) }
-            try check(linkat(AT_FDCWD, node.procPath, directory.fd, newName, AT_SYMLINK_FOLLOW))
+            try check(linkat(AT_FDCWD, node.procPath, directory.fd, newName.cString, AT_SYMLINK_FOLLOW))
         }
         var st = stat()
         try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
@@ -43,22 +43,22 @@ extension Filesystem {
         return Entry(node: node.id, generation: generation, attributes: st)
     }
 
-    public func unlink(parent: NodeID, name: String) throws(DocfsError) {
+    public func unlink(parent: NodeID, name: FileName) throws(DocfsError) {
         let directory = try nodes.node(parent)
-        try check(unlinkat(directory.fd, name, 0))
+        try check(unlinkat(directory.fd, name.cString, 0))
     }
 
-    public func removeDirectory(parent: NodeID, name: String) throws(DocfsError) {
+    public func removeDirectory(parent: NodeID, name: FileName) throws(DocfsError) {
         let directory = try nodes.node(parent)
-        try check(unlinkat(directory.fd, name, AT_REMOVEDIR))
+        try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
     }
 
     /// rename(2) and renameat2(2): `flags` may hold RENAME_NOREPLACE or RENAME_EXCHANGE.
-    public func rename(parent: NodeID, name: String, newParent: NodeID, newName: String, flags: UInt32) throws(DocfsError) {
+    public func rename(parent: NodeID, name: FileName, newParent: NodeID, newName: FileName, flags: UInt32) throws(DocfsError) {
         if flags & ~(DOCFS_RENAME_NOREPLACE | DOCFS_RENAME_EXCHANGE) != 0 { throw DocfsError.system(EINVAL) }
         let from = try nodes.node(parent)
         let to = try nodes.node(newParent)
-        try check(docfs_renameat2(from.fd, name, to.fd, newName, flags))
+        try check(docfs_renameat2(from.fd, name.cString, to.fd, newName.cString, flags))
     }
 
     /// The owner and group a new item of `caller`'s gets, as a local filesystem gives them: the
@@ -76,27 +76,27 @@ extension Filesystem {
 
     /// Gives the item just made at `name` to the caller, never following a symlink there; on
     /// failure the item is removed again, so a refused create leaves nothing behind.
-    func giveToCaller(in directory: Node, name: String, caller: Caller, mode: mode_t?) throws(DocfsError) {
+    func giveToCaller(in directory: Node, name: FileName, caller: Caller, mode: mode_t?) throws(DocfsError) {
         do throws(DocfsError) {
             guard let (uid, gid) = try ownership(for: caller, in: directory) else { return }
-            try check(fchownat(directory.fd, name, uid, gid, AT_SYMLINK_NOFOLLOW))
+            try check(fchownat(directory.fd, name.cString, uid, gid, AT_SYMLINK_NOFOLLOW))
             // chown clears set-id bits of files: put back those the caller asked for.
             if let mode, mode & (S_ISUID | S_ISGID) != 0, mode & S_IFMT == S_IFREG {
-                let fd = openat(directory.fd, name, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+                let fd = openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
                 guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
                 defer { close(fd) }
                 try check(chmod("/proc/self/fd/\(fd)", mode & 0o7777))
             }
         } catch {
             let isDirectory = mode == nil && (try? entryType(in: directory, name: name)) == S_IFDIR
-            unlinkat(directory.fd, name, isDirectory ? AT_REMOVEDIR : 0)
+            unlinkat(directory.fd, name.cString, isDirectory ? AT_REMOVEDIR : 0)
             throw error
         }
     }
 
-    private func entryType(in directory: Node, name: String) throws(DocfsError) -> mode_t {
+    private func entryType(in directory: Node, name: FileName) throws(DocfsError) -> mode_t {
         var st = stat()
-        try check(fstatat(directory.fd, name, &st, AT_SYMLINK_NOFOLLOW))
+        try check(fstatat(directory.fd, name.cString, &st, AT_SYMLINK_NOFOLLOW))
         return st.st_mode & S_IFMT
     }
 }

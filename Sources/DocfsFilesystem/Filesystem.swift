@@ -65,7 +65,7 @@ public final class Filesystem: Sendable {
 
     // MARK: lookup and forget
 
-    public func lookup(parent: NodeID, name: String) throws(DocfsError) -> Entry {
+    public func lookup(parent: NodeID, name: FileName) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
         return try entry(in: directory, name: name)
     }
@@ -78,8 +78,8 @@ public final class Filesystem: Sendable {
     public func forgetAll() { nodes.dropAll() }
 
     /// Looks `name` up in `directory` and counts one lookup of it.
-    func entry(in directory: Node, name: String) throws(DocfsError) -> Entry {
-        let fd = openat(directory.fd, name, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+    func entry(in directory: Node, name: FileName) throws(DocfsError) -> Entry {
+        let fd = openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
         var st = stat()
         guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else {
@@ -140,12 +140,12 @@ public final class Filesystem: Sendable {
         return try attributes(of: id, handle: fd.map { UInt64($0) })
     }
 
-    public func readLink(_ id: NodeID) throws(DocfsError) -> String {
+    public func readLink(_ id: NodeID) throws(DocfsError) -> FileName {
         let node = try nodes.node(id)
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlinkat(node.fd, "", &buffer, buffer.count - 1)
         guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
-        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return FileName(bytes: buffer[0..<n].map { UInt8(bitPattern: $0) })
     }
 
     public func statistics() throws(DocfsError) -> statvfs {

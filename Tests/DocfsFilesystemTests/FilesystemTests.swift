@@ -51,7 +51,7 @@ import Glibc
 
     @Test func readdirplusCountsOnlyWhatTheKernelTook() throws {
         defer { cleanUp() }
-        for name in ["one", "two", "three"] {
+        for name: FileName in ["one", "two", "three"] {
             let (entry, file) = try filesystem.create(parent: 1, name: name, mode: 0o644, flags: O_WRONLY, caller: .daemon)
             filesystem.release(file.handle)
             filesystem.forget(entry.node, count: 1)
@@ -59,7 +59,7 @@ import Glibc
         #expect(filesystem.knownNodeCount == 1)
         let handle = try filesystem.openDirectory(1)
         defer { filesystem.releaseDirectory(handle) }
-        var taken: [String] = []
+        var taken: [FileName] = []
         var next: Int64 = 0
         try filesystem.readDirectoryPlus(handle, offset: 0) { item, entry in
             if taken.count == 3 { return false }  // "buffer full" after three entries
@@ -70,7 +70,7 @@ import Glibc
         }
         let files = taken.filter { $0 != "." && $0 != ".." }
         #expect(filesystem.knownNodeCount == 1 + files.count)
-        var rest: [String] = []
+        var rest: [FileName] = []
         try filesystem.readDirectoryPlus(handle, offset: next) { item, _ in
             rest.append(item.name)
             return true

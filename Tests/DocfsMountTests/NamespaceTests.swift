@@ -199,6 +199,39 @@ import Glibc
         }
     }
 
+    /// Linux names are bytes: names that are not UTF-8 stay distinct and intact, in listings,
+    /// contents and symlink targets.
+    @Test func namesThatAreNotUTF8() throws {
+        let script = """
+        import os, sys
+        d = sys.argv[1].encode()
+        os.chdir(d)
+        for i, name in enumerate([b"a\\xfe", b"a\\xff", b"caf\\xe9", b"ok-\\xc3\\xa9"]):
+            with open(name, "wb") as f:
+                f.write(b"content %d" % i)
+        os.mkdir(b"dir-\\x80")
+        os.symlink(b"target-\\xfe", b"dir-\\x80/link")
+        os.rename(b"caf\\xe9", b"dir-\\x80/caf\\xe9")
+        for root, dirs, files in sorted(os.walk(b".")):
+            for n in sorted(dirs + files):
+                p = os.path.join(root, n)
+                kind = "link " + repr(os.readlink(p)) if os.path.islink(p) else ("dir" if os.path.isdir(p) else repr(open(p, "rb").read()))
+                print(repr(p), kind)
+        """
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let plain = fixture.root + "/plain"
+        mkdir(plain, 0o755)
+        let quoted = script.replacingOccurrences(of: "'", with: "'\\''")
+        let expected = try shell("python3 -c '\(quoted)' '\(plain)'")
+        let actual = try shell("python3 -c '\(quoted)' '\(fixture.mountPoint)'")
+        #expect(expected.status == 0, "\(expected.output)")
+        #expect(actual.output == expected.output)
+        #expect(actual.output.contains("b'./a\\xfe' b'content 0'"), "\(actual.output)")
+        #expect(actual.output.contains("b'./a\\xff' b'content 1'"), "\(actual.output)")
+        #expect(actual.output.contains("link b'target-\\xfe'"), "\(actual.output)")
+    }
+
     @Test func statfsReportsTheStoreDisk() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
