@@ -6,28 +6,22 @@ import Glibc
 /// not be UTF-8; a String would replace the bytes it cannot decode, so two different names
 /// could reach one file. docfs carries names as bytes and decodes them only to show them.
 public struct FileName: Sendable, Hashable, CustomStringConvertible, ExpressibleByStringLiteral {
-    /// The name's bytes, without a terminating NUL.
-    public let bytes: [UInt8]
+    /// The name NUL-terminated, kept in the form system calls take: it is passed on every
+    /// lookup, create and listing, so it is made once, when the name arrives.
+    public let cString: [CChar]
 
-    public init(_ string: String) { bytes = Array(string.utf8) }
+    public init(bytes: [UInt8]) { cString = bytes.map { CChar(bitPattern: $0) } + [0] }
+
+    public init(_ string: String) { self.init(bytes: Array(string.utf8)) }
 
     public init(stringLiteral value: String) { self.init(value) }
 
-    public init(bytes: [UInt8]) { self.bytes = bytes }
-
     public init(cString: UnsafePointer<CChar>) {
-        bytes = UnsafeRawBufferPointer(start: cString, count: strlen(cString)).map { $0 }
+        self.cString = Array(UnsafeBufferPointer(start: cString, count: strlen(cString) + 1))
     }
 
-    /// The name NUL-terminated, to pass where a C string is asked for.
-    public var cString: [CChar] { bytes.map { CChar(bitPattern: $0) } + [0] }
-
-    /// Calls `body` with the name as a NUL-terminated C string.
-    public func withCString<Result>(_ body: (UnsafePointer<CChar>) throws -> Result) rethrows -> Result {
-        try (bytes + [0]).withUnsafeBufferPointer { buffer in
-            try buffer.withMemoryRebound(to: CChar.self) { try body($0.baseAddress!) }
-        }
-    }
+    /// The name's bytes, without the terminating NUL.
+    public var bytes: [UInt8] { cString.dropLast().map { UInt8(bitPattern: $0) } }
 
     /// The name for people: undecodable bytes show as U+FFFD.
     public var description: String { String(decoding: bytes, as: UTF8.self) }

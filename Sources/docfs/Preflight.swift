@@ -69,7 +69,7 @@ enum Preflight {
     }
 
     static func findInPath(_ program: String) -> String? {
-        let path = String(cString: getenv("PATH") ?? strdup("/usr/bin:/bin"))
+        let path = getenv("PATH").map { String(cString: $0) } ?? "/usr/bin:/bin"
         for directory in path.split(separator: ":") + ["/usr/bin", "/bin", "/usr/sbin", "/sbin"] {
             let candidate = "\(directory)/\(program)"
             if access(candidate, X_OK) == 0 { return candidate }
