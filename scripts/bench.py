@@ -38,53 +38,88 @@ def drop_caches():
         return False
 
 
-class Target:
-    """A place to run workloads: the raw disk, or a FUSE mount over a backing directory."""
+class Filesystem:
+    """A freshly made ext4 filesystem in an image file on the bench disk, loop-mounted with
+    direct I/O (so the image's own page cache does not count twice). Every run of a workload
+    gets a new one, so no run inherits another's aged inodes, journal or writeback."""
 
-    def __init__(self, name, path, proc=None):
-        self.name, self.path, self.proc = name, path, proc
+    def __init__(self, root, size_mb):
+        self.image = os.path.join(root, "fs.img")
+        self.path = os.path.join(root, "fs")
+        os.makedirs(self.path, exist_ok=True)
+        with open(self.image, "wb") as f:
+            f.truncate(size_mb << 20)
+        run(["mkfs.ext4", "-q", "-F", "-N", "65536", "-E", "lazy_itable_init=0,lazy_journal_init=0", self.image])
+        self.device = subprocess.check_output(["losetup", "--find", "--show", "--direct-io=on", self.image],
+                                              text=True).strip()
+        run(["mount", self.device, self.path])
+
+    def remove(self):
+        if is_mounted(self.path):
+            run(["umount", self.path])
+        run(["losetup", "--detach", self.device])
+        os.unlink(self.image)
+
+
+class Target:
+    """A place to run workloads: the raw disk, or a FUSE server over a backing directory.
+    `start(backing)` serves `backing` and returns the directory workloads run in."""
+
+    def __init__(self, name, root, command=None):
+        self.name, self.command = name, command
+        self.mountpoint = os.path.join(root, name + "-mnt")
+        self.proc = None
+        if command:
+            os.makedirs(self.mountpoint)
+
+    def start(self, backing):
+        if self.command is None:
+            return backing
+        self.proc = subprocess.Popen(self.command(backing, self.mountpoint),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_mounted(self.mountpoint, self.proc, self.name)
+        return self.mountpoint
 
     def stop(self):
         if self.proc is None:
             return
-        if is_mounted(self.path):
-            subprocess.run(["umount", self.path])
-            if is_mounted(self.path):
-                subprocess.run(["umount", "-l", self.path])
+        if is_mounted(self.mountpoint):
+            subprocess.run(["umount", self.mountpoint])
+            if is_mounted(self.mountpoint):
+                subprocess.run(["umount", "-l", self.mountpoint])
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        self.proc = None
 
 
-def start_targets(root, docfs, docfs_options):
-    targets = []
-    raw = os.path.join(root, "raw")
-    os.makedirs(raw)
-    targets.append(Target("raw disk", raw))
-
+def make_targets(root, docfs, docfs_options):
     pt_bin = os.path.join(root, "passthrough_ll")
     flags = subprocess.check_output(["pkg-config", "--cflags", "--libs", "fuse3"], text=True).split()
     run(["gcc", "-O2", EXAMPLE, "-o", pt_bin] + flags)
     # passthrough_ll as it comes, and with the two POSIX features docfs always has: the
     # kernel's permission checks (default_permissions) and extended attributes.
-    for name, extra in (("passthrough_ll", ""), ("passthrough_ll+", ",default_permissions,xattr")):
-        pt_src, pt_mnt = os.path.join(root, name + "-backing"), os.path.join(root, name + "-mnt")
-        os.makedirs(pt_src), os.makedirs(pt_mnt)
-        proc = subprocess.Popen([pt_bin, "-f", "-o", f"source={pt_src}{extra}", pt_mnt],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_mounted(pt_mnt, proc, name)
-        targets.append(Target(name, pt_mnt, proc))
+    def passthrough(extra):
+        return lambda backing, mnt: [pt_bin, "-f", "-o", f"source={backing}{extra}", mnt]
+    def docfs_mount(backing, mnt):
+        cmd = [docfs, "mount", "--foreground", "--store", os.path.join(backing, "store")]
+        return cmd + (["-o", docfs_options] if docfs_options else []) + [mnt]
+    return [Target("raw disk", root), Target("passthrough_ll", root, passthrough("")),
+            Target("passthrough_ll+", root, passthrough(",default_permissions,xattr")),
+            Target("docfs", root, docfs_mount)]
 
-    store, mnt = os.path.join(root, "docfs-store"), os.path.join(root, "docfs-mnt")
-    os.makedirs(mnt)
-    cmd = [docfs, "mount", "--foreground", "--store", store]
-    if docfs_options:
-        cmd += ["-o", docfs_options]
-    proc = subprocess.Popen(cmd + [mnt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_mounted(mnt, proc, "docfs")
-    targets.append(Target("docfs", mnt, proc))
-    return targets
+
+def run_on_fresh_filesystem(target, work, root, scratch, size_mb):
+    fs = Filesystem(root, size_mb)
+    try:
+        path = target.start(fs.path)
+        try:
+            return work(path, scratch)
+        finally:
+            target.stop()
+    finally:
+        fs.remove()
 
 
 def timed(fn):
@@ -114,13 +149,15 @@ def seq_read(size_mb, cold):
         path = os.path.join(d, "seq.bin")
         if not os.path.exists(path) or os.path.getsize(path) != size_mb << 20:
             seq_write(size_mb, True)(d, None)
-        if cold:
-            drop_caches()
         def body():
             fd = os.open(path, os.O_RDONLY)
             while os.read(fd, 1 << 20):
                 pass
             os.close(fd)
+        if cold:
+            drop_caches()
+        else:
+            body()  # warm means read before: the pages are in the cache the target reads from
         return timed(body)
     return work
 
@@ -221,25 +258,25 @@ def main():
         ("git add+commit, 2000 files", "s", None, git_commit(tree), None),
     ]
 
-    targets = start_targets(args.dir, args.docfs, args.docfs_options)
+    targets = make_targets(args.dir, args.docfs, args.docfs_options)
+    image_mb = 2 * size_mb + 768
     results = {}
     try:
         done = {}
         for name, unit, size, work, phase in workloads:
             # Targets take turns within each repetition, so slow spells of a shared machine
-            # fall on all of them; the median of the repetitions is reported. A multi-phase
-            # workload runs once for all its rows.
+            # fall on all of them; the median of the repetitions is reported. Each run has a
+            # filesystem of its own, made for it. A multi-phase workload runs once for all its
+            # rows.
             if phase is not None and id(work) in done:
                 runs = done[id(work)]
             else:
                 runs = {t.name: [] for t in targets}
                 for rep in range(repeat):
-                    # Each repetition starts with another target, so none always runs last,
-                    # after the others have aged the disk (ext4 slows down on inodes freed
-                    # moments ago).
+                    # Each repetition starts with another target, so none always runs last.
                     for t in targets[rep % len(targets):] + targets[:rep % len(targets)]:
                         os.sync()  # no earlier run's writeback competes with this one
-                        runs[t.name].append(work(t.path, scratch))
+                        runs[t.name].append(run_on_fresh_filesystem(t, work, args.dir, scratch, image_mb))
                 done[id(work)] = runs
             for t in targets:
                 times = [r[phase] if phase else r for r in runs[t.name]]

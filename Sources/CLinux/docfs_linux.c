@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <spawn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <sys/mount.h>
@@ -45,6 +46,24 @@ int docfs_lsetxattr(const char *path, const char *name, const void *value, size_
     return lsetxattr(path, name, value, size, flags);
 }
 int docfs_lremovexattr(const char *path, const char *name) { return lremovexattr(path, name); }
+ssize_t docfs_fd_getxattr(int fd, const char *name, void *value, size_t size) {
+    char path[32];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    return getxattr(path, name, value, size);
+}
+int docfs_fd_setxattr(int fd, const char *name, const void *value, size_t size, int flags) {
+    char path[32];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    return setxattr(path, name, value, size, flags);
+}
+ssize_t docfs_at_getxattr(int dirfd, const char *name, const char *attribute, void *value, size_t size) {
+    char path[4200];
+    if (snprintf(path, sizeof path, "/proc/self/fd/%d/%s", dirfd, name) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return lgetxattr(path, attribute, value, size);
+}
 
 const unsigned int DOCFS_RENAME_NOREPLACE = RENAME_NOREPLACE;
 const unsigned int DOCFS_RENAME_EXCHANGE = RENAME_EXCHANGE;

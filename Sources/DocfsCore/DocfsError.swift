@@ -10,6 +10,8 @@ public struct DocfsError: Error, CustomStringConvertible, Sendable {
         case system(Errno)
         /// A reserved or malformed name, value or token was given.
         case invalidArgument
+        /// The caller may not do this to an item (a reserved docfs attribute, say): EPERM.
+        case refused
         /// The store is in use by another daemon.
         case storeBusy
         /// The store cannot be opened or created.

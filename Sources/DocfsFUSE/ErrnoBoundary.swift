@@ -20,6 +20,9 @@ enum ErrnoBoundary {
         case .invalidArgument:
             logger.notice("\(operation): \(error)")
             return EINVAL
+        case .refused:
+            logger.notice("\(operation): \(error)")
+            return EPERM
         case .system:
             return EIO
         case .storeBusy, .storeUnavailable, .badMountPoint, .missingSystemSupport, .internalFailure:

@@ -35,6 +35,15 @@ public final class FUSEMount: Sendable {
         }
 
         /// Splits user `-o` options into docfs's own and libfuse's.
+        /// Whether the kernel must check permissions (`default_permissions`): whenever
+        /// processes other than root's own can reach the mount. A root daemon's mount without
+        /// allow_other/allow_root is reachable by root alone, for whom the checks pass anyway
+        /// but for execute bits, which the kernel checks regardless and `access(2)` answers;
+        /// leaving them off saves a GETATTR of the folder after every create and unlink.
+        public var kernelChecksPermissions: Bool {
+            getuid() != 0 || fuseOptions.contains { ["allow_other", "allow_root", "default_permissions"].contains($0) }
+        }
+
         public static func parse(_ options: [String]) -> Options {
             var result = Options()
             for option in options.flatMap({ $0.split(separator: ",").map(String.init) }) where !option.isEmpty {
@@ -73,7 +82,10 @@ public final class FUSEMount: Sendable {
         let context = Unmanaged.passRetained(BridgeContext(filesystem: filesystem, logger: logger,
                                                            writebackCache: options.writebackCache,
                                                            passthrough: options.passthrough))
-        var standard = ["fsname=docfs", "subtype=docfs", "default_permissions"]
+        var standard = ["fsname=docfs", "subtype=docfs"]
+        if options.kernelChecksPermissions && !options.fuseOptions.contains("default_permissions") {
+            standard.append("default_permissions")
+        }
         if getuid() == 0 || access("/bin/fusermount3", X_OK) == 0 || access("/usr/bin/fusermount3", X_OK) == 0 {
             standard.append("auto_unmount")
         }

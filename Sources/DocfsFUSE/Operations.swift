@@ -114,6 +114,15 @@ enum Operations {
                 fuse_reply_readlink(req, target.cString)
             } catch { ctx.fail(req, error, "readlink") }
         }
+        // Sent only when the kernel does not check permissions itself (see
+        // FUSEMount.Options.kernelChecksPermissions): answered by the store's own checks.
+        ops.access = { req, node, mask in
+            let ctx = BridgeContext.of(req)
+            do {
+                try ctx.filesystem.checkAccess(node, mask: mask)
+                fuse_reply_err(req, 0)
+            } catch { ctx.fail(req, error, "access") }
+        }
         ops.statfs = { req, _ in
             let ctx = BridgeContext.of(req)
             do {

@@ -12,6 +12,22 @@ enum ExtendedAttributePolicy {
 
     static func isStored(_ name: String) -> Bool { name.hasPrefix("user.") }
 
+    /// Names under `user.docfs.` are docfs's (DESIGN §6): users may write only these.
+    static let docfsPrefix = "user.docfs."
+    static let userWritableDocfsNames: Set<String> = ["user.docfs.skip-backup"]
+
+    /// Refuses a write (`value`) or removal (nil) of a name docfs keeps itself, and values a
+    /// writable docfs name does not take.
+    static func checkWritable(_ name: String, value: [UInt8]?) throws(DocfsError) {
+        guard name.hasPrefix(docfsPrefix) else { return }
+        guard userWritableDocfsNames.contains(name) else {
+            throw DocfsError(.refused, "\(name) is kept by docfs and cannot be set or removed")
+        }
+        if let value, value != Array("1".utf8), value != Array("0".utf8) {
+            throw DocfsError(.invalidArgument, "\(name) takes 1 (keep out of backups) or 0")
+        }
+    }
+
     static func checkName(_ name: String) throws(DocfsError) {
         if name.utf8.count > maximumNameLength { throw DocfsError.system(ERANGE) }
         if name.isEmpty { throw DocfsError.system(EINVAL) }

@@ -29,8 +29,20 @@ extension Filesystem {
     }
 
     /// Hands entries from `offset` on to `body` until it answers false (the buffer is full).
+    /// Each entry's inode number is its item id, as lookups report it.
     public func readDirectory(_ handle: UInt64, offset: Int64, _ body: (DirectoryEntry) -> Bool) throws(DocfsError) {
-        try directoryHandle(handle).takeUnretainedValue().read(from: offset) { entry throws(DocfsError) in body(entry) }
+        let directory = directoryHandle(handle).takeUnretainedValue()
+        try directory.read(from: offset) { entry throws(DocfsError) in
+            var entry = entry
+            entry.inode = itemID(of: entry, in: directory.node).rawValue
+            return body(entry)
+        }
+    }
+
+    private func itemID(of entry: DirectoryEntry, in directory: Node) -> ItemID {
+        if entry.name == "." { return directory.item }
+        if let known = nodes.known(key: BackingKey(device: directory.key.device, inode: entry.inode)) { return known.item }
+        return identity.item(in: directory, name: entry.name, backingInode: entry.inode, type: entry.type)
     }
 
     /// readdirplus: each entry but `.` and `..` comes with its looked-up Entry. `body` answers
@@ -40,6 +52,8 @@ extension Filesystem {
         let directory = directoryHandle(handle).takeUnretainedValue()
         try directory.read(from: offset) { item throws(DocfsError) in
             if item.name == "." || item.name == ".." {
+                var item = item
+                item.inode = itemID(of: item, in: directory.node).rawValue
                 return body(item, nil)
             }
             let looked: Entry

@@ -64,6 +64,7 @@ extension Filesystem {
         let node = try nodes.node(id)
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(EOPNOTSUPP) }
         if node.isSymlink { throw DocfsError.system(EPERM) }
+        try ExtendedAttributePolicy.checkWritable(name, value: value)
         let r = value.withUnsafeBytes { docfs_setxattr(node.procPath, name, $0.baseAddress, $0.count, flags) }
         try check(r)
     }
@@ -73,6 +74,7 @@ extension Filesystem {
         let node = try nodes.node(id)
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(EOPNOTSUPP) }
         if node.isSymlink { throw DocfsError.system(EPERM) }
+        try ExtendedAttributePolicy.checkWritable(name, value: nil)
         try check(docfs_removexattr(node.procPath, name))
     }
 

@@ -49,11 +49,15 @@ extension Filesystem {
         }
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
         do throws(DocfsError) {
-            if created, let (uid, gid) = try ownership(for: caller, in: directory) {
-                try check(fchown(fd, uid, gid))
-                if mode & (S_ISUID | S_ISGID) != 0 { try check(fchmod(fd, mode & 0o7777)) }
+            var item: ItemID? = nil
+            if created {
+                item = try identity.assignNew(toOpen: fd)
+                if let (uid, gid) = try ownership(for: caller, in: directory) {
+                    try check(fchown(fd, uid, gid))
+                    if mode & (S_ISUID | S_ISGID) != 0 { try check(fchmod(fd, mode & 0o7777)) }
+                }
             }
-            let entry = try self.entry(in: directory, name: name)
+            let entry = try self.entry(in: directory, name: name, newItem: item)
             return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
                                     isRegularFile: true))
         } catch {

@@ -39,6 +39,7 @@ extension Filesystem {
         }
         var st = stat()
         try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+        st.st_ino = ino_t(node.item.rawValue)
         nodes.reference(node)
         return Entry(node: node.id, generation: generation, attributes: st)
     }

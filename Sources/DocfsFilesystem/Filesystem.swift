@@ -9,8 +9,10 @@ import Glibc
 /// store through descriptors (fd-relative), throwing `DocfsError`. It never talks to the kernel,
 /// so tests can drive it in-process; the FUSE bridge turns its results into replies.
 ///
-/// Permission checks are the kernel's (the bridge mounts with `default_permissions`); this type
-/// makes new items belong to the caller, as ext4 does, with setgid-directory inheritance.
+/// Permission checks are the kernel's (the bridge mounts with `default_permissions` whenever
+/// anyone but the daemon's own user can reach the mount; otherwise the store's checks with the
+/// daemon's credentials are the same); this type makes new items belong to the caller, as ext4
+/// does, with setgid-directory inheritance.
 /// Modes given to create, mkdir and mknod are used as they are: the kernel already applied the
 /// caller's umask, so the daemon runs with umask 0.
 public final class Filesystem: Sendable {
@@ -39,6 +41,7 @@ public final class Filesystem: Sendable {
     public let generation: UInt64
     let nodes: NodeTable
     let root: Node
+    let identity: ItemIdentity
 
     /// Serves the documents scope of the store's default container.
     public init(store: LocalStore, cachePolicy: CachePolicy = CachePolicy()) throws(DocfsError) {
@@ -50,7 +53,8 @@ public final class Filesystem: Sendable {
             close(fd)
             throw DocfsError(.storeUnavailable, "cannot stat the documents directory", cause: DocfsError.errno("fstatat"))
         }
-        root = Node(id: rootID, fd: fd, key: BackingKey(st), type: S_IFDIR)
+        identity = ItemIdentity(allocator: store.itemIDs)
+        root = Node(id: rootID, fd: fd, key: BackingKey(st), type: S_IFDIR, item: identity.item(of: fd, st))
         nodes = NodeTable(root: root)
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
@@ -77,8 +81,9 @@ public final class Filesystem: Sendable {
     /// Unmount: the kernel drops its references without forgets.
     public func forgetAll() { nodes.dropAll() }
 
-    /// Looks `name` up in `directory` and counts one lookup of it.
-    func entry(in directory: Node, name: FileName) throws(DocfsError) -> Entry {
+    /// Looks `name` up in `directory` and counts one lookup of it. `newItem` is the id just
+    /// given to an item made there, so it need not be read back.
+    func entry(in directory: Node, name: FileName, newItem: ItemID? = nil) throws(DocfsError) -> Entry {
         let fd = openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
         var st = stat()
@@ -87,7 +92,15 @@ public final class Filesystem: Sendable {
             close(fd)
             throw DocfsError.system(e)
         }
-        let node = nodes.reference(key: BackingKey(st), fd: fd, type: st.st_mode & S_IFMT)
+        let key = BackingKey(st)
+        let node: Node
+        if let known = nodes.referenceExisting(key: key) {
+            close(fd)
+            node = known
+        } else {
+            node = nodes.reference(key: key, fd: fd, type: st.st_mode & S_IFMT, item: newItem ?? identity.item(of: fd, st))
+        }
+        st.st_ino = ino_t(node.item.rawValue)
         return Entry(node: node.id, generation: generation, attributes: st)
     }
 
@@ -98,11 +111,12 @@ public final class Filesystem: Sendable {
         let node = try nodes.node(id)
         if let handle, node.type == S_IFREG {
             guard fstat(Int32(truncatingIfNeeded: handle), &st) == 0 else { throw DocfsError.system(Glibc.errno) }
-            return st
+        } else {
+            guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else {
+                throw DocfsError.system(Glibc.errno)
+            }
         }
-        guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else {
-            throw DocfsError.system(Glibc.errno)
-        }
+        st.st_ino = ino_t(node.item.rawValue)
         return st
     }
 
@@ -138,6 +152,14 @@ public final class Filesystem: Sendable {
             try check(r)
         }
         return try attributes(of: id, handle: fd.map { UInt64($0) })
+    }
+
+    /// access(2) with the daemon's credentials on the backing file (the kernel asks only when
+    /// the daemon's user is the only one that can reach the mount).
+    public func checkAccess(_ id: NodeID, mask: Int32) throws(DocfsError) {
+        let node = try nodes.node(id)
+        if node.isSymlink { return }
+        try check(faccessat(AT_FDCWD, node.procPath, mask, AT_EACCESS))
     }
 
     public func readLink(_ id: NodeID) throws(DocfsError) -> FileName {

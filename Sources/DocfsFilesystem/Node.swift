@@ -14,11 +14,21 @@ struct BackingKey: Hashable, Sendable {
         device = UInt64(st.st_dev)
         inode = UInt64(st.st_ino)
     }
+
+    init(device: UInt64, inode: UInt64) {
+        self.device = device
+        self.inode = inode
+    }
 }
 
 /// A file or folder the kernel holds a reference to. It keeps an O_PATH descriptor of its
 /// backing file, so it can be reached after renames and unlinks without a path, and so its
 /// backing inode cannot be reused while the kernel still knows it.
+///
+/// The node id is the kernel's handle for one backing inode; the item id is the document's
+/// identity, which users see as the inode number. They differ on purpose: after a safe-save
+/// the document (same item) lives in a new backing inode, while a reader that opened it
+/// before keeps the old content under the old node.
 final class Node: Sendable {
     let id: NodeID
     /// O_PATH descriptor of the backing file; closed when the node is forgotten.
@@ -26,12 +36,15 @@ final class Node: Sendable {
     let key: BackingKey
     /// S_IFMT bits: a backing inode never changes type.
     let type: mode_t
+    /// The item this backing file holds (content of that item, current or superseded).
+    let item: ItemID
 
-    init(id: NodeID, fd: Int32, key: BackingKey, type: mode_t) {
+    init(id: NodeID, fd: Int32, key: BackingKey, type: mode_t, item: ItemID) {
         self.id = id
         self.fd = fd
         self.key = key
         self.type = type
+        self.item = item
     }
 
     var isSymlink: Bool { type == S_IFLNK }
@@ -77,10 +90,20 @@ final class NodeTable: Sendable {
         return node
     }
 
-    /// Counts one more lookup of the backing file `key`, making a node for it if the kernel did
-    /// not know it. `fd` is an O_PATH descriptor of that file; it is closed when an existing
-    /// node already holds one.
-    func reference(key: BackingKey, fd: Int32, type: mode_t) -> Node {
+    /// Counts one more lookup of the backing file `key` when the kernel already knows it.
+    func referenceExisting(key: BackingKey) -> Node? {
+        state.withLock { state -> Node? in
+            guard let id = state.byKey[key], var slot = state.slots[id] else { return nil }
+            slot.lookups += 1
+            state.slots[id] = slot
+            return slot.node
+        }
+    }
+
+    /// Counts one more lookup of the backing file `key`, making a node for it (holding `fd`, an
+    /// O_PATH descriptor of that file) if the kernel did not know it. When another lookup made
+    /// the node meanwhile, `fd` is closed and that node counted.
+    func reference(key: BackingKey, fd: Int32, type: mode_t, item: ItemID) -> Node {
         let (node, duplicate) = state.withLock { state -> (Node, Bool) in
             if let id = state.byKey[key], var slot = state.slots[id] {
                 slot.lookups += 1
@@ -89,13 +112,18 @@ final class NodeTable: Sendable {
             }
             let id = state.nextID
             state.nextID += 1
-            let node = Node(id: id, fd: fd, key: key, type: type)
+            let node = Node(id: id, fd: fd, key: key, type: type, item: item)
             state.slots[id] = Slot(node: node, lookups: 1)
             state.byKey[key] = id
             return (node, false)
         }
         if duplicate { close(fd) }
         return node
+    }
+
+    /// The node of backing file `key`, if the kernel knows it (no lookup counted).
+    func known(key: BackingKey) -> Node? {
+        state.withLock { state in state.byKey[key].flatMap { state.slots[$0]?.node } }
     }
 
     /// Counts one more lookup of a node already known (hard link, readdirplus of a known file).

@@ -11,6 +11,8 @@ public final class LocalStore: Sendable {
     public static let formatVersion = 1
 
     public let layout: StoreLayout
+    /// Where new item ids come from.
+    public let itemIDs: ItemIDAllocator
 
     /// Opens the store at `path`, creating it and its default container when missing.
     public init(path: String) throws(DocfsError) {
@@ -27,7 +29,8 @@ public final class LocalStore: Sendable {
                           layout.logsDirectory] {
             try Self.makeDirectory(directory)
         }
-        try writeFormatMarkerIfMissing()
+        try Self.writeFormatMarkerIfMissing(layout)
+        itemIDs = try ItemIDAllocator(path: layout.itemIDsFile)
     }
 
     /// The default store: $DOCFS_STORE, else $XDG_DATA_HOME/docfs, else ~/.local/share/docfs.
@@ -47,7 +50,7 @@ public final class LocalStore: Sendable {
         return fd
     }
 
-    private func writeFormatMarkerIfMissing() throws(DocfsError) {
+    private static func writeFormatMarkerIfMissing(_ layout: StoreLayout) throws(DocfsError) {
         if access(layout.formatFile, F_OK) == 0 { return }
         let text = "{\"format\": \(Self.formatVersion), \"defaultContainer\": \"\(ContainerID.userDefault)\"}\n"
         let fd = open(layout.formatFile, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)

@@ -6,6 +6,7 @@ import DocfsCore
 ///     STORE/
 ///       store.json                       format marker
 ///       daemon.lock                      held (flock) by the daemon serving the store
+///       item-ids                         the next unused item id (see ItemIDAllocator)
 ///       containers/<id>/Documents/       a container's documents scope (user-visible)
 ///       containers/<id>/Data/            the rest of the container (data scope)
 ///       index/  versions/  keys/         index, kept versions, signing key (later issues)
@@ -19,6 +20,7 @@ public struct StoreLayout: Sendable {
 
     public var formatFile: String { root + "/store.json" }
     public var lockFile: String { root + "/daemon.lock" }
+    public var itemIDsFile: String { root + "/item-ids" }
     public var containersDirectory: String { root + "/containers" }
     public var indexDirectory: String { root + "/index" }
     public var versionsDirectory: String { root + "/versions" }

@@ -19,6 +19,44 @@ import Glibc
         #expect(marker.contains("\"format\": 1"))
     }
 
+    @Test func itemIdsAreNeverHandedOutTwice() throws {
+        let path = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        var seen = Set<ItemID>()
+        for _ in 0..<3 {
+            // Each opening is a daemon start (or a crash and restart): the rest of a reserved
+            // block is skipped, never reused.
+            let store = try LocalStore(path: path)
+            for _ in 0..<1500 { seen.insert(try store.itemIDs.allocate()) }
+        }
+        #expect(seen.count == 4500)
+        #expect(seen.allSatisfy { !$0.isDerived && $0.rawValue >= ItemIDAllocator.firstID })
+        let stored = try String(contentsOfFile: path + "/item-ids", encoding: .utf8)
+        let next = try #require(UInt64(stored.dropFirst("next=".count).dropLast()))
+        #expect(seen.allSatisfy { $0.rawValue < next })
+    }
+
+    @Test func aDamagedIdCounterIsReportedWithWhatToDo() throws {
+        let path = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        _ = try LocalStore(path: path)
+        try "next=banana\n".write(toFile: path + "/item-ids", atomically: false, encoding: .utf8)
+        #expect {
+            _ = try LocalStore(path: path)
+        } throws: { error in
+            let message = (error as? DocfsError)?.message ?? ""
+            return message.contains("item-ids is damaged") && message.contains("next=N")
+        }
+    }
+
+    @Test func itemIdTextIsStrict() {
+        #expect(ItemID(text: "42")?.rawValue == 42)
+        for bad in ["", "0", "-1", "4x", " 4", "99999999999999999999999", String(ItemID.derivedBase)] {
+            #expect(ItemID(text: bad) == nil, "\(bad)")
+        }
+        #expect(ItemID.derived(fromBackingInode: 7).isDerived)
+    }
+
     @Test func oneDaemonAtATime() throws {
         let path = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8)
         defer { try? FileManager.default.removeItem(atPath: path) }

@@ -37,8 +37,9 @@ func errnoName(_ value: Int32) -> String {
 /// Runs `scenario` in a plain directory on the backing disk and in a fresh docfs mount, and
 /// expects the same answers from every step and the same tree afterwards.
 func expectSameAsPlainDirectory(_ scenario: (String, inout Recorder) -> Void,
+                                options: [String] = MountFixture.defaultOptions,
                                 sourceLocation: SourceLocation = #_sourceLocation) throws {
-    let fixture = try MountFixture()
+    let fixture = try MountFixture(options: options)
     defer { fixture.tearDown() }
     let plain = fixture.root + "/plain"
     mkdir(plain, 0o755)

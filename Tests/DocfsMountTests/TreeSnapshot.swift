@@ -6,7 +6,8 @@ import Glibc
 
 /// A comparable description of a directory tree: per entry its relative path, type, permission
 /// bits, size, link count, content digest, symlink target and user.* xattrs. Times and inode
-/// numbers are left out (they differ between any two trees).
+/// numbers are left out (they differ between any two trees), and so are docfs's own attributes
+/// (`user.docfs.*`), which a plain directory does not have.
 enum TreeSnapshot {
     static func take(_ root: String, excluding: Set<String> = []) -> [String] {
         var lines: [String] = []
@@ -57,7 +58,7 @@ enum TreeSnapshot {
         let n = docfs_llistxattr(path, &names, names.count)
         guard n > 0 else { return "" }
         let list = names[0..<n].split(separator: 0).map { String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
-        return list.filter { $0.hasPrefix("user.") }.sorted().map { name -> String in
+        return list.filter { $0.hasPrefix("user.") && !$0.hasPrefix(docfsAttributePrefix) }.sorted().map { name -> String in
             var value = [UInt8](repeating: 0, count: 65536)
             let m = docfs_lgetxattr(path, name, &value, value.count)
             return "\(name)=\(m >= 0 ? String(decoding: value[0..<m], as: UTF8.self) : "?")"
@@ -72,3 +73,6 @@ enum TreeSnapshot {
         return (onlyA + onlyB).joined(separator: "\n")
     }
 }
+
+/// The attributes docfs keeps on every item (DESIGN §6).
+let docfsAttributePrefix = "user.docfs."

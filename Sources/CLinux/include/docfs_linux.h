@@ -21,6 +21,12 @@ ssize_t docfs_lgetxattr(const char *path, const char *name, void *value, size_t 
 ssize_t docfs_llistxattr(const char *path, char *list, size_t size);
 int docfs_lsetxattr(const char *path, const char *name, const void *value, size_t size, int flags);
 int docfs_lremovexattr(const char *path, const char *name);
+/// getxattr/setxattr of the file an O_PATH descriptor refers to (through /proc/self/fd, built on
+/// the stack: these are on the lookup and create paths).
+ssize_t docfs_fd_getxattr(int fd, const char *name, void *value, size_t size);
+int docfs_fd_setxattr(int fd, const char *name, const void *value, size_t size, int flags);
+/// getxattr of `name` in the directory `dirfd` without following a symlink there.
+ssize_t docfs_at_getxattr(int dirfd, const char *name, const char *attribute, void *value, size_t size);
 
 extern const unsigned int DOCFS_RENAME_NOREPLACE;
 extern const unsigned int DOCFS_RENAME_EXCHANGE;

@@ -1,0 +1,50 @@
+import CLinux
+import DocfsCore
+import DocfsProvider
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Finds the item id of a backing file, giving one to files and folders that have none yet
+/// (made in the store behind docfs's back, or before docfs kept ids). Symbolic links and
+/// special files cannot carry an id in the store: theirs is derived from the backing inode.
+/// When the store cannot take the attribute (read-only, no permission), the id is derived too.
+struct ItemIdentity: Sendable {
+    let allocator: ItemIDAllocator
+
+    /// The id of the file `fd` (an O_PATH descriptor) whose attributes are `st`.
+    func item(of fd: Int32, _ st: stat) -> ItemID {
+        let type = st.st_mode & S_IFMT
+        guard type == S_IFREG || type == S_IFDIR else { return .derived(fromBackingInode: UInt64(st.st_ino)) }
+        if let id = ItemAttributes.id(ofDescriptor: fd) { return id }
+        return assign(to: fd, st)
+    }
+
+    /// The id of `name` in `directory` as a listing reports it (d_ino), giving one if needed so
+    /// it matches what a later lookup answers.
+    func item(in directory: Node, name: FileName, backingInode: UInt64, type: UInt8) -> ItemID {
+        guard type == DT_REG || type == DT_DIR || type == DT_UNKNOWN else { return .derived(fromBackingInode: backingInode) }
+        if let id = ItemAttributes.id(in: directory.fd, name: name) { return id }
+        let fd = openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return .derived(fromBackingInode: backingInode) }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return .derived(fromBackingInode: backingInode) }
+        return item(of: fd, st)
+    }
+
+    /// A new id for a file just made through the mount, stored on its open descriptor.
+    func assignNew(toOpen fd: Int32) throws(DocfsError) -> ItemID {
+        let id = try allocator.allocate()
+        try ItemAttributes.setID(id, onDescriptor: fd)
+        return id
+    }
+
+    private func assign(to fd: Int32, _ st: stat) -> ItemID {
+        do {
+            return try ItemAttributes.setID(try allocator.allocate(), onDescriptor: fd, onlyIfAbsent: true)
+        } catch {
+            return .derived(fromBackingInode: UInt64(st.st_ino))
+        }
+    }
+}
