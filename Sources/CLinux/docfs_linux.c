@@ -79,3 +79,15 @@ const long DOCFS_UTIME_NOW = UTIME_NOW;
 const long DOCFS_UTIME_OMIT = UTIME_OMIT;
 const int DOCFS_XATTR_CREATE = XATTR_CREATE;
 const int DOCFS_XATTR_REPLACE = XATTR_REPLACE;
+
+int docfs_birth_time(const char *path, long long *seconds, unsigned int *nanoseconds) {
+    struct statx sx;
+    if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_BTIME, &sx) != 0) return -1;
+    if (!(sx.stx_mask & STATX_BTIME)) {
+        errno = EOPNOTSUPP;
+        return -1;
+    }
+    *seconds = sx.stx_btime.tv_sec;
+    *nanoseconds = sx.stx_btime.tv_nsec;
+    return 0;
+}

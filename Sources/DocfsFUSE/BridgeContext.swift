@@ -15,6 +15,8 @@ final class BridgeContext: Sendable {
     let writebackCache: Bool
     /// Backing files of open files, when the kernel serves their I/O itself (passthrough).
     let passthrough: PassthroughRegistry
+    /// Cache invalidations sent to the kernel.
+    let kernel = KernelNotifier()
     /// The largest request payload whose reply still fits a splice pipe (pipe-max-size less a
     /// header page), rounded down to a power of two so large writes split evenly.
     let spliceableWriteSize: Int

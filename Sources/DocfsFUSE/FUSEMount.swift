@@ -107,6 +107,7 @@ public final class FUSEMount: Sendable {
             throw DocfsError(.badMountPoint,
                              "cannot mount on \(mountPoint): check that it is an empty directory you own and that fuse3 is installed")
         }
+        context.takeUnretainedValue().kernel.attach(pointer)
         if options.passthrough && !options.writebackCache {
             let installed = docfs_install_io(pointer)
             if installed == 0 {

@@ -40,7 +40,7 @@ extension Operations {
         ops.open = { req, node, fi in
             let ctx = BridgeContext.of(req)
             do {
-                let file = try ctx.filesystem.open(node, flags: fi!.pointee.flags)
+                let file = try ctx.filesystem.open(node, flags: fi!.pointee.flags, caller: caller(of: req))
                 let replied: Int32
                 var backing: Int32? = nil
                 if file.isRegularFile {

@@ -103,7 +103,9 @@ enum Operations {
         ops.rename = { req, parent, name, newParent, newName, flags in
             let ctx = BridgeContext.of(req)
             do {
-                try ctx.filesystem.rename(parent: parent, name: fileName(name), newParent: newParent, newName: fileName(newName), flags: flags)
+                let changed = try ctx.filesystem.rename(parent: parent, name: fileName(name), newParent: newParent,
+                                                        newName: fileName(newName), flags: flags, caller: caller(of: req))
+                ctx.kernel.forgetAttributes(of: changed)
                 fuse_reply_err(req, 0)
             } catch { ctx.fail(req, error, "rename") }
         }
@@ -143,7 +145,8 @@ enum Operations {
             let ctx = BridgeContext.of(req)
             do {
                 let changes = Operations.attributeChanges(attr!.pointee, UInt32(bitPattern: toSet))
-                ctx.replyAttributes(req, try ctx.filesystem.setAttributes(of: node, handle: fi?.pointee.fh, changes))
+                ctx.replyAttributes(req, try ctx.filesystem.setAttributes(of: node, handle: fi?.pointee.fh, changes,
+                                                                          caller: caller(of: req)))
             } catch { ctx.fail(req, error, "setattr") }
         }
         ops.getxattr = { req, node, name, size in

@@ -1,5 +1,6 @@
 import CLinux
 import DocfsCore
+import DocfsProvider
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -24,7 +25,13 @@ extension Filesystem {
         let capacity = min(size, ExtendedAttributePolicy.maximumValueSize)
         var buffer = [UInt8](repeating: 0, count: capacity)
         let n = buffer.withUnsafeMutableBytes { docfs_getxattr(node.procPath, name, capacity == 0 ? nil : $0.baseAddress, capacity) }
-        guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
+        guard n >= 0 else {
+            let e = Glibc.errno
+            if e == ENODATA && name == ItemAttributes.version && hasVersions(node) {
+                return try fit(Array("1".utf8), into: size)  // never written since it was made
+            }
+            throw DocfsError.system(e)
+        }
         if size == 0 { return .size(n) }
         buffer.removeSubrange(n...)
         return .bytes(buffer)
@@ -45,13 +52,17 @@ extension Filesystem {
                 continue
             }
             guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
+            var hasVersion = false
             for name in buffer[0..<n].split(separator: 0) {
                 let bytes = name.map { UInt8(bitPattern: $0) }
-                if ExtendedAttributePolicy.isStored(String(decoding: bytes, as: UTF8.self)) {
+                let text = String(decoding: bytes, as: UTF8.self)
+                if ExtendedAttributePolicy.isStored(text) {
                     names += bytes
                     names.append(0)
                 }
+                hasVersion = hasVersion || text == ItemAttributes.version
             }
+            if !hasVersion && hasVersions(node) { names += Array(ItemAttributes.version.utf8) + [0] }
             break
         }
         return try fit(names, into: size)
@@ -77,6 +88,9 @@ extension Filesystem {
         try ExtendedAttributePolicy.checkWritable(name, value: nil)
         try check(docfs_removexattr(node.procPath, name))
     }
+
+    /// Files with an id of their own have versions (folders, links and special files do not).
+    private func hasVersions(_ node: Node) -> Bool { node.type == S_IFREG && !node.item.isDerived }
 
     private func fit(_ bytes: [UInt8], into size: Int) throws(DocfsError) -> AttributeValue {
         if size == 0 { return .size(bytes.count) }

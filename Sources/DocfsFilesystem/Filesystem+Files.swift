@@ -26,11 +26,20 @@ extension Filesystem {
     /// served by telling the kernel to bypass its cache (the backing file takes unaligned I/O).
     static let strippedOpenFlags = O_CREAT | O_EXCL | O_NOCTTY | O_NOFOLLOW | DOCFS_O_DIRECT
 
-    public func open(_ id: NodeID, flags: Int32) throws(DocfsError) -> OpenFile {
+    /// Opens a file; an open for writing (or truncating) joins the file's write session,
+    /// starting it if it is the first (see `WriteSessions`).
+    public func open(_ id: NodeID, flags: Int32, caller: Caller) throws(DocfsError) -> OpenFile {
         let node = try nodes.node(id)
         if node.isDirectory && flags & O_ACCMODE != O_RDONLY { throw DocfsError.system(EISDIR) }
+        let writes = node.type == S_IFREG && (flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0)
+        if writes { try sessions.begin(node, caller: caller) }
         let fd = Glibc.open(node.procPath, backingFlags(flags & ~Self.strippedOpenFlags) | O_CLOEXEC)
-        guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
+        guard fd >= 0 else {
+            let e = Glibc.errno
+            if writes { sessions.end(node) }
+            throw DocfsError.system(e)
+        }
+        if writes { sessions.attach(UInt64(fd), to: node) }
         return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
                         isRegularFile: node.type == S_IFREG)
     }
@@ -41,28 +50,42 @@ extension Filesystem {
         // Create exclusively, so only a file made here is given to the caller. If one appeared
         // in the store since the kernel looked (and the caller did not ask for O_EXCL), open it
         // as it is, as a local filesystem would.
-        var fd = openat(directory.fd, name.cString, openFlags | O_EXCL, mode & 0o7777)
-        var created = fd >= 0
-        if fd < 0 && errno == EEXIST && flags & O_EXCL == 0 {
-            fd = openat(directory.fd, name.cString, openFlags & ~O_CREAT, mode & 0o7777)
-            created = false
+        let fd = openat(directory.fd, name.cString, openFlags | O_EXCL, mode & 0o7777)
+        guard fd >= 0 else {
+            if errno == EEXIST && flags & O_EXCL == 0 { return try openExisting(in: directory, name: name, flags: flags, caller: caller) }
+            throw DocfsError.system(Glibc.errno)
         }
-        guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
         do throws(DocfsError) {
-            var item: ItemID? = nil
-            if created {
+            var st = stat()
+            if fstat(fd, &st) == 0 { safeSaves.noteCreated(BackingKey(st)) }
+            let item: ItemID
+            if let document = takeOverVacatedDocument(createdIn: directory, name: name, newFile: fd, caller: caller) {
+                item = document
+            } else {
                 item = try identity.assignNew(toOpen: fd)
-                if let (uid, gid) = try ownership(for: caller, in: directory) {
-                    try check(fchown(fd, uid, gid))
-                    if mode & (S_ISUID | S_ISGID) != 0 { try check(fchmod(fd, mode & 0o7777)) }
-                }
+            }
+            if let (uid, gid) = try ownership(for: caller, in: directory) {
+                try check(fchown(fd, uid, gid))
+                if mode & (S_ISUID | S_ISGID) != 0 { try check(fchmod(fd, mode & 0o7777)) }
             }
             let entry = try self.entry(in: directory, name: name, newItem: item)
             return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
                                     isRegularFile: true))
         } catch {
             close(fd)
-            if created { unlinkat(directory.fd, name.cString, 0) }
+            unlinkat(directory.fd, name.cString, 0)
+            throw error
+        }
+    }
+
+    /// A create that found the file there already (made in the store since the kernel looked):
+    /// an ordinary open of it, write session included.
+    private func openExisting(in directory: Node, name: FileName, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
+        let entry = try self.entry(in: directory, name: name)
+        do throws(DocfsError) {
+            return (entry, try open(entry.node, flags: flags, caller: caller))
+        } catch {
+            forget(entry.node, count: 1)
             throw error
         }
     }
@@ -112,10 +135,14 @@ extension Filesystem {
         let copy = dup(backingDescriptor(of: handle))
         guard copy >= 0 else { throw DocfsError.system(Glibc.errno) }
         try check(close(copy))
+        sessions.flushed(handle)
     }
 
+    /// The last close of an open file; the last writer of a file ends its write session.
     public func release(_ handle: UInt64) {
+        let writer = sessions.detach(handle)
         close(backingDescriptor(of: handle))
+        if let writer { sessions.end(writer) }
     }
 
     public func fsync(_ handle: UInt64, dataOnly: Bool) throws(DocfsError) {

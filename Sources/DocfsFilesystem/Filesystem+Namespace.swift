@@ -54,12 +54,26 @@ extension Filesystem {
         try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
     }
 
-    /// rename(2) and renameat2(2): `flags` may hold RENAME_NOREPLACE or RENAME_EXCHANGE.
-    public func rename(parent: NodeID, name: FileName, newParent: NodeID, newName: FileName, flags: UInt32) throws(DocfsError) {
+    /// rename(2) and renameat2(2): `flags` may hold RENAME_NOREPLACE or RENAME_EXCHANGE. A
+    /// rename that completes a safe-save is a replace (see Filesystem+SafeSave). Answers the
+    /// nodes whose inode numbers changed (the kernel must forget their cached attributes).
+    @discardableResult
+    public func rename(parent: NodeID, name: FileName, newParent: NodeID, newName: FileName, flags: UInt32,
+                       caller: Caller) throws(DocfsError) -> [NodeID] {
         if flags & ~(DOCFS_RENAME_NOREPLACE | DOCFS_RENAME_EXCHANGE) != 0 { throw DocfsError.system(EINVAL) }
         let from = try nodes.node(parent)
         let to = try nodes.node(newParent)
+        if let retagged = try renameAsReplace(from: from, name: name, to: to, newName: newName, flags: flags, caller: caller) {
+            return retagged
+        }
         try check(docfs_renameat2(from.fd, name.cString, to.fd, newName.cString, flags))
+        if flags & DOCFS_RENAME_EXCHANGE == 0, from.key == to.key, SafeSaveTracker.isBackupName(newName, of: name),
+           let moved = replaceSide(in: to, name: newName) {
+            // Perhaps an editor's backup step: the new content may follow under the old name.
+            safeSaves.noteRenamedAway(item: moved.item, from: from.key, name: name, to: to.key, newName: newName)
+            close(moved.fd)
+        }
+        return []
     }
 
     /// The owner and group a new item of `caller`'s gets, as a local filesystem gives them: the

@@ -42,6 +42,8 @@ public final class Filesystem: Sendable {
     let nodes: NodeTable
     let root: Node
     let identity: ItemIdentity
+    let sessions: WriteSessions
+    let safeSaves = SafeSaveTracker()
 
     /// Serves the documents scope of the store's default container.
     public init(store: LocalStore, cachePolicy: CachePolicy = CachePolicy()) throws(DocfsError) {
@@ -54,6 +56,7 @@ public final class Filesystem: Sendable {
             throw DocfsError(.storeUnavailable, "cannot stat the documents directory", cause: DocfsError.errno("fstatat"))
         }
         identity = ItemIdentity(allocator: store.itemIDs)
+        sessions = WriteSessions(versions: store.versions)
         root = Node(id: rootID, fd: fd, key: BackingKey(st), type: S_IFDIR, item: identity.item(of: fd, st))
         nodes = NodeTable(root: root)
         var now = timespec()
@@ -120,7 +123,7 @@ public final class Filesystem: Sendable {
         return st
     }
 
-    public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges) throws(DocfsError) -> stat {
+    public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
         let node = try nodes.node(id)
         // The kernel passes a handle only for regular files; never trust one for anything else.
         let fd = node.type == S_IFREG ? handle.map { Int32(truncatingIfNeeded: $0) } : nil
@@ -136,8 +139,14 @@ public final class Filesystem: Sendable {
         }
         if let size = changes.size {
             if node.isDirectory { throw DocfsError.system(EISDIR) }
-            let r = fd.map { ftruncate($0, size) } ?? truncate(node.procPath, size)
-            try check(r)
+            if let fd {
+                try check(ftruncate(fd, size))  // a writer's handle: inside its session
+            } else {
+                // truncate(2) by path is a session of its own.
+                try sessions.begin(node, caller: caller)
+                defer { sessions.end(node) }
+                try check(truncate(node.procPath, size))
+            }
         }
         if changes.changesTimes {
             let times = changes.timespecs

@@ -36,16 +36,23 @@ final class Node: Sendable {
     let key: BackingKey
     /// S_IFMT bits: a backing inode never changes type.
     let type: mode_t
-    /// The item this backing file holds (content of that item, current or superseded).
-    let item: ItemID
+    private let itemStorage: Atomic<UInt64>
 
     init(id: NodeID, fd: Int32, key: BackingKey, type: mode_t, item: ItemID) {
         self.id = id
         self.fd = fd
         self.key = key
         self.type = type
-        self.item = item
+        self.itemStorage = Atomic(item.rawValue)
     }
+
+    /// The item this backing file holds (content of that item, current or superseded). It
+    /// changes when a safe-save makes this file the new content of an existing document.
+    var item: ItemID {
+        get { ItemID(rawValue: itemStorage.load(ordering: .acquiring)) }
+    }
+
+    func retag(_ item: ItemID) { itemStorage.store(item.rawValue, ordering: .releasing) }
 
     var isSymlink: Bool { type == S_IFLNK }
     var isDirectory: Bool { type == S_IFDIR }

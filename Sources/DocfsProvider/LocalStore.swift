@@ -13,6 +13,8 @@ public final class LocalStore: Sendable {
     public let layout: StoreLayout
     /// Where new item ids come from.
     public let itemIDs: ItemIDAllocator
+    /// Previous and conflict versions of items.
+    public let versions: VersionStore
 
     /// Opens the store at `path`, creating it and its default container when missing.
     public init(path: String) throws(DocfsError) {
@@ -31,6 +33,7 @@ public final class LocalStore: Sendable {
         }
         try Self.writeFormatMarkerIfMissing(layout)
         itemIDs = try ItemIDAllocator(path: layout.itemIDsFile)
+        versions = VersionStore(directory: layout.versionsDirectory, policy: try VersionPolicy.load(from: layout.settingsFile))
     }
 
     /// The default store: $DOCFS_STORE, else $XDG_DATA_HOME/docfs, else ~/.local/share/docfs.

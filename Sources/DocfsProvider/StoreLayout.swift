@@ -7,9 +7,11 @@ import DocfsCore
 ///       store.json                       format marker
 ///       daemon.lock                      held (flock) by the daemon serving the store
 ///       item-ids                         the next unused item id (see ItemIDAllocator)
+///       settings.json                    optional settings (see VersionPolicy)
+///       versions/<item>/<version>[.json] kept versions and their records (see VersionStore)
 ///       containers/<id>/Documents/       a container's documents scope (user-visible)
 ///       containers/<id>/Data/            the rest of the container (data scope)
-///       index/  versions/  keys/         index, kept versions, signing key (later issues)
+///       index/  keys/                    index, signing key (later issues)
 ///       logs/daemon.log                  the background daemon's log
 public struct StoreLayout: Sendable {
     public let root: String
@@ -21,6 +23,7 @@ public struct StoreLayout: Sendable {
     public var formatFile: String { root + "/store.json" }
     public var lockFile: String { root + "/daemon.lock" }
     public var itemIDsFile: String { root + "/item-ids" }
+    public var settingsFile: String { root + "/settings.json" }
     public var containersDirectory: String { root + "/containers" }
     public var indexDirectory: String { root + "/index" }
     public var versionsDirectory: String { root + "/versions" }

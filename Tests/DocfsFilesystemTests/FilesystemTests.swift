@@ -99,7 +99,7 @@ import Glibc
             #expect(error.systemErrno == EBADF)
         }
         #expect(throws: DocfsError.self) {
-            try filesystem.rename(parent: 1, name: "doc", newParent: 1, newName: "x", flags: 0x40)
+            try filesystem.rename(parent: 1, name: "doc", newParent: 1, newName: "x", flags: 0x40, caller: .daemon)
         }
     }
 
@@ -114,7 +114,7 @@ import Glibc
         #expect(attributes.st_mode & 0o7777 == 0o2755)
         let folder = try filesystem.makeDirectory(parent: 1, name: "g", mode: 0o2775, caller: caller)
         #expect(folder.attributes.st_mode & S_ISGID == 0)  // mkdir ignores S_ISGID, as on ext4
-        _ = try filesystem.setAttributes(of: folder.node, handle: nil, AttributeChanges(mode: 0o2775))
+        _ = try filesystem.setAttributes(of: folder.node, handle: nil, AttributeChanges(mode: 0o2775), caller: .daemon)
         let inside = try filesystem.makeDirectory(parent: folder.node, name: "h", mode: 0o755,
                                                   caller: Caller(uid: 42, gid: 42, pid: 1))
         #expect(inside.attributes.st_gid == 5678)  // setgid folder: its group, not the caller's

@@ -7,7 +7,8 @@ import Glibc
 
 /// Model-based random sequences: several threads create, write, truncate, rename, unlink, link
 /// and set xattrs through the mount; the same operations replayed on a plain directory must
-/// answer the same and leave the same tree.
+/// answer the same and leave the same tree. The replay applies docfs's one documented departure
+/// from a plain directory (`SafeSaveModel`: a safe-save keeps the document's user attributes).
 @Suite struct RandomSequenceTests {
     static let threads = 4
     static let operationsPerThread = 400
@@ -25,7 +26,8 @@ import Glibc
                 for _ in 0..<Self.operationsPerThread {
                     let operation = RandomOperation.random(&rng, thread: index, prefix: "")
                     log.serialized { entries in
-                        entries.append((operation, operation.apply(in: fixture.mountPoint, handles: &handles)))
+                        let result = operation.apply(in: fixture.mountPoint, handles: &handles)
+                        entries.append((operation, result, SafeSaveModel.now()))
                     }
                 }
                 handles.closeAll()
@@ -34,10 +36,10 @@ import Glibc
         try runAll(workers)
         let plain = fixture.root + "/plain"
         mkdir(plain, 0o755)
-        var replayHandles = Handles()
+        var replayHandles = Handles(model: SafeSaveModel())
         var mismatches: [String] = []
-        for (index, (operation, result)) in log.entries.enumerated() {
-            let replayed = operation.apply(in: plain, handles: &replayHandles)
+        for (index, (operation, result, time)) in log.entries.enumerated() {
+            let replayed = operation.apply(in: plain, handles: &replayHandles, at: time)
             if replayed != result && mismatches.count < 10 {
                 mismatches.append("#\(index) \(operation): docfs \(result), plain \(replayed)")
             }
@@ -68,7 +70,8 @@ import Glibc
                 for _ in 0..<Self.operationsPerThread {
                     let operation = RandomOperation.random(&rng, thread: index, prefix: "t\(index)/")
                     let result = operation.apply(in: fixture.mountPoint, handles: &handles)
-                    logs[index].serialized { $0.append((operation, result)) }
+                    let time = SafeSaveModel.now()
+                    logs[index].serialized { $0.append((operation, result, time)) }
                 }
                 handles.closeAll()
             }
@@ -79,9 +82,9 @@ import Glibc
         var mismatches: [String] = []
         for (index, log) in logs.enumerated() {
             mkdir(plain + "/t\(index)", 0o755)
-            var handles = Handles()
-            for (operation, result) in log.entries {
-                let replayed = operation.apply(in: plain, handles: &handles)
+            var handles = Handles(model: SafeSaveModel())
+            for (operation, result, time) in log.entries {
+                let replayed = operation.apply(in: plain, handles: &handles, at: time)
                 if replayed != result && mismatches.count < 10 {
                     mismatches.append("\(operation): docfs \(result), plain \(replayed)")
                 }
@@ -113,9 +116,10 @@ import Glibc
 /// The operations the threads performed, in order, with what each answered.
 final class OperationLog: @unchecked Sendable {
     private let lock = NSLock()
-    private(set) var entries: [(RandomOperation, String)] = []
+    /// Each operation, its answer, and when it returned (monotonic seconds).
+    private(set) var entries: [(RandomOperation, String, Double)] = []
 
-    func serialized(_ body: (inout [(RandomOperation, String)]) -> Void) {
+    func serialized(_ body: (inout [(RandomOperation, String, Double)]) -> Void) {
         lock.lock()
         defer { lock.unlock() }
         body(&entries)
@@ -125,6 +129,8 @@ final class OperationLog: @unchecked Sendable {
 /// Open descriptors by slot number, so a replay opens and uses "the same" handles.
 struct Handles {
     var slots: [Int: Int32] = [:]
+    /// Set for the replay on the plain directory.
+    var model: SafeSaveModel? = nil
 
     mutating func closeAll() {
         for fd in slots.values { close(fd) }
@@ -199,19 +205,27 @@ enum RandomOperation: CustomStringConvertible {
         }
     }
 
-    func apply(in root: String, handles: inout Handles) -> String {
+    func apply(in root: String, handles: inout Handles, at time: Double = 0) -> String {
         func at(_ path: String) -> String { root + "/" + path }
         func answer(_ r: Int32) -> String { r < 0 ? errnoName(errno) : "ok" }
         func answer(_ r: Int) -> String { r < 0 ? errnoName(errno) : "\(r)" }
         switch self {
         case let .create(path, mode):
+            let existed = access(at(path), F_OK) == 0
             let fd = Glibc.open(at(path), O_CREAT | O_EXCL | O_WRONLY, mode)
             if fd >= 0 { Glibc.close(fd) }
+            let failed = fd < 0 ? errno : 0
+            if fd >= 0 && !existed { handles.model?.created(at(path), time: time) }
+            errno = failed
             return answer(fd < 0 ? -1 : 0)
         case let .open(slot, path, flags):
             if let old = handles.slots.removeValue(forKey: slot) { Glibc.close(old) }
+            let existed = access(at(path), F_OK) == 0
             let fd = Glibc.open(at(path), flags, 0o644)
+            let failed = fd < 0 ? errno : 0
             if fd >= 0 { handles.slots[slot] = fd }
+            if fd >= 0 && !existed && flags & O_CREAT != 0 { handles.model?.created(at(path), time: time) }
+            errno = failed
             return answer(fd < 0 ? -1 : 0)
         case let .write(slot, offset, length, fill):
             guard let fd = handles.slots[slot] else { return "no handle" }
@@ -235,7 +249,12 @@ enum RandomOperation: CustomStringConvertible {
             guard let fd = handles.slots.removeValue(forKey: slot) else { return "no handle" }
             return answer(Glibc.close(fd))
         case let .rename(from, to, flags):
-            return answer(docfs_renameat2(AT_FDCWD, at(from), AT_FDCWD, at(to), flags))
+            let replace = handles.model?.beforeRename(at(from), at(to), flags: flags) ?? false
+            let r = docfs_renameat2(AT_FDCWD, at(from), AT_FDCWD, at(to), flags)
+            let failed = errno
+            if r == 0 && !replace { handles.model?.renamed(at(from), at(to), flags: flags, time: time) }
+            errno = failed
+            return answer(r)
         case let .unlink(path):
             return answer(Glibc.unlink(at(path)))
         case let .link(from, to):
@@ -282,5 +301,72 @@ enum RandomOperation: CustomStringConvertible {
         case let .stat(p): return "stat \(p)"
         case let .list(p): return "list \(p)"
         }
+    }
+}
+
+/// docfs's safe-save rules (docs/semantics.md), applied to a plain directory so a replay there
+/// predicts what docfs answers: a file made moments ago renamed over (or exchanged with) a
+/// document takes the document's user attributes it lacks; a file created where a document was
+/// just renamed away to a backup name of it (`doc` → `doc~`) takes the backup's. Every file the
+/// test creates counts as made moments ago.
+struct SafeSaveModel {
+    private var vacated: [String: (backup: String, inode: ino_t, time: Double)] = [:]
+
+    static func now() -> Double {
+        var t = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &t)
+        return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9
+    }
+
+    /// Before a rename: carries the attributes over when it is a replace; answers whether it is.
+    func beforeRename(_ from: String, _ to: String, flags: UInt32) -> Bool {
+        guard flags & DOCFS_RENAME_NOREPLACE == 0, let source = Self.single(from), let target = Self.single(to),
+              source.st_ino != target.st_ino else { return false }
+        Self.copyMissingAttributes(from: to, to: from)
+        return true
+    }
+
+    mutating func renamed(_ from: String, _ to: String, flags: UInt32, time: Double) {
+        guard flags & DOCFS_RENAME_EXCHANGE == 0 else { return }
+        let (folder, name) = Self.split(from), (newFolder, newName) = Self.split(to)
+        guard folder == newFolder, newName.utf8.count > name.utf8.count,
+              Self.contains(newName, name),
+              let moved = Self.single(to) else { return }
+        vacated[from] = (to, moved.st_ino, time)
+    }
+
+    mutating func created(_ path: String, time: Double) {
+        guard let entry = vacated.removeValue(forKey: path), time - entry.time < 30,
+              let backup = Self.single(entry.backup), backup.st_ino == entry.inode else { return }
+        Self.copyMissingAttributes(from: entry.backup, to: path)
+    }
+
+    /// A regular file with one link.
+    private static func single(_ path: String) -> stat? {
+        var st = stat()
+        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1 else { return nil }
+        return st
+    }
+
+    private static func copyMissingAttributes(from source: String, to target: String) {
+        var names = [CChar](repeating: 0, count: 4096)
+        let n = docfs_llistxattr(source, &names, names.count)
+        guard n > 0 else { return }
+        for raw in names[0..<n].split(separator: 0) {
+            let name = String(decoding: raw.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            var value = [UInt8](repeating: 0, count: 65536)
+            let m = docfs_lgetxattr(source, name, &value, value.count)
+            if m >= 0 { _ = docfs_lsetxattr(target, name, value, m, DOCFS_XATTR_CREATE) }
+        }
+    }
+
+    private static func split(_ path: String) -> (String, String) {
+        guard let slash = path.lastIndex(of: "/") else { return ("", path) }
+        return (String(path[..<slash]), String(path[path.index(after: slash)...]))
+    }
+
+    private static func contains(_ haystack: String, _ needle: String) -> Bool {
+        let a = Array(haystack.utf8), b = Array(needle.utf8)
+        return a.count > b.count && (0...(a.count - b.count)).contains { Array(a[$0..<($0 + b.count)]) == b }
     }
 }

@@ -1,0 +1,29 @@
+import CFuse
+import DocfsCore
+import Synchronization
+
+/// Tells the kernel to forget what it caches about nodes that changed without its knowing:
+/// a safe-save gives the new content the document's inode number, which the kernel cached
+/// under the old one. Notifications go out before the reply of the request that caused them,
+/// so the caller's next stat already sees the change; they take no inode locks (attributes only).
+///
+/// Lock order: `session` is a leaf lock, held only to read the pointer.
+final class KernelNotifier: Sendable {
+    private let session = Mutex<SessionPointer?>(nil)
+
+    func attach(_ pointer: OpaquePointer) {
+        session.withLock { $0 = SessionPointer(value: pointer) }
+    }
+
+    func forgetAttributes(of nodes: [NodeID]) {
+        guard !nodes.isEmpty, let pointer = session.withLock({ $0 })?.value else { return }
+        for node in nodes {
+            _ = fuse_lowlevel_notify_inval_inode(pointer, fuse_ino_t(node), -1, 0)
+        }
+    }
+
+    private struct SessionPointer: @unchecked Sendable {
+        // libfuse's notify calls are thread-safe on a mounted session.
+        let value: OpaquePointer
+    }
+}

@@ -1,0 +1,214 @@
+import CLinux
+import DocfsCore
+import DocfsProvider
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Write sessions (issue 3 §1): a session on a file runs from its first open for writing (or a
+/// truncate) to the last close of all its writers, and a session that changed the content
+/// makes exactly one new version. When it begins, the content it is about to supersede is kept
+/// as the previous version, and the file's `user.docfs.version` moves to the new number at once,
+/// so whoever looks after a write has returned sees the version that write belongs to. A session
+/// that changed nothing is rolled back: no version, nothing kept.
+///
+/// Files created through the mount start at version 1 and their creating open is not a
+/// session (there is nothing to supersede). A file that has no version yet (made behind docfs's
+/// back) counts as version 1.
+///
+/// Lock order: `state` is a leaf lock; the content copy and xattr writes of a session that starts
+/// or ends happen outside it, while new writers of the same file wait for them (`busy`).
+final class WriteSessions: Sendable {
+    private struct Session {
+        let item: ItemID
+        let base: UInt64
+        let baseSize: Int64
+        let baseModified: timespec
+        var writers: Int
+        /// The base content was kept as a version (so a rollback removes it).
+        var keptBase: Bool
+    }
+
+    private struct State {
+        var sessions: [NodeID: Session] = [:]
+        /// Nodes whose session is being started or ended: new writers wait for it.
+        var busy: Set<NodeID> = []
+        /// Open handles that write, and the node they write (held: the kernel may forget the
+        /// node before the release of its last handle arrives).
+        var writerHandles: [UInt64: Node] = [:]
+        /// Who made the current version of recently written items (bounded).
+        var authors: [ItemID: (version: UInt64, author: Author)] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let versions: VersionStore
+
+    init(versions: VersionStore) {
+        self.versions = versions
+    }
+
+    /// A writer of `node` arrives (an open for writing or a truncate, before it touches the
+    /// content). Starts the session if it is the first.
+    func begin(_ node: Node, caller: Caller) throws(DocfsError) {
+        guard node.type == S_IFREG, !node.item.isDerived else { return }
+        while true {
+            let mustStart = state.withLock { state -> Bool? in
+                if state.sessions[node.id] != nil {
+                    state.sessions[node.id]!.writers += 1
+                    return false
+                }
+                if state.busy.contains(node.id) { return nil }
+                state.busy.insert(node.id)
+                return true
+            }
+            switch mustStart {
+            case false?: return
+            case true?: return try start(node, caller: caller)
+            case nil: usleep(200)  // a session is starting or ending: wait for it
+            }
+        }
+    }
+
+    /// Registers `handle` as a writer of `node` (call after `begin` once the open succeeded).
+    func attach(_ handle: UInt64, to node: Node) {
+        guard node.type == S_IFREG, !node.item.isDerived else { return }
+        state.withLock { $0.writerHandles[handle] = node }
+    }
+
+    /// The writer `handle` is closing: the node it wrote, to `end` once the handle is closed.
+    /// Call before the handle's descriptor is closed (its number is the key).
+    func detach(_ handle: UInt64) -> Node? {
+        state.withLock { $0.writerHandles.removeValue(forKey: handle) }
+    }
+
+    /// A descriptor of the writer `handle` was closed (FLUSH, which close(2) waits for, unlike
+    /// the release that follows it). When the handle is its session's only writer and the file
+    /// changed, the session ends here: a save that closes and reopens at once makes two
+    /// versions, not one. A file still unchanged waits for the release (a shell may close its
+    /// copy of a descriptor before the command it started has written).
+    func flushed(_ handle: UInt64) {
+        let node = state.withLock { state -> Node? in
+            guard let node = state.writerHandles[handle], state.sessions[node.id]?.writers == 1 else { return nil }
+            return node
+        }
+        guard let node else { return }
+        var st = stat()
+        guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else { return }
+        let ended = state.withLock { state -> Session? in
+            guard state.writerHandles[handle] === node, let session = state.sessions[node.id], session.writers == 1,
+                  Int64(st.st_size) != session.baseSize || st.st_mtim.tv_sec != session.baseModified.tv_sec
+                    || st.st_mtim.tv_nsec != session.baseModified.tv_nsec else { return nil }
+            state.writerHandles[handle] = nil
+            state.sessions[node.id] = nil
+            return session
+        }
+        if let ended { versions.prune(ended.item, now: Self.now()) }
+    }
+
+    /// A writer leaves: a closed handle, a failed open, a truncate by path. The last one ends
+    /// the session.
+    func end(_ node: Node) {
+        guard node.type == S_IFREG, !node.item.isDerived else { return }
+        let finished = state.withLock { state -> Session? in
+            guard var session = state.sessions[node.id] else { return nil }
+            session.writers -= 1
+            if session.writers > 0 {
+                state.sessions[node.id] = session
+                return nil
+            }
+            state.sessions[node.id] = nil
+            state.busy.insert(node.id)
+            return session
+        }
+        guard let session = finished else { return }
+        defer { state.withLock { _ = $0.busy.remove(node.id) } }
+        if changed(node, since: session) {
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            versions.prune(session.item, now: Double(now.tv_sec))
+            return
+        }
+        // Nothing written: as if the session never was.
+        try? ItemAttributes.setVersion(session.base, onDescriptor: node.fd)
+        if session.keptBase { versions.remove(session.item, version: session.base) }
+    }
+
+    /// Whether the session changed the file. Size and mtime tell most changes; mtime ticks
+    /// coarsely, so when they look the same the content is compared with the kept copy.
+    private func changed(_ node: Node, since session: Session) -> Bool {
+        var st = stat()
+        guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else { return true }
+        if Int64(st.st_size) != session.baseSize || st.st_mtim.tv_sec != session.baseModified.tv_sec
+            || st.st_mtim.tv_nsec != session.baseModified.tv_nsec { return true }
+        guard session.keptBase else { return false }
+        return !versions.sameContent(session.item, version: session.base, as: "/proc/self/fd/\(node.fd)")
+    }
+
+    /// Records who made `version` of `item` (a replace, which is no session).
+    func noteAuthor(of item: ItemID, version: UInt64, caller: Caller) {
+        let author = Author(pid: caller.pid, uid: caller.uid, command: Self.command(of: caller.pid))
+        state.withLock { state in
+            if state.authors.count > 65536 { state.authors.removeAll(keepingCapacity: true) }
+            state.authors[item] = (version, author)
+        }
+    }
+
+    /// The version `item`'s current content was made by, and who made it, if this daemon saw it.
+    func author(of item: ItemID, version: UInt64) -> Author? {
+        state.withLock { state in
+            guard let known = state.authors[item], known.version == version else { return nil }
+            return known.author
+        }
+    }
+
+    private func start(_ node: Node, caller: Caller) throws(DocfsError) {
+        var session: Session? = nil
+        defer {
+            state.withLock { state in
+                state.busy.remove(node.id)
+                if let session { state.sessions[node.id] = session }
+            }
+        }
+        var st = stat()
+        try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH))
+        let base = max(ItemAttributes.version(ofDescriptor: node.fd), 1)
+        var kept = false
+        if st.st_size > 0 && Int64(st.st_size) <= versions.policy.maximumFileSize {
+            let fd = open("/proc/self/fd/\(node.fd)", O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw DocfsError.errno("opening item \(node.item) to keep version \(base)") }
+            defer { close(fd) }
+            let record = VersionRecord(version: base, kind: .previous, modified: Self.seconds(st.st_mtim),
+                                       kept: Self.now(), size: Int64(st.st_size),
+                                       author: self.author(of: node.item, version: base))
+            try versions.keepCopy(of: fd, item: node.item, record: record)
+            kept = true
+        }
+        do throws(DocfsError) {
+            try ItemAttributes.setVersion(base + 1, onDescriptor: node.fd)
+        } catch {
+            if kept { versions.remove(node.item, version: base) }
+            throw error
+        }
+        noteAuthor(of: node.item, version: base + 1, caller: caller)
+        session = Session(item: node.item, base: base, baseSize: Int64(st.st_size), baseModified: st.st_mtim,
+                          writers: 1, keptBase: kept)
+    }
+
+    /// The command name of a process (/proc/PID/comm), empty when it is gone.
+    static func command(of pid: pid_t) -> String {
+        guard pid > 0, let file = fopen("/proc/\(pid)/comm", "r") else { return "" }
+        defer { fclose(file) }
+        var line = [CChar](repeating: 0, count: 64)
+        guard fgets(&line, 64, file) != nil else { return "" }
+        return String(decoding: line.prefix { $0 != 0 && $0 != 10 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    static func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
+
+    static func now() -> Double {
+        var t = timespec()
+        clock_gettime(CLOCK_REALTIME, &t)
+        return seconds(t)
+    }
+}

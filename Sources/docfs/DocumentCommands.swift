@@ -1,0 +1,149 @@
+import ArgumentParser
+import CLinux
+import DocfsCore
+import DocfsProvider
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `docfs status FILE`: what docfs knows about a document.
+struct StatusCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show a document's item id, version, size, dates and conflict state.",
+        discussion: "FILE may be on a docfs mount or inside a store's folders."
+    )
+
+    @Flag(name: .long, help: "Print JSON instead of text.")
+    var json = false
+
+    @Argument(help: ArgumentHelp("The document.", valueName: "file"))
+    var file: String
+
+    struct Report: Encodable {
+        var path: String
+        var store: String
+        var item: UInt64
+        var kind: String
+        var version: UInt64?
+        var size: Int64
+        var created: Double?
+        var modified: Double
+        var keptVersions: Int
+        var conflict: Bool
+    }
+
+    func run() throws {
+        let document = try reportingErrors { () throws(DocfsError) in try LocatedDocument.locate(file) }
+        let st = document.attributes
+        let kept = VersionStore(directory: document.store.versionsDirectory, policy: .defaults).versions(of: document.item)
+        let report = Report(path: document.path, store: document.store.root, item: document.item.rawValue,
+                            kind: st.st_mode & S_IFMT == S_IFDIR ? "folder" : "file", version: document.version,
+                            size: Int64(st.st_size), created: birthTime(document.backingPath),
+                            modified: seconds(st.st_mtim), keptVersions: kept.count,
+                            conflict: kept.contains { $0.kind == .conflict })
+        if json { return printJSON(report) }
+        var lines = [("path", report.path), ("item id", String(report.item)), ("kind", report.kind)]
+        if let version = report.version { lines.append(("version", String(version))) }
+        lines.append(("size", "\(report.size) bytes"))
+        if let created = report.created { lines.append(("created", formatDate(created))) }
+        lines.append(("modified", formatDate(report.modified)))
+        lines.append(("versions", "\(report.keptVersions) kept (docfs versions \(file))"))
+        lines.append(("conflict", report.conflict ? "yes: see docfs versions \(file)" : "none"))
+        lines.append(("store", report.store))
+        for (label, value) in lines { print("\((label + ":").padding(10)) \(value)") }
+    }
+}
+
+/// `docfs versions FILE`: the kept versions of a document.
+struct VersionsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "versions",
+        abstract: "List the versions docfs keeps of a document.",
+        discussion: """
+            Each save through a docfs mount makes a new version; the content it replaced is kept \
+            as a previous version (how many and for how long: the store's settings.json).
+            """
+    )
+
+    @Flag(name: .long, help: "Print JSON instead of a table.")
+    var json = false
+
+    @Argument(help: ArgumentHelp("The document.", valueName: "file"))
+    var file: String
+
+    struct Row: Encodable {
+        var version: UInt64
+        var kind: String
+        var modified: Double
+        var size: Int64
+        var pid: Int32?
+        var uid: UInt32?
+        var command: String?
+    }
+
+    func run() throws {
+        let document = try reportingErrors { () throws(DocfsError) in try LocatedDocument.locate(file) }
+        guard let current = document.version else {
+            printError("docfs: \(file) is a folder; only files have versions\n")
+            throw ExitCode.failure
+        }
+        let kept = VersionStore(directory: document.store.versionsDirectory, policy: .defaults).versions(of: document.item)
+        var rows = kept.map {
+            Row(version: $0.version, kind: $0.kind.rawValue, modified: $0.modified, size: $0.size,
+                pid: $0.author?.pid, uid: $0.author?.uid, command: $0.author?.command)
+        }
+        rows.append(Row(version: current, kind: "current", modified: seconds(document.attributes.st_mtim),
+                        size: Int64(document.attributes.st_size)))
+        rows.sort { $0.version > $1.version }
+        if json { return printJSON(rows) }
+        print("VERSION  KIND      MODIFIED             SIZE        WHO")
+        for row in rows {
+            let who = row.pid.map { "pid \($0), uid \(row.uid ?? 0), \(row.command ?? "")" } ?? ""
+            print("\(String(row.version).padding(8)) \(row.kind.padding(9)) \(formatDate(row.modified).padding(20)) "
+                  + "\(String(row.size).padding(11)) \(who)")
+        }
+    }
+}
+
+/// Runs `body`; a DocfsError becomes a one-line message on stderr and exit status 1.
+func reportingErrors<T>(_ body: () throws(DocfsError) -> T) throws -> T {
+    do {
+        return try body()
+    } catch {
+        printError("docfs: \(error)\n")
+        throw ExitCode.failure
+    }
+}
+
+func printJSON(_ value: some Encodable) {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+    guard let data = try? encoder.encode(value) else { return }
+    print(String(decoding: data, as: UTF8.self))
+}
+
+func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
+
+/// Local time, to the second: 2026-11-21 17:05:02.
+func formatDate(_ seconds: Double) -> String {
+    var time = time_t(seconds.rounded(.down))
+    var parts = tm()
+    localtime_r(&time, &parts)
+    var buffer = [CChar](repeating: 0, count: 32)
+    let n = strftime(&buffer, buffer.count, "%Y-%m-%d %H:%M:%S", &parts)
+    return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
+
+/// When the file was made (statx birth time), when the filesystem records it.
+func birthTime(_ path: String) -> Double? {
+    var sec: Int64 = 0
+    var nsec: UInt32 = 0
+    guard docfs_birth_time(path, &sec, &nsec) == 0 else { return nil }
+    return Double(sec) + Double(nsec) / 1e9
+}
+
+extension String {
+    func padding(_ width: Int) -> String { count >= width ? self : self + String(repeating: " ", count: width - count) }
+}

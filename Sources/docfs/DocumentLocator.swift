@@ -1,0 +1,75 @@
+import CLinux
+import DocfsCore
+import DocfsProvider
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A document named on the command line, found either through a docfs mount or directly in a
+/// store's folders, with the store it belongs to.
+struct LocatedDocument {
+    var path: String
+    var store: StoreLayout
+    /// The mount the path was reached through, nil when it names a file inside the store.
+    var mountPoint: String?
+    var item: ItemID
+    var version: UInt64?
+    var attributes: stat
+
+    /// Where the document's file lies in the store (a mount root shows the default
+    /// container's documents), for what the mount does not pass on, such as the birth time.
+    var backingPath: String {
+        guard let mountPoint else { return path }
+        return store.documentsDirectory(.userDefault) + path.dropFirst(mountPoint == "/" ? 0 : mountPoint.count)
+    }
+
+    /// Finds `path`, or throws an error saying what to do.
+    static func locate(_ path: String) throws(DocfsError) -> LocatedDocument {
+        let absolute = MountTable.canonical(path)
+        var st = stat()
+        guard lstat(absolute, &st) == 0 else {
+            throw DocfsError(.system(.noSuchFileOrDirectory), "\(path) does not exist")
+        }
+        let store: StoreLayout
+        let mountPoint: String?
+        if let mount = MountTable.entries().filter({ $0.type == "fuse.docfs" && isInside(absolute, $0.mountPoint) })
+            .max(by: { $0.mountPoint.count < $1.mountPoint.count }) {
+            guard let record = MountRegistry.record(for: mount.mountPoint) else {
+                throw DocfsError(.storeUnavailable,
+                                 "cannot tell which store the mount at \(mount.mountPoint) serves: run this as the user who mounted it")
+            }
+            store = StoreLayout(root: record.store)
+            mountPoint = mount.mountPoint
+        } else if let root = storeRoot(containing: absolute) {
+            store = StoreLayout(root: root)
+            mountPoint = nil
+        } else {
+            throw DocfsError(.invalidArgument, "\(path) is neither on a docfs mount nor in a docfs store")
+        }
+        let fd = open(absolute, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError(.system(.permissionDenied), "cannot open \(path)") }
+        defer { close(fd) }
+        guard let item = ItemAttributes.id(ofDescriptor: fd) else {
+            throw DocfsError(.invalidArgument, "\(path) has no item id (symbolic links and special files have none)")
+        }
+        let isFile = st.st_mode & S_IFMT == S_IFREG
+        let version = isFile ? max(ItemAttributes.version(ofDescriptor: fd), 1) : nil
+        return LocatedDocument(path: absolute, store: store, mountPoint: mountPoint, item: item, version: version,
+                               attributes: st)
+    }
+
+    private static func isInside(_ path: String, _ folder: String) -> Bool {
+        folder == "/" || path == folder || path.hasPrefix(folder + "/")
+    }
+
+    /// The store whose folders hold `path`: the nearest ancestor with a store.json and containers/.
+    private static func storeRoot(containing path: String) -> String? {
+        var folder = path
+        while let slash = folder.lastIndex(of: "/"), !folder.isEmpty {
+            folder = String(folder[..<slash])
+            let layout = StoreLayout(root: folder.isEmpty ? "/" : folder)
+            if access(layout.formatFile, F_OK) == 0 && access(layout.containersDirectory, F_OK) == 0 { return layout.root }
+        }
+        return nil
+    }
+}

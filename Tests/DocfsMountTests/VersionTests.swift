@@ -1,0 +1,173 @@
+import CLinux
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Write sessions and versions (issue 3 §1, §4): each session that changes a file makes one
+/// version, and the content it superseded is kept and listed by `docfs versions`.
+@Suite struct VersionTests {
+    @Test func eachWriteSessionMakesOneVersionAndKeepsWhatItReplaced() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("notes.txt")
+        try write("one\n", to: f)
+        #expect(attribute(f, "user.docfs.version") == "1")
+        try write("two, longer\n", to: f)  // O_TRUNC: a session
+        #expect(attribute(f, "user.docfs.version") == "2")
+        let appended = try shell("echo three >> '\(f)'")
+        #expect(appended.status == 0)
+        #expect(attribute(f, "user.docfs.version") == "3")
+
+        // Two writers at once are one session: one version when the last closes.
+        let a = open(f, O_WRONLY)
+        let b = open(f, O_WRONLY | O_APPEND)
+        #expect(a >= 0 && b >= 0)
+        #expect(pwrite(a, "TWO", 3, 0) == 3)
+        #expect(write(b, "four\n", 5) == 5)
+        close(a)
+        close(b)
+        #expect(attribute(f, "user.docfs.version") == "4")
+        let id = try #require(itemID(f))
+
+        let listing = try versionsJSON(fixture, f)
+        #expect(listing.map(\.version) == [4, 3, 2, 1])
+        #expect(listing.map(\.kind) == ["current", "previous", "previous", "previous"])
+        #expect(listing.first?.size == Int64("TWO, longer\nthree\nfour\n".utf8.count))
+        #expect(try kept(fixture, id, 1) == "one\n")
+        #expect(try kept(fixture, id, 2) == "two, longer\n")
+        #expect(try kept(fixture, id, 3) == "two, longer\nthree\n")
+        #expect(listing.first { $0.version == 3 }?.command == "bash")  // who wrote version 3
+
+        let table = try shell("'\(MountFixture.binary)' versions '\(f)'")
+        #expect(table.status == 0)
+        #expect(table.output.contains("VERSION") && table.output.contains("current") && table.output.contains("bash"))
+    }
+
+    @Test func aSessionThatChangesNothingMakesNoVersion() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("data.bin")
+        try write("same bytes", to: f)
+        let fd = open(f, O_RDWR)
+        #expect(fd >= 0)
+        var buffer = [UInt8](repeating: 0, count: 64)
+        #expect(read(fd, &buffer, 64) == 10)
+        close(fd)
+        // The release reaches the daemon after close returns: wait for the rollback.
+        #expect(eventually { attribute(f, "user.docfs.version") == "1" })
+        #expect(eventually { (try? versionsJSON(fixture, f).count) == 1 })
+        // A change that keeps the size is one (even within one tick of the coarse mtime clock:
+        // then the content is compared with what was kept).
+        let other = open(f, O_WRONLY)
+        #expect(pwrite(other, "SAME", 4, 0) == 4)
+        close(other)
+        #expect(eventually { (try? versionsJSON(fixture, f).map(\.version)) == [2, 1] })
+        #expect(attribute(f, "user.docfs.version") == "2")
+    }
+
+    @Test func truncateByPathIsASession() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("log")
+        try write("0123456789", to: f)
+        #expect(truncate(f, 4) == 0)
+        #expect(attribute(f, "user.docfs.version") == "2")
+        #expect(try kept(fixture, try #require(itemID(f)), 1) == "0123456789")
+    }
+
+    @Test func statusReportsIdVersionAndDatesOnTheMountAndInTheStore() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("report.txt")
+        try write("v1", to: f)
+        try write("v2!", to: f)
+        let id = try #require(itemID(f))
+        for path in [f, fixture.documents + "/report.txt"] {
+            let result = try shell("'\(MountFixture.binary)' status --json '\(path)'")
+            #expect(result.status == 0, "\(result.output)")
+            let json = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any]
+            #expect(json?["item"] as? UInt64 == id)
+            #expect(json?["version"] as? UInt64 == 2)
+            #expect(json?["size"] as? Int == 3)
+            #expect(json?["keptVersions"] as? Int == 1)
+            #expect(json?["conflict"] as? Bool == false)
+            #expect(json?["created"] != nil && json?["modified"] != nil)
+        }
+        let text = try shell("'\(MountFixture.binary)' status '\(f)'")
+        #expect(text.output.contains("item id:   \(id)") && text.output.contains("version:   2"))
+        let missing = try shell("'\(MountFixture.binary)' status /nonexistent/file")
+        #expect(missing.status == 1 && missing.output.contains("does not exist"))
+        let elsewhere = try shell("'\(MountFixture.binary)' status /etc/hostname")
+        #expect(elsewhere.status == 1 && elsewhere.output.contains("neither on a docfs mount nor in a docfs store"))
+    }
+
+    @Test func thePolicyBoundsWhatIsKept() throws {
+        let fixture = try MountFixture(mount: false)
+        defer { fixture.tearDown() }
+        try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
+        try #"{"versions": {"keep": 2, "maximumFileMiB": 1}}"#.write(toFile: fixture.store + "/settings.json",
+                                                                    atomically: false, encoding: .utf8)
+        try fixture.start()
+        let f = fixture.path("doc")
+        for i in 1...5 { try write("save \(i)", to: f) }
+        #expect(attribute(f, "user.docfs.version") == "5")
+        #expect(eventually { (try? versionsJSON(fixture, f).map(\.version)) == [5, 4, 3] })
+        // Larger than maximumFileMiB: written in place, versions counted, nothing kept.
+        let big = fixture.path("big")
+        try write(String(repeating: "x", count: 2 << 20), to: big)
+        try write(String(repeating: "y", count: 2 << 20), to: big)
+        #expect(attribute(big, "user.docfs.version") == "2")
+        #expect(try versionsJSON(fixture, big).map(\.kind) == ["current"])
+    }
+
+    @Test func badSettingsAreReportedWhenMounting() throws {
+        let fixture = try MountFixture(mount: false)
+        defer { fixture.tearDown() }
+        try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
+        try "{ keep: 2".write(toFile: fixture.store + "/settings.json", atomically: false, encoding: .utf8)
+        let result = try shell("'\(MountFixture.binary)' mount --store '\(fixture.store)' '\(fixture.mountPoint)'")
+        #expect(result.status != 0)
+        #expect(result.output.contains("settings.json is not valid JSON"))
+    }
+}
+
+struct VersionRow: Decodable {
+    var version: UInt64
+    var kind: String
+    var size: Int64
+    var command: String?
+}
+
+func versionsJSON(_ fixture: MountFixture, _ path: String) throws -> [VersionRow] {
+    let result = try shell("'\(MountFixture.binary)' versions --json '\(path)'")
+    guard result.status == 0 else { throw FixtureError("docfs versions failed: \(result.output)") }
+    return try JSONDecoder().decode([VersionRow].self, from: Data(result.output.utf8))
+}
+
+/// The content docfs kept as `version` of item `id`.
+func kept(_ fixture: MountFixture, _ id: UInt64, _ version: Int) throws -> String {
+    try String(contentsOfFile: fixture.store + "/versions/\(id)/\(version)", encoding: .utf8)
+}
+
+/// Writes `text` to `path` as `>` in a shell does (create or truncate, write, close).
+func write(_ text: String, to path: String) throws {
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+    guard fd >= 0 else { throw FixtureError("cannot open \(path): \(errno)") }
+    defer { close(fd) }
+    let bytes = Array(text.utf8)
+    guard bytes.withUnsafeBytes({ Glibc.write(fd, $0.baseAddress, $0.count) }) == bytes.count else {
+        throw FixtureError("short write to \(path)")
+    }
+}
+
+/// Whether `condition` holds within two seconds (for what the kernel sends after a call returns,
+/// such as the release of a closed file).
+func eventually(_ condition: () -> Bool) -> Bool {
+    for _ in 0..<200 {
+        if condition() { return true }
+        usleep(10_000)
+    }
+    return condition()
+}
