@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Layers, dependencies pointing one way:
-//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → DocfsProvider → DocfsCore
+//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsProvider} → DocfsCore
 // Only DocfsFUSE imports CFuse (libfuse3) and CFusePassthrough (its C helpers for the kernel's
 // FUSE passthrough). CLinux wraps Linux syscalls Swift's Glibc hides.
 let package = Package(
@@ -32,7 +32,8 @@ let package = Package(
             ]
         ),
         .target(name: "DocfsProvider", dependencies: ["DocfsCore", "CLinux"]),
-        .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsProvider", "CLinux"]),
+        .target(name: "DocfsCoordination", dependencies: ["DocfsCore"]),
+        .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsProvider", "CLinux"]),
         .target(
             name: "DocfsFUSE",
             dependencies: ["CFuse", "CFusePassthrough", "DocfsFilesystem", .product(name: "Logging", package: "swift-log")]
@@ -45,7 +46,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider"]),
+        .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination"]),
         .testTarget(name: "DocfsMountTests", dependencies: ["CLinux"], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]

@@ -227,6 +227,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="smaller sizes, one repetition")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--docfs-options", default="")
+    parser.add_argument("--only", default="", help="run only the workloads whose name contains this")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: run as root (mounts, drop_caches)")
@@ -258,6 +259,7 @@ def main():
         ("git add+commit, 2000 files", "s", None, git_commit(tree), None),
     ]
 
+    workloads = [w for w in workloads if args.only in w[0]]
     targets = make_targets(args.dir, args.docfs, args.docfs_options)
     image_mb = 2 * size_mb + 768
     results = {}

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
+#include <sys/socket.h>
 #include <linux/fs.h>
 #include <linux/falloc.h>
 #include "docfs_linux.h"
@@ -89,5 +90,17 @@ int docfs_birth_time(const char *path, long long *seconds, unsigned int *nanosec
     }
     *seconds = sx.stx_btime.tv_sec;
     *nanoseconds = sx.stx_btime.tv_nsec;
+    return 0;
+}
+
+int docfs_accept_cloexec(int fd) { return accept4(fd, NULL, NULL, SOCK_CLOEXEC); }
+
+int docfs_peer_credentials(int fd, int *pid, unsigned int *uid, unsigned int *gid) {
+    struct ucred credentials;
+    socklen_t length = sizeof credentials;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -1;
+    *pid = credentials.pid;
+    *uid = credentials.uid;
+    *gid = credentials.gid;
     return 0;
 }

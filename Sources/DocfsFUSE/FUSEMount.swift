@@ -121,6 +121,11 @@ public final class FUSEMount: Sendable {
         self.connectionNumber = Self.connectionNumber(of: mountPoint)
     }
 
+    /// Makes the kernel forget what a change docfs made itself outside any request left stale.
+    public func invalidate(_ invalidations: KernelInvalidations) {
+        context.takeUnretainedValue().kernel.forgetEntries(invalidations.entries)
+    }
+
     /// Serves requests until the mount goes away, then cleans the session up (exactly once).
     public func run() {
         let start = phase.withLock { phase -> Bool in

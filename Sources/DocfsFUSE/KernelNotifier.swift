@@ -22,6 +22,15 @@ final class KernelNotifier: Sendable {
         }
     }
 
+    /// Names whose entries changed behind the kernel (a restore): it looks them up again.
+    /// Never call this while answering a request on the same folder (the kernel holds its lock).
+    func forgetEntries(_ entries: [(parent: NodeID, name: FileName)]) {
+        guard !entries.isEmpty, let pointer = session.withLock({ $0 })?.value else { return }
+        for (parent, name) in entries {
+            _ = fuse_lowlevel_notify_inval_entry(pointer, fuse_ino_t(parent), name.cString, name.cString.count - 1)
+        }
+    }
+
     private struct SessionPointer: @unchecked Sendable {
         // libfuse's notify calls are thread-safe on a mounted session.
         let value: OpaquePointer

@@ -1,4 +1,5 @@
 import CLinux
+import DocfsCoordination
 import DocfsCore
 import DocfsProvider
 #if canImport(Glibc)
@@ -76,8 +77,9 @@ extension Filesystem {
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(EOPNOTSUPP) }
         if node.isSymlink { throw DocfsError.system(EPERM) }
         try ExtendedAttributePolicy.checkWritable(name, value: value)
-        let r = value.withUnsafeBytes { docfs_setxattr(node.procPath, name, $0.baseAddress, $0.count, flags) }
-        try check(r)
+        try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
+            try check(value.withUnsafeBytes { docfs_setxattr(node.procPath, name, $0.baseAddress, $0.count, flags) })
+        }
     }
 
     public func removeExtendedAttribute(_ id: NodeID, name: String) throws(DocfsError) {
@@ -86,7 +88,9 @@ extension Filesystem {
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(EOPNOTSUPP) }
         if node.isSymlink { throw DocfsError.system(EPERM) }
         try ExtendedAttributePolicy.checkWritable(name, value: nil)
-        try check(docfs_removexattr(node.procPath, name))
+        try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
+            try check(docfs_removexattr(node.procPath, name))
+        }
     }
 
     /// Files with an id of their own have versions (folders, links and special files do not).

@@ -1,4 +1,5 @@
 import CLinux
+import DocfsCoordination
 import DocfsCore
 #if canImport(Glibc)
 import Glibc
@@ -32,27 +33,39 @@ extension Filesystem {
         let node = try nodes.node(id)
         if node.isDirectory && flags & O_ACCMODE != O_RDONLY { throw DocfsError.system(EISDIR) }
         let writes = node.type == S_IFREG && (flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0)
-        if writes { try sessions.begin(node, caller: caller) }
-        let fd = Glibc.open(node.procPath, backingFlags(flags & ~Self.strippedOpenFlags) | O_CLOEXEC)
-        guard fd >= 0 else {
-            let e = Glibc.errno
-            if writes { sessions.end(node) }
-            throw DocfsError.system(e)
+        return try coordinator.withClaims([(node.item, writes ? .write : .read)]) { () throws(DocfsError) -> OpenFile in
+            if writes { try sessions.begin(node, caller: caller) }
+            let fd = Glibc.open(node.procPath, backingFlags(flags & ~Self.strippedOpenFlags) | O_CLOEXEC)
+            guard fd >= 0 else {
+                let e = Glibc.errno
+                if writes { sessions.end(node) }
+                throw DocfsError.system(e)
+            }
+            if writes { sessions.attach(UInt64(fd), to: node) }
+            return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
+                            isRegularFile: node.type == S_IFREG)
         }
-        if writes { sessions.attach(UInt64(fd), to: node) }
-        return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
-                        isRegularFile: node.type == S_IFREG)
     }
 
     public func create(parent: NodeID, name: FileName, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
         let directory = try nodes.node(parent)
+        let made = try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> (Entry, OpenFile)? in
+            try createExclusively(in: directory, name: name, mode: mode, flags: flags, caller: caller)
+        }
+        // If a file appeared in the store since the kernel looked (and the caller did not ask
+        // for O_EXCL), open it as it is, as a local filesystem would.
+        if let made { return made }
+        return try openExisting(in: directory, name: name, flags: flags, caller: caller)
+    }
+
+    /// Creates `name` exclusively, so only a file made here is given to the caller; nil when
+    /// one is there already and the caller did not ask for O_EXCL.
+    private func createExclusively(in directory: Node, name: FileName, mode: mode_t, flags: Int32,
+                                   caller: Caller) throws(DocfsError) -> (Entry, OpenFile)? {
         let openFlags = backingFlags(flags & ~(O_NOCTTY | DOCFS_O_DIRECT)) | O_CREAT | O_CLOEXEC | O_NOFOLLOW
-        // Create exclusively, so only a file made here is given to the caller. If one appeared
-        // in the store since the kernel looked (and the caller did not ask for O_EXCL), open it
-        // as it is, as a local filesystem would.
         let fd = openat(directory.fd, name.cString, openFlags | O_EXCL, mode & 0o7777)
         guard fd >= 0 else {
-            if errno == EEXIST && flags & O_EXCL == 0 { return try openExisting(in: directory, name: name, flags: flags, caller: caller) }
+            if errno == EEXIST && flags & O_EXCL == 0 { return nil }
             throw DocfsError.system(Glibc.errno)
         }
         do throws(DocfsError) {
@@ -142,7 +155,8 @@ extension Filesystem {
     public func release(_ handle: UInt64) {
         let writer = sessions.detach(handle)
         close(backingDescriptor(of: handle))
-        if let writer { sessions.end(writer) }
+        guard let writer else { return }
+        _ = try? coordinator.withClaims([(writer.item, .write)]) { () throws(DocfsError) in sessions.end(writer) }
     }
 
     public func fsync(_ handle: UInt64, dataOnly: Bool) throws(DocfsError) {

@@ -1,5 +1,7 @@
 import CLinux
+import DocfsCoordination
 import DocfsCore
+import DocfsProvider
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -8,50 +10,62 @@ import Glibc
 extension Filesystem {
     public func makeDirectory(parent: NodeID, name: FileName, mode: mode_t, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
-        try check(mkdirat(directory.fd, name.cString, mode & 0o7777))
-        try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
-        return try entry(in: directory, name: name)
+        return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
+            try check(mkdirat(directory.fd, name.cString, mode & 0o7777))
+            try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
+            return try entry(in: directory, name: name)
+        }
     }
 
     /// mknod: regular files, fifos, sockets and (for root) device nodes.
     public func makeNode(parent: NodeID, name: FileName, mode: mode_t, device: dev_t, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
-        try check(mknodat(directory.fd, name.cString, mode, device))
-        try giveToCaller(in: directory, name: name, caller: caller, mode: mode)
-        return try entry(in: directory, name: name)
+        return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
+            try check(mknodat(directory.fd, name.cString, mode, device))
+            try giveToCaller(in: directory, name: name, caller: caller, mode: mode)
+            return try entry(in: directory, name: name)
+        }
     }
 
     public func makeSymbolicLink(target: FileName, parent: NodeID, name: FileName, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
-        try check(symlinkat(target.cString, directory.fd, name.cString))
-        try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
-        return try entry(in: directory, name: name)
+        return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
+            try check(symlinkat(target.cString, directory.fd, name.cString))
+            try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
+            return try entry(in: directory, name: name)
+        }
     }
 
     /// A hard link: the new name reaches the same node.
     public func link(_ id: NodeID, newParent: NodeID, newName: FileName) throws(DocfsError) -> Entry {
         let node = try nodes.node(id)
         let directory = try nodes.node(newParent)
-        // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; a daemon without it links through /proc.
-        if linkat(node.fd, "", directory.fd, newName.cString, DOCFS_AT_EMPTY_PATH) != 0 {
-            guard errno == ENOENT || errno == EPERM else { throw DocfsError.system(errno) }
-            try check(linkat(AT_FDCWD, node.procPath, directory.fd, newName.cString, AT_SYMLINK_FOLLOW))
+        return try coordinator.withClaims([(directory.item, .write), (node.item, .metadata)]) { () throws(DocfsError) -> Entry in
+            // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; a daemon without it links through /proc.
+            if linkat(node.fd, "", directory.fd, newName.cString, DOCFS_AT_EMPTY_PATH) != 0 {
+                guard errno == ENOENT || errno == EPERM else { throw DocfsError.system(errno) }
+                try check(linkat(AT_FDCWD, node.procPath, directory.fd, newName.cString, AT_SYMLINK_FOLLOW))
+            }
+            var st = stat()
+            try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+            st.st_ino = ino_t(node.item.rawValue)
+            nodes.reference(node)
+            return Entry(node: node.id, generation: generation, attributes: st)
         }
-        var st = stat()
-        try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
-        st.st_ino = ino_t(node.item.rawValue)
-        nodes.reference(node)
-        return Entry(node: node.id, generation: generation, attributes: st)
     }
 
     public func unlink(parent: NodeID, name: FileName) throws(DocfsError) {
         let directory = try nodes.node(parent)
-        try check(unlinkat(directory.fd, name.cString, 0))
+        try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
+            try check(unlinkat(directory.fd, name.cString, 0))
+        }
     }
 
     public func removeDirectory(parent: NodeID, name: FileName) throws(DocfsError) {
         let directory = try nodes.node(parent)
-        try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
+        try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
+            try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
+        }
     }
 
     /// rename(2) and renameat2(2): `flags` may hold RENAME_NOREPLACE or RENAME_EXCHANGE. A
@@ -63,17 +77,44 @@ extension Filesystem {
         if flags & ~(DOCFS_RENAME_NOREPLACE | DOCFS_RENAME_EXCHANGE) != 0 { throw DocfsError.system(EINVAL) }
         let from = try nodes.node(parent)
         let to = try nodes.node(newParent)
-        if let retagged = try renameAsReplace(from: from, name: name, to: to, newName: newName, flags: flags, caller: caller) {
-            return retagged
+        // A move claims both ends and both folders.
+        var claims = self.claims(writing: [from, to], deleting: newName, in: to)
+        if let moved = itemAt(name, in: from) { claims.append((moved, .move)) }
+        return try coordinator.withClaims(claims) { () throws(DocfsError) -> [NodeID] in
+            if let retagged = try renameAsReplace(from: from, name: name, to: to, newName: newName, flags: flags, caller: caller) {
+                return retagged
+            }
+            try check(docfs_renameat2(from.fd, name.cString, to.fd, newName.cString, flags))
+            if flags & DOCFS_RENAME_EXCHANGE == 0, from.key == to.key, SafeSaveTracker.isBackupName(newName, of: name),
+               let moved = replaceSide(in: to, name: newName) {
+                // Perhaps an editor's backup step: the new content may follow under the old name.
+                safeSaves.noteRenamedAway(item: moved.item, from: from.key, name: name, to: to.key, newName: newName)
+                close(moved.fd)
+            }
+            return []
         }
-        try check(docfs_renameat2(from.fd, name.cString, to.fd, newName.cString, flags))
-        if flags & DOCFS_RENAME_EXCHANGE == 0, from.key == to.key, SafeSaveTracker.isBackupName(newName, of: name),
-           let moved = replaceSide(in: to, name: newName) {
-            // Perhaps an editor's backup step: the new content may follow under the old name.
-            safeSaves.noteRenamedAway(item: moved.item, from: from.key, name: name, to: to.key, newName: newName)
-            close(moved.fd)
-        }
-        return []
+    }
+
+    /// Claims for changing the folders `directories` and removing (or replacing) what `name`
+    /// in `directory` holds.
+    func claims(writing directories: [Node], deleting name: FileName, in directory: Node) -> [(ItemID, ClaimIntent)] {
+        var claims = directories.map { ($0.item, ClaimIntent.write) }
+        if let victim = itemAt(name, in: directory) { claims.append((victim, .delete)) }
+        return claims
+    }
+
+    /// The item `name` in `directory` holds, if any: the kernel's node for it, else the id the
+    /// store keeps (none is given here: claiming reads only).
+    func itemAt(_ name: FileName, in directory: Node) -> ItemID? {
+        let fd = openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return nil }
+        if let known = nodes.known(key: BackingKey(st)) { return known.item }
+        let type = st.st_mode & S_IFMT
+        if type == S_IFREG || type == S_IFDIR, let id = ItemAttributes.id(ofDescriptor: fd) { return id }
+        return .derived(fromBackingInode: UInt64(st.st_ino))
     }
 
     /// The owner and group a new item of `caller`'s gets, as a local filesystem gives them: the

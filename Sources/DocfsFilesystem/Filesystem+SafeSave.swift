@@ -22,7 +22,11 @@ extension Filesystem {
 
     /// Opens `name` in `directory` for a replace when it is a regular file with one link.
     func replaceSide(in directory: Node, name: FileName) -> ReplaceSide? {
-        let fd = openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        replaceSide(inDirectory: directory.fd, name: name)
+    }
+
+    func replaceSide(inDirectory directoryFD: Int32, name: FileName) -> ReplaceSide? {
+        let fd = openat(directoryFD, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         var st = stat()
         guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1 else {
@@ -89,7 +93,7 @@ extension Filesystem {
     /// Makes `newContent` the content of `document`, by `perform` (the rename that puts it in
     /// place). With `keepingOldAs`, the superseded file stays in the namespace (an exchange) as
     /// that item; otherwise it leaves it, and lives on as the kept version.
-    private func replace(document: ReplaceSide, with newContent: ReplaceSide, keepingOldAs oldItem: ItemID?,
+    func replace(document: ReplaceSide, with newContent: ReplaceSide, keepingOldAs oldItem: ItemID?,
                          caller: Caller, by perform: () throws(DocfsError) -> Void) throws(DocfsError) -> [NodeID] {
         try keepAsPrevious(document: document.item, oldContent: document, staysInPlace: oldItem != nil, caller: caller)
         let version = max(ItemAttributes.version(ofDescriptor: document.fd), 1)

@@ -1,4 +1,5 @@
 import CLinux
+import DocfsCoordination
 import DocfsCore
 import DocfsProvider
 #if canImport(Glibc)
@@ -44,6 +45,8 @@ public final class Filesystem: Sendable {
     let identity: ItemIdentity
     let sessions: WriteSessions
     let safeSaves = SafeSaveTracker()
+    /// The arbiter every operation that changes an item claims it from (C1).
+    public let coordinator = Coordinator()
 
     /// Serves the documents scope of the store's default container.
     public init(store: LocalStore, cachePolicy: CachePolicy = CachePolicy()) throws(DocfsError) {
@@ -125,6 +128,12 @@ public final class Filesystem: Sendable {
 
     public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
         let node = try nodes.node(id)
+        return try coordinator.withClaims([(node.item, changes.size == nil ? .metadata : .write)]) { () throws(DocfsError) -> stat in
+            try setAttributes(of: node, handle: handle, changes, caller: caller)
+        }
+    }
+
+    private func setAttributes(of node: Node, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
         // The kernel passes a handle only for regular files; never trust one for anything else.
         let fd = node.type == S_IFREG ? handle.map { Int32(truncatingIfNeeded: $0) } : nil
         if let mode = changes.mode {
@@ -160,7 +169,7 @@ public final class Filesystem: Sendable {
             }
             try check(r)
         }
-        return try attributes(of: id, handle: fd.map { UInt64($0) })
+        return try attributes(of: node.id, handle: fd.map { UInt64($0) })
     }
 
     /// access(2) with the daemon's credentials on the backing file (the kernel asks only when

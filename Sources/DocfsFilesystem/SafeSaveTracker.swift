@@ -31,8 +31,14 @@ final class SafeSaveTracker: Sendable {
 
     private struct State {
         var fresh: [BackingKey: Double] = [:]
+        /// The newest `capacity` created files, oldest first from `next`: the bound of `fresh`.
+        var recent: [BackingKey?] = Array(repeating: nil, count: SafeSaveTracker.capacity)
+        var next = 0
         var vacated: [Place: Vacated] = [:]
     }
+
+    /// How many new files (and vacated names) are remembered at most.
+    static let capacity = 4096
 
     private let state = Mutex(State())
 
@@ -40,7 +46,9 @@ final class SafeSaveTracker: Sendable {
     func noteCreated(_ key: BackingKey) {
         let now = Self.now()
         state.withLock { state in
-            if state.fresh.count > 4096 { state.fresh = state.fresh.filter { now - $0.value < Self.freshness } }
+            if let oldest = state.recent[state.next] { state.fresh[oldest] = nil }
+            state.recent[state.next] = key
+            state.next = (state.next + 1) % Self.capacity
             state.fresh[key] = now
         }
     }
@@ -58,7 +66,8 @@ final class SafeSaveTracker: Sendable {
         guard directory == newDirectory, Self.isBackupName(newName, of: name) else { return }
         let now = Self.now()
         state.withLock { state in
-            if state.vacated.count > 1024 { state.vacated = state.vacated.filter { now - $0.value.time < Self.vacancy } }
+            if state.vacated.count >= Self.capacity { state.vacated = state.vacated.filter { now - $0.value.time < Self.vacancy } }
+            if state.vacated.count >= Self.capacity { state.vacated.removeAll() }
             state.vacated[Place(directory: directory, name: name)] = Vacated(item: item, newDirectory: newDirectory,
                                                                             newName: newName, time: now)
         }

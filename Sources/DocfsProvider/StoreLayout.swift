@@ -6,6 +6,7 @@ import DocfsCore
 ///     STORE/
 ///       store.json                       format marker
 ///       daemon.lock                      held (flock) by the daemon serving the store
+///       control.sock                     the serving daemon's control socket (see ControlServer)
 ///       item-ids                         the next unused item id (see ItemIDAllocator)
 ///       settings.json                    optional settings (see VersionPolicy)
 ///       versions/<item>/<version>[.json] kept versions and their records (see VersionStore)
@@ -22,6 +23,7 @@ public struct StoreLayout: Sendable {
 
     public var formatFile: String { root + "/store.json" }
     public var lockFile: String { root + "/daemon.lock" }
+    public var controlSocket: String { root + "/control.sock" }
     public var itemIDsFile: String { root + "/item-ids" }
     public var settingsFile: String { root + "/settings.json" }
     public var containersDirectory: String { root + "/containers" }

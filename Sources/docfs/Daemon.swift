@@ -14,6 +14,7 @@ import Glibc
 final class Daemon {
     private let mount: FUSEMount
     private let lock: StoreLock
+    private let control: ControlServer
     private let logger: Logger
     private let mountPoint: String
 
@@ -34,7 +35,13 @@ final class Daemon {
         lock = try StoreLock(store: store, mountPoint: mountPoint)
         let filesystem = try Filesystem(store: store, cachePolicy: .init(writebackCache: options.writebackCache))
         SignalThread.blockTerminationSignals()
-        mount = try FUSEMount(filesystem: filesystem, mountPoint: mountPoint, options: options, logger: logger)
+        let mount = try FUSEMount(filesystem: filesystem, mountPoint: mountPoint, options: options, logger: logger)
+        self.mount = mount
+        let log = logger
+        control = try ControlServer(store: store.layout) { request, caller in
+            Self.handle(request, caller: caller, filesystem: filesystem, mount: mount, logger: log)
+        }
+        control.start()
         MountRegistry.register(mountPoint: mountPoint, store: store.layout.root)
         logger.notice("serving \(store.layout.root) at \(mountPoint) (pid \(getpid()))")
     }
@@ -49,6 +56,25 @@ final class Daemon {
         mount.run()
         MountRegistry.unregister(mountPoint: mountPoint)
         withExtendedLifetime(lock) {}
+    }
+
+    /// Answers a CLI command's request, made through the control socket.
+    private static func handle(_ request: ControlRequest, caller: Caller, filesystem: Filesystem, mount: FUSEMount,
+                               logger: Logger) -> ControlReply {
+        switch request.kind {
+        case .restore:
+            guard let item = ItemID(text: String(request.item)) else {
+                return ControlReply(ok: false, message: "\(request.item) is not an item id")
+            }
+            do {
+                let invalidations = try filesystem.restore(path: request.path, item: item, version: request.version, caller: caller)
+                mount.invalidate(invalidations)
+                logger.notice("restored version \(request.version) of \(request.path) (item \(item)) for pid \(caller.pid)")
+                return ControlReply(ok: true, message: "restored version \(request.version) of \(request.path)")
+            } catch {
+                return ControlReply(ok: false, message: error.description)
+            }
+        }
     }
 
     /// One descriptor per file the kernel knows: allow as many as the hard limit does.

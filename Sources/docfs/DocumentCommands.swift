@@ -70,6 +70,9 @@ struct VersionsCommand: ParsableCommand {
     @Flag(name: .long, help: "Print JSON instead of a table.")
     var json = false
 
+    @Option(name: .long, help: ArgumentHelp("Make kept version V the current content again (itself a new version).", valueName: "V"))
+    var restore: UInt64?
+
     @Argument(help: ArgumentHelp("The document.", valueName: "file"))
     var file: String
 
@@ -88,6 +91,11 @@ struct VersionsCommand: ParsableCommand {
         guard let current = document.version else {
             printError("docfs: \(file) is a folder; only files have versions\n")
             throw ExitCode.failure
+        }
+        if let restore {
+            let message = try reportingErrors { () throws(DocfsError) in try Restore.run(document, version: restore) }
+            print(message)
+            return
         }
         let kept = VersionStore(directory: document.store.versionsDirectory, policy: .defaults).versions(of: document.item)
         var rows = kept.map {

@@ -23,6 +23,16 @@ struct LocatedDocument {
         return store.documentsDirectory(.userDefault) + path.dropFirst(mountPoint == "/" ? 0 : mountPoint.count)
     }
 
+    /// The document's path under the mount root (the default container's documents).
+    func pathUnderRoot() throws(DocfsError) -> String {
+        let documents = store.documentsDirectory(.userDefault)
+        let backing = backingPath
+        guard backing.hasPrefix(documents + "/") else {
+            throw DocfsError(.invalidArgument, "\(path) is not among the store's documents (\(documents))")
+        }
+        return String(backing.dropFirst(documents.count + 1))
+    }
+
     /// Finds `path`, or throws an error saying what to do.
     static func locate(_ path: String) throws(DocfsError) -> LocatedDocument {
         let absolute = MountTable.canonical(path)

@@ -17,10 +17,7 @@ enum SignalThread {
 
     /// Starts the thread; `handler` runs for each signal received.
     static func start(_ handler: @escaping @Sendable (Int32) -> Void) {
-        let box = Unmanaged.passRetained(Box(handler)).toOpaque()
-        var thread = pthread_t()
-        pthread_create(&thread, nil, { argument in
-            let handler = Unmanaged<Box>.fromOpaque(argument!).takeRetainedValue().handler
+        DetachedThread.start {
             var set = sigset_t()
             sigemptyset(&set)
             for signal in SignalThread.signals { sigaddset(&set, signal) }
@@ -28,12 +25,6 @@ enum SignalThread {
                 var received: Int32 = 0
                 if sigwait(&set, &received) == 0 { handler(received) }
             }
-        }, box)
-        pthread_detach(thread)
-    }
-
-    private final class Box {
-        let handler: @Sendable (Int32) -> Void
-        init(_ handler: @escaping @Sendable (Int32) -> Void) { self.handler = handler }
+        }
     }
 }

@@ -1,5 +1,6 @@
 import CLinux
 import Foundation
+import Synchronization
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -170,4 +171,98 @@ func eventually(_ condition: () -> Bool) -> Bool {
         usleep(10_000)
     }
     return condition()
+}
+
+/// Restoring a version (issue 3 §4, C2): through the daemon's control socket while the store
+/// is served, on the store directly when not; atomic for readers; itself a new version.
+@Suite struct RestoreTests {
+    @Test func restoreThroughTheDaemonIsANewVersionAndSeenAtOnce() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("notes.txt")
+        for text in ["one\n", "two\n", "three\n"] { try write(text, to: f) }
+        #expect(docfs_setxattr(f, "user.xdg.tags", "work", 4, 0) == 0)
+        let id = try #require(itemID(f))
+        #expect(try String(contentsOfFile: f, encoding: .utf8) == "three\n")  // cached by the kernel now
+        let reader = open(f, O_RDONLY)
+        defer { close(reader) }
+
+        let result = try shell("'\(MountFixture.binary)' versions '\(f)' --restore 1")
+        #expect(result.status == 0, "\(result.output)")
+        #expect(result.output.contains("restored version 1"))
+        #expect(try String(contentsOfFile: f, encoding: .utf8) == "one\n")
+        #expect(itemID(f) == id && inode(f) == id)
+        #expect(attribute(f, "user.xdg.tags") == "work")
+        #expect(attribute(f, "user.docfs.version") == "4")
+        #expect(try versionsJSON(fixture, f).map(\.version) == [4, 3, 2, 1])
+        #expect(try kept(fixture, id, 3) == "three\n")
+        // A reader that opened the file before keeps the content it opened.
+        var buffer = [UInt8](repeating: 0, count: 64)
+        #expect(String(decoding: buffer[0..<max(pread(reader, &buffer, 64, 0), 0)], as: UTF8.self) == "three\n")
+        let log = (try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? ""
+        #expect(log.contains("restored version 1 of notes.txt"))
+    }
+
+    @Test func restoreWithoutADaemonWorksOnTheStore() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("doc")
+        try write("first\n", to: f)
+        try write("second\n", to: f)
+        let id = try #require(itemID(f))
+        fixture.stop()
+        let backing = fixture.documents + "/doc"
+        let result = try shell("'\(MountFixture.binary)' versions '\(backing)' --restore 1")
+        #expect(result.status == 0, "\(result.output)")
+        #expect(try String(contentsOfFile: backing, encoding: .utf8) == "first\n")
+        try fixture.start()
+        #expect(itemID(f) == id)
+        #expect(attribute(f, "user.docfs.version") == "3")
+        #expect(try kept(fixture, id, 2) == "second\n")
+    }
+
+    @Test func restoreErrorsSayWhatToDo() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("doc")
+        try write("only\n", to: f)
+        let missing = try shell("'\(MountFixture.binary)' versions '\(f)' --restore 7")
+        #expect(missing.status == 1)
+        #expect(missing.output.contains("version 7 of doc is not kept"))
+        mkdir(fixture.path("folder"), 0o755)
+        let folder = try shell("'\(MountFixture.binary)' versions '\(fixture.path("folder"))' --restore 1")
+        #expect(folder.status == 1)
+        #expect(try String(contentsOfFile: f, encoding: .utf8) == "only\n")
+    }
+
+    @Test func readersSeeTheOldContentOrTheNewNeverAMix() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("big")
+        let a = String(repeating: "A", count: 1 << 20), b = String(repeating: "B", count: 1 << 20)
+        try write(a, to: f)
+        try write(b, to: f)  // version 1 holds A
+        let done = Atomic(false)
+        let torn = Atomic(0), reads = Atomic(0)
+        let readerThread = Thread {
+            while !done.load(ordering: .relaxed) {
+                guard let data = FileManager.default.contents(atPath: f), data.count == 1 << 20 else { continue }
+                reads.add(1, ordering: .relaxed)
+                if Set(data).count != 1 { torn.add(1, ordering: .relaxed) }
+            }
+        }
+        readerThread.start()
+        // Back and forth: each restore brings the other letter back.
+        for round in 0..<6 {
+            let versions = try versionsJSON(fixture, f)
+            let target = versions.first { $0.kind == "previous" && $0.version == versions[0].version - 1 }?.version ?? 1
+            let result = try shell("'\(MountFixture.binary)' versions '\(f)' --restore \(target)")
+            #expect(result.status == 0, "round \(round): \(result.output)")
+        }
+        done.store(true, ordering: .relaxed)
+        while !readerThread.isFinished { usleep(1000) }
+        let readCount = reads.load(ordering: .relaxed), tornCount = torn.load(ordering: .relaxed)
+        #expect(readCount > 0)
+        #expect(tornCount == 0)
+    }
 }

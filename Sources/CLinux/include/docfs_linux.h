@@ -25,6 +25,10 @@ int docfs_lremovexattr(const char *path, const char *name);
 /// the stack: these are on the lookup and create paths).
 ssize_t docfs_fd_getxattr(int fd, const char *name, void *value, size_t size);
 int docfs_fd_setxattr(int fd, const char *name, const void *value, size_t size, int flags);
+/// accept4 with SOCK_CLOEXEC.
+int docfs_accept_cloexec(int fd);
+/// The pid, uid and gid of the process at the other end of a unix socket (SO_PEERCRED).
+int docfs_peer_credentials(int fd, int *pid, unsigned int *uid, unsigned int *gid);
 /// The birth time of `path` (statx, not following a symlink); -1 when the filesystem has none.
 int docfs_birth_time(const char *path, long long *seconds, unsigned int *nanoseconds);
 /// getxattr of `name` in the directory `dirfd` without following a symlink there.

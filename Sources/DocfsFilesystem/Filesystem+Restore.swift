@@ -1,0 +1,102 @@
+import CLinux
+import DocfsCoordination
+import DocfsCore
+import DocfsProvider
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What the kernel must forget after a change docfs made itself, not through a request: the
+/// names whose entries changed. Sent by whoever owns the kernel session (the bridge).
+public struct KernelInvalidations: Sendable {
+    public var entries: [(parent: NodeID, name: FileName)] = []
+
+    public init() {}
+}
+
+/// Restoring a kept version (issue 3 §4): the version's content becomes the document's new
+/// content as a replace, so it is atomic for readers (they see the old content or the new,
+/// never a mix), the document keeps its id and attributes, and the restore is itself a new
+/// version whose predecessor is kept.
+extension Filesystem {
+    /// Restores `version` of the document at `path` (relative to the mount root), which must be
+    /// item `item` (so a document renamed since the caller looked is not mistaken for another).
+    public func restore(path: String, item: ItemID, version: UInt64, caller: Caller) throws(DocfsError) -> KernelInvalidations {
+        let (directory, name) = try openParent(of: path)
+        defer { close(directory) }
+        var claims: [(ItemID, ClaimIntent)] = [(item, .replace)]
+        if let folder = ItemAttributes.id(ofDescriptor: directory) { claims.append((folder, .write)) }
+        return try coordinator.withClaims(claims) { () throws(DocfsError) -> KernelInvalidations in
+            try restore(in: directory, name: name, path: path, item: item, version: version, caller: caller)
+        }
+    }
+
+    private func restore(in directory: Int32, name: FileName, path: String, item: ItemID, version: UInt64,
+                         caller: Caller) throws(DocfsError) -> KernelInvalidations {
+        guard let document = replaceSide(inDirectory: directory, name: name) else {
+            throw DocfsError(.invalidArgument, "\(path) is not a regular file with a single link: only those have versions")
+        }
+        defer { close(document.fd) }
+        guard document.item == item else {
+            throw DocfsError(.invalidArgument, "\(path) is no longer item \(item) (it was replaced or renamed meanwhile): look again")
+        }
+        let source = Glibc.open(store.versions.contentPath(item, version), O_RDONLY | O_CLOEXEC)
+        guard source >= 0 else {
+            throw DocfsError(.invalidArgument, "version \(version) of \(path) is not kept: see docfs versions for the ones that are")
+        }
+        defer { close(source) }
+
+        let temporary = FileName(".docfs-restore-" + String(UInt64.random(in: 0...UInt64.max), radix: 16))
+        let fd = openat(directory, temporary.cString, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                        document.st.st_mode & 0o7777)
+        guard fd >= 0 else { throw DocfsError.errno("creating a file to restore \(path) into") }
+        defer { close(fd) }
+        do throws(DocfsError) {
+            try copyAll(from: source, to: fd)
+            try check(fchown(fd, document.st.st_uid, document.st.st_gid))
+            try check(fchmod(fd, document.st.st_mode & 0o7777))  // chown cleared set-id bits
+            var st = stat()
+            try check(fstat(fd, &st))
+            let restored = ReplaceSide(fd: fd, st: st, item: item)
+            _ = try replace(document: document, with: restored, keepingOldAs: nil, caller: caller) { () throws(DocfsError) in
+                try check(docfs_renameat2(directory, temporary.cString, directory, name.cString, 0))
+            }
+        } catch {
+            unlinkat(directory, temporary.cString, 0)
+            throw error
+        }
+        var invalidations = KernelInvalidations()
+        var st = stat()
+        if fstat(directory, &st) == 0, let parent = nodes.known(key: BackingKey(st)) {
+            invalidations.entries.append((parent.id, name))
+        }
+        return invalidations
+    }
+
+    /// Opens the folder holding `path` (relative to the mount root, no `..`) and names its last part.
+    private func openParent(of path: String) throws(DocfsError) -> (Int32, FileName) {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        guard let last = parts.last, !parts.contains(".."), !parts.contains(".") else {
+            throw DocfsError(.invalidArgument, "\"\(path)\" does not name a document under the mount root")
+        }
+        var directory = dup(root.fd)
+        for part in parts.dropLast() {
+            let next = openat(directory, part, DOCFS_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            close(directory)
+            guard next >= 0 else { throw DocfsError(.system(.noSuchFileOrDirectory), "\(path) does not exist") }
+            directory = next
+        }
+        return (directory, FileName(last))
+    }
+
+    private func copyAll(from source: Int32, to target: Int32) throws(DocfsError) {
+        while true {
+            let n = docfs_copy_file_range(source, nil, target, nil, 1 << 30, 0)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw DocfsError.errno("copying the kept version")
+            }
+            if n == 0 { return }
+        }
+    }
+}

@@ -1,0 +1,166 @@
+import CLinux
+import DocfsCore
+import DocfsProvider
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A request to the daemon serving a store, over `STORE/control.sock` (one JSON line each way).
+/// CLI commands that change a served store send these instead of touching it behind the
+/// daemon's back (issue 3 §2, C7).
+struct ControlRequest: Codable {
+    enum Kind: String, Codable { case restore }
+
+    var kind: Kind
+    /// The document, relative to the mount root.
+    var path: String
+    var item: UInt64
+    var version: UInt64
+}
+
+struct ControlReply: Codable {
+    var ok: Bool
+    var message: String
+}
+
+/// The unix socket's address: its path in the store, or, when that is too long for a socket
+/// address, the same path reached through the store folder's descriptor in /proc.
+struct ControlSocketAddress {
+    let path: String
+    private let folder: Int32?
+
+    init(store: StoreLayout) {
+        let direct = store.controlSocket
+        if direct.utf8.count < 100 {
+            path = direct
+            folder = nil
+        } else {
+            let fd = open(store.root, DOCFS_O_PATH | O_DIRECTORY | O_CLOEXEC)
+            folder = fd >= 0 ? fd : nil
+            path = "/proc/self/fd/\(fd)/control.sock"
+        }
+    }
+
+    func close() {
+        if let folder { _ = Glibc.close(folder) }
+    }
+
+    func withSockaddr<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8.prefix(107)) + [0]
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+        }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+    }
+}
+
+/// The daemon's side: accepts connections on a thread of its own and answers each request
+/// with `handle`, which runs with the peer's credentials for the record.
+final class ControlServer: @unchecked Sendable {
+    // Only the accept thread touches `listener` after start.
+    private let listener: Int32
+    private let handle: @Sendable (ControlRequest, Caller) -> ControlReply
+
+    init(store: StoreLayout, handle: @escaping @Sendable (ControlRequest, Caller) -> ControlReply) throws(DocfsError) {
+        self.handle = handle
+        let address = ControlSocketAddress(store: store)
+        defer { address.close() }
+        unlink(store.controlSocket)  // a dead daemon's: the store lock says none is running
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw DocfsError.errno("creating the control socket") }
+        let previous = umask(0o077)
+        let bound = address.withSockaddr { bind(fd, $0, $1) }
+        umask(previous)
+        guard bound == 0, listen(fd, 16) == 0 else {
+            let error = DocfsError(.storeUnavailable, "cannot listen on \(store.controlSocket)", cause: DocfsError.errno("bind"))
+            Glibc.close(fd)
+            throw error
+        }
+        listener = fd
+    }
+
+    func start() {
+        DetachedThread.start { [self] in acceptLoop() }
+    }
+
+    private func acceptLoop() {
+        while true {
+            let connection = docfs_accept_cloexec(listener)
+            if connection < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                return
+            }
+            serve(connection)
+            Glibc.close(connection)
+        }
+    }
+
+    private func serve(_ connection: Int32) {
+        var pid: Int32 = 0
+        var uid: UInt32 = 0
+        var gid: UInt32 = 0
+        guard docfs_peer_credentials(connection, &pid, &uid, &gid) == 0 else { return }
+        let caller = Caller(uid: uid, gid: gid, pid: pid)
+        let reply: ControlReply
+        if let line = ControlLine.read(connection), let request = try? JSONDecoder().decode(ControlRequest.self, from: Data(line)) {
+            reply = handle(request, caller)
+        } else {
+            reply = ControlReply(ok: false, message: "malformed request: this daemon and the docfs command differ in version?")
+        }
+        if let data = try? JSONEncoder().encode(reply) { ControlLine.write(Array(data), to: connection) }
+    }
+}
+
+/// The CLI's side.
+enum ControlClient {
+    static func send(_ request: ControlRequest, to store: StoreLayout) throws(DocfsError) -> ControlReply {
+        let address = ControlSocketAddress(store: store)
+        defer { address.close() }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw DocfsError.errno("creating a socket") }
+        defer { close(fd) }
+        guard address.withSockaddr({ connect(fd, $0, $1) }) == 0 else {
+            throw DocfsError(.storeUnavailable,
+                             "the daemon serving \(store.root) does not answer on \(store.controlSocket): is it still running (findmnt -t fuse.docfs)?",
+                             cause: DocfsError.errno("connect"))
+        }
+        guard let data = try? JSONEncoder().encode(request) else { throw DocfsError(.internalFailure, "cannot encode the request") }
+        ControlLine.write(Array(data), to: fd)
+        guard let line = ControlLine.read(fd), let reply = try? JSONDecoder().decode(ControlReply.self, from: Data(line)) else {
+            throw DocfsError(.storeUnavailable, "the daemon serving \(store.root) gave no answer: see \(store.daemonLog)")
+        }
+        return reply
+    }
+}
+
+/// One JSON document per line, at most 1 MiB.
+enum ControlLine {
+    static func read(_ fd: Int32) -> [UInt8]? {
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while bytes.count < 1 << 20 {
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return bytes.isEmpty ? nil : bytes }
+            bytes += chunk[0..<n]
+            if let end = bytes.firstIndex(of: 10) { return Array(bytes[..<end]) }
+        }
+        return nil
+    }
+
+    static func write(_ bytes: [UInt8], to fd: Int32) {
+        let line = bytes + [10]
+        var offset = 0
+        while offset < line.count {
+            let n = line.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, line.count - offset) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return }
+            offset += n
+        }
+    }
+}
