@@ -24,13 +24,18 @@ public final class FUSEMount: Sendable {
         /// Linux 6.9+, needs CAP_SYS_ADMIN; `-o nopassthrough` turns it off). Used when the
         /// kernel grants it; otherwise docfs serves reads and writes.
         public var passthrough: Bool
+        /// How long the kernel may cache names and attributes, in seconds (`-o timeout=N`,
+        /// default 1). The store watcher makes the kernel forget changes made behind docfs at
+        /// once; the timeout bounds what it cannot see (metadata-only changes).
+        public var cacheTimeout: Double
         public var maxThreads: UInt32
 
         public init(fuseOptions: [String] = [], writebackCache: Bool = false, passthrough: Bool = true,
-                    maxThreads: UInt32 = 16) {
+                    cacheTimeout: Double = 1, maxThreads: UInt32 = 16) {
             self.fuseOptions = fuseOptions
             self.writebackCache = writebackCache
             self.passthrough = passthrough
+            self.cacheTimeout = cacheTimeout
             self.maxThreads = maxThreads
         }
 
@@ -52,6 +57,13 @@ public final class FUSEMount: Sendable {
                 case "nowriteback", "no_writeback_cache": result.writebackCache = false
                 case "passthrough": result.passthrough = true
                 case "nopassthrough", "no_passthrough": result.passthrough = false
+                case let timeout where timeout.hasPrefix("timeout="):
+                    // Out of range or not a number: left to libfuse, which refuses it by name.
+                    if let seconds = Double(timeout.dropFirst("timeout=".count)), seconds >= 0, seconds <= 86400 {
+                        result.cacheTimeout = seconds
+                    } else {
+                        result.fuseOptions.append(option)
+                    }
                 default: result.fuseOptions.append(option)
                 }
             }
@@ -123,7 +135,9 @@ public final class FUSEMount: Sendable {
 
     /// Makes the kernel forget what a change docfs made itself outside any request left stale.
     public func invalidate(_ invalidations: KernelInvalidations) {
-        context.takeUnretainedValue().kernel.forgetEntries(invalidations.entries)
+        let kernel = context.takeUnretainedValue().kernel
+        kernel.forgetContent(of: invalidations.inodes)
+        kernel.forgetEntries(invalidations.entries)
     }
 
     /// Serves requests until the mount goes away, then cleans the session up (exactly once).

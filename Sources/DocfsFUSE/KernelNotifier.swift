@@ -31,6 +31,14 @@ final class KernelNotifier: Sendable {
         }
     }
 
+    /// Files changed behind the kernel: it drops their attributes and cached pages.
+    func forgetContent(of nodes: [NodeID]) {
+        guard !nodes.isEmpty, let pointer = session.withLock({ $0 })?.value else { return }
+        for node in nodes {
+            _ = fuse_lowlevel_notify_inval_inode(pointer, fuse_ino_t(node), 0, 0)
+        }
+    }
+
     private struct SessionPointer: @unchecked Sendable {
         // libfuse's notify calls are thread-safe on a mounted session.
         let value: OpaquePointer

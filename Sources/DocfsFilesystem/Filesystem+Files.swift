@@ -34,14 +34,25 @@ extension Filesystem {
         if node.isDirectory && flags & O_ACCMODE != O_RDONLY { throw DocfsError.system(EISDIR) }
         let writes = node.type == S_IFREG && (flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0)
         return try coordinator.withClaims([(node.item, writes ? .write : .read)]) { () throws(DocfsError) -> OpenFile in
-            if writes { try sessions.begin(node, caller: caller) }
+            if writes {
+                try sessions.begin(node, caller: caller)
+                var st = stat()
+                if fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 { ownChanges.changedFile(st) }
+            }
+            if writes { ownChanges.willWrite(node.key) }
             let fd = Glibc.open(node.procPath, backingFlags(flags & ~Self.strippedOpenFlags) | O_CLOEXEC)
             guard fd >= 0 else {
                 let e = Glibc.errno
-                if writes { sessions.end(node) }
+                if writes {
+                    ownChanges.abandon(node.key)
+                    sessions.end(node)
+                }
                 throw DocfsError.system(e)
             }
-            if writes { sessions.attach(UInt64(fd), to: node) }
+            if writes {
+                sessions.attach(UInt64(fd), to: node)
+                ownChanges.attach(UInt64(fd), to: node.key)
+            }
             return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
                             isRegularFile: node.type == S_IFREG)
         }
@@ -63,6 +74,7 @@ extension Filesystem {
     private func createExclusively(in directory: Node, name: FileName, mode: mode_t, flags: Int32,
                                    caller: Caller) throws(DocfsError) -> (Entry, OpenFile)? {
         let openFlags = backingFlags(flags & ~(O_NOCTTY | DOCFS_O_DIRECT)) | O_CREAT | O_CLOEXEC | O_NOFOLLOW
+        ownChanges.changedName(name, in: directory.key)
         let fd = openat(directory.fd, name.cString, openFlags | O_EXCL, mode & 0o7777)
         guard fd >= 0 else {
             if errno == EEXIST && flags & O_EXCL == 0 { return nil }
@@ -70,7 +82,10 @@ extension Filesystem {
         }
         do throws(DocfsError) {
             var st = stat()
-            if fstat(fd, &st) == 0 { safeSaves.noteCreated(BackingKey(st)) }
+            if fstat(fd, &st) == 0 {
+                safeSaves.noteCreated(BackingKey(st))
+                ownChanges.openedForWriting(UInt64(fd), file: BackingKey(st))
+            }
             let item: ItemID
             if let document = takeOverVacatedDocument(createdIn: directory, name: name, newFile: fd, caller: caller) {
                 item = document
@@ -154,9 +169,13 @@ extension Filesystem {
     /// The last close of an open file; the last writer of a file ends its write session.
     public func release(_ handle: UInt64) {
         let writer = sessions.detach(handle)
-        close(backingDescriptor(of: handle))
+        let fd = backingDescriptor(of: handle)
+        ownChanges.closingForWriting(handle, fd: fd)
+        close(fd)
         guard let writer else { return }
         _ = try? coordinator.withClaims([(writer.item, .write)]) { () throws(DocfsError) in sessions.end(writer) }
+        var st = stat()
+        if fstatat(writer.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 { ownChanges.changedFile(st) }
     }
 
     public func fsync(_ handle: UInt64, dataOnly: Bool) throws(DocfsError) {

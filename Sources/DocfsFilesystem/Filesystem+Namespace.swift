@@ -12,6 +12,7 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
             try check(mkdirat(directory.fd, name.cString, mode & 0o7777))
+            ownChanges.changedName(name, in: directory.key)
             try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
             return try entry(in: directory, name: name)
         }
@@ -22,6 +23,7 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
             try check(mknodat(directory.fd, name.cString, mode, device))
+            ownChanges.changedName(name, in: directory.key)
             try giveToCaller(in: directory, name: name, caller: caller, mode: mode)
             return try entry(in: directory, name: name)
         }
@@ -31,6 +33,7 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
             try check(symlinkat(target.cString, directory.fd, name.cString))
+            ownChanges.changedName(name, in: directory.key)
             try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
             return try entry(in: directory, name: name)
         }
@@ -46,6 +49,7 @@ extension Filesystem {
                 guard errno == ENOENT || errno == EPERM else { throw DocfsError.system(errno) }
                 try check(linkat(AT_FDCWD, node.procPath, directory.fd, newName.cString, AT_SYMLINK_FOLLOW))
             }
+            ownChanges.changedName(newName, in: directory.key)
             var st = stat()
             try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
             st.st_ino = ino_t(node.item.rawValue)
@@ -58,6 +62,7 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
             try check(unlinkat(directory.fd, name.cString, 0))
+            ownChanges.changedName(name, in: directory.key)
         }
     }
 
@@ -65,6 +70,7 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
             try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
+            ownChanges.changedName(name, in: directory.key)
         }
     }
 
@@ -81,6 +87,11 @@ extension Filesystem {
         var claims = self.claims(writing: [from, to], deleting: newName, in: to)
         if let moved = itemAt(name, in: from) { claims.append((moved, .move)) }
         return try coordinator.withClaims(claims) { () throws(DocfsError) -> [NodeID] in
+            // Each side moves once (twice for an exchange); noted before, so the watcher
+            // never sees the events first.
+            let events = flags & DOCFS_RENAME_EXCHANGE != 0 ? 2 : 1
+            ownChanges.changedName(name, in: from.key, events: events)
+            ownChanges.changedName(newName, in: to.key, events: events)
             if let retagged = try renameAsReplace(from: from, name: name, to: to, newName: newName, flags: flags, caller: caller) {
                 return retagged
             }

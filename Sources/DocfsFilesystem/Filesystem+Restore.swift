@@ -10,6 +10,8 @@ import Glibc
 /// names whose entries changed. Sent by whoever owns the kernel session (the bridge).
 public struct KernelInvalidations: Sendable {
     public var entries: [(parent: NodeID, name: FileName)] = []
+    /// Nodes whose attributes and pages changed.
+    public var inodes: [NodeID] = []
 
     public init() {}
 }
@@ -47,10 +49,19 @@ extension Filesystem {
         defer { close(source) }
 
         let temporary = FileName(".docfs-restore-" + String(UInt64.random(in: 0...UInt64.max), radix: 16))
+        var folder = stat()
+        try check(fstat(directory, &folder))
+        ownChanges.changedName(temporary, in: BackingKey(folder), events: 2)  // created, moved away
+        ownChanges.changedName(name, in: BackingKey(folder))
         let fd = openat(directory, temporary.cString, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                         document.st.st_mode & 0o7777)
         guard fd >= 0 else { throw DocfsError.errno("creating a file to restore \(path) into") }
-        defer { close(fd) }
+        var created = stat()
+        if fstat(fd, &created) == 0 { ownChanges.openedForWriting(UInt64(fd), file: BackingKey(created)) }
+        defer {
+            ownChanges.closingForWriting(UInt64(fd), fd: fd)
+            close(fd)
+        }
         do throws(DocfsError) {
             try copyAll(from: source, to: fd)
             try check(fchown(fd, document.st.st_uid, document.st.st_gid))

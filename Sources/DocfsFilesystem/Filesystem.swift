@@ -45,6 +45,7 @@ public final class Filesystem: Sendable {
     let identity: ItemIdentity
     let sessions: WriteSessions
     let safeSaves = SafeSaveTracker()
+    let ownChanges = OwnChanges()
     /// The arbiter every operation that changes an item claims it from (C1).
     public let coordinator = Coordinator()
 
@@ -129,7 +130,12 @@ public final class Filesystem: Sendable {
     public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
         let node = try nodes.node(id)
         return try coordinator.withClaims([(node.item, changes.size == nil ? .metadata : .write)]) { () throws(DocfsError) -> stat in
-            try setAttributes(of: node, handle: handle, changes, caller: caller)
+            let st = try setAttributes(of: node, handle: handle, changes, caller: caller)
+            var raw = stat()  // st shows the item id as inode number; the watcher knows backing inodes
+            if changes.size != nil || changes.changesTimes, fstatat(node.fd, "", &raw, DOCFS_AT_EMPTY_PATH) == 0 {
+                ownChanges.changedFile(raw)
+            }
+            return st
         }
     }
 
@@ -153,7 +159,12 @@ public final class Filesystem: Sendable {
             } else {
                 // truncate(2) by path is a session of its own.
                 try sessions.begin(node, caller: caller)
-                defer { sessions.end(node) }
+                ownChanges.willWrite(node.key)
+                defer {
+                    var st = stat()
+                    ownChanges.abandon(node.key, now: fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 ? st : nil)
+                    sessions.end(node)
+                }
                 try check(truncate(node.procPath, size))
             }
         }

@@ -170,6 +170,9 @@ final class NodeTable: Sendable {
 
     var count: Int { state.withLock { $0.slots.count } }
 
+    /// Every node the kernel knows.
+    func allIDs() -> [NodeID] { state.withLock { Array($0.slots.keys) } }
+
     func lookups(of id: NodeID) -> UInt64 { state.withLock { $0.slots[id]?.lookups ?? 0 } }
 }
 

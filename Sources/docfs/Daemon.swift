@@ -33,7 +33,10 @@ final class Daemon {
         self.mountPoint = mountPoint
         let store = try LocalStore(path: storePath)
         lock = try StoreLock(store: store, mountPoint: mountPoint)
-        let filesystem = try Filesystem(store: store, cachePolicy: .init(writebackCache: options.writebackCache))
+        let timeout = options.cacheTimeout
+        let filesystem = try Filesystem(store: store, cachePolicy: .init(entryTimeout: timeout, attributeTimeout: timeout,
+                                                                         negativeTimeout: timeout,
+                                                                         writebackCache: options.writebackCache))
         SignalThread.blockTerminationSignals()
         let mount = try FUSEMount(filesystem: filesystem, mountPoint: mountPoint, options: options, logger: logger)
         self.mount = mount
@@ -42,6 +45,7 @@ final class Daemon {
             Self.handle(request, caller: caller, filesystem: filesystem, mount: mount, logger: log)
         }
         control.start()
+        Self.watch(store: store, filesystem: filesystem, mount: mount, logger: logger)
         MountRegistry.register(mountPoint: mountPoint, store: store.layout.root)
         logger.notice("serving \(store.layout.root) at \(mountPoint) (pid \(getpid()))")
     }
@@ -56,6 +60,26 @@ final class Daemon {
         mount.run()
         MountRegistry.unregister(mountPoint: mountPoint)
         withExtendedLifetime(lock) {}
+    }
+
+    /// Watches the store for uncoordinated writers (C5) on a thread of its own: what it sees,
+    /// the filesystem sorts out and the kernel is told to forget.
+    private static func watch(store: LocalStore, filesystem: Filesystem, mount: FUSEMount, logger: Logger) {
+        let root = store.layout.documentsDirectory(.userDefault)
+        DetachedThread.start {
+            let watcher: StoreWatcher
+            do {
+                watcher = try StoreWatcher(root: root)
+            } catch {
+                logger.warning("changes made in the store behind docfs will be seen only after the cache timeout: \(error)")
+                return
+            }
+            watcher.run { changes in
+                let effects = filesystem.noticeStoreChanges(changes)
+                mount.invalidate(effects.invalidations)
+                for notice in effects.notices { logger.notice("\(notice)") }
+            }
+        }
     }
 
     /// Answers a CLI command's request, made through the control socket.

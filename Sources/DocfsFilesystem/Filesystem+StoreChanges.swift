@@ -1,0 +1,55 @@
+import CLinux
+import DocfsCoordination
+import DocfsCore
+import DocfsProvider
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Uncoordinated writers (C5): changes the store watcher saw that docfs did not make. The
+/// kernel is told to forget what it cached of them (entries of changed names; attributes and
+/// pages of changed files), and a file changed behind docfs's back counts as a new version of
+/// its item (its previous content was overwritten where it lay: it cannot be kept).
+extension Filesystem {
+    /// What the daemon should do after `noticeStoreChanges`: tell the kernel, and log.
+    public struct StoreChangeEffects: Sendable {
+        public var invalidations = KernelInvalidations()
+        public var notices: [String] = []
+    }
+
+    public func noticeStoreChanges(_ changes: [StoreWatcher.Change]) -> StoreChangeEffects {
+        var effects = StoreChangeEffects()
+        for change in changes {
+            switch change {
+            case .overflow:
+                effects.invalidations.inodes += nodes.allIDs()
+                effects.notices.append("the store watcher lost events: the kernel forgets every cached attribute and page")
+            case let .name(folder, name):
+                let key = BackingKey(device: folder.device, inode: folder.inode)
+                if ownChanges.isOwnNameChange(name, in: key) { continue }
+                if let parent = nodes.known(key: key) { effects.invalidations.entries.append((parent.id, name)) }
+            case let .content(path, _, _):
+                var st = stat()
+                guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, !ownChanges.isOwnContentChange(st) else { continue }
+                if let node = nodes.known(key: BackingKey(st)) { effects.invalidations.inodes.append(node.id) }
+                if let notice = recordUncoordinatedVersion(path) { effects.notices.append(notice) }
+            }
+        }
+        return effects
+    }
+
+    /// The file at `path` was written behind docfs's back: its version number moves on.
+    private func recordUncoordinatedVersion(_ path: String) -> String? {
+        let fd = Glibc.open(path, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        guard let item = ItemAttributes.id(ofDescriptor: fd) else { return nil }  // new: it gets an id when looked up
+        return try? coordinator.withClaims([(item, .write)]) { () throws(DocfsError) -> String in
+            let version = max(ItemAttributes.version(ofDescriptor: fd), 1) + 1
+            try ItemAttributes.setVersion(version, onDescriptor: fd)
+            var st = stat()
+            if fstat(fd, &st) == 0 { ownChanges.changedFile(st) }
+            return "uncoordinated change to \(path) (item \(item)): now version \(version)"
+        }
+    }
+}

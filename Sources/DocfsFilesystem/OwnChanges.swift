@@ -1,0 +1,125 @@
+import DocfsCore
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What docfs changed in the store itself, so the store watcher can tell those changes from an
+/// uncoordinated writer's (C5): names it created, removed or moved (each expected as one
+/// event, for a few seconds), and files it has open for writing or last left with a known
+/// modification time and size (a content change that shows another is someone else's; docfs's
+/// own attribute changes move ctime, never these).
+///
+/// Lock order: `state` is a leaf lock.
+final class OwnChanges: Sendable {
+    struct Place: Hashable {
+        let directory: BackingKey
+        let name: FileName
+    }
+
+    private struct Activity {
+        var writers = 0
+        var mtime = timespec()
+        var size: Int64 = -1
+    }
+
+    private struct State {
+        var names: [Place: (count: Int, time: Double)] = [:]
+        var files: [BackingKey: Activity] = [:]
+        var handles: [UInt64: BackingKey] = [:]
+    }
+
+    /// How long an expected name event waits for the watcher, in seconds.
+    static let expectation: Double = 5
+    static let capacity = 8192
+
+    private let state = Mutex(State())
+
+    /// docfs changed `name` in `directory`: `events` watcher events will follow.
+    func changedName(_ name: FileName, in directory: BackingKey, events: Int = 1) {
+        let now = SafeSaveTracker.now()
+        state.withLock { state in
+            if state.names.count >= Self.capacity { state.names = state.names.filter { now - $0.value.time < Self.expectation } }
+            let place = Place(directory: directory, name: name)
+            state.names[place] = ((state.names[place]?.count ?? 0) + events, now)
+        }
+    }
+
+    /// Whether a name event is one of docfs's own (and consumes it).
+    func isOwnNameChange(_ name: FileName, in directory: BackingKey) -> Bool {
+        let now = SafeSaveTracker.now()
+        return state.withLock { state in
+            let place = Place(directory: directory, name: name)
+            guard let expected = state.names[place], now - expected.time < Self.expectation else { return false }
+            state.names[place] = expected.count > 1 ? (expected.count - 1, expected.time) : nil
+            return true
+        }
+    }
+
+    /// docfs is about to write the file `key` (before the open that may truncate it): until
+    /// `attach` and `closingForWriting`, or `abandon`, its changes are docfs's.
+    func willWrite(_ key: BackingKey) {
+        state.withLock { $0.files[key, default: Activity()].writers += 1 }
+    }
+
+    /// The open announced by `willWrite` gave `handle`.
+    func attach(_ handle: UInt64, to key: BackingKey) {
+        state.withLock { $0.handles[handle] = key }
+    }
+
+    /// The write announced by `willWrite` did not happen, or ended without a handle (a
+    /// truncate by path); `st`, when given, is the file's state after it.
+    func abandon(_ key: BackingKey, now st: stat? = nil) {
+        state.withLock { state in
+            state.files[key, default: Activity()].writers -= 1
+            if let st {
+                state.files[key]!.mtime = st.st_mtim
+                state.files[key]!.size = Int64(st.st_size)
+            }
+        }
+    }
+
+    /// docfs opened `handle` for writing the file `key` (a file it just made).
+    func openedForWriting(_ handle: UInt64, file key: BackingKey) {
+        willWrite(key)
+        attach(handle, to: key)
+    }
+
+    /// The writing `handle` is being closed; `fd` still reaches the file, whose state now is
+    /// docfs's last change to it.
+    func closingForWriting(_ handle: UInt64, fd: Int32) {
+        guard state.withLock({ $0.handles[handle] != nil }) else { return }
+        var st = stat()
+        let known = fstat(fd, &st) == 0
+        state.withLock { state in
+            guard let key = state.handles.removeValue(forKey: handle), var activity = state.files[key] else { return }
+            activity.writers -= 1
+            if known {
+                activity.mtime = st.st_mtim
+                activity.size = Int64(st.st_size)
+            }
+            if activity.writers == 0 && state.files.count >= Self.capacity {
+                state.files = state.files.filter { $0.value.writers > 0 }
+            }
+            state.files[key] = activity
+        }
+    }
+
+    /// docfs changed the file itself (a truncate, its times): `st` is its state now.
+    func changedFile(_ st: stat) {
+        state.withLock { state in
+            state.files[BackingKey(st), default: Activity()].mtime = st.st_mtim
+            state.files[BackingKey(st), default: Activity()].size = Int64(st.st_size)
+        }
+    }
+
+    /// Whether a content change of the file in state `st` is docfs's own: written through an
+    /// open handle, or unchanged since docfs last closed it.
+    func isOwnContentChange(_ st: stat) -> Bool {
+        state.withLock { state in
+            guard let activity = state.files[BackingKey(st)] else { return false }
+            return activity.writers > 0 || (activity.size == Int64(st.st_size)
+                && activity.mtime.tv_sec == st.st_mtim.tv_sec && activity.mtime.tv_nsec == st.st_mtim.tv_nsec)
+        }
+    }
+}

@@ -1,0 +1,111 @@
+import DocfsCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Watches a folder tree of the store for changes, whoever makes them (inotify, one watch per
+/// folder), so docfs notices what uncoordinated writers do there (C5): names appearing,
+/// disappearing or moving, and files closed after writing. docfs's own changes are reported
+/// too; telling them apart is the filesystem's business.
+public final class StoreWatcher: @unchecked Sendable {
+    // Only the watching thread touches the fields below after `init`.
+
+    /// A folder of the store, by identity.
+    public struct Folder: Hashable, Sendable {
+        public let device: UInt64
+        public let inode: UInt64
+    }
+
+    public enum Change: Sendable {
+        /// `name` in `folder` was created, deleted or moved in or out.
+        case name(Folder, FileName)
+        /// The file at `path` was closed after being written.
+        case content(path: String, folder: Folder, name: FileName)
+        /// Events were lost (the kernel's queue overflowed): anything may have changed.
+        case overflow
+    }
+
+    private let fd: Int32
+    private var folders: [Int32: (path: String, folder: Folder)] = [:]
+    private let root: String
+
+    static let folderEvents = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE
+                                     | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
+
+    /// Starts watching every folder under `root`.
+    public init(root: String) throws(DocfsError) {
+        fd = inotify_init1(Int32(IN_CLOEXEC))
+        guard fd >= 0 else {
+            throw DocfsError(.missingSystemSupport, "cannot watch the store (inotify)", cause: DocfsError.errno("inotify_init1"))
+        }
+        self.root = root
+        watchTree(root)
+    }
+
+    /// Reads changes and hands each batch to `handle`, until the watcher is closed.
+    public func run(_ handle: ([Change]) -> Void) {
+        let size = 64 * 1024
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 8)
+        defer { buffer.deallocate() }
+        while true {
+            let n = read(fd, buffer, size)
+            if n < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            var changes: [Change] = []
+            var offset = 0
+            while offset < n {
+                let event = (buffer + offset).assumingMemoryBound(to: inotify_event.self).pointee
+                let nameStart = (buffer + offset + MemoryLayout<inotify_event>.size).assumingMemoryBound(to: CChar.self)
+                let name = event.len > 0 ? FileName(cString: nameStart) : FileName(bytes: [])
+                offset += MemoryLayout<inotify_event>.size + Int(event.len)
+                changes += interpret(event, name: name)
+            }
+            if !changes.isEmpty { handle(changes) }
+        }
+    }
+
+    private func interpret(_ event: inotify_event, name: FileName) -> [Change] {
+        if event.mask & UInt32(IN_Q_OVERFLOW) != 0 { return [.overflow] }
+        if event.mask & UInt32(IN_IGNORED) != 0 {
+            folders[event.wd] = nil
+            return []
+        }
+        guard let (path, folder) = folders[event.wd], !name.bytes.isEmpty else { return [] }
+        let child = path + "/" + name.description
+        if event.mask & UInt32(IN_CLOSE_WRITE) != 0 { return [.content(path: child, folder: folder, name: name)] }
+        if event.mask & UInt32(IN_ISDIR) != 0 {
+            if event.mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0 { watchTree(child) }
+            if event.mask & UInt32(IN_MOVED_FROM) != 0 { forgetTree(child) }
+        }
+        return [.name(folder, name)]
+    }
+
+    /// Watches `path` and every folder under it (folders made before the watch existed too).
+    private func watchTree(_ path: String) {
+        let wd = inotify_add_watch(fd, path, Self.folderEvents)
+        guard wd >= 0 else { return }
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return }
+        folders[wd] = (path, Folder(device: UInt64(st.st_dev), inode: UInt64(st.st_ino)))
+        guard let dir = opendir(path) else { return }
+        defer { closedir(dir) }
+        while let entry = readdir(dir) {
+            guard entry.pointee.d_type == DT_DIR else { continue }
+            let name = withUnsafePointer(to: &entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { watchTree(path + "/" + name) }
+        }
+    }
+
+    /// A folder moved away: its watches stay (they follow the folder) but their paths are
+    /// stale; they are dropped, and the folder is watched again where it reappears.
+    private func forgetTree(_ path: String) {
+        for (wd, entry) in folders where entry.path == path || entry.path.hasPrefix(path + "/") {
+            inotify_rm_watch(fd, wd)
+            folders[wd] = nil
+        }
+    }
+}

@@ -1,0 +1,91 @@
+import CLinux
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Uncoordinated writers (C5, issue 3 §5): changes made in the store behind the mount are
+/// noticed by the store watcher, which makes the kernel forget what it cached. The mounts here
+/// cache names and attributes for 60 s, so only the watcher can make the changes show in time.
+@Suite struct UncoordinatedWriterTests {
+    static var options: [String] { MountFixture.defaultOptions + ["timeout=60"] }
+
+    @Test func cachedAndOpenFilesNeverServeStaleContentOnceTheChangeIsSeen() throws {
+        let fixture = try MountFixture(options: Self.options)
+        defer { fixture.tearDown() }
+        let f = fixture.path("notes.txt")
+        try write("old content\n", to: f)
+        #expect(try String(contentsOfFile: f, encoding: .utf8) == "old content\n")  // cached
+        let reader = open(f, O_RDONLY)
+        defer { close(reader) }
+        var st = stat()
+        #expect(stat(f, &st) == 0 && st.st_size == 12)
+
+        // Another program rewrites the file in the store, in place.
+        try write("new content, longer\n", to: fixture.documents + "/notes.txt")
+        // The watcher records it as a new version once it has seen it.
+        #expect(eventually(seconds: 5) { attribute(f, "user.docfs.version") == "2" })
+        // With the kernel's writeback cache the kernel owns a file's size (FUSE's rule), so a
+        // change of length made behind its back cannot show while it keeps the file (semantics.md).
+        if Self.options.contains("writeback") { return }
+        // From then on nothing stale: not the size, not the content, through a new open or the old one.
+        #expect(stat(f, &st) == 0 && st.st_size == 20)
+        #expect(try String(contentsOfFile: f, encoding: .utf8) == "new content, longer\n")
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let n = pread(reader, &buffer, 64, 0)
+        #expect(String(decoding: buffer[0..<max(n, 0)], as: UTF8.self) == "new content, longer\n")
+        let log = (try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? ""
+        #expect(log.contains("uncoordinated change to"))
+    }
+
+    @Test func namesChangedInTheStoreShowThroughTheMount() throws {
+        let fixture = try MountFixture(options: Self.options)
+        defer { fixture.tearDown() }
+        try write("v1\n", to: fixture.path("doc"))
+        try write("gone soon\n", to: fixture.path("old"))
+        var st = stat()
+        #expect(stat(fixture.path("new"), &st) != 0)  // the kernel now caches "no such file"
+        #expect(try String(contentsOfFile: fixture.path("doc"), encoding: .utf8) == "v1\n")
+        #expect(stat(fixture.path("old"), &st) == 0)
+
+        // A sync tool: creates a file, replaces one (temporary file + rename), deletes one.
+        try write("fresh\n", to: fixture.documents + "/new")
+        try write("v2 from elsewhere\n", to: fixture.documents + "/.doc.partial")
+        #expect(rename(fixture.documents + "/.doc.partial", fixture.documents + "/doc") == 0)
+        #expect(unlink(fixture.documents + "/old") == 0)
+
+        #expect(eventually(seconds: 5) { (try? String(contentsOfFile: fixture.path("new"), encoding: .utf8)) == "fresh\n" })
+        #expect(eventually(seconds: 5) { (try? String(contentsOfFile: fixture.path("doc"), encoding: .utf8)) == "v2 from elsewhere\n" })
+        #expect(eventually(seconds: 5) { stat(fixture.path("old"), &st) != 0 && errno == ENOENT })
+        // Seen once, never stale again.
+        for _ in 0..<20 {
+            #expect(try String(contentsOfFile: fixture.path("doc"), encoding: .utf8) == "v2 from elsewhere\n")
+        }
+    }
+
+    @Test func docfsOwnChangesAreNotTakenForSomeoneElses() throws {
+        let fixture = try MountFixture(options: Self.options)
+        defer { fixture.tearDown() }
+        let f = fixture.path("mine")
+        try write("one\n", to: f)
+        try write("two\n", to: f)
+        let appended = try shell("for i in 1 2 3; do echo line $i >> '\(f)'; done")
+        #expect(appended.status == 0)
+        #expect(rename(f, fixture.path("mine2")) == 0)
+        usleep(500_000)  // give the watcher time to see the events docfs itself caused
+        #expect(attribute(fixture.path("mine2"), "user.docfs.version") == "5")
+        let log = (try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? ""
+        #expect(!log.contains("uncoordinated change"), "\(log)")
+    }
+}
+
+/// Whether `condition` holds within `seconds`.
+func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if condition() { return true }
+        usleep(20_000)
+    }
+    return condition()
+}
