@@ -120,6 +120,11 @@ public final class FUSEMount: Sendable {
                              "cannot mount on \(mountPoint): check that it is an empty directory you own and that fuse3 is installed")
         }
         context.takeUnretainedValue().kernel.attach(pointer)
+        let kernel = context.takeUnretainedValue().kernel
+        filesystem.onInvalidations { invalidations in
+            kernel.forgetContent(of: invalidations.inodes)
+            kernel.forgetEntries(invalidations.entries)
+        }
         if options.passthrough && !options.writebackCache {
             let installed = docfs_install_io(pointer)
             if installed == 0 {

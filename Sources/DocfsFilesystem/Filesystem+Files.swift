@@ -173,7 +173,8 @@ extension Filesystem {
         ownChanges.closingForWriting(handle, fd: fd)
         close(fd)
         guard let writer else { return }
-        _ = try? coordinator.withClaims([(writer.item, .write)]) { () throws(DocfsError) in sessions.end(writer) }
+        let raced = try? coordinator.withClaims([(writer.item, .write)]) { () throws(DocfsError) -> Node? in sessions.end(writer) }
+        if let raced { keepBoth(raced, caller: .daemon) }
         var st = stat()
         if fstatat(writer.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 { ownChanges.changedFile(st) }
     }

@@ -61,16 +61,18 @@ extension Filesystem {
     public func unlink(parent: NodeID, name: FileName) throws(DocfsError) {
         let directory = try nodes.node(parent)
         try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
-            try check(unlinkat(directory.fd, name.cString, 0))
+            let victim = knownNode(at: name, in: directory)
             ownChanges.changedName(name, in: directory.key)
+            try check(unlinkat(directory.fd, name.cString, 0))
+            victim?.found(at: nil)  // gone by docfs's hand: no writer raced for it
         }
     }
 
     public func removeDirectory(parent: NodeID, name: FileName) throws(DocfsError) {
         let directory = try nodes.node(parent)
         try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
-            try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
             ownChanges.changedName(name, in: directory.key)
+            try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
         }
     }
 
@@ -92,10 +94,14 @@ extension Filesystem {
             let events = flags & DOCFS_RENAME_EXCHANGE != 0 ? 2 : 1
             ownChanges.changedName(name, in: from.key, events: events)
             ownChanges.changedName(newName, in: to.key, events: events)
+            // Whatever the target name held leaves by docfs's hand (an exchange moves it).
+            if flags & DOCFS_RENAME_EXCHANGE == 0 { knownNode(at: newName, in: to)?.found(at: nil) }
             if let retagged = try renameAsReplace(from: from, name: name, to: to, newName: newName, flags: flags, caller: caller) {
                 return retagged
             }
             try check(docfs_renameat2(from.fd, name.cString, to.fd, newName.cString, flags))
+            noteMoved(to: newName, in: to)
+            if flags & DOCFS_RENAME_EXCHANGE != 0 { noteMoved(to: name, in: from) }
             if flags & DOCFS_RENAME_EXCHANGE == 0, from.key == to.key, SafeSaveTracker.isBackupName(newName, of: name),
                let moved = replaceSide(in: to, name: newName) {
                 // Perhaps an editor's backup step: the new content may follow under the old name.
@@ -104,6 +110,18 @@ extension Filesystem {
             }
             return []
         }
+    }
+
+    /// The kernel's node of the file now at `name` in `directory`, if it knows it, learns its place.
+    private func noteMoved(to name: FileName, in directory: Node) {
+        knownNode(at: name, in: directory)?.found(at: Node.Place(directory: directory.key, name: name))
+    }
+
+    /// The kernel's node of the regular file at `name` in `directory`, if it knows it.
+    private func knownNode(at name: FileName, in directory: Node) -> Node? {
+        var st = stat()
+        guard fstatat(directory.fd, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG else { return nil }
+        return nodes.known(key: BackingKey(st))
     }
 
     /// Claims for changing the folders `directories` and removing (or replacing) what `name`

@@ -85,7 +85,7 @@ extension Filesystem {
     }
 
     /// Opens the folder holding `path` (relative to the mount root, no `..`) and names its last part.
-    private func openParent(of path: String) throws(DocfsError) -> (Int32, FileName) {
+    func openParent(of path: String) throws(DocfsError) -> (Int32, FileName) {
         let parts = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         guard let last = parts.last, !parts.contains(".."), !parts.contains(".") else {
             throw DocfsError(.invalidArgument, "\"\(path)\" does not name a document under the mount root")
@@ -100,7 +100,7 @@ extension Filesystem {
         return (directory, FileName(last))
     }
 
-    private func copyAll(from source: Int32, to target: Int32) throws(DocfsError) {
+    func copyAll(from source: Int32, to target: Int32) throws(DocfsError) {
         while true {
             let n = docfs_copy_file_range(source, nil, target, nil, 1 << 30, 0)
             if n < 0 {

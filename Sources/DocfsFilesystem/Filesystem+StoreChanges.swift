@@ -28,6 +28,9 @@ extension Filesystem {
                 let key = BackingKey(device: folder.device, inode: folder.inode)
                 if ownChanges.isOwnNameChange(name, in: key) { continue }
                 if let parent = nodes.known(key: key) { effects.invalidations.entries.append((parent.id, name)) }
+                if sessions.markRaced(at: Node.Place(directory: key, name: name)) > 0 {
+                    effects.notices.append("an uncoordinated writer changed \(name) while it was being written through the mount: both contents will be kept")
+                }
             case let .content(path, _, _):
                 var st = stat()
                 guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, !ownChanges.isOwnContentChange(st) else { continue }

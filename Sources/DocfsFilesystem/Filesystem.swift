@@ -2,6 +2,7 @@ import CLinux
 import DocfsCoordination
 import DocfsCore
 import DocfsProvider
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -48,6 +49,17 @@ public final class Filesystem: Sendable {
     let ownChanges = OwnChanges()
     /// The arbiter every operation that changes an item claims it from (C1).
     public let coordinator = Coordinator()
+    /// Where invalidations found outside a request's reply go (the bridge's notifier).
+    private let invalidationSink = Mutex<(@Sendable (KernelInvalidations) -> Void)?>(nil)
+
+    /// Sends what the kernel must forget, for changes made outside a request (a raced save).
+    public func onInvalidations(_ sink: @escaping @Sendable (KernelInvalidations) -> Void) {
+        invalidationSink.withLock { $0 = sink }
+    }
+
+    func invalidate(_ invalidations: KernelInvalidations) {
+        invalidationSink.withLock { $0 }?(invalidations)
+    }
 
     /// Serves the documents scope of the store's default container.
     public init(store: LocalStore, cachePolicy: CachePolicy = CachePolicy()) throws(DocfsError) {
@@ -107,6 +119,7 @@ public final class Filesystem: Sendable {
         } else {
             node = nodes.reference(key: key, fd: fd, type: st.st_mode & S_IFMT, item: newItem ?? identity.item(of: fd, st))
         }
+        if node.type == S_IFREG { node.found(at: Node.Place(directory: directory.key, name: name)) }
         st.st_ino = ino_t(node.item.rawValue)
         return Entry(node: node.id, generation: generation, attributes: st)
     }

@@ -37,6 +37,19 @@ final class Node: Sendable {
     /// S_IFMT bits: a backing inode never changes type.
     let type: mode_t
     private let itemStorage: Atomic<UInt64>
+    /// Where the kernel last found this file: the folder and the name (for telling a write
+    /// session that someone replaced the file it writes).
+    private let placeStorage = Mutex<Place?>(nil)
+
+    /// A name in a folder of the store.
+    struct Place: Hashable {
+        let directory: BackingKey
+        let name: FileName
+    }
+
+    var place: Place? { placeStorage.withLock { $0 } }
+
+    func found(at place: Place?) { placeStorage.withLock { $0 = place } }
 
     init(id: NodeID, fd: Int32, key: BackingKey, type: mode_t, item: ItemID) {
         self.id = id

@@ -30,7 +30,7 @@ final class OwnChanges: Sendable {
     }
 
     /// How long an expected name event waits for the watcher, in seconds.
-    static let expectation: Double = 5
+    static let expectation: Double = 30
     static let capacity = 8192
 
     private let state = Mutex(State())

@@ -28,6 +28,8 @@ final class WriteSessions: Sendable {
         var writers: Int
         /// The base content was kept as a version (so a rollback removes it).
         var keptBase: Bool
+        /// An uncoordinated writer replaced or removed the file meanwhile (C4).
+        var raced = false
     }
 
     private struct State {
@@ -96,7 +98,10 @@ final class WriteSessions: Sendable {
         var st = stat()
         guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else { return }
         let ended = state.withLock { state -> Session? in
+            // A raced session ends at the release, when every byte of the session is surely
+            // in the file (the writeback cache may still be flushing at FLUSH).
             guard state.writerHandles[handle] === node, let session = state.sessions[node.id], session.writers == 1,
+                  !session.raced,
                   Int64(st.st_size) != session.baseSize || st.st_mtim.tv_sec != session.baseModified.tv_sec
                     || st.st_mtim.tv_nsec != session.baseModified.tv_nsec else { return nil }
             state.writerHandles[handle] = nil
@@ -106,10 +111,25 @@ final class WriteSessions: Sendable {
         if let ended { versions.prune(ended.item, now: Self.now()) }
     }
 
+    /// An uncoordinated writer changed the name `place`: sessions writing the file that was
+    /// there are marked raced. Answers how many.
+    func markRaced(at place: Node.Place) -> Int {
+        state.withLock { state in
+            var count = 0
+            for (id, session) in state.sessions where !session.raced {
+                guard let node = state.writerHandles.values.first(where: { $0.id == id }), node.place == place else { continue }
+                state.sessions[id]!.raced = true
+                count += 1
+            }
+            return count
+        }
+    }
+
     /// A writer leaves: a closed handle, a failed open, a truncate by path. The last one ends
-    /// the session.
-    func end(_ node: Node) {
-        guard node.type == S_IFREG, !node.item.isDerived else { return }
+    /// the session; answers the node when that session was raced and changed the file.
+    @discardableResult
+    func end(_ node: Node) -> Node? {
+        guard node.type == S_IFREG, !node.item.isDerived else { return nil }
         let finished = state.withLock { state -> Session? in
             guard var session = state.sessions[node.id] else { return nil }
             session.writers -= 1
@@ -121,17 +141,16 @@ final class WriteSessions: Sendable {
             state.busy.insert(node.id)
             return session
         }
-        guard let session = finished else { return }
+        guard let session = finished else { return nil }
         defer { state.withLock { _ = $0.busy.remove(node.id) } }
         if changed(node, since: session) {
-            var now = timespec()
-            clock_gettime(CLOCK_REALTIME, &now)
-            versions.prune(session.item, now: Double(now.tv_sec))
-            return
+            versions.prune(session.item, now: Self.now())
+            return session.raced ? node : nil
         }
-        // Nothing written: as if the session never was.
+        // Nothing written: as if the session never was (a racing writer's content simply wins).
         try? ItemAttributes.setVersion(session.base, onDescriptor: node.fd)
         if session.keptBase { versions.remove(session.item, version: session.base) }
+        return nil
     }
 
     /// Whether the session changed the file. Size and mtime tell most changes; mtime ticks

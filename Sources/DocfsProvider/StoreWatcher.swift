@@ -84,10 +84,15 @@ public final class StoreWatcher: @unchecked Sendable {
 
     /// Watches `path` and every folder under it (folders made before the watch existed too).
     private func watchTree(_ path: String) {
-        let wd = inotify_add_watch(fd, path, Self.folderEvents)
-        guard wd >= 0 else { return }
+        // Watched through a descriptor, so the watch and the identity recorded for it are
+        // surely of the same folder, even if it moves meanwhile.
+        let folder = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard folder >= 0 else { return }
+        defer { close(folder) }
         var st = stat()
-        guard lstat(path, &st) == 0 else { return }
+        guard fstat(folder, &st) == 0 else { return }
+        let wd = inotify_add_watch(fd, "/proc/self/fd/\(folder)", Self.folderEvents)
+        guard wd >= 0 else { return }
         folders[wd] = (path, Folder(device: UInt64(st.st_dev), inode: UInt64(st.st_ino)))
         guard let dir = opendir(path) else { return }
         defer { closedir(dir) }

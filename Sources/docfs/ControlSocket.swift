@@ -10,13 +10,14 @@ import Glibc
 /// CLI commands that change a served store send these instead of touching it behind the
 /// daemon's back (issue 3 §2, C7).
 struct ControlRequest: Codable {
-    enum Kind: String, Codable { case restore }
+    enum Kind: String, Codable { case restore, resolve }
 
     var kind: Kind
     /// The document, relative to the mount root.
     var path: String
     var item: UInt64
-    var version: UInt64
+    /// The version to restore, or to keep when resolving a conflict (none: keep the current).
+    var version: UInt64?
 }
 
 struct ControlReply: Codable {

@@ -85,19 +85,15 @@ final class Daemon {
     /// Answers a CLI command's request, made through the control socket.
     private static func handle(_ request: ControlRequest, caller: Caller, filesystem: Filesystem, mount: FUSEMount,
                                logger: Logger) -> ControlReply {
-        switch request.kind {
-        case .restore:
-            guard let item = ItemID(text: String(request.item)) else {
-                return ControlReply(ok: false, message: "\(request.item) is not an item id")
-            }
-            do {
-                let invalidations = try filesystem.restore(path: request.path, item: item, version: request.version, caller: caller)
-                mount.invalidate(invalidations)
-                logger.notice("restored version \(request.version) of \(request.path) (item \(item)) for pid \(caller.pid)")
-                return ControlReply(ok: true, message: "restored version \(request.version) of \(request.path)")
-            } catch {
-                return ControlReply(ok: false, message: error.description)
-            }
+        guard let item = ItemID(text: String(request.item)) else {
+            return ControlReply(ok: false, message: "\(request.item) is not an item id")
+        }
+        do {
+            let message = try DocumentChange.apply(request, item: item, filesystem: filesystem, caller: caller) { mount.invalidate($0) }
+            logger.notice("\(message) (item \(item)) for pid \(caller.pid)")
+            return ControlReply(ok: true, message: message)
+        } catch {
+            return ControlReply(ok: false, message: error.description)
         }
     }
 

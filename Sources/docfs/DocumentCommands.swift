@@ -73,8 +73,19 @@ struct VersionsCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Make kept version V the current content again (itself a new version).", valueName: "V"))
     var restore: UInt64?
 
+    @Flag(name: .long, help: "Resolve a conflict: drop the conflict versions and clear user.docfs.conflict.")
+    var resolve = false
+
+    @Option(name: .long, help: ArgumentHelp("With --resolve: make version V current first.", valueName: "V"))
+    var keep: UInt64?
+
     @Argument(help: ArgumentHelp("The document.", valueName: "file"))
     var file: String
+
+    func validate() throws {
+        if keep != nil && !resolve { throw ValidationError("--keep goes with --resolve") }
+        if restore != nil && resolve { throw ValidationError("--restore and --resolve are separate steps: give one") }
+    }
 
     struct Row: Encodable {
         var version: UInt64
@@ -93,8 +104,11 @@ struct VersionsCommand: ParsableCommand {
             throw ExitCode.failure
         }
         if let restore {
-            let message = try reportingErrors { () throws(DocfsError) in try Restore.run(document, version: restore) }
-            print(message)
+            print(try reportingErrors { () throws(DocfsError) in try DocumentChange.run(.restore, document, version: restore) })
+            return
+        }
+        if resolve {
+            print(try reportingErrors { () throws(DocfsError) in try DocumentChange.run(.resolve, document, version: keep) })
             return
         }
         let kept = VersionStore(directory: document.store.versionsDirectory, policy: .defaults).versions(of: document.item)

@@ -89,3 +89,103 @@ func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
     }
     return condition()
 }
+
+/// Races (C4, issue 3 §4): a write session through the mount and an uncoordinated writer in the
+/// store. Neither content is lost.
+@Suite struct RaceTests {
+    @Test func aReplaceInTheStoreDuringASessionBecomesAConflictVersion() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("report.txt")
+        try write("base\n", to: f)
+        let id = try #require(itemID(f))
+        let fd = open(f, O_WRONLY | O_TRUNC)
+        #expect(fd >= 0)
+        #expect(Glibc.write(fd, "ours, ", 6) == 6)
+        // A sync tool replaces the document in the store meanwhile.
+        try write("theirs\n", to: fixture.documents + "/.report.txt.sync")
+        #expect(rename(fixture.documents + "/.report.txt.sync", fixture.documents + "/report.txt") == 0)
+        #expect(eventually(seconds: 5) {
+            ((try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? "").contains("both contents will be kept")
+        })
+        #expect(Glibc.write(fd, "saved last\n", 11) == 11)
+        close(fd)
+
+        // The session saved last: its content is current, under the document's id; theirs is kept.
+        #expect(eventually(seconds: 5) { attribute(f, "user.docfs.conflict") == "1" })
+        let current = try String(contentsOfFile: f, encoding: .utf8)
+        #expect(current == "ours, saved last\n")
+        #expect(itemID(f) == id)
+        let versions = try versionsJSON(fixture, f)
+        let conflict = try #require(versions.first { $0.kind == "conflict" })
+        #expect(try kept(fixture, id, Int(conflict.version)) == "theirs\n")
+        #expect(versions.first?.kind == "current" && versions.first!.version > conflict.version)
+        let status = try shell("'\(MountFixture.binary)' status --json '\(f)'")
+        #expect(status.output.contains("\"conflict\" : true"))
+
+        // Resolved, keeping the current content: the conflict version goes, the flag too.
+        let resolved = try shell("'\(MountFixture.binary)' versions '\(f)' --resolve")
+        #expect(resolved.status == 0, "\(resolved.output)")
+        #expect(attribute(f, "user.docfs.conflict") == nil)
+        #expect(try versionsJSON(fixture, f).allSatisfy { $0.kind != "conflict" })
+        #expect(try String(contentsOfFile: f, encoding: .utf8) == "ours, saved last\n")
+    }
+
+    @Test func resolvingCanKeepTheOtherWritersContent() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("doc")
+        try write("base\n", to: f)
+        let fd = open(f, O_WRONLY | O_APPEND)
+        #expect(Glibc.write(fd, "ours\n", 5) == 5)
+        try write("theirs\n", to: fixture.documents + "/doc.tmp")
+        #expect(rename(fixture.documents + "/doc.tmp", fixture.documents + "/doc") == 0)
+        #expect(eventually(seconds: 5) {
+            ((try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? "").contains("both contents will be kept")
+        })
+        close(fd)
+        #expect(eventually(seconds: 5) { attribute(f, "user.docfs.conflict") == "1" })
+        let conflict = try #require(try versionsJSON(fixture, f).first { $0.kind == "conflict" })
+        let resolved = try shell("'\(MountFixture.binary)' versions '\(f)' --resolve --keep \(conflict.version)")
+        #expect(resolved.status == 0, "\(resolved.output)")
+        #expect(try String(contentsOfFile: f, encoding: .utf8) == "theirs\n")
+        #expect(attribute(f, "user.docfs.conflict") == nil)
+        let misuse = try shell("'\(MountFixture.binary)' versions '\(f)' --keep 1")
+        #expect(misuse.status != 0 && misuse.output.contains("--keep goes with --resolve"))
+    }
+
+    @Test func aDeleteInTheStoreDuringASessionLosesNothing() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("notes")
+        try write("base\n", to: f)
+        let id = try #require(itemID(f))
+        let fd = open(f, O_WRONLY | O_TRUNC)
+        #expect(Glibc.write(fd, "still writing\n", 14) == 14)
+        #expect(unlink(fixture.documents + "/notes") == 0)
+        #expect(eventually(seconds: 5) {
+            ((try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? "").contains("both contents will be kept")
+        })
+        close(fd)
+        #expect(eventually(seconds: 5) { (try? String(contentsOfFile: f, encoding: .utf8)) == "still writing\n" })
+        #expect(itemID(f) == id)
+        #expect(attribute(f, "user.docfs.conflict") == nil)  // nothing of theirs to keep
+    }
+
+    @Test func aSessionThatWroteNothingLetsTheOtherWriterStand() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("doc")
+        try write("base\n", to: f)
+        let fd = open(f, O_RDWR)
+        try write("theirs\n", to: fixture.documents + "/doc.new")
+        #expect(rename(fixture.documents + "/doc.new", fixture.documents + "/doc") == 0)
+        #expect(eventually(seconds: 5) {
+            ((try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? "").contains("both contents will be kept")
+        })
+        close(fd)
+        usleep(300_000)
+        #expect(try String(contentsOfFile: f, encoding: .utf8) == "theirs\n")
+        #expect(attribute(f, "user.docfs.conflict") == nil)
+    }
+}

@@ -1,0 +1,99 @@
+import CLinux
+import DocfsCoordination
+import DocfsCore
+import DocfsProvider
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Races (C4): a write session through the mount, and an uncoordinated writer who replaced or
+/// removed the file in the store meanwhile. Neither content is discarded. The session's, saved
+/// last, stays the document's current content (same item id, a new version); the other writer's
+/// becomes a *conflict version*, kept until resolved, and the document carries
+/// `user.docfs.conflict` = `1`. A session that changed nothing simply lets the other writer's
+/// content stand.
+extension Filesystem {
+    static let conflictAttribute = "user.docfs.conflict"
+
+    /// The raced session on `ours` ended having changed it: puts its content back in place and
+    /// keeps the other writer's as a conflict version.
+    func keepBoth(_ ours: Node, caller: Caller) {
+        guard let place = ours.place, let folder = nodes.known(key: place.directory) else { return }
+        let item = ours.item
+        let effects = try? coordinator.withClaims([(folder.item, .write), (item, .replace)]) { () throws(DocfsError) -> KernelInvalidations in
+            try putBack(ours, at: place.name, in: folder, caller: caller)
+        }
+        if let effects { invalidate(effects) }
+    }
+
+    private func putBack(_ ours: Node, at name: FileName, in folder: Node, caller: Caller) throws(DocfsError) -> KernelInvalidations {
+        let item = ours.item
+        var version = max(ItemAttributes.version(ofDescriptor: ours.fd), 1) + 1
+        let theirs = replaceSide(in: folder, name: name)
+        defer { if let theirs { close(theirs.fd) } }
+        if let theirs {
+            let record = VersionRecord(version: version, kind: .conflict, modified: WriteSessions.seconds(theirs.st.st_mtim),
+                                       kept: WriteSessions.now(), size: Int64(theirs.st.st_size), author: nil)
+            try store.versions.keepFile(theirs.fd, item: item, record: record)
+            version += 1
+        }
+        let temporary = FileName(".docfs-conflict-" + String(UInt64.random(in: 0...UInt64.max), radix: 16))
+        ownChanges.changedName(temporary, in: folder.key, events: 2)
+        ownChanges.changedName(name, in: folder.key)
+        var st = stat()
+        try check(fstatat(ours.fd, "", &st, DOCFS_AT_EMPTY_PATH))
+        let fd = openat(folder.fd, temporary.cString, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, st.st_mode & 0o7777)
+        guard fd >= 0 else { throw DocfsError.errno("creating a file to put a raced save back into") }
+        var created = stat()
+        if fstat(fd, &created) == 0 { ownChanges.openedForWriting(UInt64(fd), file: BackingKey(created)) }
+        defer {
+            ownChanges.closingForWriting(UInt64(fd), fd: fd)
+            close(fd)
+        }
+        do throws(DocfsError) {
+            let source = Glibc.open("/proc/self/fd/\(ours.fd)", O_RDONLY | O_CLOEXEC)
+            guard source >= 0 else { throw DocfsError.errno("reading the raced save") }
+            defer { close(source) }
+            try copyAll(from: source, to: fd)
+            try check(fchown(fd, st.st_uid, st.st_gid))
+            try check(fchmod(fd, st.st_mode & 0o7777))
+            for attribute in ExtendedAttributeCopy.userNames(of: ours.fd) {
+                ExtendedAttributeCopy.copyIfMissing(attribute, from: ours.fd, to: fd)
+            }
+            try ItemAttributes.setID(item, onDescriptor: fd)
+            try ItemAttributes.setVersion(version, onDescriptor: fd)
+            if theirs != nil { try check(docfs_fd_setxattr(fd, Self.conflictAttribute, "1", 1, 0)) }
+            try check(docfs_renameat2(folder.fd, temporary.cString, folder.fd, name.cString, 0))
+        } catch {
+            unlinkat(folder.fd, temporary.cString, 0)
+            throw error
+        }
+        sessions.noteAuthor(of: item, version: version, caller: caller)
+        var invalidations = KernelInvalidations()
+        invalidations.entries.append((folder.id, name))
+        return invalidations
+    }
+
+    /// Clears the conflict of the document at `path`: its conflict versions are dropped; with
+    /// `keep`, that version first becomes the current content (a restore).
+    public func resolveConflict(path: String, item: ItemID, keep: UInt64?, caller: Caller) throws(DocfsError) -> KernelInvalidations {
+        var invalidations = KernelInvalidations()
+        if let keep { invalidations = try restore(path: path, item: item, version: keep, caller: caller) }
+        let (directory, name) = try openParent(of: path)
+        defer { close(directory) }
+        try coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
+            guard let document = replaceSide(inDirectory: directory, name: name), document.item == item else {
+                throw DocfsError(.invalidArgument, "\(path) is no longer item \(item): look again")
+            }
+            defer { close(document.fd) }
+            for record in store.versions.versions(of: item) where record.kind == .conflict {
+                store.versions.remove(item, version: record.version)
+            }
+            let path = "/proc/self/fd/\(document.fd)"
+            if docfs_removexattr(path, Self.conflictAttribute) != 0 && errno != ENODATA {
+                throw DocfsError.errno("clearing \(Self.conflictAttribute)")
+            }
+        }
+        return invalidations
+    }
+}

@@ -1,0 +1,35 @@
+import DocfsCore
+import DocfsFilesystem
+import DocfsProvider
+
+/// `docfs versions FILE --restore V` and `--resolve [--keep V]`: through the daemon when the
+/// store is served (the control socket), else on the store directly, holding its lock so no
+/// daemon starts meanwhile.
+enum DocumentChange {
+    static func run(_ kind: ControlRequest.Kind, _ document: LocatedDocument, version: UInt64?) throws(DocfsError) -> String {
+        let request = ControlRequest(kind: kind, path: try document.pathUnderRoot(), item: document.item.rawValue, version: version)
+        if StoreLock.holder(of: document.store) != nil {
+            let reply = try ControlClient.send(request, to: document.store)
+            guard reply.ok else { throw DocfsError(.invalidArgument, reply.message) }
+            return reply.message
+        }
+        let store = try LocalStore(path: document.store.root)
+        let lock = try StoreLock(store: store, mountPoint: "(docfs versions)")
+        defer { withExtendedLifetime(lock) {} }
+        return try apply(request, item: document.item, filesystem: try Filesystem(store: store), caller: .daemon) { _ in }
+    }
+
+    /// Carries the request out (in the daemon, or here when no daemon serves the store).
+    static func apply(_ request: ControlRequest, item: ItemID, filesystem: Filesystem, caller: Caller,
+                      invalidate: (KernelInvalidations) -> Void) throws(DocfsError) -> String {
+        switch request.kind {
+        case .restore:
+            guard let version = request.version else { throw DocfsError(.invalidArgument, "which version to restore?") }
+            invalidate(try filesystem.restore(path: request.path, item: item, version: version, caller: caller))
+            return "restored version \(version) of \(request.path)"
+        case .resolve:
+            invalidate(try filesystem.resolveConflict(path: request.path, item: item, keep: request.version, caller: caller))
+            return "resolved the conflict of \(request.path)" + (request.version.map { ", keeping version \($0)" } ?? "")
+        }
+    }
+}
