@@ -69,6 +69,7 @@ extension Filesystem {
             throw error
         }
         sessions.noteAuthor(of: item, version: version, caller: caller)
+        present(theirs == nil ? .version : .conflict, name, in: folder, item: item, version: version)
         var invalidations = KernelInvalidations()
         invalidations.entries.append((folder.id, name))
         return invalidations

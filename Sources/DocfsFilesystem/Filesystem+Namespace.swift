@@ -14,7 +14,9 @@ extension Filesystem {
             try check(mkdirat(directory.fd, name.cString, mode & 0o7777))
             ownChanges.changedName(name, in: directory.key)
             try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
-            return try entry(in: directory, name: name)
+            let made = try entry(in: directory, name: name)
+            present(.created, name, in: directory, item: ItemID(rawValue: UInt64(made.attributes.st_ino)))
+            return made
         }
     }
 
@@ -25,7 +27,9 @@ extension Filesystem {
             try check(mknodat(directory.fd, name.cString, mode, device))
             ownChanges.changedName(name, in: directory.key)
             try giveToCaller(in: directory, name: name, caller: caller, mode: mode)
-            return try entry(in: directory, name: name)
+            let made = try entry(in: directory, name: name)
+            present(.created, name, in: directory)
+            return made
         }
     }
 
@@ -35,7 +39,9 @@ extension Filesystem {
             try check(symlinkat(target.cString, directory.fd, name.cString))
             ownChanges.changedName(name, in: directory.key)
             try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
-            return try entry(in: directory, name: name)
+            let made = try entry(in: directory, name: name)
+            present(.created, name, in: directory)
+            return made
         }
     }
 
@@ -54,6 +60,7 @@ extension Filesystem {
             try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
             st.st_ino = ino_t(node.item.rawValue)
             nodes.reference(node)
+            present(.created, newName, in: directory, item: node.item)
             return Entry(node: node.id, generation: generation, attributes: st)
         }
     }
@@ -65,6 +72,7 @@ extension Filesystem {
             ownChanges.changedName(name, in: directory.key)
             try check(unlinkat(directory.fd, name.cString, 0))
             victim?.found(at: nil)  // gone by docfs's hand: no writer raced for it
+            present(.deleted, name, in: directory, item: victim?.item)
         }
     }
 
@@ -73,6 +81,7 @@ extension Filesystem {
         try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
             ownChanges.changedName(name, in: directory.key)
             try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
+            present(.deleted, name, in: directory)
         }
     }
 
@@ -97,9 +106,14 @@ extension Filesystem {
             // Whatever the target name held leaves by docfs's hand (an exchange moves it).
             if flags & DOCFS_RENAME_EXCHANGE == 0 { knownNode(at: newName, in: to)?.found(at: nil) }
             if let retagged = try renameAsReplace(from: from, name: name, to: to, newName: newName, flags: flags, caller: caller) {
+                if presenters.isListened, let document = replaceSide(in: to, name: newName) {
+                    present(.version, newName, in: to, item: document.item, version: ItemAttributes.version(ofDescriptor: document.fd))
+                    close(document.fd)
+                }
                 return retagged
             }
             try check(docfs_renameat2(from.fd, name.cString, to.fd, newName.cString, flags))
+            presentMove(name, in: from, to: newName, in: to, item: itemAt(newName, in: to))
             noteMoved(to: newName, in: to)
             if flags & DOCFS_RENAME_EXCHANGE != 0 { noteMoved(to: name, in: from) }
             if flags & DOCFS_RENAME_EXCHANGE == 0, from.key == to.key, SafeSaveTracker.isBackupName(newName, of: name),

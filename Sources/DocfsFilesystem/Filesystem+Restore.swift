@@ -76,6 +76,10 @@ extension Filesystem {
             unlinkat(directory, temporary.cString, 0)
             throw error
         }
+        if presenters.isListened, let location = self.path(of: name, in: directory) {
+            presenters.post(PresentedChange(.version, path: location, item: item,
+                                            version: max(ItemAttributes.version(ofDescriptor: document.fd), 1) + 1))
+        }
         var invalidations = KernelInvalidations()
         var st = stat()
         if fstat(directory, &st) == 0, let parent = nodes.known(key: BackingKey(st)) {

@@ -27,15 +27,33 @@ extension Filesystem {
             case let .name(folder, name):
                 let key = BackingKey(device: folder.device, inode: folder.inode)
                 if ownChanges.isOwnNameChange(name, in: key) { continue }
-                if let parent = nodes.known(key: key) { effects.invalidations.entries.append((parent.id, name)) }
+                if let parent = nodes.known(key: key) {
+                    effects.invalidations.entries.append((parent.id, name))
+                    var st = stat()
+                    let exists = fstatat(parent.fd, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0
+                    present(exists ? .changed : .deleted, name, in: parent, uncoordinated: true)
+                }
                 if sessions.markRaced(at: Node.Place(directory: key, name: name)) > 0 {
                     effects.notices.append("an uncoordinated writer changed \(name) while it was being written through the mount: both contents will be kept")
                 }
-            case let .content(path, _, _):
+            case let .content(path, folder, name):
                 var st = stat()
                 guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, !ownChanges.isOwnContentChange(st) else { continue }
                 if let node = nodes.known(key: BackingKey(st)) { effects.invalidations.inodes.append(node.id) }
                 if let notice = recordUncoordinatedVersion(path) { effects.notices.append(notice) }
+                if presenters.isListened, let parent = nodes.known(key: BackingKey(device: folder.device, inode: folder.inode)) {
+                    let fd = Glibc.open(path, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+                    if fd >= 0 {
+                        // A file docfs never gave an id has no versions yet: it just changed.
+                        if let item = ItemAttributes.id(ofDescriptor: fd) {
+                            present(.version, name, in: parent, item: item,
+                                    version: max(ItemAttributes.version(ofDescriptor: fd), 1), uncoordinated: true)
+                        } else {
+                            present(.changed, name, in: parent, uncoordinated: true)
+                        }
+                        close(fd)
+                    }
+                }
             }
         }
         return effects

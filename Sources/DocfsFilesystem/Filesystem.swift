@@ -49,6 +49,8 @@ public final class Filesystem: Sendable {
     let ownChanges = OwnChanges()
     /// The arbiter every operation that changes an item claims it from (C1).
     public let coordinator = Coordinator()
+    /// Whoever wants to hear about changes (C6).
+    public let presenters = Presenters()
     /// Where invalidations found outside a request's reply go (the bridge's notifier).
     private let invalidationSink = Mutex<(@Sendable (KernelInvalidations) -> Void)?>(nil)
 
@@ -78,6 +80,7 @@ public final class Filesystem: Sendable {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         generation = UInt64(now.tv_sec)
+        sessions.onCommit { [unowned self] node, version in presentVersion(of: node, version: version) }
     }
 
     /// The number of nodes the kernel holds references to (the root included).

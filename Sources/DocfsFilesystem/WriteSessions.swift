@@ -45,6 +45,16 @@ final class WriteSessions: Sendable {
 
     private let state = Mutex(State())
     private let versions: VersionStore
+    /// Told of each session that made a version (node, version), for presenters.
+    private let commitHandler = Mutex<(@Sendable (Node, UInt64) -> Void)?>(nil)
+
+    func onCommit(_ handler: @escaping @Sendable (Node, UInt64) -> Void) {
+        commitHandler.withLock { $0 = handler }
+    }
+
+    private func committed(_ node: Node, _ session: Session) {
+        commitHandler.withLock { $0 }?(node, session.base + 1)
+    }
 
     init(versions: VersionStore) {
         self.versions = versions
@@ -90,25 +100,25 @@ final class WriteSessions: Sendable {
     /// versions, not one. A file still unchanged waits for the release (a shell may close its
     /// copy of a descriptor before the command it started has written).
     func flushed(_ handle: UInt64) {
-        let node = state.withLock { state -> Node? in
-            guard let node = state.writerHandles[handle], state.sessions[node.id]?.writers == 1 else { return nil }
-            return node
+        let found = state.withLock { state -> (Node, Session)? in
+            guard let node = state.writerHandles[handle], let session = state.sessions[node.id], session.writers == 1,
+                  !session.raced else { return nil }
+            return (node, session)
         }
-        guard let node else { return }
-        var st = stat()
-        guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else { return }
+        // A raced session ends at the release, when every byte of the session is surely in
+        // the file (the writeback cache may still be flushing at FLUSH).
+        guard let (node, session) = found, changed(node, since: session) else { return }
         let ended = state.withLock { state -> Session? in
-            // A raced session ends at the release, when every byte of the session is surely
-            // in the file (the writeback cache may still be flushing at FLUSH).
-            guard state.writerHandles[handle] === node, let session = state.sessions[node.id], session.writers == 1,
-                  !session.raced,
-                  Int64(st.st_size) != session.baseSize || st.st_mtim.tv_sec != session.baseModified.tv_sec
-                    || st.st_mtim.tv_nsec != session.baseModified.tv_nsec else { return nil }
+            guard state.writerHandles[handle] === node, let current = state.sessions[node.id], current.writers == 1,
+                  !current.raced else { return nil }
             state.writerHandles[handle] = nil
             state.sessions[node.id] = nil
-            return session
+            return current
         }
-        if let ended { versions.prune(ended.item, now: Self.now()) }
+        if let ended {
+            versions.prune(ended.item, now: Self.now())
+            committed(node, ended)
+        }
     }
 
     /// An uncoordinated writer changed the name `place`: sessions writing the file that was
@@ -145,6 +155,7 @@ final class WriteSessions: Sendable {
         defer { state.withLock { _ = $0.busy.remove(node.id) } }
         if changed(node, since: session) {
             versions.prune(session.item, now: Self.now())
+            committed(node, session)
             return session.raced ? node : nil
         }
         // Nothing written: as if the session never was (a racing writer's content simply wins).

@@ -10,14 +10,21 @@ import Glibc
 /// CLI commands that change a served store send these instead of touching it behind the
 /// daemon's back (issue 3 §2, C7).
 struct ControlRequest: Codable {
-    enum Kind: String, Codable { case restore, resolve }
+    enum Kind: String, Codable { case restore, resolve, watch }
 
     var kind: Kind
     /// The document, relative to the mount root.
     var path: String
-    var item: UInt64
+    var item: UInt64?
     /// The version to restore, or to keep when resolving a conflict (none: keep the current).
     var version: UInt64?
+
+    init(kind: Kind, path: String, item: UInt64? = nil, version: UInt64? = nil) {
+        self.kind = kind
+        self.path = path
+        self.item = item
+        self.version = version
+    }
 }
 
 struct ControlReply: Codable {
@@ -61,14 +68,18 @@ struct ControlSocketAddress {
 }
 
 /// The daemon's side: accepts connections on a thread of its own and answers each request
-/// with `handle`, which runs with the peer's credentials for the record.
+/// with `handle`, which runs with the peer's credentials for the record. A `watch` request
+/// keeps its connection: `stream` gets it, on a thread of its own, and closes it when done.
 final class ControlServer: @unchecked Sendable {
     // Only the accept thread touches `listener` after start.
     private let listener: Int32
     private let handle: @Sendable (ControlRequest, Caller) -> ControlReply
+    private let stream: @Sendable (ControlRequest, Int32) -> Void
 
-    init(store: StoreLayout, handle: @escaping @Sendable (ControlRequest, Caller) -> ControlReply) throws(DocfsError) {
+    init(store: StoreLayout, handle: @escaping @Sendable (ControlRequest, Caller) -> ControlReply,
+         stream: @escaping @Sendable (ControlRequest, Int32) -> Void) throws(DocfsError) {
         self.handle = handle
+        self.stream = stream
         let address = ControlSocketAddress(store: store)
         defer { address.close() }
         unlink(store.controlSocket)  // a dead daemon's: the store lock says none is running
@@ -96,72 +107,113 @@ final class ControlServer: @unchecked Sendable {
                 if errno == EINTR || errno == ECONNABORTED { continue }
                 return
             }
-            serve(connection)
-            Glibc.close(connection)
+            if !serve(connection) { Glibc.close(connection) }
         }
     }
 
-    private func serve(_ connection: Int32) {
+    /// Answers one request; true when the connection was handed to a stream.
+    private func serve(_ connection: Int32) -> Bool {
         var pid: Int32 = 0
         var uid: UInt32 = 0
         var gid: UInt32 = 0
-        guard docfs_peer_credentials(connection, &pid, &uid, &gid) == 0 else { return }
+        guard docfs_peer_credentials(connection, &pid, &uid, &gid) == 0 else { return false }
         let caller = Caller(uid: uid, gid: gid, pid: pid)
         let reply: ControlReply
         if let line = ControlLine.read(connection), let request = try? JSONDecoder().decode(ControlRequest.self, from: Data(line)) {
+            if request.kind == .watch {
+                let stream = self.stream
+                DetachedThread.start { stream(request, connection) }
+                return true
+            }
             reply = handle(request, caller)
         } else {
             reply = ControlReply(ok: false, message: "malformed request: this daemon and the docfs command differ in version?")
         }
         if let data = try? JSONEncoder().encode(reply) { ControlLine.write(Array(data), to: connection) }
+        return false
     }
 }
 
 /// The CLI's side.
 enum ControlClient {
     static func send(_ request: ControlRequest, to store: StoreLayout) throws(DocfsError) -> ControlReply {
+        let fd = try connect(to: store)
+        defer { close(fd) }
+        return try exchange(request, on: fd, store: store)
+    }
+
+    /// A connection to the daemon serving `store`; the caller closes it.
+    static func connect(to store: StoreLayout) throws(DocfsError) -> Int32 {
         let address = ControlSocketAddress(store: store)
         defer { address.close() }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw DocfsError.errno("creating a socket") }
-        defer { close(fd) }
-        guard address.withSockaddr({ connect(fd, $0, $1) }) == 0 else {
+        guard address.withSockaddr({ Glibc.connect(fd, $0, $1) }) == 0 else {
+            let failure = DocfsError.errno("connect")
+            close(fd)
             throw DocfsError(.storeUnavailable,
                              "the daemon serving \(store.root) does not answer on \(store.controlSocket): is it still running (findmnt -t fuse.docfs)?",
-                             cause: DocfsError.errno("connect"))
+                             cause: failure)
         }
+        return fd
+    }
+
+    /// Sends `request` on `fd` and reads the reply line (through `reader`, when more lines follow).
+    static func exchange(_ request: ControlRequest, on fd: Int32, store: StoreLayout,
+                         reader: LineReader? = nil) throws(DocfsError) -> ControlReply {
         guard let data = try? JSONEncoder().encode(request) else { throw DocfsError(.internalFailure, "cannot encode the request") }
         ControlLine.write(Array(data), to: fd)
-        guard let line = ControlLine.read(fd), let reply = try? JSONDecoder().decode(ControlReply.self, from: Data(line)) else {
+        guard let line = (reader ?? LineReader(fd)).next(), let reply = try? JSONDecoder().decode(ControlReply.self, from: Data(line)) else {
             throw DocfsError(.storeUnavailable, "the daemon serving \(store.root) gave no answer: see \(store.daemonLog)")
         }
         return reply
     }
 }
 
-/// One JSON document per line, at most 1 MiB.
-enum ControlLine {
-    static func read(_ fd: Int32) -> [UInt8]? {
-        var bytes: [UInt8] = []
+/// Reads a connection line by line, keeping what arrived after a line for the next.
+final class LineReader {
+    private let fd: Int32
+    private var pending: [UInt8] = []
+
+    init(_ fd: Int32) { self.fd = fd }
+
+    /// The next line (at most 1 MiB), nil at the end of the stream.
+    func next() -> [UInt8]? {
         var chunk = [UInt8](repeating: 0, count: 4096)
-        while bytes.count < 1 << 20 {
+        while true {
+            if let end = pending.firstIndex(of: 10) {
+                let line = Array(pending[..<end])
+                pending.removeSubrange(...end)
+                return line
+            }
+            guard pending.count < 1 << 20 else { return nil }
             let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return bytes.isEmpty ? nil : bytes }
-            bytes += chunk[0..<n]
-            if let end = bytes.firstIndex(of: 10) { return Array(bytes[..<end]) }
+            guard n > 0 else {
+                defer { pending.removeAll() }
+                return pending.isEmpty ? nil : pending
+            }
+            pending += chunk[0..<n]
         }
-        return nil
     }
+}
 
-    static func write(_ bytes: [UInt8], to fd: Int32) {
+/// One JSON document per line.
+enum ControlLine {
+    /// One line from a connection that carries only one (a request, a reply).
+    static func read(_ fd: Int32) -> [UInt8]? { LineReader(fd).next() }
+
+    /// False when the other end went away.
+    @discardableResult
+    static func write(_ bytes: [UInt8], to fd: Int32) -> Bool {
         let line = bytes + [10]
         var offset = 0
         while offset < line.count {
             let n = line.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, line.count - offset) }
             if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return }
+            guard n > 0 else { return false }
             offset += n
         }
+        return true
     }
 }

@@ -41,9 +41,11 @@ final class Daemon {
         let mount = try FUSEMount(filesystem: filesystem, mountPoint: mountPoint, options: options, logger: logger)
         self.mount = mount
         let log = logger
-        control = try ControlServer(store: store.layout) { request, caller in
+        control = try ControlServer(store: store.layout, handle: { request, caller in
             Self.handle(request, caller: caller, filesystem: filesystem, mount: mount, logger: log)
-        }
+        }, stream: { request, connection in
+            WatchStream.serve(request.path, on: connection, presenters: filesystem.presenters)
+        })
         control.start()
         Self.watch(store: store, filesystem: filesystem, mount: mount, logger: logger)
         MountRegistry.register(mountPoint: mountPoint, store: store.layout.root)
@@ -85,8 +87,8 @@ final class Daemon {
     /// Answers a CLI command's request, made through the control socket.
     private static func handle(_ request: ControlRequest, caller: Caller, filesystem: Filesystem, mount: FUSEMount,
                                logger: Logger) -> ControlReply {
-        guard let item = ItemID(text: String(request.item)) else {
-            return ControlReply(ok: false, message: "\(request.item) is not an item id")
+        guard let number = request.item, let item = ItemID(text: String(number)) else {
+            return ControlReply(ok: false, message: "\(request.item.map(String.init) ?? "none") is not an item id")
         }
         do {
             let message = try DocumentChange.apply(request, item: item, filesystem: filesystem, caller: caller) { mount.invalidate($0) }

@@ -14,6 +14,6 @@ struct Docfs: ParsableCommand {
             Start with:  docfs mount ~/Docs
             Stop with:   docfs unmount ~/Docs
             """,
-        subcommands: [MountCommand.self, UnmountCommand.self, StatusCommand.self, VersionsCommand.self]
+        subcommands: [MountCommand.self, UnmountCommand.self, StatusCommand.self, VersionsCommand.self, WatchCommand.self]
     )
 }

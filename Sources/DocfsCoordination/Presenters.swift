@@ -1,0 +1,75 @@
+import DocfsCore
+import Synchronization
+
+/// A change presenters hear about (C6): what happened, to which path (relative to the mount
+/// root), and whether docfs made it or found it made behind its back.
+public struct PresentedChange: Sendable, Codable, Equatable {
+    public enum Kind: String, Sendable, Codable {
+        case created, changed, moved, deleted, version, conflict
+    }
+
+    public var kind: Kind
+    public var path: String
+    /// Where it went (`moved`).
+    public var newPath: String?
+    public var item: UInt64?
+    /// The new version number (`version`).
+    public var version: UInt64?
+    /// Made in the store behind docfs (found by the store watcher).
+    public var uncoordinated: Bool
+
+    public init(_ kind: Kind, path: String, newPath: String? = nil, item: ItemID? = nil, version: UInt64? = nil,
+                uncoordinated: Bool = false) {
+        self.kind = kind
+        self.path = path
+        self.newPath = newPath
+        self.item = item?.rawValue
+        self.version = version
+        self.uncoordinated = uncoordinated
+    }
+
+    /// Whether the change concerns `path` or something under it ("" is everything).
+    public func concerns(_ path: String) -> Bool {
+        func under(_ candidate: String) -> Bool {
+            path.isEmpty || candidate == path || candidate.hasPrefix(path + "/")
+        }
+        return under(self.path) || newPath.map(under) ?? false
+    }
+}
+
+/// Whoever wants to hear about changes (the model's NSFilePresenter): `docfs watch`, and later
+/// the index, the thumbnailer and sync. Changes are posted by the operation that made them (or
+/// by the store watcher), in order, to every subscriber's handler; handlers must return at once
+/// (queue the change and deal with it elsewhere). With nobody subscribed, posting costs one
+/// atomic load, and callers check `isListened` before working out paths.
+///
+/// Lock order: `subscribers` is a leaf lock; handlers run outside it.
+public final class Presenters: Sendable {
+    public typealias Handler = @Sendable (PresentedChange) -> Void
+
+    private let subscribers = Mutex<[UInt64: Handler]>([:])
+    private let count = Atomic<Int>(0)
+    private let nextToken = Atomic<UInt64>(1)
+
+    public init() {}
+
+    /// Whether anyone listens (so a poster may skip working out what to post).
+    public var isListened: Bool { count.load(ordering: .relaxed) > 0 }
+
+    /// Starts delivering changes to `handler`; the token ends it (`unsubscribe`).
+    public func subscribe(_ handler: @escaping Handler) -> UInt64 {
+        let token = nextToken.add(1, ordering: .relaxed).oldValue
+        subscribers.withLock { $0[token] = handler }
+        count.add(1, ordering: .relaxed)
+        return token
+    }
+
+    public func unsubscribe(_ token: UInt64) {
+        if subscribers.withLock({ $0.removeValue(forKey: token) }) != nil { count.subtract(1, ordering: .relaxed) }
+    }
+
+    public func post(_ change: PresentedChange) {
+        guard isListened else { return }
+        for handler in subscribers.withLock({ Array($0.values) }) { handler(change) }
+    }
+}

@@ -1,0 +1,74 @@
+import ArgumentParser
+import DocfsCoordination
+import DocfsCore
+import DocfsProvider
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `docfs watch PATH`: the changes under a file or folder as they happen, whoever makes them.
+struct WatchCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "watch",
+        abstract: "Print changes to a file or folder as they happen, until interrupted.",
+        discussion: """
+            Reports created, changed (by the mount or, marked uncoordinated, by programs writing \
+            in the store directly), moved (with the new path), deleted, new versions and \
+            conflicts. The store must be mounted: its daemon is the one that sees the changes.
+            """
+    )
+
+    @Flag(name: .long, help: "Print one JSON object per change.")
+    var json = false
+
+    @Argument(help: ArgumentHelp("The file or folder to watch (on a docfs mount or in a store).", valueName: "path"))
+    var path: String
+
+    func run() throws {
+        // Runs until interrupted: make sure it can be (a parent may have left them blocked).
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        for signal in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&signals, signal) }
+        pthread_sigmask(SIG_UNBLOCK, &signals, nil)
+        let (store, relative) = try reportingErrors { () throws(DocfsError) in try Self.target(path) }
+        guard StoreLock.holder(of: store) != nil else {
+            printError("docfs: no daemon serves \(store.root): mount it (docfs mount) to watch its changes\n")
+            throw ExitCode.failure
+        }
+        let fd = try reportingErrors { () throws(DocfsError) in try ControlClient.connect(to: store) }
+        defer { close(fd) }
+        let reader = LineReader(fd)
+        let reply = try reportingErrors { () throws(DocfsError) in
+            try ControlClient.exchange(ControlRequest(kind: .watch, path: relative), on: fd, store: store, reader: reader)
+        }
+        guard reply.ok else {
+            printError("docfs: \(reply.message)\n")
+            throw ExitCode.failure
+        }
+        printError("docfs: \(reply.message) (Ctrl-C to stop)\n")
+        while let line = reader.next() {
+            if json {
+                print(String(decoding: line, as: UTF8.self))
+            } else if let change = try? JSONDecoder().decode(PresentedChange.self, from: Data(line)) {
+                print(Self.describe(change))
+            }
+            fflush(nil)  // one change per line, as it happens, into pipes too
+        }
+    }
+
+    /// The store and the path under the mount root that `path` names (a folder or a file).
+    static func target(_ path: String) throws(DocfsError) -> (StoreLayout, String) {
+        let document = try LocatedDocument.locate(path)
+        if document.backingPath == document.store.documentsDirectory(.userDefault) { return (document.store, "") }
+        return (document.store, try document.pathUnderRoot())
+    }
+
+    static func describe(_ change: PresentedChange) -> String {
+        var text = "\(change.kind.rawValue.padding(9))\(change.path)"
+        if let newPath = change.newPath { text += " -> \(newPath)" }
+        if let version = change.version { text += " (version \(version))" }
+        if change.uncoordinated { text += " [uncoordinated]" }
+        return text
+    }
+}

@@ -1,0 +1,125 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Presenters (C6, issue 3 §6): `docfs watch` streams what happens under a path — created,
+/// new versions, moves with the new path, deletions, conflicts — whoever causes it: this
+/// mount, the CLI (a restore), or a program writing in the store directly.
+@Suite struct WatchTests {
+    struct Event: Decodable, Equatable {
+        var kind: String
+        var path: String
+        var newPath: String?
+        var version: UInt64?
+        var uncoordinated: Bool
+    }
+
+    /// A running `docfs watch --json` writing to files (what it prints, what it says).
+    final class Watcher: @unchecked Sendable {
+        let process = Process()
+        let output: String
+        private let messages: String
+
+        init(_ path: String, in fixture: MountFixture) throws {
+            output = fixture.root + "/watch-\(UUID().uuidString.prefix(8)).json"
+            messages = output + ".err"
+            process.executableURL = URL(fileURLWithPath: "/bin/bash")
+            process.arguments = ["-c", "exec '\(MountFixture.binary)' watch --json '\(path)' >'\(output)' 2>'\(messages)'"]
+            process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+            try process.run()
+            // The watch is live once the command says so.
+            let ready = eventually(seconds: 10) {
+                ((try? String(contentsOfFile: self.messages, encoding: .utf8)) ?? "").contains("watching")
+            }
+            if !ready {
+                stop()
+                throw FixtureError("docfs watch did not start: \((try? String(contentsOfFile: messages, encoding: .utf8)) ?? "")")
+            }
+        }
+
+        var events: [Event] {
+            let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.utf8)) }
+        }
+
+        func stop() {
+            if process.isRunning { kill(process.processIdentifier, SIGINT) }
+            process.waitUntilExit()
+        }
+    }
+
+    @Test func changesThroughTheMountInOrder() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        mkdir(fixture.path("docs"), 0o755)
+        let watcher = try Watcher(fixture.path("docs"), in: fixture)
+        defer { watcher.stop() }
+        try write("one\n", to: fixture.path("docs/a.txt"))
+        try write("two\n", to: fixture.path("docs/a.txt"))
+        #expect(rename(fixture.path("docs/a.txt"), fixture.path("docs/b.txt")) == 0)
+        #expect(unlink(fixture.path("docs/b.txt")) == 0)
+        try write("elsewhere\n", to: fixture.path("outside.txt"))  // not under the watched folder
+        let expected = [
+            Event(kind: "created", path: "docs/a.txt", newPath: nil, version: nil, uncoordinated: false),
+            Event(kind: "version", path: "docs/a.txt", newPath: nil, version: 2, uncoordinated: false),
+            Event(kind: "moved", path: "docs/a.txt", newPath: "docs/b.txt", version: nil, uncoordinated: false),
+            Event(kind: "deleted", path: "docs/b.txt", newPath: nil, version: nil, uncoordinated: false),
+        ]
+        #expect(eventually(seconds: 5) { watcher.events.count >= expected.count })
+        usleep(200_000)
+        #expect(watcher.events == expected)
+    }
+
+    @Test func changesByTheCLIAndBehindTheMount() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("notes.txt")
+        try write("one\n", to: f)
+        try write("two\n", to: f)
+        let watcher = try Watcher(fixture.mountPoint, in: fixture)
+        defer { watcher.stop() }
+        let restored = try shell("'\(MountFixture.binary)' versions '\(f)' --restore 1")
+        #expect(restored.status == 0, "\(restored.output)")
+        #expect(eventually(seconds: 5) { watcher.events.contains { $0.kind == "version" && $0.path == "notes.txt" && $0.version == 3 } },
+                "\(watcher.events)")
+        // A program writing in the store itself.
+        try write("from elsewhere\n", to: fixture.documents + "/notes.txt")
+        #expect(eventually(seconds: 5) {
+            watcher.events.contains { $0.kind == "version" && $0.path == "notes.txt" && $0.version == 4 && $0.uncoordinated }
+        })
+        #expect(unlink(fixture.documents + "/notes.txt") == 0)
+        #expect(eventually(seconds: 5) {
+            watcher.events.contains { $0.kind == "deleted" && $0.path == "notes.txt" && $0.uncoordinated }
+        })
+    }
+
+    @Test func aRacedSaveReportsItsConflict() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("doc")
+        try write("base\n", to: f)
+        let watcher = try Watcher(fixture.mountPoint, in: fixture)
+        defer { watcher.stop() }
+        let fd = open(f, O_WRONLY | O_TRUNC)
+        #expect(Glibc.write(fd, "ours\n", 5) == 5)
+        try write("theirs\n", to: fixture.documents + "/doc.partial")
+        #expect(rename(fixture.documents + "/doc.partial", fixture.documents + "/doc") == 0)
+        #expect(eventually(seconds: 5) {
+            ((try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? "").contains("both contents will be kept")
+        })
+        close(fd)
+        #expect(eventually(seconds: 5) { watcher.events.contains { $0.kind == "conflict" && $0.path == "doc" } }, "\(watcher.events)")
+    }
+
+    @Test func watchingAStoreNobodyServesSaysWhatToDo() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        try write("x\n", to: fixture.path("doc"))
+        fixture.stop()
+        let result = try shell("'\(MountFixture.binary)' watch '\(fixture.documents)/doc'")
+        #expect(result.status == 1)
+        #expect(result.output.contains("no daemon serves") && result.output.contains("docfs mount"))
+    }
+}
