@@ -35,6 +35,7 @@ extension Filesystem {
             let record = VersionRecord(version: version, kind: .conflict, modified: WriteSessions.seconds(theirs.st.st_mtim),
                                        kept: WriteSessions.now(), size: Int64(theirs.st.st_size), author: nil)
             try store.versions.keepFile(theirs.fd, item: item, record: record)
+            nodes.known(key: BackingKey(theirs.st))?.markSuperseded()
             version += 1
         }
         let temporary = FileName(".docfs-conflict-" + String(UInt64.random(in: 0...UInt64.max), radix: 16))

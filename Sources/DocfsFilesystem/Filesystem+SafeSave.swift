@@ -121,6 +121,8 @@ extension Filesystem {
         if let oldItem, let node = nodes.known(key: BackingKey(document.st)) {
             node.retag(oldItem)
             retagged.append(node.id)
+        } else if oldItem == nil {
+            nodes.known(key: BackingKey(document.st))?.markSuperseded()
         }
         return retagged
     }

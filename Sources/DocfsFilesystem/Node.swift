@@ -49,6 +49,15 @@ final class Node: Sendable {
 
     var place: Place? { placeStorage.withLock { $0 } }
 
+    private let supersededStorage = Atomic<Bool>(false)
+
+    /// This file is no longer the document's content: a replace kept it as a previous version.
+    /// Writers that still reach it (they opened it before, or the kernel had not yet heard)
+    /// write into that kept version, as into an unlinked file; no session starts on it.
+    var isSuperseded: Bool { supersededStorage.load(ordering: .acquiring) }
+
+    func markSuperseded() { supersededStorage.store(true, ordering: .releasing) }
+
     func found(at place: Place?) { placeStorage.withLock { $0 = place } }
 
     init(id: NodeID, fd: Int32, key: BackingKey, type: mode_t, item: ItemID) {

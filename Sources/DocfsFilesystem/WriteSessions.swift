@@ -63,7 +63,7 @@ final class WriteSessions: Sendable {
     /// A writer of `node` arrives (an open for writing or a truncate, before it touches the
     /// content). Starts the session if it is the first.
     func begin(_ node: Node, caller: Caller) throws(DocfsError) {
-        guard node.type == S_IFREG, !node.item.isDerived else { return }
+        guard node.type == S_IFREG, !node.item.isDerived, !node.isSuperseded else { return }
         while true {
             let mustStart = state.withLock { state -> Bool? in
                 if state.sessions[node.id] != nil {

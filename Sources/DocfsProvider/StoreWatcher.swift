@@ -32,6 +32,10 @@ public final class StoreWatcher: @unchecked Sendable {
     static let folderEvents = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE
                                      | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
 
+    /// Names of docfs's own working files (a restore or a raced save in progress): a daemon
+    /// that died in the middle leaves them; the first walk of the tree removes them.
+    public static let workingFilePrefixes = [".docfs-restore-", ".docfs-conflict-"]
+
     /// Starts watching every folder under `root`.
     public init(root: String) throws(DocfsError) {
         fd = inotify_init1(Int32(IN_CLOEXEC))
@@ -97,10 +101,14 @@ public final class StoreWatcher: @unchecked Sendable {
         guard let dir = opendir(path) else { return }
         defer { closedir(dir) }
         while let entry = readdir(dir) {
-            guard entry.pointee.d_type == DT_DIR else { continue }
             let name = withUnsafePointer(to: &entry.pointee.d_name) {
                 $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
             }
+            if entry.pointee.d_type == DT_REG && Self.workingFilePrefixes.contains(where: name.hasPrefix) {
+                unlinkat(dirfd(dir), name, 0)
+                continue
+            }
+            guard entry.pointee.d_type == DT_DIR else { continue }
             if name != "." && name != ".." { watchTree(path + "/" + name) }
         }
     }

@@ -65,6 +65,31 @@ public final class VersionStore: Sendable {
         self.policy = policy
     }
 
+    /// Removes what a daemon that died while keeping a version left half done (`.incoming-*`,
+    /// records whose content never arrived, and versions linked from a file a replace never
+    /// got to move away: still a second name of the current content, they are no version of
+    /// it). Call before serving.
+    public func removeLeftovers() {
+        for name in Self.names(in: directory) {
+            guard let item = ItemID(text: name) else { continue }
+            let folder = itemDirectory(item)
+            var entries = Self.names(in: folder)
+            for entry in entries where entry.hasPrefix(".incoming-") || entry.hasSuffix(".json.tmp") {
+                unlink(folder + "/" + entry)
+            }
+            for entry in entries where UInt64(entry) != nil {
+                var st = stat()
+                if lstat(folder + "/" + entry, &st) == 0 && st.st_nlink > 1 {
+                    unlink(folder + "/" + entry)
+                    entries.removeAll { $0 == entry }
+                }
+            }
+            for entry in entries where entry.hasSuffix(".json") && !entries.contains(String(entry.dropLast(5))) {
+                unlink(folder + "/" + entry)
+            }
+        }
+    }
+
     func itemDirectory(_ item: ItemID) -> String { directory + "/" + item.description }
 
     public func contentPath(_ item: ItemID, _ version: UInt64) -> String { itemDirectory(item) + "/\(version)" }
@@ -234,9 +259,13 @@ public final class VersionStore: Sendable {
     /// Gives the finished content its name, then records it: a version is listed only once
     /// its content is in place.
     private func publish(_ incoming: String, item: ItemID, record: VersionRecord) throws(DocfsError) {
-        guard rename(incoming, contentPath(item, record.version)) == 0 else {
+        // Never over a version kept already: that one stays (it may be a file someone still
+        // writes, kept by a replace).
+        guard docfs_renameat2(AT_FDCWD, incoming, AT_FDCWD, contentPath(item, record.version), DOCFS_RENAME_NOREPLACE) == 0 else {
+            let collision = errno == EEXIST
             let error = failure("cannot keep version \(record.version) of item \(item)")
             unlink(incoming)
+            if collision { return }
             throw error
         }
         do {

@@ -33,6 +33,7 @@ final class Daemon {
         self.mountPoint = mountPoint
         let store = try LocalStore(path: storePath)
         lock = try StoreLock(store: store, mountPoint: mountPoint)
+        store.versions.removeLeftovers()
         let timeout = options.cacheTimeout
         let filesystem = try Filesystem(store: store, cachePolicy: .init(entryTimeout: timeout, attributeTimeout: timeout,
                                                                          negativeTimeout: timeout,

@@ -57,4 +57,82 @@ import Glibc
         }
         #expect(damaged.isEmpty, "\(damaged.count) of \(acknowledged.count) fsync'd records damaged, first \(damaged.prefix(5))")
     }
+
+    static let saver = """
+    import os, sys
+    path = sys.argv[1]
+    i = 0
+    try:
+        while True:
+            fd = os.open(path, os.O_RDWR)
+            os.pwrite(fd, f"record {i:06d}\\n".encode(), os.fstat(fd).st_size)
+            os.fsync(fd)
+            os.close(fd)
+            print(i, flush=True)
+            i += 1
+    except OSError as error:
+        print("stopped", error.errno, flush=True)
+    """
+
+    /// SIGKILL in the middle of write sessions and restores: after a restart every fsync'd
+    /// record is in the document or one of its kept versions, nothing half done is left in the
+    /// store, and the document can be written and restored again at once (no claim stuck).
+    @Test func killedDuringSessionsAndRestoresLosesNothingAndLeavesNothing() throws {
+        let fixture = try MountFixture(mount: false)
+        defer { fixture.tearDown() }
+        // Keep every version, so "nothing lost" is not cut short by the policy's bounds.
+        try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
+        try #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000}}"#.write(toFile: fixture.store + "/settings.json",
+                                                                                atomically: false, encoding: .utf8)
+        try fixture.start()
+        let f = fixture.path("journal.txt")
+        try write("start\n", to: f)
+        let id = try #require(itemID(f))
+        let saver = Process()
+        saver.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        saver.arguments = ["python3", "-c", Self.saver, f]
+        let output = Pipe()
+        saver.standardOutput = output
+        saver.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try saver.run()
+        let restorer = Process()
+        restorer.executableURL = URL(fileURLWithPath: "/bin/bash")
+        restorer.arguments = ["-c", "while true; do '\(MountFixture.binary)' versions '\(f)' --restore 1 >/dev/null 2>&1; sleep 0.05; done"]
+        try restorer.run()
+        usleep(1_500_000)
+        let daemon = try #require(fixture.daemon)
+        kill(daemon.processIdentifier, SIGKILL)
+        daemon.waitUntilExit()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        saver.waitUntilExit()
+        restorer.terminate()
+        kill(restorer.processIdentifier, SIGKILL)
+        restorer.waitUntilExit()
+        let acknowledged = text.split(separator: "\n").compactMap { Int($0) }
+        #expect(acknowledged.count > 5, "the saver made too little progress: \(text.suffix(200))")
+
+        let deadline = Date().addingTimeInterval(5)
+        while MountFixture.isMounted(fixture.mountPoint) && Date() < deadline { usleep(20_000) }
+        try fixture.start()
+        // Every acknowledged record survives: in the current content or in a kept version.
+        var everything = (try? String(contentsOfFile: f, encoding: .utf8)) ?? ""
+        let versions = fixture.store + "/versions/\(id)"
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: versions)) ?? [] where !name.contains(".") {
+            everything += (try? String(contentsOfFile: versions + "/" + name, encoding: .utf8)) ?? ""
+        }
+        let lost = acknowledged.filter { !everything.contains(String(format: "record %06d", $0)) }
+        #expect(lost.isEmpty, "\(lost.count) of \(acknowledged.count) fsync'd records lost, first \(lost.prefix(5))")
+        // Nothing half done is left (the watcher's first walk and the version store clean up).
+        #expect(eventually(seconds: 5) {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: fixture.documents)) ?? []
+            return !names.contains { $0.hasPrefix(".docfs-") }
+        })
+        let kept = (try? FileManager.default.contentsOfDirectory(atPath: versions)) ?? []
+        #expect(!kept.contains { $0.hasPrefix(".incoming-") })
+        // No claim is stuck: a save and a restore go through at once.
+        try write("after the crash\n", to: f)
+        let restored = try shell("timeout 10 '\(MountFixture.binary)' versions '\(f)' --restore 1")
+        #expect(restored.status == 0, "\(restored.output)")
+        #expect(try String(contentsOfFile: f, encoding: .utf8) == "start\n")
+    }
 }
