@@ -94,7 +94,22 @@ class Target:
         self.proc = None
 
 
-def make_targets(root, docfs, docfs_options):
+def build_baseline(revision, repository):
+    """docfs as it was at `revision` (before coordination, by default), built once into
+    /var/tmp, to measure what coordination costs: same machine, same run."""
+    commit = subprocess.check_output(["git", "-C", repository, "rev-parse", "--short", revision], text=True).strip()
+    tree = f"/var/tmp/docfs-baseline-{commit}"
+    binary = os.path.join(tree, ".build", "release", "docfs")
+    if not os.path.exists(binary):
+        if not os.path.isdir(tree):
+            run(["git", "-C", repository, "worktree", "add", "--detach", "--force", tree, commit],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(f"bench: building docfs at {commit} (without coordination), once", file=sys.stderr)
+        run(["swift", "build", "-c", "release", "--product", "docfs"], cwd=tree, stdout=subprocess.DEVNULL)
+    return binary, commit
+
+
+def make_targets(root, docfs, docfs_options, baseline=None):
     pt_bin = os.path.join(root, "passthrough_ll")
     flags = subprocess.check_output(["pkg-config", "--cflags", "--libs", "fuse3"], text=True).split()
     run(["gcc", "-O2", EXAMPLE, "-o", pt_bin] + flags)
@@ -102,12 +117,17 @@ def make_targets(root, docfs, docfs_options):
     # kernel's permission checks (default_permissions) and extended attributes.
     def passthrough(extra):
         return lambda backing, mnt: [pt_bin, "-f", "-o", f"source={backing}{extra}", mnt]
-    def docfs_mount(backing, mnt):
-        cmd = [docfs, "mount", "--foreground", "--store", os.path.join(backing, "store")]
-        return cmd + (["-o", docfs_options] if docfs_options else []) + [mnt]
-    return [Target("raw disk", root), Target("passthrough_ll", root, passthrough("")),
-            Target("passthrough_ll+", root, passthrough(",default_permissions,xattr")),
-            Target("docfs", root, docfs_mount)]
+    def docfs_mount(binary):
+        def command(backing, mnt):
+            cmd = [binary, "mount", "--foreground", "--store", os.path.join(backing, "store")]
+            return cmd + (["-o", docfs_options] if docfs_options else []) + [mnt]
+        return command
+    targets = [Target("raw disk", root), Target("passthrough_ll", root, passthrough("")),
+               Target("passthrough_ll+", root, passthrough(",default_permissions,xattr")),
+               Target("docfs", root, docfs_mount(docfs))]
+    if baseline:
+        targets.append(Target("docfs-uncoordinated", root, docfs_mount(baseline)))
+    return targets
 
 
 def run_on_fresh_filesystem(target, work, root, scratch, size_mb):
@@ -228,6 +248,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--docfs-options", default="")
     parser.add_argument("--only", default="", help="run only the workloads whose name contains this")
+    parser.add_argument("--baseline", default="",
+                        help="also measure docfs built at this git revision (the cost of what came since)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: run as root (mounts, drop_caches)")
@@ -260,7 +282,10 @@ def main():
     ]
 
     workloads = [w for w in workloads if args.only in w[0]]
-    targets = make_targets(args.dir, args.docfs, args.docfs_options)
+    baseline, baseline_commit = (None, None)
+    if args.baseline:
+        baseline, baseline_commit = build_baseline(args.baseline, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    targets = make_targets(args.dir, args.docfs, args.docfs_options, baseline)
     image_mb = 2 * size_mb + 768
     results = {}
     try:
@@ -299,8 +324,10 @@ def main():
     print()
     print(f"docfs benchmark — {args.dir} ({'quick' if args.quick else f'median of {repeat}'}; "
           f"cold reads {'drop the page cache' if can_drop else 'could not drop the page cache'})")
+    extra = baseline is not None
     header = (f"{'workload':34} {'unit':>5} {'raw disk':>9} {'passthru':>9} {'pt+perm':>9} {'docfs':>9}"
-              f" {'vs raw':>7} {'vs pt':>7} {'vs pt+':>7}  target")
+              + (f" {'uncoord':>9}" if extra else "")
+              + f" {'vs raw':>7} {'vs pt':>7} {'vs pt+':>7}" + (f" {'vs unc':>7}" if extra else "") + "  target")
     print(header)
     print("-" * len(header))
     for name, unit, size, _, _ in workloads:
@@ -312,10 +339,15 @@ def main():
             target, ok = ">= 0.90x raw", vs_raw >= 0.9
         else:
             target, ok = ">= 1.00x pt", vs_pt >= 1.0
-        print(f"{name:34} {unit:>5} {raw:9.2f} {pt:9.2f} {ptp:9.2f} {dfs:9.2f} {vs_raw:6.2f}x {vs_pt:6.2f}x {vs_ptp:6.2f}x"
-              f"  {target} {'ok' if ok else 'MISSED'}")
+        uncoordinated = f" {figure(name, unit, size, 'docfs-uncoordinated'):9.2f}" if extra else ""
+        vs_unc = f" {speed_ratio(name, unit, size, 'docfs', 'docfs-uncoordinated'):6.2f}x" if extra else ""
+        print(f"{name:34} {unit:>5} {raw:9.2f} {pt:9.2f} {ptp:9.2f} {dfs:9.2f}{uncoordinated} {vs_raw:6.2f}x {vs_pt:6.2f}x"
+              f" {vs_ptp:6.2f}x{vs_unc}  {target} {'ok' if ok else 'MISSED'}")
     print("\nvs raw / vs pt / vs pt+: docfs's speed relative to the raw disk, to passthrough_ll, and to")
     print("passthrough_ll with default_permissions,xattr (the checks and attributes docfs always has).")
+    if extra:
+        print(f"vs unc: docfs's speed relative to docfs at {baseline_commit}, before coordination (ids, write")
+        print("sessions and versions, safe-save recognition, claims, the store watcher): what coordination costs.")
     print("Higher is better; 1.00x is as fast.")
     shutil.rmtree(args.dir, ignore_errors=True)
 
