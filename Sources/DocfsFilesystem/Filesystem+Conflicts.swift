@@ -38,19 +38,13 @@ extension Filesystem {
             nodes.known(key: BackingKey(theirs.st))?.markSuperseded()
             version += 1
         }
-        let temporary = FileName(".docfs-conflict-" + String(UInt64.random(in: 0...UInt64.max), radix: 16))
-        ownChanges.changedName(temporary, in: folder.key, events: 2)
-        ownChanges.changedName(name, in: folder.key)
         var st = stat()
         try check(fstatat(ours.fd, "", &st, DOCFS_AT_EMPTY_PATH))
-        let fd = openat(folder.fd, temporary.cString, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, st.st_mode & 0o7777)
-        guard fd >= 0 else { throw DocfsError.errno("creating a file to put a raced save back into") }
-        var created = stat()
-        if fstat(fd, &created) == 0 { ownChanges.openedForWriting(UInt64(fd), file: BackingKey(created)) }
-        defer {
-            ownChanges.closingForWriting(UInt64(fd), fd: fd)
-            close(fd)
-        }
+        let working = try WorkingFile(prefix: ".docfs-conflict-", in: folder.fd, replacing: name, mode: st.st_mode,
+                                      ownChanges: ownChanges, purpose: "put a raced save back into")
+        defer { working.close() }
+        let fd = working.fd
+        let temporary = working.name
         do throws(DocfsError) {
             let source = Glibc.open("/proc/self/fd/\(ours.fd)", O_RDONLY | O_CLOEXEC)
             guard source >= 0 else { throw DocfsError.errno("reading the raced save") }

@@ -48,20 +48,11 @@ extension Filesystem {
         }
         defer { close(source) }
 
-        let temporary = FileName(".docfs-restore-" + String(UInt64.random(in: 0...UInt64.max), radix: 16))
-        var folder = stat()
-        try check(fstat(directory, &folder))
-        ownChanges.changedName(temporary, in: BackingKey(folder), events: 2)  // created, moved away
-        ownChanges.changedName(name, in: BackingKey(folder))
-        let fd = openat(directory, temporary.cString, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                        document.st.st_mode & 0o7777)
-        guard fd >= 0 else { throw DocfsError.errno("creating a file to restore \(path) into") }
-        var created = stat()
-        if fstat(fd, &created) == 0 { ownChanges.openedForWriting(UInt64(fd), file: BackingKey(created)) }
-        defer {
-            ownChanges.closingForWriting(UInt64(fd), fd: fd)
-            close(fd)
-        }
+        let working = try WorkingFile(prefix: ".docfs-restore-", in: directory, replacing: name, mode: document.st.st_mode,
+                                      ownChanges: ownChanges, purpose: "restore \(path) into")
+        defer { working.close() }
+        let fd = working.fd
+        let temporary = working.name
         do throws(DocfsError) {
             try copyAll(from: source, to: fd)
             try check(fchown(fd, document.st.st_uid, document.st.st_gid))
