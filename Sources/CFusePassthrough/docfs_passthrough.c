@@ -1,4 +1,5 @@
-// FUSE passthrough (Linux 6.9+) for libfuse 3.14, which predates it: see docfs_passthrough.h.
+// FUSE passthrough (Linux 6.9+) and FUSE_HANDLE_KILLPRIV_V2 for libfuse 3.14, which predates
+// them: see docfs_passthrough.h.
 // Kernel structures follow the FUSE protocol 7.40; written here, not taken from newer headers.
 #define _GNU_SOURCE
 #include <stddef.h>
@@ -16,8 +17,27 @@
 /* The FUSE protocol as of 7.40, written out here so that neither older nor newer system headers
    change what is sent. */
 #define DOCFS_FUSE_WRITEBACK_CACHE (1u << 16)
+#define DOCFS_FUSE_HANDLE_KILLPRIV_V2 (1u << 28)
 #define DOCFS_FUSE_INIT_EXT (1u << 30)
 #define DOCFS_FUSE_DEV_IOC_MAGIC 229
+#define DOCFS_FUSE_INIT_OPCODE 26
+
+struct docfs_in_header {
+    uint32_t len;
+    uint32_t opcode;
+    uint64_t unique;
+    uint64_t nodeid;
+    uint32_t uid, gid, pid;
+    uint16_t total_extlen;
+    uint16_t padding;
+};
+
+struct docfs_init_in {
+    uint32_t major;
+    uint32_t minor;
+    uint32_t max_readahead;
+    uint32_t flags;
+};
 
 struct docfs_out_header {
     uint32_t len;
@@ -58,6 +78,8 @@ struct docfs_open_out {
     int32_t backing_id;
 };
 
+_Static_assert(sizeof(struct docfs_in_header) == 40, "fuse_in_header");
+_Static_assert(offsetof(struct docfs_init_in, flags) == 12, "fuse_init_in.flags");
 _Static_assert(sizeof(struct docfs_out_header) == 16, "fuse_out_header");
 _Static_assert(sizeof(struct docfs_init_out) == 64, "fuse_init_out");
 _Static_assert(offsetof(struct docfs_init_out, flags2) == 32, "fuse_init_out.flags2");
@@ -82,10 +104,21 @@ struct docfs_backing_map {
 static int docfs_passthrough_wanted;
 /// Whether the INIT reply has gone out (only the first reply is INIT's).
 static int docfs_init_answered;
+/// The flags the kernel offered in its INIT request (libfuse 3.14 does not know them all).
+static uint32_t docfs_kernel_init_flags;
 
 static ssize_t docfs_io_read(int fd, void *buf, size_t len, void *userdata) {
     (void)userdata;
-    return read(fd, buf, len);
+    ssize_t n = read(fd, buf, len);
+    if (n >= (ssize_t)(sizeof(struct docfs_in_header) + sizeof(struct docfs_init_in))
+        && !__atomic_load_n(&docfs_init_answered, __ATOMIC_ACQUIRE)) {
+        const struct docfs_in_header *header = buf;
+        if (header->opcode == DOCFS_FUSE_INIT_OPCODE) {
+            const struct docfs_init_in *init = (const void *)((const char *)buf + sizeof *header);
+            __atomic_store_n(&docfs_kernel_init_flags, init->flags, __ATOMIC_RELEASE);
+        }
+    }
+    return n;
 }
 
 static ssize_t docfs_io_writev(int fd, struct iovec *iov, int count, void *userdata) {
@@ -93,10 +126,15 @@ static ssize_t docfs_io_writev(int fd, struct iovec *iov, int count, void *userd
     if (!__atomic_load_n(&docfs_init_answered, __ATOMIC_ACQUIRE)) {
         __atomic_store_n(&docfs_init_answered, 1, __ATOMIC_RELEASE);
         struct docfs_out_header *header = (struct docfs_out_header *)iov[0].iov_base;
-        if (count >= 2 && header->error == 0 && iov[1].iov_len >= sizeof(struct docfs_init_out)
-            && __atomic_load_n(&docfs_passthrough_wanted, __ATOMIC_ACQUIRE)) {
+        if (count >= 2 && header->error == 0 && iov[1].iov_len >= sizeof(struct docfs_init_out)) {
             struct docfs_init_out *init = (struct docfs_init_out *)iov[1].iov_base;
-            if ((init->flags & DOCFS_FUSE_INIT_EXT) && !(init->flags & DOCFS_FUSE_WRITEBACK_CACHE)) {
+            // docfs drops set-id bits itself on writes and truncates (Filesystem+SetID), so the
+            // kernel need not ask for security.capability before every write.
+            if (__atomic_load_n(&docfs_kernel_init_flags, __ATOMIC_ACQUIRE) & DOCFS_FUSE_HANDLE_KILLPRIV_V2) {
+                init->flags |= DOCFS_FUSE_HANDLE_KILLPRIV_V2;
+            }
+            if (__atomic_load_n(&docfs_passthrough_wanted, __ATOMIC_ACQUIRE)
+                && (init->flags & DOCFS_FUSE_INIT_EXT) && !(init->flags & DOCFS_FUSE_WRITEBACK_CACHE)) {
                 init->flags2 |= DOCFS_FUSE_PASSTHROUGH_FLAGS2;
                 init->max_stack_depth = DOCFS_MAX_STACK_DEPTH;
             }

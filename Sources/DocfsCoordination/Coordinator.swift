@@ -79,6 +79,9 @@ public final class Coordinator: Sendable {
     /// Items with a claim held or awaited right now (none when the daemon is idle).
     public var busyItems: Int { state.withLock { $0.items.count } }
 
+    /// Whether `item` has a claim held or awaited right now.
+    public func isClaimed(_ item: ItemID) -> Bool { state.withLock { $0.items[item] != nil } }
+
     private func acquire(_ item: ItemID, shared: Bool) {
         let waiter: Waiter? = state.withLock { state in
             state.granted += 1

@@ -125,13 +125,12 @@ public final class FUSEMount: Sendable {
             kernel.forgetContent(of: invalidations.inodes)
             kernel.forgetEntries(invalidations.entries)
         }
-        if options.passthrough && !options.writebackCache {
-            let installed = docfs_install_io(pointer)
-            if installed == 0 {
-                context.takeUnretainedValue().passthrough.attach(session: pointer)
-            } else {
-                logger.notice("cannot route FUSE traffic for passthrough (\(installed)); serving reads and writes through docfs")
-            }
+        // docfs's io amends the INIT reply (passthrough, killpriv_v2: see docfs_passthrough.h).
+        let installed = docfs_install_io(pointer)
+        if installed != 0 {
+            logger.notice("cannot route FUSE traffic through docfs's io (\(installed)); serving reads and writes through docfs")
+        } else if options.passthrough && !options.writebackCache {
+            context.takeUnretainedValue().passthrough.attach(session: pointer)
         }
         self.session = Session(pointer: pointer)
         self.context = context

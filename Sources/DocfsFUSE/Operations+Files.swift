@@ -17,7 +17,8 @@ extension Operations {
                 let replied: Int32
                 let backing: Int32?
                 do {
-                    backing = try ctx.passthrough.acquire(entry.node, handle: file.handle) { () throws(DocfsError) in
+                    backing = try ctx.passthrough.acquire(entry.node, handle: file.handle,
+                                                          eligible: file.mayPassThrough) { () throws(DocfsError) in
                         try ctx.filesystem.openBacking(entry.node)
                     }
                 } catch {
@@ -42,16 +43,15 @@ extension Operations {
             do {
                 let file = try ctx.filesystem.open(node, flags: fi!.pointee.flags, caller: caller(of: req))
                 let replied: Int32
-                var backing: Int32? = nil
-                if file.isRegularFile {
-                    do {
-                        backing = try ctx.passthrough.acquire(node, handle: file.handle) { () throws(DocfsError) in
-                            try ctx.filesystem.openBacking(node)
-                        }
-                    } catch {
-                        ctx.filesystem.release(file.handle)
-                        throw error
+                let backing: Int32?
+                do {
+                    backing = try ctx.passthrough.acquire(node, handle: file.handle,
+                                                          eligible: file.mayPassThrough) { () throws(DocfsError) in
+                        try ctx.filesystem.openBacking(node)
                     }
+                } catch {
+                    ctx.filesystem.release(file.handle)
+                    throw error
                 }
                 if let backing {
                     replied = docfs_reply_open_backed(req, file.handle, 0, backing)
@@ -69,6 +69,11 @@ extension Operations {
         }
         ops.write_buf = { req, _, input, offset, fi in
             let ctx = BridgeContext.of(req)
+            do {
+                try ctx.filesystem.prepareWrite(fi!.pointee.fh, caller: caller(of: req))
+            } catch {
+                return ctx.fail(req, error, "write")
+            }
             let n = docfs_write_bufvec_to_fd(input, ctx.filesystem.backingDescriptor(of: fi!.pointee.fh), offset)
             if n < 0 {
                 fuse_reply_err(req, Int32(-n))
@@ -97,7 +102,7 @@ extension Operations {
         ops.fallocate = { req, _, mode, offset, length, fi in
             let ctx = BridgeContext.of(req)
             do {
-                try ctx.filesystem.allocate(fi!.pointee.fh, mode: mode, offset: offset, length: length)
+                try ctx.filesystem.allocate(fi!.pointee.fh, mode: mode, offset: offset, length: length, caller: caller(of: req))
                 fuse_reply_err(req, 0)
             } catch { ctx.fail(req, error, "fallocate") }
         }
@@ -111,7 +116,8 @@ extension Operations {
             let ctx = BridgeContext.of(req)
             do {
                 let n = try ctx.filesystem.copyRange(from: inFile!.pointee.fh, at: inOffset, to: outFile!.pointee.fh,
-                                                     at: outOffset, length: length, flags: UInt32(flags))
+                                                     at: outOffset, length: length, flags: UInt32(flags),
+                                                     caller: caller(of: req))
                 fuse_reply_write(req, n)
             } catch { ctx.fail(req, error, "copy_file_range") }
         }

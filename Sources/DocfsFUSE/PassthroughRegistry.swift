@@ -9,24 +9,27 @@ import Glibc
 
 /// The backing files registered with the kernel for FUSE passthrough, one per node with open
 /// files: every open of a file must name the same backing file (the kernel refuses two), so
-/// the first open registers it and the last release unregisters it. When the kernel turns
-/// passthrough down (old kernel, no CAP_SYS_ADMIN, writeback cache), the registry switches
-/// itself off and files are served through docfs as before.
+/// the first open registers it and the last release unregisters it. A node whose first open is
+/// not eligible (a file with set-id bits) is served through docfs until its last release, since
+/// the kernel also refuses to mix the two on one file. When the kernel turns passthrough down
+/// (old kernel, no CAP_SYS_ADMIN, writeback cache), the registry switches itself off and files
+/// are served through docfs as before.
 ///
 /// Lock order: `state` is a leaf lock; it is held across the open and ioctl that register a
 /// backing file (so two first opens cannot register two), never across a reply.
 final class PassthroughRegistry: Sendable {
-    private struct Backing {
-        var id: Int32
+    /// The open files of a node: by passthrough (a backing id) or served through docfs (nil).
+    private struct OpenNode {
+        var backing: Int32?
         var opens: Int
     }
 
     private struct State {
         var enabled: Bool
         var session: OpaquePointer?
-        var byNode: [NodeID: Backing] = [:]
-        /// The open files served by passthrough, by handle: only their releases count.
-        var backedHandles: [UInt64: NodeID] = [:]
+        var byNode: [NodeID: OpenNode] = [:]
+        /// The open files counted in `byNode`, by handle: only their releases count.
+        var handles: [UInt64: NodeID] = [:]
         var announced = false
     }
 
@@ -46,20 +49,27 @@ final class PassthroughRegistry: Sendable {
     }
 
     /// The backing id for the open `handle` of `node`, registering `openBacking()`'s
-    /// descriptor on the node's first open; nil when passthrough is off (the open is then served
-    /// through docfs). Throws when the backing file cannot be had for a passing reason, so no
-    /// open of a passthrough node is ever served another way (the kernel would refuse it).
-    func acquire(_ node: NodeID, handle: UInt64, openBacking: () throws(DocfsError) -> Int32) throws(DocfsError) -> Int32? {
+    /// descriptor on the node's first open if it is `eligible`; nil when the open is served
+    /// through docfs (passthrough off, or the node's first open was not eligible). Throws when
+    /// the backing file cannot be had for a passing reason, so no open of a passthrough node is
+    /// ever served another way (the kernel would refuse it).
+    func acquire(_ node: NodeID, handle: UInt64, eligible: Bool,
+                 openBacking: () throws(DocfsError) -> Int32) throws(DocfsError) -> Int32? {
         try state.withLock { (state: inout State) throws(DocfsError) -> Int32? in
-            // A node with a registered backing file keeps it for every open until the last
-            // release, even after passthrough was switched off: the kernel needs them to agree.
-            if var backing = state.byNode[node] {
-                backing.opens += 1
-                state.byNode[node] = backing
-                state.backedHandles[handle] = node
-                return backing.id
+            // A node keeps how its first open was served for every open until the last release,
+            // even after passthrough was switched off: the kernel needs them to agree.
+            if var open = state.byNode[node] {
+                open.opens += 1
+                state.byNode[node] = open
+                state.handles[handle] = node
+                return open.backing
             }
             guard state.enabled, let session = state.session else { return nil }
+            guard eligible else {
+                state.byNode[node] = OpenNode(backing: nil, opens: 1)
+                state.handles[handle] = node
+                return nil
+            }
             let fd = try openBacking()
             let id = docfs_backing_open(session, fd)
             close(fd)  // the kernel holds its own reference to the file
@@ -76,8 +86,8 @@ final class PassthroughRegistry: Sendable {
                 state.announced = true
                 logger.notice("FUSE passthrough in use: the kernel reads and writes open files in the store itself")
             }
-            state.byNode[node] = Backing(id: id, opens: 1)
-            state.backedHandles[handle] = node
+            state.byNode[node] = OpenNode(backing: id, opens: 1)
+            state.handles[handle] = node
             return id
         }
     }
@@ -86,15 +96,14 @@ final class PassthroughRegistry: Sendable {
     /// backing file. Call before the handle's descriptor is closed (its number is the key).
     func release(_ handle: UInt64) {
         state.withLock { state in
-            guard let node = state.backedHandles.removeValue(forKey: handle),
-                  var backing = state.byNode[node], let session = state.session else { return }
-            backing.opens -= 1
-            if backing.opens > 0 {
-                state.byNode[node] = backing
+            guard let node = state.handles.removeValue(forKey: handle), var open = state.byNode[node] else { return }
+            open.opens -= 1
+            if open.opens > 0 {
+                state.byNode[node] = open
                 return
             }
             state.byNode[node] = nil
-            _ = docfs_backing_close(session, backing.id)
+            if let id = open.backing, let session = state.session { _ = docfs_backing_close(session, id) }
         }
     }
 }

@@ -15,8 +15,9 @@ public struct OpenFile: Sendable {
     /// Keep the page cache of the file from earlier opens. The kernel still drops it when it
     /// sees the file's size or mtime change (auto_inval_data).
     public var keepCache: Bool
-    /// A regular file, whose reads and writes the kernel may do on the backing file itself.
-    public var isRegularFile: Bool
+    /// A regular file, whose reads and writes the kernel may do on the backing file itself:
+    /// any but one with set-id bits a write may drop (see Filesystem+SetID).
+    public var mayPassThrough: Bool
 }
 
 /// Opening, reading and writing file content. Reads and writes go to the backing descriptor:
@@ -53,8 +54,16 @@ extension Filesystem {
                 sessions.attach(UInt64(fd), to: node)
                 ownChanges.attach(UInt64(fd), to: node.key)
             }
+            var st = stat()
+            var mayPassThrough = false
+            if node.type == S_IFREG && fstat(fd, &st) == 0 {
+                // O_TRUNC truncates: set-id bits go as they would for truncate(2).
+                let dropped = flags & O_TRUNC != 0 ? Self.setIDBitsDropped(from: st, by: caller) : 0
+                if dropped != 0 && fchmod(fd, st.st_mode & 0o7777 & ~dropped) == 0 { st.st_mode &= ~dropped }
+                mayPassThrough = !Self.hasSetIDBits(st.st_mode)
+            }
             return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
-                            isRegularFile: node.type == S_IFREG)
+                            mayPassThrough: mayPassThrough)
         }
     }
 
@@ -99,7 +108,7 @@ extension Filesystem {
             let entry = try self.entry(in: directory, name: name, newItem: item)
             present(.created, name, in: directory, item: item)
             return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
-                                    isRegularFile: true))
+                                    mayPassThrough: !Self.hasSetIDBits(mode)))
         } catch {
             close(fd)
             unlinkat(directory.fd, name.cString, 0)
@@ -152,7 +161,8 @@ extension Filesystem {
         return buffer
     }
 
-    public func write(_ handle: UInt64, bytes: [UInt8], offset: off_t) throws(DocfsError) -> Int {
+    public func write(_ handle: UInt64, bytes: [UInt8], offset: off_t, caller: Caller = .daemon) throws(DocfsError) -> Int {
+        try prepareWrite(handle, caller: caller)
         let n = bytes.withUnsafeBytes { pwrite(backingDescriptor(of: handle), $0.baseAddress, bytes.count, offset) }
         guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
         return n
@@ -186,7 +196,8 @@ extension Filesystem {
     }
 
     /// fallocate(2) with any mode (keep-size, punch-hole, zero-range, collapse/insert range).
-    public func allocate(_ handle: UInt64, mode: Int32, offset: off_t, length: off_t) throws(DocfsError) {
+    public func allocate(_ handle: UInt64, mode: Int32, offset: off_t, length: off_t, caller: Caller) throws(DocfsError) {
+        try prepareWrite(handle, caller: caller)
         try check(docfs_fallocate(backingDescriptor(of: handle), mode, offset, length))
     }
 
@@ -198,7 +209,8 @@ extension Filesystem {
     }
 
     public func copyRange(from source: UInt64, at sourceOffset: off_t, to target: UInt64, at targetOffset: off_t,
-                          length: Int, flags: UInt32) throws(DocfsError) -> Int {
+                          length: Int, flags: UInt32, caller: Caller) throws(DocfsError) -> Int {
+        try prepareWrite(target, caller: caller)
         var inOffset = sourceOffset
         var outOffset = targetOffset
         let n = docfs_copy_file_range(backingDescriptor(of: source), &inOffset, backingDescriptor(of: target),

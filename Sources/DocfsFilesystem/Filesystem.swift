@@ -172,6 +172,7 @@ public final class Filesystem: Sendable {
             if node.isDirectory { throw DocfsError.system(EISDIR) }
             if let fd {
                 try check(ftruncate(fd, size))  // a writer's handle: inside its session
+                if changes.mode == nil { try dropSetIDBits(ofOpen: fd, for: caller) }
             } else {
                 // truncate(2) by path is a session of its own.
                 try sessions.begin(node, caller: caller)
@@ -182,6 +183,7 @@ public final class Filesystem: Sendable {
                     sessions.end(node)
                 }
                 try check(truncate(node.procPath, size))
+                if changes.mode == nil { try dropSetIDBits(of: node, for: caller) }
             }
         }
         if changes.changesTimes {

@@ -21,15 +21,34 @@ final class OwnChanges: Sendable {
         var writers = 0
         var mtime = timespec()
         var size: Int64 = -1
+        /// When docfs last touched the file (SafeSaveTracker.now()).
+        var time: Double = 0
     }
 
     private struct State {
         var names: [Place: (count: Int, time: Double)] = [:]
         var files: [BackingKey: Activity] = [:]
         var handles: [UInt64: BackingKey] = [:]
+        /// Sizes at which the records are next swept of what the watcher no longer needs.
+        var nextNameSweep = OwnChanges.capacity
+        var nextFileSweep = OwnChanges.capacity
+
+        /// Drops records older than `expectation` once there are many; a burst of recent ones
+        /// (the watcher may lag behind thousands of creates) is kept, and swept again only once
+        /// it has doubled, so sweeping stays linear.
+        mutating func sweep(now: Double) {
+            if names.count >= nextNameSweep {
+                names = names.filter { now - $0.value.time < OwnChanges.expectation }
+                nextNameSweep = max(OwnChanges.capacity, names.count * 2)
+            }
+            if files.count >= nextFileSweep {
+                files = files.filter { $0.value.writers > 0 || now - $0.value.time < OwnChanges.expectation }
+                nextFileSweep = max(OwnChanges.capacity, files.count * 2)
+            }
+        }
     }
 
-    /// How long an expected name event waits for the watcher, in seconds.
+    /// How long a record of docfs's own change waits for the watcher, in seconds.
     static let expectation: Double = 30
     static let capacity = 8192
 
@@ -39,7 +58,7 @@ final class OwnChanges: Sendable {
     func changedName(_ name: FileName, in directory: BackingKey, events: Int = 1) {
         let now = SafeSaveTracker.now()
         state.withLock { state in
-            if state.names.count >= Self.capacity { state.names = state.names.filter { now - $0.value.time < Self.expectation } }
+            state.sweep(now: now)
             let place = Place(directory: directory, name: name)
             state.names[place] = ((state.names[place]?.count ?? 0) + events, now)
         }
@@ -59,7 +78,11 @@ final class OwnChanges: Sendable {
     /// docfs is about to write the file `key` (before the open that may truncate it): until
     /// `attach` and `closingForWriting`, or `abandon`, its changes are docfs's.
     func willWrite(_ key: BackingKey) {
-        state.withLock { $0.files[key, default: Activity()].writers += 1 }
+        let now = SafeSaveTracker.now()
+        state.withLock { state in
+            state.files[key, default: Activity()].writers += 1
+            state.files[key]!.time = now
+        }
     }
 
     /// The open announced by `willWrite` gave `handle`.
@@ -70,8 +93,10 @@ final class OwnChanges: Sendable {
     /// The write announced by `willWrite` did not happen, or ended without a handle (a
     /// truncate by path); `st`, when given, is the file's state after it.
     func abandon(_ key: BackingKey, now st: stat? = nil) {
+        let now = SafeSaveTracker.now()
         state.withLock { state in
             state.files[key, default: Activity()].writers -= 1
+            state.files[key]!.time = now
             if let st {
                 state.files[key]!.mtime = st.st_mtim
                 state.files[key]!.size = Int64(st.st_size)
@@ -91,25 +116,28 @@ final class OwnChanges: Sendable {
         guard state.withLock({ $0.handles[handle] != nil }) else { return }
         var st = stat()
         let known = fstat(fd, &st) == 0
+        let now = SafeSaveTracker.now()
         state.withLock { state in
             guard let key = state.handles.removeValue(forKey: handle), var activity = state.files[key] else { return }
             activity.writers -= 1
+            activity.time = now
             if known {
                 activity.mtime = st.st_mtim
                 activity.size = Int64(st.st_size)
             }
-            if activity.writers == 0 && state.files.count >= Self.capacity {
-                state.files = state.files.filter { $0.value.writers > 0 }
-            }
             state.files[key] = activity
+            state.sweep(now: now)
         }
     }
 
     /// docfs changed the file itself (a truncate, its times): `st` is its state now.
     func changedFile(_ st: stat) {
+        let now = SafeSaveTracker.now()
         state.withLock { state in
             state.files[BackingKey(st), default: Activity()].mtime = st.st_mtim
-            state.files[BackingKey(st), default: Activity()].size = Int64(st.st_size)
+            state.files[BackingKey(st)]!.size = Int64(st.st_size)
+            state.files[BackingKey(st)]!.time = now
+            state.sweep(now: now)
         }
     }
 

@@ -5,8 +5,11 @@ import Glibc
 
 /// Watches a folder tree of the store for changes, whoever makes them (inotify, one watch per
 /// folder), so docfs notices what uncoordinated writers do there (C5): names appearing,
-/// disappearing or moving, and files closed after writing. docfs's own changes are reported
-/// too; telling them apart is the filesystem's business.
+/// disappearing or moving, and files closed after being written. A file closed after being
+/// opened for writing but not written (docfs's own passthrough backing files are open for
+/// writing even for readers) is no change. docfs's own changes are reported too; telling them
+/// apart is the filesystem's business. Writes made only through a shared mapping raise no
+/// inotify event: those show when the mount's cache times out.
 public final class StoreWatcher: @unchecked Sendable {
     // Only the watching thread touches the fields below after `init`.
 
@@ -29,7 +32,18 @@ public final class StoreWatcher: @unchecked Sendable {
     private var folders: [Int32: (path: String, folder: Folder)] = [:]
     private let root: String
 
-    static let folderEvents = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE
+    /// A file in a watched folder, as inotify names it.
+    private struct WatchedName: Hashable {
+        let watch: Int32
+        let name: FileName
+    }
+
+    /// Files written (IN_MODIFY) since they were last closed: their next close is a change.
+    private var written: Set<WatchedName> = []
+    /// Bound on `written` (a file written and never closed, a lost close): past it, forget all.
+    private static let writtenCapacity = 65536
+
+    static let folderEvents = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_MODIFY | IN_CLOSE_WRITE
                                      | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
 
     /// Names of docfs's own working files (a restore or a raced save in progress): a daemon
@@ -45,6 +59,10 @@ public final class StoreWatcher: @unchecked Sendable {
         self.root = root
         watchTree(root)
     }
+
+    /// How long the watcher lets changes gather before reading them: one wake-up per batch
+    /// rather than one per event while the store is busy (docfs's own writes make events too).
+    public static let gatheringDelay: useconds_t = 2_000
 
     /// Reads changes and hands each batch to `handle`, until the watcher is closed.
     public func run(_ handle: ([Change]) -> Void) {
@@ -67,18 +85,30 @@ public final class StoreWatcher: @unchecked Sendable {
                 changes += interpret(event, name: name)
             }
             if !changes.isEmpty { handle(changes) }
+            usleep(Self.gatheringDelay)
         }
     }
 
     private func interpret(_ event: inotify_event, name: FileName) -> [Change] {
-        if event.mask & UInt32(IN_Q_OVERFLOW) != 0 { return [.overflow] }
+        if event.mask & UInt32(IN_Q_OVERFLOW) != 0 {
+            written.removeAll()
+            return [.overflow]
+        }
         if event.mask & UInt32(IN_IGNORED) != 0 {
             folders[event.wd] = nil
             return []
         }
         guard let (path, folder) = folders[event.wd], !name.bytes.isEmpty else { return [] }
+        if event.mask & UInt32(IN_MODIFY) != 0 {
+            if written.count >= Self.writtenCapacity { written.removeAll() }
+            written.insert(WatchedName(watch: event.wd, name: name))
+            return []
+        }
+        if event.mask & UInt32(IN_CLOSE_WRITE) != 0 {
+            guard written.remove(WatchedName(watch: event.wd, name: name)) != nil else { return [] }
+            return [.content(path: path + "/" + name.description, folder: folder, name: name)]
+        }
         let child = path + "/" + name.description
-        if event.mask & UInt32(IN_CLOSE_WRITE) != 0 { return [.content(path: child, folder: folder, name: name)] }
         if event.mask & UInt32(IN_ISDIR) != 0 {
             if event.mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0 { watchTree(child) }
             if event.mask & UInt32(IN_MOVED_FROM) != 0 { forgetTree(child) }

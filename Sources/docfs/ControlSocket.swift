@@ -10,7 +10,7 @@ import Glibc
 /// CLI commands that change a served store send these instead of touching it behind the
 /// daemon's back (issue 3 §2, C7).
 struct ControlRequest: Codable {
-    enum Kind: String, Codable { case restore, resolve, watch }
+    enum Kind: String, Codable { case restore, resolve, watch, claims }
 
     var kind: Kind
     /// The document, relative to the mount root.
@@ -30,6 +30,17 @@ struct ControlRequest: Codable {
 struct ControlReply: Codable {
     var ok: Bool
     var message: String
+    /// The coordinator's state, for a `claims` request.
+    var claims: ClaimReport?
+}
+
+/// What the daemon's coordinator holds (`docfs status` shows it): whether the item asked about
+/// is claimed now, how many items are, and how many claims were granted and had to wait.
+struct ClaimReport: Codable {
+    var itemClaimed: Bool
+    var claimedItems: Int
+    var granted: Int
+    var waited: Int
 }
 
 /// The unix socket's address: its path in the store, or, when that is too long for a socket

@@ -91,6 +91,13 @@ final class Daemon {
         guard let number = request.item, let item = ItemID(text: String(number)) else {
             return ControlReply(ok: false, message: "\(request.item.map(String.init) ?? "none") is not an item id")
         }
+        if request.kind == .claims {
+            let coordinator = filesystem.coordinator
+            let counts = coordinator.statistics
+            return ControlReply(ok: true, message: "claims", claims: ClaimReport(
+                itemClaimed: coordinator.isClaimed(item), claimedItems: coordinator.busyItems,
+                granted: counts.granted, waited: counts.waited))
+        }
         do {
             let message = try DocumentChange.apply(request, item: item, filesystem: filesystem, caller: caller) { mount.invalidate($0) }
             logger.notice("\(message) (item \(item)) for pid \(caller.pid)")

@@ -30,8 +30,8 @@ enum DocumentChange {
         case .resolve:
             invalidate(try filesystem.resolveConflict(path: request.path, item: item, keep: request.version, caller: caller))
             return "resolved the conflict of \(request.path)" + (request.version.map { ", keeping version \($0)" } ?? "")
-        case .watch:
-            throw DocfsError(.invalidArgument, "a watch is a stream, not a change")
+        case .watch, .claims:
+            throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request changes nothing")
         }
     }
 }

@@ -32,6 +32,8 @@ struct StatusCommand: ParsableCommand {
         var modified: Double
         var keptVersions: Int
         var conflict: Bool
+        /// The serving daemon's claims; nil when no daemon serves the store.
+        var claims: ClaimReport?
     }
 
     func run() throws {
@@ -42,7 +44,7 @@ struct StatusCommand: ParsableCommand {
                             kind: st.st_mode & S_IFMT == S_IFDIR ? "folder" : "file", version: document.version,
                             size: Int64(st.st_size), created: birthTime(document.backingPath),
                             modified: seconds(st.st_mtim), keptVersions: kept.count,
-                            conflict: kept.contains { $0.kind == .conflict })
+                            conflict: kept.contains { $0.kind == .conflict }, claims: claims(on: document))
         if json { return printJSON(report) }
         var lines = [("path", report.path), ("item id", String(report.item)), ("kind", report.kind)]
         if let version = report.version { lines.append(("version", String(version))) }
@@ -52,7 +54,18 @@ struct StatusCommand: ParsableCommand {
         lines.append(("versions", "\(report.keptVersions) kept (docfs versions \(file))"))
         lines.append(("conflict", report.conflict ? "yes: see docfs versions \(file)" : "none"))
         lines.append(("store", report.store))
+        if let claims = report.claims {
+            lines.append(("claims", (claims.itemClaimed ? "held on this item now" : "none on this item")
+                          + "; the daemon holds \(claims.claimedItems), granted \(claims.granted) (\(claims.waited) waited)"))
+        }
         for (label, value) in lines { print("\((label + ":").padding(10)) \(value)") }
+    }
+
+    /// What the daemon serving the document's store holds, when one does.
+    private func claims(on document: LocatedDocument) -> ClaimReport? {
+        guard StoreLock.holder(of: document.store) != nil else { return nil }
+        let request = ControlRequest(kind: .claims, path: "", item: document.item.rawValue)
+        return (try? ControlClient.send(request, to: document.store))?.claims
     }
 }
 

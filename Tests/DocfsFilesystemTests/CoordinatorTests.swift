@@ -44,7 +44,7 @@ import Testing
             readers.enter()
             Thread {
                 while !stop.load(ordering: .relaxed) {
-                    try? coordinator.withClaims([(a, .read)]) { () throws(DocfsError) in usleep(200) }
+                    _ = try? coordinator.withClaims([(a, .read)]) { () throws(DocfsError) in usleep(200) }
                 }
                 readers.leave()
             }.start()
@@ -69,7 +69,7 @@ import Testing
                 for _ in 0..<500 {
                     // A rename one way and another the other way: both ends, both intents.
                     let claims: [(ItemID, ClaimIntent)] = thread % 2 == 0 ? [(a, .move), (b, .replace)] : [(b, .move), (a, .write)]
-                    try? coordinator.withClaims(claims) { () throws(DocfsError) in completed.add(1, ordering: .relaxed) }
+                    _ = try? coordinator.withClaims(claims) { () throws(DocfsError) in completed.add(1, ordering: .relaxed) }
                 }
                 done.leave()
             }.start()

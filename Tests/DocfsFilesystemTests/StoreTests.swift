@@ -79,7 +79,7 @@ import Glibc
     @Test func unreadableStoreIsReported() throws {
         let path = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8)
         defer { try? FileManager.default.removeItem(atPath: path) }
-        FileManager.default.createFile(atPath: path, contents: Data("not a folder".utf8))
+        _ = FileManager.default.createFile(atPath: path, contents: Data("not a folder".utf8))
         do {
             _ = try LocalStore(path: path)
             Issue.record("a file was accepted as a store")

@@ -84,4 +84,45 @@ import Glibc
         #expect(outputs[1].contains("shared/mine nobody nogroup"))
         #expect(outputs[1].contains("sgid/f nobody users"))
     }
+
+    /// Writes, truncates, O_TRUNC opens, fallocate and copy_file_range by a user without
+    /// CAP_FSETID drop set-id bits as on ext4 (set-user-id always; set-group-id with
+    /// group-execute or when the writer is not in the group); root's writes keep them.
+    @Test func writesDropSetIDBitsAsOnExt4() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let plain = fixture.root + "/plain"
+        mkdir(plain, 0o755)
+        let setup = """
+        cd "$1"
+        echo source > src; chmod 644 src
+        for op in append truncate otrunc fallocate copy root; do
+          for mode in 4755 2775 2765 6775 0755; do
+            echo data > $op-$mode; chown nobody:users $op-$mode; chmod $mode $op-$mode
+          done
+          echo data > $op-2765-own-group; chown nobody:nogroup $op-2765-own-group; chmod 2765 $op-2765-own-group
+        done
+        """
+        let asNobody = """
+        cd "$1"
+        for f in append-*; do sh -c "echo more >> $f"; done
+        for f in truncate-*; do truncate -s 2 $f; done
+        for f in otrunc-*; do sh -c ": > $f"; done
+        for f in fallocate-*; do fallocate -l 8192 $f; done
+        for f in copy-*; do python3 -c "import os, sys; s = os.open('src', os.O_RDONLY); d = os.open(sys.argv[1], os.O_WRONLY); os.copy_file_range(s, d, 6, 0, 0)" $f; done
+        """
+        var outputs: [String] = []
+        for dir in [plain, fixture.mountPoint] {
+            let prepared = try shell("bash -c '\(setup)' _ '\(dir)'")
+            #expect(prepared.status == 0, "\(prepared.output)")
+            let run = try shell("setpriv --reuid=65534 --regid=65534 --clear-groups bash -c '\(asNobody.replacingOccurrences(of: "'", with: "'\\''"))' _ '\(dir)'")
+            #expect(run.status == 0, "\(run.output)")
+            let asRoot = try shell("cd '\(dir)' && for f in root-*; do echo more >> $f; done && stat -c '%n %a %s' *-* | sort")
+            outputs.append(asRoot.output)
+        }
+        #expect(outputs[0] == outputs[1], "plain folder:\n\(outputs[0])\ndocfs:\n\(outputs[1])")
+        #expect(outputs[1].contains("append-4755 755 "))
+        #expect(outputs[1].contains("otrunc-2775 775 0"))
+        #expect(outputs[1].contains("root-6775 6775 "))
+    }
 }

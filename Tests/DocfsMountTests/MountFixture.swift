@@ -56,7 +56,7 @@ final class MountFixture: @unchecked Sendable {
         var arguments = ["mount", "--foreground", "--store", store]
         if !options.isEmpty { arguments += ["-o", options.joined(separator: ",")] }
         process.arguments = arguments + [mountPoint]
-        FileManager.default.createFile(atPath: daemonLog, contents: nil)
+        _ = FileManager.default.createFile(atPath: daemonLog, contents: nil)
         let log = FileHandle(forWritingAtPath: daemonLog)
         log?.seekToEndOfFile()
         process.standardOutput = log

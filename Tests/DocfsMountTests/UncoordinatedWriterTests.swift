@@ -78,6 +78,60 @@ import Glibc
         let log = (try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? ""
         #expect(!log.contains("uncoordinated change"), "\(log)")
     }
+
+    /// Reading files docfs wrote before a remount is no change, though passthrough opens each
+    /// backing file for writing (its close is an inotify event).
+    @Test func readingAfterARemountIsNoChange() throws {
+        let fixture = try MountFixture(options: Self.options)
+        defer { fixture.tearDown() }
+        for name in ["a", "b", "sentinel"] { try write("\(name)\n", to: fixture.path(name)) }
+        fixture.stop()
+        try fixture.start(options: Self.options)
+        for name in ["a", "b"] {
+            #expect(try String(contentsOfFile: fixture.path(name), encoding: .utf8) == "\(name)\n")
+            let appendOnly = open(fixture.path(name), O_WRONLY | O_APPEND)  // opened for writing, not written
+            #expect(appendOnly >= 0)
+            close(appendOnly)
+        }
+        // A change behind docfs's back: once the watcher reports it, it has read the rest.
+        try "elsewhere\n".write(toFile: fixture.documents + "/sentinel", atomically: false, encoding: .utf8)
+        #expect(eventually(seconds: 10) { daemonLog(fixture).contains("uncoordinated change to \(fixture.documents)/sentinel") })
+        let uncoordinated = daemonLog(fixture).split(separator: "\n").filter { $0.contains("uncoordinated change") }
+        #expect(uncoordinated.count == 1, "\(uncoordinated)")
+        #expect(attribute(fixture.path("a"), "user.docfs.version") == "1")
+        #expect(attribute(fixture.path("b"), "user.docfs.version") == "1")
+    }
+
+    /// More of docfs's own changes than its records hold at first (8192), then reads of all
+    /// those files (a passthrough backing file is open for writing, so its close is an event):
+    /// still none is taken for someone else's.
+    @Test func aBurstOfDocfsOwnChangesIsNotTakenForSomeoneElses() throws {
+        let fixture = try MountFixture(options: Self.options)
+        defer { fixture.tearDown() }
+        try write("mine\n", to: fixture.path("sentinel"))
+        let burst = try shell("""
+            python3 -c 'import os, sys
+            for i in range(12000):
+                fd = os.open(f"{sys.argv[1]}/f{i}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+                os.write(fd, b"x" * 100)
+                os.close(fd)
+            for i in range(12000):
+                with open(f"{sys.argv[1]}/f{i}", "rb") as f: f.read()' '\(fixture.mountPoint)'
+            """)
+        #expect(burst.status == 0, "\(burst.output)")
+        // A change behind docfs's back: once the watcher reports it, it has read the burst.
+        try "elsewhere\n".write(toFile: fixture.documents + "/sentinel", atomically: false, encoding: .utf8)
+        #expect(eventually(seconds: 60) { daemonLog(fixture).contains("uncoordinated change to \(fixture.documents)/sentinel") })
+        let uncoordinated = daemonLog(fixture).split(separator: "\n").filter { $0.contains("uncoordinated change") }
+        #expect(uncoordinated.count == 1, "\(uncoordinated.prefix(5))")
+        for i in stride(from: 0, to: 12000, by: 997) {
+            #expect(attribute(fixture.path("f\(i)"), "user.docfs.version") == "1")
+        }
+    }
+}
+
+func daemonLog(_ fixture: MountFixture) -> String {
+    (try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? ""
 }
 
 /// Whether `condition` holds within `seconds`.

@@ -2,7 +2,9 @@
 // directly, without a round trip through docfs. libfuse 3.14 predates it, so docfs asks for it
 // itself: a custom io patches the INIT reply (FUSE_PASSTHROUGH and max_stack_depth), backing
 // files are registered with the FUSE_DEV_IOC_BACKING_* ioctls, and OPEN/CREATE replies that
-// carry a backing id are built here. Part of the FUSE bridge: only DocfsFUSE imports it.
+// carry a backing id are built here. The same INIT patch asks for FUSE_HANDLE_KILLPRIV_V2 when
+// the kernel offers it: docfs drops set-id bits itself, so the kernel stops asking for
+// security.capability before every write. Part of the FUSE bridge: only DocfsFUSE imports it.
 #ifndef DOCFS_PASSTHROUGH_H
 #define DOCFS_PASSTHROUGH_H
 
@@ -13,7 +15,7 @@ struct fuse_req;
 struct fuse_entry_param;
 
 /// Routes the mounted session's device traffic through docfs's io (same descriptor), so the
-/// INIT reply can ask for passthrough. Returns 0 or -errno.
+/// INIT reply can ask for passthrough and killpriv_v2. Returns 0 or -errno.
 int docfs_install_io(struct fuse_session *se);
 /// Whether the INIT reply should ask for passthrough (set before libfuse answers INIT).
 void docfs_request_passthrough(int wanted);
