@@ -104,12 +104,12 @@ import Glibc
 
         try expectFailure("'\(docfs)' mount \(store) '\(fixture.root)/nowhere'", saying: "does not exist: create it")
 
-        FileManager.default.createFile(atPath: fixture.mountPoint + "/x", contents: Data())
+        _ = FileManager.default.createFile(atPath: fixture.mountPoint + "/x", contents: Data())
         try expectFailure("'\(docfs)' mount \(store) '\(fixture.mountPoint)'", saying: "is not empty")
         unlink(fixture.mountPoint + "/x")
 
         let file = fixture.root + "/a-file"
-        FileManager.default.createFile(atPath: file, contents: Data("x".utf8))
+        _ = FileManager.default.createFile(atPath: file, contents: Data("x".utf8))
         try expectFailure("'\(docfs)' mount --store '\(file)' '\(fixture.mountPoint)'", saying: "not a directory")
 
         try fixture.start()
@@ -126,7 +126,7 @@ import Glibc
         let fixture = try MountFixture(mount: false)
         defer { fixture.tearDown() }
         let empty = fixture.root + "/empty"
-        FileManager.default.createFile(atPath: empty, contents: Data())
+        _ = FileManager.default.createFile(atPath: empty, contents: Data())
         let mount = "'\(docfs)' mount --store '\(fixture.store)' '\(fixture.mountPoint)'"
         try expectFailure("unshare -m bash -c \"mount --bind '\(empty)' /dev/fuse && \(mount)\"", saying: "/dev/fuse is missing")
         try expectFailure("unshare -m bash -c \"mount --bind '\(empty)' /usr/bin/fusermount3 && \(mount)\"",

@@ -30,12 +30,8 @@ import Glibc
     }
 
     @Test func everyActorTakesClaimsAndNoneIsLeftBehind() throws {
-        let fixture = try MountFixture(mount: false)
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
         defer { fixture.tearDown() }
-        try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
-        try #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000}}"#.write(toFile: fixture.store + "/settings.json",
-                                                                                atomically: false, encoding: .utf8)
-        try fixture.start()
         let document = fixture.path("doc")
         // Version 1 is large, so each restore holds its replace claim long enough to be contended.
         try write(String(repeating: "A", count: 2 << 20), to: document)
@@ -46,32 +42,20 @@ import Glibc
         mkdir(fixture.path("empty"), 0o755)
         let before = try #require(try Self.status(document).claims)
 
-        let stop = Atomic(false)
         let restores = Atomic(0), failedRestores = Atomic(0), unexpectedErrors = Atomic(0)
-        let group = DispatchGroup()
-        func actor(_ body: @escaping @Sendable (Int) -> Void) {
-            group.enter()
-            Thread {
-                var round = 0
-                while !stop.load(ordering: .relaxed) {
-                    body(round)
-                    round += 1
-                }
-                group.leave()
-            }.start()
-        }
+        let actors = ActorThreads()
         // A writer through the mount: each open for writing claims the document.
-        actor { round in
+        actors.start { round in
             if (try? write("writer \(round)\n", to: document)) == nil { unexpectedErrors.add(1, ordering: .relaxed) }
         }
         // Metadata changes through the mount.
-        actor { round in
+        actors.start { round in
             let value = Array("\(round)".utf8)
             if docfs_setxattr(document, "user.round", value, value.count, 0) != 0 { unexpectedErrors.add(1, ordering: .relaxed) }
             if chmod(document, round % 2 == 0 ? 0o644 : 0o600) != 0 { unexpectedErrors.add(1, ordering: .relaxed) }
         }
         // Operations that fail under their claims: each must give its claims back.
-        actor { _ in
+        actors.start { _ in
             let failures = [
                 errnoOf(rename(fixture.path("empty"), fixture.path("full"))) == ENOTEMPTY,
                 errnoOf(rename(document, fixture.path("missing/doc"))) == ENOENT,
@@ -82,19 +66,18 @@ import Glibc
             if failures.contains(false) { unexpectedErrors.add(1, ordering: .relaxed) }
         }
         // A writer in the store behind the mount: the watcher claims what it finds.
-        actor { round in
+        actors.start { round in
             try? "outside \(round)\n".write(toFile: fixture.documents + "/outside-\(round % 8)", atomically: round % 2 == 0,
                                             encoding: .utf8)
         }
         // The CLI restores version 1 through the daemon.
-        actor { _ in
+        actors.start { _ in
             let result = try? shell("'\(MountFixture.binary)' versions '\(document)' --restore 1")
             if result?.status == 0 { restores.add(1, ordering: .relaxed) } else { failedRestores.add(1, ordering: .relaxed) }
         }
         usleep(2_500_000)
-        stop.store(true, ordering: .relaxed)
         // No claim deadlocks or starves an actor: each finishes its round.
-        #expect(group.wait(timeout: .now() + 60) == .success)
+        #expect(actors.stop(within: 60))
 
         #expect(restores.load(ordering: .relaxed) > 0)
         #expect(failedRestores.load(ordering: .relaxed) == 0)

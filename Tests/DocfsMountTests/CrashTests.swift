@@ -78,13 +78,8 @@ import Glibc
     /// record is in the document or one of its kept versions, nothing half done is left in the
     /// store, and the document can be written and restored again at once (no claim stuck).
     @Test func killedDuringSessionsAndRestoresLosesNothingAndLeavesNothing() throws {
-        let fixture = try MountFixture(mount: false)
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
         defer { fixture.tearDown() }
-        // Keep every version, so "nothing lost" is not cut short by the policy's bounds.
-        try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
-        try #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000}}"#.write(toFile: fixture.store + "/settings.json",
-                                                                                atomically: false, encoding: .utf8)
-        try fixture.start()
         let f = fixture.path("journal.txt")
         try write("start\n", to: f)
         let id = try #require(itemID(f))

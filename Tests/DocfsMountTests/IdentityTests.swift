@@ -93,7 +93,7 @@ import Glibc
         #expect(docfs_setxattr(f, "user.docfs.skip-backup", "1", 1, 0) == 0)
         #expect(attribute(f, "user.docfs.skip-backup") == "1")
         #expect(docfs_removexattr(f, "user.docfs.skip-backup") == 0)
-        let log = (try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? ""
+        let log = fixture.log
         #expect(log.contains("user.docfs.id is kept by docfs"))
     }
 

@@ -72,13 +72,7 @@ import Glibc
         r touch -d 2001-01-01 readonly
         r touch -d 2001-01-01 shared/mine
         """
-        var outputs: [String] = []
-        for dir in [plain, fixture.mountPoint] {
-            let prepared = try shell("bash -c '\(setup)' _ '\(dir)'")
-            #expect(prepared.status == 0, "\(prepared.output)")
-            let run = try shell("setpriv --reuid=65534 --regid=65534 --clear-groups bash -c '\(asNobody.replacingOccurrences(of: "'", with: "'\\''"))' _ '\(dir)'")
-            outputs.append(run.output)
-        }
+        let outputs = try Self.run(asNobody, after: setup, in: [plain, fixture.mountPoint])
         #expect(outputs[0] == outputs[1])
         #expect(outputs[1].contains("denied: cat private/file"))
         #expect(outputs[1].contains("shared/mine nobody nogroup"))
@@ -111,18 +105,25 @@ import Glibc
         for f in fallocate-*; do fallocate -l 8192 $f; done
         for f in copy-*; do python3 -c "import os, sys; s = os.open('src', os.O_RDONLY); d = os.open(sys.argv[1], os.O_WRONLY); os.copy_file_range(s, d, 6, 0, 0)" $f; done
         """
-        var outputs: [String] = []
-        for dir in [plain, fixture.mountPoint] {
-            let prepared = try shell("bash -c '\(setup)' _ '\(dir)'")
-            #expect(prepared.status == 0, "\(prepared.output)")
-            let run = try shell("setpriv --reuid=65534 --regid=65534 --clear-groups bash -c '\(asNobody.replacingOccurrences(of: "'", with: "'\\''"))' _ '\(dir)'")
-            #expect(run.status == 0, "\(run.output)")
-            let asRoot = try shell("cd '\(dir)' && for f in root-*; do echo more >> $f; done && stat -c '%n %a %s' *-* | sort")
-            outputs.append(asRoot.output)
-        }
+        let report = "for f in root-*; do echo more >> $f; done; stat -c '%n %a %s' *-* | sort"
+        let outputs = try Self.run(asNobody, after: setup, in: [plain, fixture.mountPoint], thenAsRoot: report)
         #expect(outputs[0] == outputs[1], "plain folder:\n\(outputs[0])\ndocfs:\n\(outputs[1])")
         #expect(outputs[1].contains("append-4755 755 "))
         #expect(outputs[1].contains("otrunc-2775 775 0"))
         #expect(outputs[1].contains("root-6775 6775 "))
+    }
+
+    /// Runs `setup` as root, `script` as user nobody (no groups) and `report` as root, each in
+    /// a shell with the folder as $1, in each of `folders`; answers what `script` and `report`
+    /// printed in each.
+    static func run(_ script: String, after setup: String, in folders: [String], thenAsRoot report: String = "") throws -> [String] {
+        func quoted(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+        return try folders.map { folder in
+            let prepared = try shell("bash -c \(quoted(setup)) _ '\(folder)'")
+            #expect(prepared.status == 0, "\(prepared.output)")
+            let run = try shell("setpriv --reuid=65534 --regid=65534 --clear-groups bash -c \(quoted(script)) _ '\(folder)'")
+            let reported = try shell("bash -c \(quoted("cd \"$1\"\n" + report)) _ '\(folder)'")
+            return run.output + reported.output
+        }
     }
 }

@@ -41,8 +41,22 @@ final class MountFixture: @unchecked Sendable {
         if mount { try start(options: options) }
     }
 
+    /// A fixture whose store starts with `settings` as its settings.json, mounted.
+    convenience init(settings: String, options: [String] = MountFixture.defaultOptions) throws {
+        try self.init(options: options, mount: false)
+        try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
+        try settings.write(toFile: store + "/settings.json", atomically: false, encoding: .utf8)
+        try start(options: options)
+    }
+
+    /// Settings that keep every version, so "nothing lost" is not cut short by the policy.
+    static let keepEveryVersion = #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000}}"#
+
     /// Where the daemon's output goes.
     var daemonLog: String { root + "/daemon.log" }
+
+    /// What the daemon has written to its log so far.
+    var log: String { (try? String(contentsOfFile: daemonLog, encoding: .utf8)) ?? "" }
 
     /// The backing directory that the mount root shows.
     var documents: String { store + "/containers/docfs.default/Documents" }

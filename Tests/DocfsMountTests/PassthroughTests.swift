@@ -27,7 +27,7 @@ import Glibc
         let again = open(path, O_RDONLY)
         #expect(pread(again, &buffer, 32, 0) == 13)
         close(again)
-        let log = (try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? ""
+        let log = fixture.log
         #expect(log.contains("FUSE passthrough in use"), "daemon log:\n\(log)")
         #expect(!log.contains("refused"), "daemon log:\n\(log)")
     }
@@ -38,7 +38,7 @@ import Glibc
         let path = fixture.path("file")
         #expect(FileManager.default.createFile(atPath: path, contents: Data("through docfs".utf8)))
         #expect(try String(contentsOfFile: path, encoding: .utf8) == "through docfs")
-        let log = (try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? ""
+        let log = fixture.log
         #expect(!log.contains("FUSE passthrough in use"), "daemon log:\n\(log)")
     }
 }

@@ -30,33 +30,17 @@ import Glibc
     }
 
     @Test func nothingCommittedVanishesAndNothingIsTorn() throws {
-        let fixture = try MountFixture(mount: false)
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
         defer { fixture.tearDown() }
-        try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
-        try #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000}}"#.write(toFile: fixture.store + "/settings.json",
-                                                                                atomically: false, encoding: .utf8)
-        try fixture.start()
         let documents = ["appended.txt", "saved.txt", "outside.txt"]
         for name in documents { try write("start\n", to: fixture.path(name)) }
         let ledger = Ledger()
-        let stop = Atomic(false)
         let torn = Atomic(0), reads = Atomic(0)
         let saves = (0..<400).map { "save \($0) " + String(repeating: "x", count: 4000 + $0) + "\n" }
-        let group = DispatchGroup()
-        func actor(_ body: @escaping @Sendable (Int) -> Void) {
-            group.enter()
-            Thread {
-                var round = 0
-                while !stop.load(ordering: .relaxed) {
-                    body(round)
-                    round += 1
-                }
-                group.leave()
-            }.start()
-        }
+        let actors = ActorThreads()
         // Two writers append tagged lines to one document (shared POSIX writing).
         for writer in 0..<2 {
-            actor { round in
+            actors.start { round in
                 let tag = "w\(writer)-\(round)"
                 let fd = open(fixture.path("appended.txt"), O_WRONLY | O_APPEND)
                 guard fd >= 0 else { return }
@@ -67,7 +51,7 @@ import Glibc
             }
         }
         // A safe-saver replaces another whole (temporary file, rename over).
-        actor { round in
+        actors.start { round in
             let text = saves[round % saves.count]
             let temporary = fixture.path(".saved.txt.tmp\(round)")
             guard (try? write(text, to: temporary)) != nil else { return }
@@ -76,19 +60,19 @@ import Glibc
             }
         }
         // A restorer brings back the first version of it now and then.
-        actor { _ in
+        actors.start { _ in
             _ = try? shell("'\(MountFixture.binary)' versions '\(fixture.path("saved.txt"))' --restore 1")
             usleep(50_000)
         }
         // A reader: every read of the saved document is one whole save (or the start).
         let whole = Set(saves + ["start\n"])
-        actor { _ in
+        actors.start { _ in
             guard let text = try? String(contentsOfFile: fixture.path("saved.txt"), encoding: .utf8) else { return }
             reads.add(1, ordering: .relaxed)
             if !whole.contains(text) { torn.add(1, ordering: .relaxed) }
         }
         // An uncoordinated writer in the store: replaces its document now and then.
-        actor { round in
+        actors.start { round in
             let tag = "u-\(round)"
             let temporary = fixture.documents + "/.outside.partial"
             guard (try? write("\(tag)\n", to: temporary)) != nil,
@@ -97,8 +81,7 @@ import Glibc
             usleep(20_000)
         }
         usleep(3_000_000)
-        stop.store(true, ordering: .relaxed)
-        #expect(group.wait(timeout: .now() + 60) == .success)
+        #expect(actors.stop(within: 60))
         usleep(500_000)  // the last releases and watcher events
 
         let readCount = reads.load(ordering: .relaxed), tornCount = torn.load(ordering: .relaxed)

@@ -35,7 +35,7 @@ import Glibc
         var buffer = [UInt8](repeating: 0, count: 64)
         let n = pread(reader, &buffer, 64, 0)
         #expect(String(decoding: buffer[0..<max(n, 0)], as: UTF8.self) == "new content, longer\n")
-        let log = (try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? ""
+        let log = fixture.log
         #expect(log.contains("uncoordinated change to"))
     }
 
@@ -75,7 +75,7 @@ import Glibc
         #expect(rename(f, fixture.path("mine2")) == 0)
         usleep(500_000)  // give the watcher time to see the events docfs itself caused
         #expect(attribute(fixture.path("mine2"), "user.docfs.version") == "5")
-        let log = (try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? ""
+        let log = fixture.log
         #expect(!log.contains("uncoordinated change"), "\(log)")
     }
 
@@ -95,8 +95,8 @@ import Glibc
         }
         // A change behind docfs's back: once the watcher reports it, it has read the rest.
         try "elsewhere\n".write(toFile: fixture.documents + "/sentinel", atomically: false, encoding: .utf8)
-        #expect(eventually(seconds: 10) { daemonLog(fixture).contains("uncoordinated change to \(fixture.documents)/sentinel") })
-        let uncoordinated = daemonLog(fixture).split(separator: "\n").filter { $0.contains("uncoordinated change") }
+        #expect(eventually(seconds: 10) { fixture.log.contains("uncoordinated change to \(fixture.documents)/sentinel") })
+        let uncoordinated = fixture.log.split(separator: "\n").filter { $0.contains("uncoordinated change") }
         #expect(uncoordinated.count == 1, "\(uncoordinated)")
         #expect(attribute(fixture.path("a"), "user.docfs.version") == "1")
         #expect(attribute(fixture.path("b"), "user.docfs.version") == "1")
@@ -121,17 +121,13 @@ import Glibc
         #expect(burst.status == 0, "\(burst.output)")
         // A change behind docfs's back: once the watcher reports it, it has read the burst.
         try "elsewhere\n".write(toFile: fixture.documents + "/sentinel", atomically: false, encoding: .utf8)
-        #expect(eventually(seconds: 60) { daemonLog(fixture).contains("uncoordinated change to \(fixture.documents)/sentinel") })
-        let uncoordinated = daemonLog(fixture).split(separator: "\n").filter { $0.contains("uncoordinated change") }
+        #expect(eventually(seconds: 60) { fixture.log.contains("uncoordinated change to \(fixture.documents)/sentinel") })
+        let uncoordinated = fixture.log.split(separator: "\n").filter { $0.contains("uncoordinated change") }
         #expect(uncoordinated.count == 1, "\(uncoordinated.prefix(5))")
         for i in stride(from: 0, to: 12000, by: 997) {
             #expect(attribute(fixture.path("f\(i)"), "user.docfs.version") == "1")
         }
     }
-}
-
-func daemonLog(_ fixture: MountFixture) -> String {
-    (try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? ""
 }
 
 /// Whether `condition` holds within `seconds`.
@@ -160,7 +156,7 @@ func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
         try write("theirs\n", to: fixture.documents + "/.report.txt.sync")
         #expect(rename(fixture.documents + "/.report.txt.sync", fixture.documents + "/report.txt") == 0)
         #expect(eventually(seconds: 5) {
-            ((try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? "").contains("both contents will be kept")
+            fixture.log.contains("both contents will be kept")
         })
         #expect(Glibc.write(fd, "saved last\n", 11) == 11)
         close(fd)
@@ -195,7 +191,7 @@ func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
         try write("theirs\n", to: fixture.documents + "/doc.tmp")
         #expect(rename(fixture.documents + "/doc.tmp", fixture.documents + "/doc") == 0)
         #expect(eventually(seconds: 5) {
-            ((try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? "").contains("both contents will be kept")
+            fixture.log.contains("both contents will be kept")
         })
         close(fd)
         #expect(eventually(seconds: 5) { attribute(f, "user.docfs.conflict") == "1" })
@@ -218,7 +214,7 @@ func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
         #expect(Glibc.write(fd, "still writing\n", 14) == 14)
         #expect(unlink(fixture.documents + "/notes") == 0)
         #expect(eventually(seconds: 5) {
-            ((try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? "").contains("both contents will be kept")
+            fixture.log.contains("both contents will be kept")
         })
         close(fd)
         #expect(eventually(seconds: 5) { (try? String(contentsOfFile: f, encoding: .utf8)) == "still writing\n" })
@@ -235,7 +231,7 @@ func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
         try write("theirs\n", to: fixture.documents + "/doc.new")
         #expect(rename(fixture.documents + "/doc.new", fixture.documents + "/doc") == 0)
         #expect(eventually(seconds: 5) {
-            ((try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? "").contains("both contents will be kept")
+            fixture.log.contains("both contents will be kept")
         })
         close(fd)
         usleep(300_000)

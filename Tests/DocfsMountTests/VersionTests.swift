@@ -105,12 +105,8 @@ import Glibc
     }
 
     @Test func thePolicyBoundsWhatIsKept() throws {
-        let fixture = try MountFixture(mount: false)
+        let fixture = try MountFixture(settings: #"{"versions": {"keep": 2, "maximumFileMiB": 1}}"#)
         defer { fixture.tearDown() }
-        try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
-        try #"{"versions": {"keep": 2, "maximumFileMiB": 1}}"#.write(toFile: fixture.store + "/settings.json",
-                                                                    atomically: false, encoding: .utf8)
-        try fixture.start()
         let f = fixture.path("doc")
         for i in 1...5 { try write("save \(i)", to: f) }
         #expect(attribute(f, "user.docfs.version") == "5")
@@ -199,7 +195,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
         // A reader that opened the file before keeps the content it opened.
         var buffer = [UInt8](repeating: 0, count: 64)
         #expect(String(decoding: buffer[0..<max(pread(reader, &buffer, 64, 0), 0)], as: UTF8.self) == "three\n")
-        let log = (try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? ""
+        let log = fixture.log
         #expect(log.contains("restored version 1 of notes.txt"))
     }
 

@@ -107,7 +107,7 @@ import Glibc
         try write("theirs\n", to: fixture.documents + "/doc.partial")
         #expect(rename(fixture.documents + "/doc.partial", fixture.documents + "/doc") == 0)
         #expect(eventually(seconds: 5) {
-            ((try? String(contentsOfFile: fixture.daemonLog, encoding: .utf8)) ?? "").contains("both contents will be kept")
+            fixture.log.contains("both contents will be kept")
         })
         close(fd)
         #expect(eventually(seconds: 5) { watcher.events.contains { $0.kind == "conflict" && $0.path == "doc" } }, "\(watcher.events)")
