@@ -47,12 +47,17 @@ int docfs_lsetxattr(const char *path, const char *name, const void *value, size_
     return lsetxattr(path, name, value, size, flags);
 }
 int docfs_lremovexattr(const char *path, const char *name) { return lremovexattr(path, name); }
+// An open file answers directly; an O_PATH descriptor (EBADF) through its /proc link.
 ssize_t docfs_fd_getxattr(int fd, const char *name, void *value, size_t size) {
+    ssize_t n = fgetxattr(fd, name, value, size);
+    if (n >= 0 || errno != EBADF) return n;
     char path[32];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     return getxattr(path, name, value, size);
 }
 int docfs_fd_setxattr(int fd, const char *name, const void *value, size_t size, int flags) {
+    int r = fsetxattr(fd, name, value, size, flags);
+    if (r == 0 || errno != EBADF) return r;
     char path[32];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     return setxattr(path, name, value, size, flags);

@@ -107,10 +107,28 @@ final class Daemon {
         }
     }
 
-    /// One descriptor per file the kernel knows: allow as many as the hard limit does.
+    /// fs.nr_open: the most descriptors a process may have (a /proc file reports no size, so
+    /// it is read as it comes).
+    private static func systemDescriptorMaximum() -> rlim_t? {
+        let fd = open("/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard n > 0 else { return nil }
+        return rlim_t(String(decoding: buffer[0..<n], as: UTF8.self).filter(\.isNumber))
+    }
+
+    /// One descriptor per file the kernel knows: allow as many as the system does (fs.nr_open,
+    /// when the daemon may raise its hard limit), else as many as the hard limit does.
     private static func raiseDescriptorLimit() {
         var limit = rlimit()
-        if getrlimit(RLIMIT_NOFILE_VALUE, &limit) == 0, limit.rlim_cur < limit.rlim_max {
+        guard getrlimit(RLIMIT_NOFILE_VALUE, &limit) == 0 else { return }
+        if let most = systemDescriptorMaximum(), most > limit.rlim_max {
+            var raised = rlimit(rlim_cur: most, rlim_max: most)
+            if setrlimit(RLIMIT_NOFILE_VALUE, &raised) == 0 { return }
+        }
+        if limit.rlim_cur < limit.rlim_max {
             limit.rlim_cur = limit.rlim_max
             setrlimit(RLIMIT_NOFILE_VALUE, &limit)
         }

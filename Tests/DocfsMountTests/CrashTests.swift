@@ -118,7 +118,7 @@ import Glibc
         let lost = acknowledged.filter { !everything.contains(String(format: "record %06d", $0)) }
         #expect(lost.isEmpty, "\(lost.count) of \(acknowledged.count) fsync'd records lost, first \(lost.prefix(5))")
         // Nothing half done is left (the watcher's first walk and the version store clean up).
-        #expect(eventually(seconds: 5) {
+        #expect(eventually(seconds: 20) {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: fixture.documents)) ?? []
             return !names.contains { $0.hasPrefix(".docfs-") }
         })

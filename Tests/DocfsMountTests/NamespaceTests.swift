@@ -131,6 +131,25 @@ import Glibc
         }
     }
 
+    /// docfs keeps a descriptor per file the kernel knows; a daemon started with a low soft
+    /// limit raises it (to its hard limit, or fs.nr_open when it may), so more files than the
+    /// soft limit stay usable.
+    @Test func moreFilesThanTheInheritedDescriptorLimit() throws {
+        let fixture = try MountFixture(mount: false)
+        defer { fixture.tearDown() }
+        let mounted = try shell("prlimit --nofile=1024:8192 '\(MountFixture.binary)' mount -o allow_other --store '\(fixture.store)' '\(fixture.mountPoint)'")
+        #expect(mounted.status == 0, "\(mounted.output)")
+        defer { _ = try? shell("'\(MountFixture.binary)' unmount '\(fixture.mountPoint)'") }
+        let made = try shell("""
+            python3 -c 'import os, sys
+            for i in range(3000):
+                with open(f"{sys.argv[1]}/f{i}", "w") as f: f.write("x")
+            print(sum(os.stat(f"{sys.argv[1]}/f{i}").st_size for i in range(3000)))' '\(fixture.mountPoint)'
+            """)
+        #expect(made.status == 0, "\(made.output)")
+        #expect(made.output.hasPrefix("3000"))
+    }
+
     @Test func largeDirectoriesListCompletely() throws {
         try expectSameAsPlainDirectory { dir, r in
             mkdir(dir + "/many", 0o755)

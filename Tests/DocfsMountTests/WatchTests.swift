@@ -67,7 +67,7 @@ import Glibc
             Event(kind: "moved", path: "docs/a.txt", newPath: "docs/b.txt", version: nil, uncoordinated: false),
             Event(kind: "deleted", path: "docs/b.txt", newPath: nil, version: nil, uncoordinated: false),
         ]
-        #expect(eventually(seconds: 5) { watcher.events.count >= expected.count })
+        #expect(eventually(seconds: 20) { watcher.events.count >= expected.count })
         usleep(200_000)
         #expect(watcher.events == expected)
     }
@@ -82,15 +82,15 @@ import Glibc
         defer { watcher.stop() }
         let restored = try shell("'\(MountFixture.binary)' versions '\(f)' --restore 1")
         #expect(restored.status == 0, "\(restored.output)")
-        #expect(eventually(seconds: 5) { watcher.events.contains { $0.kind == "version" && $0.path == "notes.txt" && $0.version == 3 } },
+        #expect(eventually(seconds: 20) { watcher.events.contains { $0.kind == "version" && $0.path == "notes.txt" && $0.version == 3 } },
                 "\(watcher.events)")
         // A program writing in the store itself.
         try write("from elsewhere\n", to: fixture.documents + "/notes.txt")
-        #expect(eventually(seconds: 5) {
+        #expect(eventually(seconds: 20) {
             watcher.events.contains { $0.kind == "version" && $0.path == "notes.txt" && $0.version == 4 && $0.uncoordinated }
         })
         #expect(unlink(fixture.documents + "/notes.txt") == 0)
-        #expect(eventually(seconds: 5) {
+        #expect(eventually(seconds: 20) {
             watcher.events.contains { $0.kind == "deleted" && $0.path == "notes.txt" && $0.uncoordinated }
         })
     }
@@ -106,11 +106,11 @@ import Glibc
         #expect(Glibc.write(fd, "ours\n", 5) == 5)
         try write("theirs\n", to: fixture.documents + "/doc.partial")
         #expect(rename(fixture.documents + "/doc.partial", fixture.documents + "/doc") == 0)
-        #expect(eventually(seconds: 5) {
+        #expect(eventually(seconds: 20) {
             fixture.log.contains("both contents will be kept")
         })
         close(fd)
-        #expect(eventually(seconds: 5) { watcher.events.contains { $0.kind == "conflict" && $0.path == "doc" } }, "\(watcher.events)")
+        #expect(eventually(seconds: 20) { watcher.events.contains { $0.kind == "conflict" && $0.path == "doc" } }, "\(watcher.events)")
     }
 
     @Test func watchingAStoreNobodyServesSaysWhatToDo() throws {
