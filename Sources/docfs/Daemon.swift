@@ -66,17 +66,18 @@ final class Daemon {
     }
 
     /// Watches the store for uncoordinated writers (C5) on a thread of its own: what it sees,
-    /// the filesystem sorts out and the kernel is told to forget.
+    /// the filesystem sorts out and the kernel is told to forget. The watches are in place
+    /// before the daemon answers its first request, so every change docfs makes is seen (an
+    /// unseen own change would leave a record that hides someone else's later one).
     private static func watch(store: LocalStore, filesystem: Filesystem, mount: FUSEMount, logger: Logger) {
-        let root = store.layout.documentsDirectory(.userDefault)
+        let watcher: StoreWatcher
+        do {
+            watcher = try StoreWatcher(root: store.layout.documentsDirectory(.userDefault))
+        } catch {
+            logger.warning("changes made in the store behind docfs will be seen only after the cache timeout: \(error)")
+            return
+        }
         DetachedThread.start {
-            let watcher: StoreWatcher
-            do {
-                watcher = try StoreWatcher(root: root)
-            } catch {
-                logger.warning("changes made in the store behind docfs will be seen only after the cache timeout: \(error)")
-                return
-            }
             watcher.run { changes in
                 let effects = filesystem.noticeStoreChanges(changes)
                 mount.invalidate(effects.invalidations)
