@@ -17,10 +17,7 @@ extension Operations {
                 let replied: Int32
                 let backing: Int32?
                 do {
-                    backing = try ctx.passthrough.acquire(entry.node, handle: file.handle,
-                                                          eligible: file.mayPassThrough) { () throws(DocfsError) in
-                        try ctx.filesystem.openBacking(entry.node)
-                    }
+                    backing = try ctx.acquireBacking(entry.node, file)
                 } catch {
                     ctx.filesystem.forget(entry.node, count: 1)
                     ctx.filesystem.release(file.handle)
@@ -45,10 +42,7 @@ extension Operations {
                 let replied: Int32
                 let backing: Int32?
                 do {
-                    backing = try ctx.passthrough.acquire(node, handle: file.handle,
-                                                          eligible: file.mayPassThrough) { () throws(DocfsError) in
-                        try ctx.filesystem.openBacking(node)
-                    }
+                    backing = try ctx.acquireBacking(node, file)
                 } catch {
                     ctx.filesystem.release(file.handle)
                     throw error

@@ -31,6 +31,8 @@ final class PassthroughRegistry: Sendable {
         /// The open files counted in `byNode`, by handle: only their releases count.
         var handles: [UInt64: NodeID] = [:]
         var announced = false
+        /// Whether the kernel registers a file named by an O_PATH descriptor (until it refuses one).
+        var takesPathDescriptors = true
     }
 
     private let state: Mutex<State>
@@ -48,12 +50,14 @@ final class PassthroughRegistry: Sendable {
         state.withLock { $0.session = UnsafeSendable(session).value }
     }
 
-    /// The backing id for the open `handle` of `node`, registering `openBacking()`'s
-    /// descriptor on the node's first open if it is `eligible`; nil when the open is served
-    /// through docfs (passthrough off, or the node's first open was not eligible). Throws when
-    /// the backing file cannot be had for a passing reason, so no open of a passthrough node is
-    /// ever served another way (the kernel would refuse it).
+    /// The backing id for the open `handle` of `node`, registering its backing file on the
+    /// node's first open if it is `eligible`; nil when the open is served through docfs
+    /// (passthrough off, or the node's first open was not eligible). The file is named by the
+    /// node's own O_PATH descriptor (`withPathDescriptor`) on kernels that take one, else by
+    /// `openBacking()`'s. Throws when the backing file cannot be had for a passing reason, so
+    /// no open of a passthrough node is ever served another way (the kernel would refuse it).
     func acquire(_ node: NodeID, handle: UInt64, eligible: Bool,
+                 withPathDescriptor: ((Int32) -> Int32) throws(DocfsError) -> Int32,
                  openBacking: () throws(DocfsError) -> Int32) throws(DocfsError) -> Int32? {
         try state.withLock { (state: inout State) throws(DocfsError) -> Int32? in
             // A node keeps how its first open was served for every open until the last release,
@@ -70,9 +74,16 @@ final class PassthroughRegistry: Sendable {
                 state.handles[handle] = node
                 return nil
             }
-            let fd = try openBacking()
-            let id = docfs_backing_open(session, fd)
-            close(fd)  // the kernel holds its own reference to the file
+            var id = -EBADF
+            if state.takesPathDescriptors {
+                id = try withPathDescriptor { docfs_backing_open(session, $0) }
+                if id == -EBADF { state.takesPathDescriptors = false }  // an older kernel: fget, not fget_raw
+            }
+            if id == -EBADF {
+                let fd = try openBacking()
+                id = docfs_backing_open(session, fd)
+                close(fd)  // the kernel holds its own reference to the file
+            }
             if id < 0 {
                 let reason = -id
                 guard [EPERM, EOPNOTSUPP, ENOTTY, EINVAL].contains(reason) else {

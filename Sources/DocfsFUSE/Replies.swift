@@ -52,6 +52,15 @@ extension BridgeContext {
         }
     }
 
+    /// The backing id for an open `file` of `node`: nil when it is served through docfs.
+    func acquireBacking(_ node: NodeID, _ file: OpenFile) throws(DocfsError) -> Int32? {
+        try passthrough.acquire(node, handle: file.handle, eligible: file.mayPassThrough,
+                                withPathDescriptor: { (register) throws(DocfsError) in
+                                    try filesystem.withPathDescriptor(of: node, register)
+                                },
+                                openBacking: { () throws(DocfsError) in try filesystem.openBacking(node) })
+    }
+
     /// Gives back an open file's share of its node's backing file, then closes it.
     func release(_ handle: UInt64) {
         passthrough.release(handle)

@@ -17,8 +17,7 @@ public struct OpenFile: Sendable {
     public var keepCache: Bool
     /// A regular file, whose reads and writes the kernel may do on the backing file itself:
     /// any but one with set-id bits a write may drop (see Filesystem+SetID).
-    public var mayPassThrough: Bool
-}
+    public var mayPassThrough: Bool}
 
 /// Opening, reading and writing file content. Reads and writes go to the backing descriptor:
 /// the bridge splices through `backingDescriptor(of:)`; `read`/`write` serve in-process use.
@@ -147,6 +146,14 @@ extension Filesystem {
         }
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
         return fd
+    }
+
+    /// Calls `body` with the node's O_PATH descriptor of its backing file (a regular file),
+    /// kept open meanwhile.
+    public func withPathDescriptor(of id: NodeID, _ body: (Int32) -> Int32) throws(DocfsError) -> Int32 {
+        let node = try nodes.node(id)
+        guard node.type == S_IFREG else { throw DocfsError.system(EINVAL) }
+        return withExtendedLifetime(node) { body(node.fd) }
     }
 
     /// The descriptor reads and writes of `handle` go to (for splicing in the bridge).

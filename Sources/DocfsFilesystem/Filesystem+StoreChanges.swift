@@ -19,14 +19,35 @@ extension Filesystem {
 
     public func noticeStoreChanges(_ changes: [StoreWatcher.Change]) -> StoreChangeEffects {
         var effects = StoreChangeEffects()
-        for change in changes {
+        // The files whose content changed, as they are now (found before any lock is taken),
+        // and which of the changes are docfs's own, sorted out in one go. A file closed twice in
+        // one batch is looked at once, at its last close: its state now is one change however
+        // many writers made it (the first close, judged by the later state, would count twice).
+        var lastClose: [String: Int] = [:]
+        for (index, change) in changes.enumerated() {
+            if case let .content(path, _, _) = change { lastClose[path] = index }
+        }
+        let states = changes.enumerated().map { index, change -> stat? in
+            guard case let .content(path, _, _) = change, lastClose[path] == index else { return nil }
+            var st = stat()
+            return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG ? st : nil
+        }
+        let events = zip(changes, states).compactMap { change, st -> OwnChanges.Event? in
+            switch change {
+            case .overflow: return nil
+            case let .name(folder, name): return .name(name, in: BackingKey(device: folder.device, inode: folder.inode))
+            case .content: return st.map { .content($0) }
+            }
+        }
+        var own = ownChanges.areOwn(events).makeIterator()
+        for (change, st) in zip(changes, states) {
             switch change {
             case .overflow:
                 effects.invalidations.inodes += nodes.allIDs()
                 effects.notices.append("the store watcher lost events: the kernel forgets every cached attribute and page")
             case let .name(folder, name):
+                if own.next() == true { continue }
                 let key = BackingKey(device: folder.device, inode: folder.inode)
-                if ownChanges.isOwnNameChange(name, in: key) { continue }
                 if let parent = nodes.known(key: key) {
                     effects.invalidations.entries.append((parent.id, name))
                     var st = stat()
@@ -37,26 +58,29 @@ extension Filesystem {
                     effects.notices.append("an uncoordinated writer changed \(name) while it was being written through the mount: both contents will be kept")
                 }
             case let .content(path, folder, name):
-                var st = stat()
-                guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, !ownChanges.isOwnContentChange(st) else { continue }
-                if let node = nodes.known(key: BackingKey(st)) { effects.invalidations.inodes.append(node.id) }
-                if let notice = recordUncoordinatedVersion(path) { effects.notices.append(notice) }
-                if presenters.isListened, let parent = nodes.known(key: BackingKey(device: folder.device, inode: folder.inode)) {
-                    let fd = Glibc.open(path, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
-                    if fd >= 0 {
-                        // A file docfs never gave an id has no versions yet: it just changed.
-                        if let item = ItemAttributes.id(ofDescriptor: fd) {
-                            present(.version, name, in: parent, item: item,
-                                    version: max(ItemAttributes.version(ofDescriptor: fd), 1), uncoordinated: true)
-                        } else {
-                            present(.changed, name, in: parent, uncoordinated: true)
-                        }
-                        close(fd)
-                    }
-                }
+                guard let st, own.next() == false else { continue }
+                noticeContentChange(path, st, folder: folder, name: name, into: &effects)
             }
         }
         return effects
+    }
+
+    /// The file at `path` (now in state `st`) was written by someone other than docfs.
+    private func noticeContentChange(_ path: String, _ st: stat, folder: StoreWatcher.Folder, name: FileName,
+                                     into effects: inout StoreChangeEffects) {
+        if let node = nodes.known(key: BackingKey(st)) { effects.invalidations.inodes.append(node.id) }
+        if let notice = recordUncoordinatedVersion(path) { effects.notices.append(notice) }
+        guard presenters.isListened, let parent = nodes.known(key: BackingKey(device: folder.device, inode: folder.inode)) else { return }
+        let fd = Glibc.open(path, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        // A file docfs never gave an id has no versions yet: it just changed.
+        if let item = ItemAttributes.id(ofDescriptor: fd) {
+            present(.version, name, in: parent, item: item,
+                    version: max(ItemAttributes.version(ofDescriptor: fd), 1), uncoordinated: true)
+        } else {
+            present(.changed, name, in: parent, uncoordinated: true)
+        }
     }
 
     /// The file at `path` was written behind docfs's back: its version number moves on.

@@ -130,8 +130,16 @@ public final class Filesystem: Sendable {
     // MARK: attributes
 
     public func attributes(of id: NodeID, handle: UInt64? = nil) throws(DocfsError) -> stat {
-        var st = stat()
         let node = try nodes.node(id)
+        var st = try backingAttributes(of: node, handle: handle)
+        st.st_ino = ino_t(node.item.rawValue)
+        return st
+    }
+
+    /// The backing file's attributes as they are (its own inode number), through the open
+    /// `handle` of a regular file when there is one.
+    private func backingAttributes(of node: Node, handle: UInt64?) throws(DocfsError) -> stat {
+        var st = stat()
         if let handle, node.type == S_IFREG {
             guard fstat(Int32(truncatingIfNeeded: handle), &st) == 0 else { throw DocfsError.system(Glibc.errno) }
         } else {
@@ -139,22 +147,21 @@ public final class Filesystem: Sendable {
                 throw DocfsError.system(Glibc.errno)
             }
         }
-        st.st_ino = ino_t(node.item.rawValue)
         return st
     }
 
     public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
         let node = try nodes.node(id)
         return try coordinator.withClaims([(node.item, changes.size == nil ? .metadata : .write)]) { () throws(DocfsError) -> stat in
-            let st = try setAttributes(of: node, handle: handle, changes, caller: caller)
-            var raw = stat()  // st shows the item id as inode number; the watcher knows backing inodes
-            if changes.size != nil || changes.changesTimes, fstatat(node.fd, "", &raw, DOCFS_AT_EMPTY_PATH) == 0 {
-                ownChanges.changedFile(raw)
-            }
+            var st = try setAttributes(of: node, handle: handle, changes, caller: caller)
+            // The watcher knows backing inodes; the kernel is shown the item id.
+            if changes.size != nil || changes.changesTimes { ownChanges.changedFile(st) }
+            st.st_ino = ino_t(node.item.rawValue)
             return st
         }
     }
 
+    /// Applies `changes`; answers the backing file's attributes after them.
     private func setAttributes(of node: Node, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
         // The kernel passes a handle only for regular files; never trust one for anything else.
         let fd = node.type == S_IFREG ? handle.map { Int32(truncatingIfNeeded: $0) } : nil
@@ -198,7 +205,7 @@ public final class Filesystem: Sendable {
             }
             try check(r)
         }
-        return try attributes(of: node.id, handle: fd.map { UInt64($0) })
+        return try backingAttributes(of: node, handle: fd.map { UInt64($0) })
     }
 
     /// access(2) with the daemon's credentials on the backing file (the kernel asks only when

@@ -33,6 +33,21 @@ final class OwnChanges: Sendable {
         var nextNameSweep = OwnChanges.capacity
         var nextFileSweep = OwnChanges.capacity
 
+        /// Whether a name event at `place` is one of docfs's own (and consumes its record).
+        mutating func consumeName(_ place: Place, now: Double) -> Bool {
+            guard let expected = names[place], now - expected.time < OwnChanges.expectation else { return false }
+            names[place] = expected.count > 1 ? (expected.count - 1, expected.time) : nil
+            return true
+        }
+
+        /// Whether a content change of the file in state `st` is docfs's own: written through
+        /// an open handle, or unchanged since docfs last closed it.
+        func isOwnContent(_ st: stat) -> Bool {
+            guard let activity = files[BackingKey(st)] else { return false }
+            return activity.writers > 0 || (activity.size == Int64(st.st_size)
+                && activity.mtime.tv_sec == st.st_mtim.tv_sec && activity.mtime.tv_nsec == st.st_mtim.tv_nsec)
+        }
+
         /// Drops records older than `expectation` once there are many; a burst of recent ones
         /// (the watcher may lag behind thousands of creates) is kept, and swept again only once
         /// it has doubled, so sweeping stays linear.
@@ -64,16 +79,36 @@ final class OwnChanges: Sendable {
         }
     }
 
-    /// Whether a name event is one of docfs's own (and consumes it).
-    func isOwnNameChange(_ name: FileName, in directory: BackingKey) -> Bool {
-        let now = SafeSaveTracker.now()
-        return state.withLock { state in
-            let place = Place(directory: directory, name: name)
-            guard let expected = state.names[place], now - expected.time < Self.expectation else { return false }
-            state.names[place] = expected.count > 1 ? (expected.count - 1, expected.time) : nil
-            return true
-        }
+    /// A store watcher event to sort out: a name in a folder changed, or a file's content (its
+    /// state as the watcher found it).
+    enum Event {
+        case name(FileName, in: BackingKey)
+        case content(stat)
     }
+
+    /// Which of a batch of watcher events are docfs's own, consuming the name records they
+    /// match. One lock acquisition per batch: the watcher reports hundreds of events at once
+    /// while docfs is busy, and taking the lock for each contends with every request.
+    func areOwn(_ events: [Event]) -> [Bool] {
+        let now = SafeSaveTracker.now()
+        var own: [Bool] = []
+        own.reserveCapacity(events.count)
+        // In slices, so no request waits long for the lock behind a big batch.
+        for start in stride(from: 0, to: events.count, by: Self.eventsPerLock) {
+            state.withLock { state in
+                for event in events[start..<min(start + Self.eventsPerLock, events.count)] {
+                    switch event {
+                    case let .name(name, directory): own.append(state.consumeName(Place(directory: directory, name: name), now: now))
+                    case let .content(st): own.append(state.isOwnContent(st))
+                    }
+                }
+            }
+        }
+        return own
+    }
+
+    /// How many watcher events `areOwn` sorts out per lock acquisition.
+    static let eventsPerLock = 128
 
     /// docfs is about to write the file `key` (before the open that may truncate it): until
     /// `attach` and `closingForWriting`, or `abandon`, its changes are docfs's.
@@ -138,16 +173,6 @@ final class OwnChanges: Sendable {
             state.files[BackingKey(st)]!.size = Int64(st.st_size)
             state.files[BackingKey(st)]!.time = now
             state.sweep(now: now)
-        }
-    }
-
-    /// Whether a content change of the file in state `st` is docfs's own: written through an
-    /// open handle, or unchanged since docfs last closed it.
-    func isOwnContentChange(_ st: stat) -> Bool {
-        state.withLock { state in
-            guard let activity = state.files[BackingKey(st)] else { return false }
-            return activity.writers > 0 || (activity.size == Int64(st.st_size)
-                && activity.mtime.tv_sec == st.st_mtim.tv_sec && activity.mtime.tv_nsec == st.st_mtim.tv_nsec)
         }
     }
 }

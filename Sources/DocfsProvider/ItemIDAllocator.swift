@@ -13,7 +13,7 @@ import Glibc
 public final class ItemIDAllocator: Sendable {
     /// The first id a new store hands out (lower numbers stay free for special uses).
     public static let firstID: UInt64 = 16
-    static let blockSize: UInt64 = 1024
+    static let blockSize: UInt64 = 65536
 
     private struct State {
         var next: UInt64

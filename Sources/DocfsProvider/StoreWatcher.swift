@@ -108,8 +108,8 @@ public final class StoreWatcher: @unchecked Sendable {
             guard written.remove(WatchedName(watch: event.wd, name: name)) != nil else { return [] }
             return [.content(path: path + "/" + name.description, folder: folder, name: name)]
         }
-        let child = path + "/" + name.description
         if event.mask & UInt32(IN_ISDIR) != 0 {
+            let child = path + "/" + name.description
             if event.mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0 { watchTree(child) }
             if event.mask & UInt32(IN_MOVED_FROM) != 0 { forgetTree(child) }
         }

@@ -121,4 +121,34 @@ import Glibc
         #expect(inside.attributes.st_uid == 42)
         #expect(inside.attributes.st_mode & S_ISGID != 0)
     }
+
+    /// The watcher's events are sorted out in batches bigger than one lock holds: every name
+    /// record is consumed exactly once, and content is docfs's own while it writes or while the
+    /// file is as docfs left it.
+    @Test func ownChangesAreSortedOutInBatches() throws {
+        let own = OwnChanges()
+        let folder = BackingKey(device: 1, inode: 2)
+        let count = OwnChanges.eventsPerLock * 3 + 7
+        for i in 0..<count { own.changedName(FileName("f\(i)"), in: folder) }
+        own.changedName("twice", in: folder, events: 2)
+        var events = (0..<count).map { OwnChanges.Event.name(FileName("f\($0)"), in: folder) }
+        events += [.name("twice", in: folder), .name("twice", in: folder), .name("twice", in: folder), .name("never", in: folder)]
+        let sorted = own.areOwn(events)
+        #expect(sorted.count == events.count)
+        #expect(sorted.prefix(count).allSatisfy { $0 })
+        #expect(Array(sorted.suffix(4)) == [true, true, false, false])
+        #expect(own.areOwn([.name("f0", in: folder)]) == [false])  // consumed
+
+        var written = stat()
+        written.st_dev = 1
+        written.st_ino = 77
+        written.st_size = 10
+        written.st_mtim = timespec(tv_sec: 100, tv_nsec: 5)
+        own.changedFile(written)
+        var later = written
+        later.st_mtim.tv_nsec = 6
+        #expect(own.areOwn([.content(written), .content(later)]) == [true, false])
+        own.willWrite(BackingKey(written))
+        #expect(own.areOwn([.content(later)]) == [true])
+    }
 }
