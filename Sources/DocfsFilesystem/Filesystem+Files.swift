@@ -17,7 +17,8 @@ public struct OpenFile: Sendable {
     public var keepCache: Bool
     /// A regular file, whose reads and writes the kernel may do on the backing file itself:
     /// any but one with set-id bits a write may drop (see Filesystem+SetID).
-    public var mayPassThrough: Bool}
+    public var mayPassThrough: Bool
+}
 
 /// Opening, reading and writing file content. Reads and writes go to the backing descriptor:
 /// the bridge splices through `backingDescriptor(of:)`; `read`/`write` serve in-process use.
