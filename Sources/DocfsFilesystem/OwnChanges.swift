@@ -87,8 +87,8 @@ final class OwnChanges: Sendable {
     }
 
     /// Which of a batch of watcher events are docfs's own, consuming the name records they
-    /// match. One lock acquisition per batch: the watcher reports hundreds of events at once
-    /// while docfs is busy, and taking the lock for each contends with every request.
+    /// match. One lock acquisition per `eventsPerLock` events: the watcher reports hundreds at
+    /// once while docfs is busy, and taking the lock for each contends with every request.
     func areOwn(_ events: [Event]) -> [Bool] {
         let now = SafeSaveTracker.now()
         var own: [Bool] = []
