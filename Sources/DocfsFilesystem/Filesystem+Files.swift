@@ -190,9 +190,15 @@ extension Filesystem {
         let writer = sessions.detach(handle)
         let fd = backingDescriptor(of: handle)
         ownChanges.closingForWriting(handle, fd: fd)
+        guard let writer else {
+            close(fd)
+            return
+        }
+        // The descriptor (the handle's number) is closed once the session has let go of it.
+        let raced = try? coordinator.withClaims([(writer.item, .write)]) { () throws(DocfsError) -> Node? in
+            sessions.end(writer, handle: handle)
+        }
         close(fd)
-        guard let writer else { return }
-        let raced = try? coordinator.withClaims([(writer.item, .write)]) { () throws(DocfsError) -> Node? in sessions.end(writer) }
         if let raced { keepBoth(raced, caller: .daemon) }
         var st = stat()
         if fstatat(writer.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 { ownChanges.changedFile(st) }

@@ -17,6 +17,12 @@ import Glibc
 /// session (there is nothing to supersede). A file that has no version yet (made behind docfs's
 /// back) counts as version 1.
 ///
+/// A close (FLUSH) does not end a session: the handle may live on in another process (a child
+/// that inherited it closes its copy at exec; the parent goes on writing). But a new writer
+/// arriving when every writer of a changed file has been closed at least once starts a new
+/// session, so a save that closes and reopens at once makes two versions, not one, although
+/// the kernel sends the first handle's release later.
+///
 /// Lock order: `state` is a leaf lock; the content copy and xattr writes of a session that starts
 /// or ends happen outside it, while new writers of the same file wait for them (`busy`).
 final class WriteSessions: Sendable {
@@ -30,6 +36,11 @@ final class WriteSessions: Sendable {
         var keptBase: Bool
         /// An uncoordinated writer replaced or removed the file meanwhile (C4).
         var raced = false
+        /// Writer handles closed at least once (FLUSH), until their writer leaves (`end`).
+        var closedHandles: Set<UInt64> = []
+
+        /// Every writer has been closed at least once: a new writer begins a new session.
+        var allWritersClosed: Bool { !raced && closedHandles.count >= writers }
     }
 
     private struct State {
@@ -61,25 +72,49 @@ final class WriteSessions: Sendable {
     }
 
     /// A writer of `node` arrives (an open for writing or a truncate, before it touches the
-    /// content). Starts the session if it is the first.
+    /// content). Starts the session if it is the first, or a new one if every writer of the
+    /// current session has been closed and the file changed.
     func begin(_ node: Node, caller: Caller) throws(DocfsError) {
         guard node.type == S_IFREG, !node.item.isDerived, !node.isSuperseded else { return }
+        enum Arrival { case joined, start, rollOver, wait }
         while true {
-            let mustStart = state.withLock { state -> Bool? in
-                if state.sessions[node.id] != nil {
-                    state.sessions[node.id]!.writers += 1
-                    return false
+            let arrival = state.withLock { state -> Arrival in
+                if state.busy.contains(node.id) { return .wait }
+                guard let session = state.sessions[node.id] else {
+                    state.busy.insert(node.id)
+                    return .start
                 }
-                if state.busy.contains(node.id) { return nil }
-                state.busy.insert(node.id)
-                return true
+                if session.allWritersClosed {
+                    state.busy.insert(node.id)
+                    return .rollOver
+                }
+                state.sessions[node.id]!.writers += 1
+                return .joined
             }
-            switch mustStart {
-            case false?: return
-            case true?: return try start(node, caller: caller)
-            case nil: usleep(200)  // a session is starting or ending: wait for it
+            switch arrival {
+            case .joined: return
+            case .start: return try start(node, caller: caller)
+            case .rollOver: return try rollOver(node, caller: caller)
+            case .wait: usleep(200)  // a session is starting or ending: wait for it
             }
         }
+    }
+
+    /// A writer arrives after every writer of the session was closed: a changed file commits
+    /// the session and starts the next, which the still-open handles (released later) belong
+    /// to; an unchanged file just gains the writer.
+    private func rollOver(_ node: Node, caller: Caller) throws(DocfsError) {
+        let session = state.withLock { $0.sessions[node.id]! }
+        guard changed(node, since: session) else {
+            state.withLock { state in
+                state.sessions[node.id]!.writers += 1
+                state.busy.remove(node.id)
+            }
+            return
+        }
+        versions.prune(session.item, now: Self.now())
+        committed(node, session)
+        try start(node, caller: caller)
     }
 
     /// Registers `handle` as a writer of `node` (call after `begin` once the open succeeded).
@@ -95,29 +130,12 @@ final class WriteSessions: Sendable {
     }
 
     /// A descriptor of the writer `handle` was closed (FLUSH, which close(2) waits for, unlike
-    /// the release that follows it). When the handle is its session's only writer and the file
-    /// changed, the session ends here: a save that closes and reopens at once makes two
-    /// versions, not one. A file still unchanged waits for the release (a shell may close its
-    /// copy of a descriptor before the command it started has written).
+    /// the release that follows it). The session goes on until the release (the handle may
+    /// still be open elsewhere); noted so that a writer arriving next starts a new session.
     func flushed(_ handle: UInt64) {
-        let found = state.withLock { state -> (Node, Session)? in
-            guard let node = state.writerHandles[handle], let session = state.sessions[node.id], session.writers == 1,
-                  !session.raced else { return nil }
-            return (node, session)
-        }
-        // A raced session ends at the release, when every byte of the session is surely in
-        // the file (the writeback cache may still be flushing at FLUSH).
-        guard let (node, session) = found, changed(node, since: session) else { return }
-        let ended = state.withLock { state -> Session? in
-            guard state.writerHandles[handle] === node, let current = state.sessions[node.id], current.writers == 1,
-                  !current.raced else { return nil }
-            state.writerHandles[handle] = nil
-            state.sessions[node.id] = nil
-            return current
-        }
-        if let ended {
-            versions.prune(ended.item, now: Self.now())
-            committed(node, ended)
+        state.withLock { state in
+            guard let node = state.writerHandles[handle] else { return }
+            state.sessions[node.id]?.closedHandles.insert(handle)
         }
     }
 
@@ -138,20 +156,9 @@ final class WriteSessions: Sendable {
     /// A writer leaves: a closed handle, a failed open, a truncate by path. The last one ends
     /// the session; answers the node when that session was raced and changed the file.
     @discardableResult
-    func end(_ node: Node) -> Node? {
+    func end(_ node: Node, handle: UInt64? = nil) -> Node? {
         guard node.type == S_IFREG, !node.item.isDerived else { return nil }
-        let finished = state.withLock { state -> Session? in
-            guard var session = state.sessions[node.id] else { return nil }
-            session.writers -= 1
-            if session.writers > 0 {
-                state.sessions[node.id] = session
-                return nil
-            }
-            state.sessions[node.id] = nil
-            state.busy.insert(node.id)
-            return session
-        }
-        guard let session = finished else { return nil }
+        guard let session = leave(node, handle: handle) else { return nil }
         defer { state.withLock { _ = $0.busy.remove(node.id) } }
         if changed(node, since: session) {
             versions.prune(session.item, now: Self.now())
@@ -162,6 +169,28 @@ final class WriteSessions: Sendable {
         try? ItemAttributes.setVersion(session.base, onDescriptor: node.fd)
         if session.keptBase { versions.remove(session.item, version: session.base) }
         return nil
+    }
+
+    /// One writer of `node` leaves its session: the session when it was the last (the node is
+    /// then busy until the caller is done with it).
+    private func leave(_ node: Node, handle: UInt64?) -> Session? {
+        while true {
+            let outcome = state.withLock { state -> (wait: Bool, last: Session?) in
+                if state.busy.contains(node.id) { return (true, nil) }  // a session is starting
+                guard var session = state.sessions[node.id] else { return (false, nil) }
+                session.writers -= 1
+                if let handle { session.closedHandles.remove(handle) }
+                if session.writers > 0 {
+                    state.sessions[node.id] = session
+                    return (false, nil)
+                }
+                state.sessions[node.id] = nil
+                state.busy.insert(node.id)
+                return (false, session)
+            }
+            if !outcome.wait { return outcome.last }
+            usleep(200)
+        }
     }
 
     /// Whether the session changed the file. Size and mtime tell most changes; mtime ticks
@@ -197,7 +226,12 @@ final class WriteSessions: Sendable {
         defer {
             state.withLock { state in
                 state.busy.remove(node.id)
-                if let session { state.sessions[node.id] = session }
+                guard var session else { return }
+                if let previous = state.sessions[node.id] {  // rolled over: its open writers carry on in this one
+                    session.writers += previous.writers
+                    session.closedHandles = previous.closedHandles
+                }
+                state.sessions[node.id] = session
             }
         }
         var st = stat()

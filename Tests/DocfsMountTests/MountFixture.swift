@@ -147,3 +147,12 @@ func shell(_ command: String, in directory: String? = nil, environment: [String:
 /// errno of a system call that answered -1, or 0 when it worked.
 func errnoOf(_ result: Int32) -> Int32 { result < 0 ? errno : 0 }
 func errnoOf(_ result: Int) -> Int32 { result < 0 ? errno : 0 }
+
+/// open(2) for tests, always close-on-exec. Tests run in parallel in one process and many of them
+/// start shells; a descriptor one test holds open should not reach another test's child, whose
+/// close of its copy (a FLUSH) would mark the first test's writer closed and make the version
+/// counts it checks depend on timing. (aCopyOfTheDescriptorClosedByAChildDoesNotEndTheSession
+/// opens with Glibc.open on purpose.)
+func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0) -> Int32 {
+    Glibc.open(path, flags | O_CLOEXEC, mode)
+}

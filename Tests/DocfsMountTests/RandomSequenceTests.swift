@@ -212,7 +212,7 @@ enum RandomOperation: CustomStringConvertible {
         switch self {
         case let .create(path, mode):
             let existed = access(at(path), F_OK) == 0
-            let fd = Glibc.open(at(path), O_CREAT | O_EXCL | O_WRONLY, mode)
+            let fd = DocfsMountTests.open(at(path), O_CREAT | O_EXCL | O_WRONLY, mode)
             if fd >= 0 { Glibc.close(fd) }
             let failed = fd < 0 ? errno : 0
             if fd >= 0 && !existed { handles.model?.created(at(path), time: time) }
@@ -221,7 +221,7 @@ enum RandomOperation: CustomStringConvertible {
         case let .open(slot, path, flags):
             if let old = handles.slots.removeValue(forKey: slot) { Glibc.close(old) }
             let existed = access(at(path), F_OK) == 0
-            let fd = Glibc.open(at(path), flags, 0o644)
+            let fd = DocfsMountTests.open(at(path), flags, 0o644)
             let failed = fd < 0 ? errno : 0
             if fd >= 0 { handles.slots[slot] = fd }
             if fd >= 0 && !existed && flags & O_CREAT != 0 { handles.model?.created(at(path), time: time) }

@@ -238,4 +238,28 @@ func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
         #expect(try String(contentsOfFile: f, encoding: .utf8) == "theirs\n")
         #expect(attribute(f, "user.docfs.conflict") == nil)
     }
+
+    /// A child process that inherited the writer's descriptor closes its copy (a FLUSH): the
+    /// parent still writes, so the session goes on and a replace in the store is still a race.
+    @Test func aCopyOfTheDescriptorClosedByAChildDoesNotEndTheSession() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("log")
+        try write("base\n", to: f)
+        let id = try #require(itemID(f))
+        let fd = Glibc.open(f, O_WRONLY | O_APPEND)  // not close-on-exec: the child below gets it
+        #expect(fd >= 0)
+        #expect(Glibc.write(fd, "ours\n", 5) == 5)
+        #expect(try shell("true").status == 0)
+        try write("theirs\n", to: fixture.documents + "/log.sync")
+        #expect(rename(fixture.documents + "/log.sync", fixture.documents + "/log") == 0)
+        #expect(eventually(seconds: 20) { fixture.log.contains("both contents will be kept") })
+        #expect(Glibc.write(fd, "more\n", 5) == 5)
+        close(fd)
+        #expect(eventually(seconds: 20) { attribute(f, "user.docfs.conflict") == "1" })
+        #expect(try String(contentsOfFile: f, encoding: .utf8) == "base\nours\nmore\n")
+        #expect(itemID(f) == id)
+        let conflict = try #require(try versionsJSON(fixture, f).first { $0.kind == "conflict" })
+        #expect(try kept(fixture, id, Int(conflict.version)) == "theirs\n")
+    }
 }
