@@ -24,14 +24,14 @@ public final class FUSEMount: Sendable {
         /// Linux 6.9+, needs CAP_SYS_ADMIN; `-o nopassthrough` turns it off). Used when the
         /// kernel grants it; otherwise docfs serves reads and writes.
         public var passthrough: Bool
-        /// How long the kernel may cache names and attributes, in seconds (`-o timeout=N`,
-        /// default 1). The store watcher makes the kernel forget changes made behind docfs at
-        /// once; the timeout bounds what it cannot see (metadata-only changes).
-        public var cacheTimeout: Double
+        /// How long the kernel may cache names and attributes, in seconds (`-o timeout=N`); nil
+        /// leaves it to the daemon (long while the store watcher makes the kernel forget changes
+        /// made behind docfs as it sees them, short without it).
+        public var cacheTimeout: Double?
         public var maxThreads: UInt32
 
         public init(fuseOptions: [String] = [], writebackCache: Bool = false, passthrough: Bool = true,
-                    cacheTimeout: Double = 1, maxThreads: UInt32 = 16) {
+                    cacheTimeout: Double? = nil, maxThreads: UInt32 = 16) {
             self.fuseOptions = fuseOptions
             self.writebackCache = writebackCache
             self.passthrough = passthrough
@@ -123,6 +123,7 @@ public final class FUSEMount: Sendable {
         let kernel = context.takeUnretainedValue().kernel
         filesystem.onInvalidations { invalidations in
             kernel.forgetContent(of: invalidations.inodes)
+        kernel.forgetAttributes(of: invalidations.attributes)
             kernel.forgetEntries(invalidations.entries)
         }
         // docfs's io amends the INIT reply (passthrough, killpriv_v2: see docfs_passthrough.h).
@@ -141,6 +142,7 @@ public final class FUSEMount: Sendable {
     public func invalidate(_ invalidations: KernelInvalidations) {
         let kernel = context.takeUnretainedValue().kernel
         kernel.forgetContent(of: invalidations.inodes)
+        kernel.forgetAttributes(of: invalidations.attributes)
         kernel.forgetEntries(invalidations.entries)
     }
 

@@ -12,6 +12,8 @@ public struct KernelInvalidations: Sendable {
     public var entries: [(parent: NodeID, name: FileName)] = []
     /// Nodes whose attributes and pages changed.
     public var inodes: [NodeID] = []
+    /// Nodes whose attributes alone changed.
+    public var attributes: [NodeID] = []
 
     public init() {}
 }

@@ -23,20 +23,15 @@ extension Filesystem {
         // and which of the changes are docfs's own, sorted out in one go. A file closed twice in
         // one batch is looked at once, at its last close: its state now is one change however
         // many writers made it (the first close, judged by the later state, would count twice).
-        var lastClose: [String: Int] = [:]
-        for (index, change) in changes.enumerated() {
-            if case let .content(path, _, _) = change { lastClose[path] = index }
-        }
-        let states = changes.enumerated().map { index, change -> stat? in
-            guard case let .content(path, _, _) = change, lastClose[path] == index else { return nil }
-            var st = stat()
-            return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG ? st : nil
-        }
+        // Likewise a file's attribute changes and writes without a close, each looked at once
+        // (a file closed in the batch needs no look at its writes), one lstat per path.
+        let states = Self.statesToSortOut(changes)
         let events = zip(changes, states).compactMap { change, st -> OwnChanges.Event? in
             switch change {
             case .overflow: return nil
             case let .name(folder, name): return .name(name, in: BackingKey(device: folder.device, inode: folder.inode))
-            case .content: return st.map { .content($0) }
+            case .content, .modified: return st.map { .content($0) }
+            case .attributes: return st.map { .attributes($0) }
             }
         }
         var own = ownChanges.areOwn(events).makeIterator()
@@ -60,9 +55,55 @@ extension Filesystem {
             case let .content(path, folder, name):
                 guard let st, own.next() == false else { continue }
                 noticeContentChange(path, st, folder: folder, name: name, into: &effects)
+            case .modified:
+                // Not a version yet (that is the close): the kernel forgets size and pages.
+                guard let st, own.next() == false, let node = nodes.known(key: BackingKey(st)) else { continue }
+                effects.invalidations.inodes.append(node.id)
+            case .attributes:
+                guard let st, own.next() == false, let node = nodes.known(key: BackingKey(st)) else { continue }
+                effects.invalidations.attributes.append(node.id)
             }
         }
         return effects
+    }
+
+    /// The state of each file a change of the batch needs sorting out (nil for the others): the
+    /// last close of a regular file, the first attribute change of a path, and the first write
+    /// of a path that is not closed in the batch. One lstat per path.
+    private static func statesToSortOut(_ changes: [StoreWatcher.Change]) -> [stat?] {
+        var lastClose: [String: Int] = [:]
+        var firstAttributeChange: [String: Int] = [:]
+        var firstWrite: [String: Int] = [:]
+        for (index, change) in changes.enumerated() {
+            switch change {
+            case let .content(path, _, _): lastClose[path] = index
+            case let .attributes(path): if firstAttributeChange[path] == nil { firstAttributeChange[path] = index }
+            case let .modified(path): if firstWrite[path] == nil { firstWrite[path] = index }
+            case .name, .overflow: break
+            }
+        }
+        var found: [String: stat?] = [:]
+        func state(_ path: String) -> stat? {
+            if let known = found[path] { return known }
+            var st = stat()
+            let result: stat? = lstat(path, &st) == 0 ? st : nil
+            found[path] = result
+            return result
+        }
+        return changes.enumerated().map { index, change -> stat? in
+            switch change {
+            case let .content(path, _, _):
+                guard lastClose[path] == index, let st = state(path), st.st_mode & S_IFMT == S_IFREG else { return nil }
+                return st
+            case let .attributes(path):
+                return firstAttributeChange[path] == index ? state(path) : nil
+            case let .modified(path):
+                guard firstWrite[path] == index, lastClose[path] == nil, let st = state(path),
+                      st.st_mode & S_IFMT == S_IFREG else { return nil }
+                return st
+            case .name, .overflow: return nil
+            }
+        }
     }
 
     /// The file at `path` (now in state `st`) was written by someone other than docfs.

@@ -73,7 +73,7 @@ public final class Filesystem: Sendable {
             close(fd)
             throw DocfsError(.storeUnavailable, "cannot stat the documents directory", cause: DocfsError.errno("fstatat"))
         }
-        identity = ItemIdentity(allocator: store.itemIDs)
+        identity = ItemIdentity(allocator: store.itemIDs, ownChanges: ownChanges)
         sessions = WriteSessions(versions: store.versions)
         root = Node(id: rootID, fd: fd, key: BackingKey(st), type: S_IFDIR, item: identity.item(of: fd, st))
         nodes = NodeTable(root: root)
@@ -123,8 +123,16 @@ public final class Filesystem: Sendable {
             node = nodes.reference(key: key, fd: fd, type: st.st_mode & S_IFMT, item: newItem ?? identity.item(of: fd, st))
         }
         if node.type == S_IFREG { node.found(at: Node.Place(directory: directory.key, name: name)) }
+        if newItem != nil { ownChanges.changedFile(st) }  // its id was just set
         st.st_ino = ino_t(node.item.rawValue)
         return Entry(node: node.id, generation: generation, attributes: st)
+    }
+
+    /// docfs changed the attributes of `node` in the store itself: the watcher's report of it
+    /// is no one else's change.
+    func noteOwnAttributeChange(_ node: Node) {
+        var st = stat()
+        if fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 { ownChanges.changedFile(st) }
     }
 
     // MARK: attributes
@@ -155,7 +163,7 @@ public final class Filesystem: Sendable {
         return try coordinator.withClaims([(node.item, changes.size == nil ? .metadata : .write)]) { () throws(DocfsError) -> stat in
             var st = try setAttributes(of: node, handle: handle, changes, caller: caller)
             // The watcher knows backing inodes; the kernel is shown the item id.
-            if changes.size != nil || changes.changesTimes { ownChanges.changedFile(st) }
+            ownChanges.changedFile(st)
             st.st_ino = ino_t(node.item.rawValue)
             return st
         }

@@ -11,6 +11,9 @@ import Glibc
 /// When the store cannot take the attribute (read-only, no permission), the id is derived too.
 struct ItemIdentity: Sendable {
     let allocator: ItemIDAllocator
+    /// Told of the ids given here, so the store watcher does not take them for someone else's
+    /// attribute change.
+    let ownChanges: OwnChanges
 
     /// The id of the file `fd` (an O_PATH descriptor) whose attributes are `st`.
     func item(of fd: Int32, _ st: stat) -> ItemID {
@@ -42,7 +45,10 @@ struct ItemIdentity: Sendable {
 
     private func assign(to fd: Int32, _ st: stat) -> ItemID {
         do {
-            return try ItemAttributes.setID(try allocator.allocate(), onDescriptor: fd, onlyIfAbsent: true)
+            let id = try ItemAttributes.setID(try allocator.allocate(), onDescriptor: fd, onlyIfAbsent: true)
+            var now = stat()
+            if fstatat(fd, "", &now, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 { ownChanges.changedFile(now) }
+            return id
         } catch {
             return .derived(fromBackingInode: UInt64(st.st_ino))
         }

@@ -8,7 +8,8 @@ import Glibc
 /// uncoordinated writer's (C5): names it created, removed or moved (each expected as one
 /// event, for a few seconds), and files it has open for writing or last left with a known
 /// modification time and size (a content change that shows another is someone else's; docfs's
-/// own attribute changes move ctime, never these).
+/// own attribute changes move ctime, never these) and change time (an attribute change that
+/// shows another is someone else's).
 ///
 /// Lock order: `state` is a leaf lock.
 final class OwnChanges: Sendable {
@@ -20,6 +21,7 @@ final class OwnChanges: Sendable {
     private struct Activity {
         var writers = 0
         var mtime = timespec()
+        var ctime = timespec()
         var size: Int64 = -1
         /// When docfs last touched the file (SafeSaveTracker.now()).
         var time: Double = 0
@@ -46,6 +48,22 @@ final class OwnChanges: Sendable {
             guard let activity = files[BackingKey(st)] else { return false }
             return activity.writers > 0 || (activity.size == Int64(st.st_size)
                 && activity.mtime.tv_sec == st.st_mtim.tv_sec && activity.mtime.tv_nsec == st.st_mtim.tv_nsec)
+        }
+
+        /// Whether an attribute change of the file in state `st` is docfs's own: made while
+        /// docfs writes it, or none since docfs last changed or closed it.
+        func isOwnAttributeChange(_ st: stat) -> Bool {
+            guard let activity = files[BackingKey(st)] else { return false }
+            return activity.writers > 0
+                || (activity.ctime.tv_sec == st.st_ctim.tv_sec && activity.ctime.tv_nsec == st.st_ctim.tv_nsec)
+        }
+
+        mutating func record(_ st: stat, now: Double) {
+            let key = BackingKey(st)
+            files[key, default: Activity()].mtime = st.st_mtim
+            files[key]!.ctime = st.st_ctim
+            files[key]!.size = Int64(st.st_size)
+            files[key]!.time = now
         }
 
         /// Drops records older than `expectation` once there are many; a burst of recent ones
@@ -79,11 +97,12 @@ final class OwnChanges: Sendable {
         }
     }
 
-    /// A store watcher event to sort out: a name in a folder changed, or a file's content (its
-    /// state as the watcher found it).
+    /// A store watcher event to sort out: a name in a folder changed, or a file's content or
+    /// attributes (its state as the watcher found it).
     enum Event {
         case name(FileName, in: BackingKey)
         case content(stat)
+        case attributes(stat)
     }
 
     /// Which of a batch of watcher events are docfs's own, consuming the name records they
@@ -100,6 +119,7 @@ final class OwnChanges: Sendable {
                     switch event {
                     case let .name(name, directory): own.append(state.consumeName(Place(directory: directory, name: name), now: now))
                     case let .content(st): own.append(state.isOwnContent(st))
+                    case let .attributes(st): own.append(state.isOwnAttributeChange(st))
                     }
                 }
             }
@@ -132,10 +152,7 @@ final class OwnChanges: Sendable {
         state.withLock { state in
             state.files[key, default: Activity()].writers -= 1
             state.files[key]!.time = now
-            if let st {
-                state.files[key]!.mtime = st.st_mtim
-                state.files[key]!.size = Int64(st.st_size)
-            }
+            if let st { state.record(st, now: now) }
         }
     }
 
@@ -158,6 +175,7 @@ final class OwnChanges: Sendable {
             activity.time = now
             if known {
                 activity.mtime = st.st_mtim
+                activity.ctime = st.st_ctim
                 activity.size = Int64(st.st_size)
             }
             state.files[key] = activity
@@ -165,13 +183,12 @@ final class OwnChanges: Sendable {
         }
     }
 
-    /// docfs changed the file itself (a truncate, its times): `st` is its state now.
+    /// docfs changed the file or folder itself (a truncate, its times, mode, owner or extended
+    /// attributes): `st` is its state now.
     func changedFile(_ st: stat) {
         let now = SafeSaveTracker.now()
         state.withLock { state in
-            state.files[BackingKey(st), default: Activity()].mtime = st.st_mtim
-            state.files[BackingKey(st)]!.size = Int64(st.st_size)
-            state.files[BackingKey(st)]!.time = now
+            state.record(st, now: now)
             state.sweep(now: now)
         }
     }

@@ -5,11 +5,12 @@ import Glibc
 
 /// Watches a folder tree of the store for changes, whoever makes them (inotify, one watch per
 /// folder), so docfs notices what uncoordinated writers do there (C5): names appearing,
-/// disappearing or moving, and files closed after being written. A file closed after being
-/// opened for writing but not written (docfs's own passthrough backing files are open for
-/// writing even for readers) is no change. docfs's own changes are reported too; telling them
-/// apart is the filesystem's business. Writes made only through a shared mapping raise no
-/// inotify event: those show when the mount's cache times out.
+/// disappearing or moving, files closed after being written, files written and not closed yet
+/// (or truncated by path), and attribute changes (mode, owner, times, extended attributes). A
+/// file closed after being opened for writing but not written (docfs's own passthrough backing
+/// files are open for writing even for readers) is no change. docfs's own changes are reported
+/// too; telling them apart is the filesystem's business. Writes made only through a shared
+/// mapping raise no inotify event: those show when the mount's cache times out.
 public final class StoreWatcher: @unchecked Sendable {
     // Only the watching thread touches the fields below after `init`.
 
@@ -24,6 +25,12 @@ public final class StoreWatcher: @unchecked Sendable {
         case name(Folder, FileName)
         /// The file at `path` was closed after being written.
         case content(path: String, folder: Folder, name: FileName)
+        /// The file at `path` was written in this batch and not closed in it: still being
+        /// written, or truncated by path (its close, if any, is a `content` change later).
+        case modified(path: String)
+        /// The attributes of the file or folder at `path` changed (mode, owner, times, links,
+        /// extended attributes).
+        case attributes(path: String)
         /// Events were lost (the kernel's queue overflowed): anything may have changed.
         case overflow
     }
@@ -40,11 +47,13 @@ public final class StoreWatcher: @unchecked Sendable {
 
     /// Files written (IN_MODIFY) since they were last closed: their next close is a change.
     private var written: Set<WatchedName> = []
+    /// Files written in the batch being read and not closed in it.
+    private var writtenInBatch: Set<WatchedName> = []
     /// Bound on `written` (a file written and never closed, a lost close): past it, forget all.
     private static let writtenCapacity = 65536
 
     static let folderEvents = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_MODIFY | IN_CLOSE_WRITE
-                                     | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
+                                     | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
 
     /// Names of docfs's own working files (a restore or a raced save in progress): a daemon
     /// that died in the middle leaves them; the first walk of the tree removes them.
@@ -80,6 +89,7 @@ public final class StoreWatcher: @unchecked Sendable {
                 return
             }
             var changes: [Change] = []
+            writtenInBatch.removeAll(keepingCapacity: true)
             var offset = 0
             while offset < n {
                 let event = (buffer + offset).assumingMemoryBound(to: inotify_event.self).pointee
@@ -87,6 +97,9 @@ public final class StoreWatcher: @unchecked Sendable {
                 let name = event.len > 0 ? FileName(cString: nameStart) : FileName(bytes: [])
                 offset += MemoryLayout<inotify_event>.size + Int(event.len)
                 changes += interpret(event, name: name)
+            }
+            for file in writtenInBatch {
+                if let (path, _) = folders[file.watch] { changes.append(.modified(path: path + "/" + file.name.description)) }
             }
             if !changes.isEmpty { handle(changes) }
             if n < size / 2 { usleep(Self.gatheringDelay) }
@@ -96,19 +109,30 @@ public final class StoreWatcher: @unchecked Sendable {
     private func interpret(_ event: inotify_event, name: FileName) -> [Change] {
         if event.mask & UInt32(IN_Q_OVERFLOW) != 0 {
             written.removeAll()
+            writtenInBatch.removeAll()
             return [.overflow]
         }
         if event.mask & UInt32(IN_IGNORED) != 0 {
             folders[event.wd] = nil
             return []
         }
-        guard let (path, folder) = folders[event.wd], !name.bytes.isEmpty else { return [] }
+        guard let (path, folder) = folders[event.wd] else { return [] }
+        if name.bytes.isEmpty {
+            // An event of a watched folder itself: its parent's watch reports it by name, but
+            // for the root, which has no watched parent.
+            return event.mask & UInt32(IN_ATTRIB) != 0 && path == root ? [.attributes(path: path)] : []
+        }
+        if event.mask & UInt32(IN_ATTRIB) != 0 {
+            return [.attributes(path: path + "/" + name.description)]
+        }
         if event.mask & UInt32(IN_MODIFY) != 0 {
             if written.count >= Self.writtenCapacity { written.removeAll() }
             written.insert(WatchedName(watch: event.wd, name: name))
+            writtenInBatch.insert(WatchedName(watch: event.wd, name: name))
             return []
         }
         if event.mask & UInt32(IN_CLOSE_WRITE) != 0 {
+            writtenInBatch.remove(WatchedName(watch: event.wd, name: name))
             guard written.remove(WatchedName(watch: event.wd, name: name)) != nil else { return [] }
             return [.content(path: path + "/" + name.description, folder: folder, name: name)]
         }

@@ -34,7 +34,11 @@ final class Daemon {
         let store = try LocalStore(path: storePath)
         lock = try StoreLock(store: store, mountPoint: mountPoint)
         store.versions.removeLeftovers()
-        let timeout = options.cacheTimeout
+        // The watches are in place before the daemon answers its first request, so every
+        // change docfs makes is seen (an unseen own change would leave a record that hides
+        // someone else's later one).
+        let watcher = Self.makeWatcher(store: store, logger: logger)
+        let timeout = options.cacheTimeout ?? (watcher == nil ? Self.unwatchedCacheTimeout : Self.watchedCacheTimeout)
         let filesystem = try Filesystem(store: store, cachePolicy: .init(entryTimeout: timeout, attributeTimeout: timeout,
                                                                          negativeTimeout: timeout,
                                                                          writebackCache: options.writebackCache))
@@ -48,7 +52,7 @@ final class Daemon {
             WatchStream.serve(request.path, on: connection, presenters: filesystem.presenters)
         })
         control.start()
-        Self.watch(store: store, filesystem: filesystem, mount: mount, logger: logger)
+        if let watcher { Self.watch(watcher, filesystem: filesystem, mount: mount, logger: logger) }
         MountRegistry.register(mountPoint: mountPoint, store: store.layout.root)
         logger.notice("serving \(store.layout.root) at \(mountPoint) (pid \(getpid()))")
     }
@@ -65,18 +69,27 @@ final class Daemon {
         withExtendedLifetime(lock) {}
     }
 
-    /// Watches the store for uncoordinated writers (C5) on a thread of its own: what it sees,
-    /// the filesystem sorts out and the kernel is told to forget. The watches are in place
-    /// before the daemon answers its first request, so every change docfs makes is seen (an
-    /// unseen own change would leave a record that hides someone else's later one).
-    private static func watch(store: LocalStore, filesystem: Filesystem, mount: FUSEMount, logger: Logger) {
-        let watcher: StoreWatcher
+    /// How long the kernel caches names and attributes while the store watcher runs: it tells
+    /// the kernel to forget what changes behind docfs as it sees it (within its 50 ms batches),
+    /// so the timeout only bounds what inotify cannot see (writes through a shared mapping).
+    static let watchedCacheTimeout: Double = 10
+    /// Without the watcher, changes made in the store behind docfs show after this long.
+    static let unwatchedCacheTimeout: Double = 1
+
+    /// Watches for uncoordinated writers (C5) in the store's documents; nil (with a warning)
+    /// when inotify cannot.
+    private static func makeWatcher(store: LocalStore, logger: Logger) -> StoreWatcher? {
         do {
-            watcher = try StoreWatcher(root: store.layout.documentsDirectory(.userDefault))
+            return try StoreWatcher(root: store.layout.documentsDirectory(.userDefault))
         } catch {
-            logger.warning("changes made in the store behind docfs will be seen only after the cache timeout: \(error)")
-            return
+            logger.warning("changes made in the store behind docfs will be seen only after the cache timeout (\(unwatchedCacheTimeout) s): \(error)")
+            return nil
         }
+    }
+
+    /// Runs the store watcher on a thread of its own: what it sees, the filesystem sorts out
+    /// and the kernel is told to forget.
+    private static func watch(_ watcher: StoreWatcher, filesystem: Filesystem, mount: FUSEMount, logger: Logger) {
         DetachedThread.start {
             watcher.run { changes in
                 let effects = filesystem.noticeStoreChanges(changes)

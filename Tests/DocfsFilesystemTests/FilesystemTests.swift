@@ -151,4 +151,21 @@ import Glibc
         own.willWrite(BackingKey(written))
         #expect(own.areOwn([.content(later)]) == [true])
     }
+
+    @Test func anAttributeChangeIsOwnWhileDocfsWritesOrUntilTheChangeTimeMoves() throws {
+        let own = OwnChanges()
+        var file = stat()
+        file.st_dev = 1
+        file.st_ino = 78
+        file.st_ctim = timespec(tv_sec: 200, tv_nsec: 1)
+        #expect(own.areOwn([.attributes(file)]) == [false])  // never touched by docfs
+        own.changedFile(file)
+        var chmodded = file
+        chmodded.st_ctim.tv_nsec = 2  // a chmod, a touch or an xattr behind docfs: ctime moves
+        chmodded.st_mtim = file.st_mtim
+        #expect(own.areOwn([.attributes(file), .attributes(chmodded)]) == [true, false])
+        #expect(own.areOwn([.content(chmodded)]) == [true])  // the content itself is unchanged
+        own.willWrite(BackingKey(file))
+        #expect(own.areOwn([.attributes(chmodded)]) == [true])
+    }
 }

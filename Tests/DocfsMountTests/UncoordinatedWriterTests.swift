@@ -64,6 +64,46 @@ import Glibc
         }
     }
 
+    /// Attribute-only changes in the store (mode, owner, times), writes not closed yet and
+    /// truncate(2) by path: the kernel forgets the attributes it cached.
+    @Test func attributeChangesAndUnclosedWritesInTheStoreShowThroughTheMount() throws {
+        let fixture = try MountFixture(options: Self.options)
+        defer { fixture.tearDown() }
+        let f = fixture.path("doc")
+        let backing = fixture.documents + "/doc"
+        try write("0123456789\n", to: f)
+        mkdir(fixture.path("folder"), 0o755)
+        var st = stat()
+        #expect(stat(f, &st) == 0 && st.st_mode & 0o777 == 0o644)  // cached from here on
+
+        #expect(chmod(backing, 0o600) == 0)
+        #expect(eventually(seconds: 20) { stat(f, &st) == 0 && st.st_mode & 0o777 == 0o600 })
+        #expect(chown(backing, 1234, 5678) == 0)
+        #expect(eventually(seconds: 20) { stat(f, &st) == 0 && st.st_uid == 1234 && st.st_gid == 5678 })
+        #expect(chmod(fixture.documents + "/folder", 0o700) == 0)
+        #expect(eventually(seconds: 20) { stat(fixture.path("folder"), &st) == 0 && st.st_mode & 0o777 == 0o700 })
+        #expect(chmod(fixture.documents, 0o750) == 0)  // the root: no watched folder above it
+        #expect(eventually(seconds: 20) { stat(fixture.mountPoint, &st) == 0 && st.st_mode & 0o777 == 0o750 })
+
+        // With the kernel's writeback cache the kernel owns a file's size and mtime (FUSE's
+        // rule): changes of them behind its back show once it lets the file go (semantics.md).
+        if Self.options.contains("writeback") { return }
+        var times = [timespec(tv_sec: 1_000_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000_000, tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, backing, &times, 0) == 0)
+        #expect(eventually(seconds: 20) { stat(f, &st) == 0 && st.st_mtim.tv_sec == 1_000_000_000 })
+        // truncate(2) by path: a write without a close.
+        #expect(truncate(backing, 4) == 0)
+        #expect(eventually(seconds: 20) { stat(f, &st) == 0 && st.st_size == 4 })
+        // A writer still holding the file open: its writes show before it closes.
+        let writer = Glibc.open(backing, O_WRONLY | O_APPEND | O_CLOEXEC)
+        #expect(writer >= 0)
+        #expect(Glibc.write(writer, "more", 4) == 4)
+        #expect(eventually(seconds: 20) { stat(f, &st) == 0 && st.st_size == 8 })
+        close(writer)
+        // None of it was docfs's own, nor taken for a new version but the writer's close.
+        #expect(eventually(seconds: 20) { attribute(f, "user.docfs.version") == "2" })
+    }
+
     @Test func docfsOwnChangesAreNotTakenForSomeoneElses() throws {
         let fixture = try MountFixture(options: Self.options)
         defer { fixture.tearDown() }
