@@ -62,6 +62,26 @@ int docfs_fd_setxattr(int fd, const char *name, const void *value, size_t size, 
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     return setxattr(path, name, value, size, flags);
 }
+// chmod and utimensat of the file an O_PATH descriptor names, without a walk of its /proc link
+// where the kernel takes the descriptor itself (fchmodat2 is Linux 6.6+; utimensat with
+// AT_EMPTY_PATH is older); the /proc link otherwise. Both follow no symbolic link.
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452
+#endif
+int docfs_path_fd_chmod(int fd, mode_t mode) {
+    int r = (int)syscall(SYS_fchmodat2, fd, "", mode, AT_EMPTY_PATH);
+    if (r == 0 || (errno != ENOSYS && errno != EINVAL)) return r;
+    char path[32];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    return chmod(path, mode);
+}
+int docfs_path_fd_utimens(int fd, const struct timespec times[2]) {
+    int r = utimensat(fd, "", times, AT_EMPTY_PATH);
+    if (r == 0 || errno != EINVAL) return r;
+    char path[32];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    return utimensat(AT_FDCWD, path, times, 0);
+}
 ssize_t docfs_at_getxattr(int dirfd, const char *name, const char *attribute, void *value, size_t size) {
     char path[4200];
     if (snprintf(path, sizeof path, "/proc/self/fd/%d/%s", dirfd, name) >= (int)sizeof path) {

@@ -175,7 +175,7 @@ public final class Filesystem: Sendable {
         let fd = node.type == S_IFREG ? handle.map { Int32(truncatingIfNeeded: $0) } : nil
         if let mode = changes.mode {
             if node.isSymlink { throw DocfsError.system(EOPNOTSUPP) }
-            let r = fd.map { fchmod($0, mode & 0o7777) } ?? chmod(node.procPath, mode & 0o7777)
+            let r = fd.map { fchmod($0, mode & 0o7777) } ?? docfs_path_fd_chmod(node.fd, mode & 0o7777)
             try check(r)
         }
         if changes.uid != nil || changes.gid != nil {
@@ -209,7 +209,7 @@ public final class Filesystem: Sendable {
             } else if node.isSymlink {
                 r = utimensat(node.fd, "", times, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
             } else {
-                r = utimensat(AT_FDCWD, node.procPath, times, 0)
+                r = docfs_path_fd_utimens(node.fd, times)
             }
             try check(r)
         }

@@ -5,6 +5,7 @@
 #define DOCFS_LINUX_H
 
 #include <sys/types.h>
+#include <time.h>
 
 int docfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
                     unsigned int flags);
@@ -25,6 +26,8 @@ int docfs_lremovexattr(const char *path, const char *name);
 /// the stack: these are on the lookup and create paths).
 ssize_t docfs_fd_getxattr(int fd, const char *name, void *value, size_t size);
 int docfs_fd_setxattr(int fd, const char *name, const void *value, size_t size, int flags);
+int docfs_path_fd_chmod(int fd, mode_t mode);
+int docfs_path_fd_utimens(int fd, const struct timespec times[2]);
 /// accept4 with SOCK_CLOEXEC.
 int docfs_accept_cloexec(int fd);
 /// The pid, uid and gid of the process at the other end of a unix socket (SO_PEERCRED).
