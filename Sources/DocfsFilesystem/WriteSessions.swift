@@ -21,7 +21,8 @@ import Glibc
 /// that inherited it closes its copy at exec; the parent goes on writing). But a new writer
 /// arriving when every writer of a changed file has been closed at least once starts a new
 /// session, so a save that closes and reopens at once makes two versions, not one, although
-/// the kernel sends the first handle's release later.
+/// the kernel sends the first handle's release later. Presenters hear of a session's version at
+/// that close, before close(2) returns, so they see it before whatever the writer does next.
 ///
 /// Lock order: `state` is a leaf lock; the content copy and xattr writes of a session that starts
 /// or ends happen outside it, while new writers of the same file wait for them (`busy`).
@@ -38,6 +39,9 @@ final class WriteSessions: Sendable {
         var raced = false
         /// Writer handles closed at least once (FLUSH), until their writer leaves (`end`).
         var closedHandles: Set<UInt64> = []
+        /// Presenters were told of the session's version (at the close that left every writer
+        /// closed, before close(2) returned).
+        var announced = false
 
         /// Every writer has been closed at least once: a new writer begins a new session.
         var allWritersClosed: Bool { !raced && closedHandles.count >= writers }
@@ -113,7 +117,7 @@ final class WriteSessions: Sendable {
             return
         }
         versions.prune(session.item, now: Self.now())
-        committed(node, session)
+        if !session.announced { committed(node, session) }
         try start(node, caller: caller)
     }
 
@@ -133,10 +137,20 @@ final class WriteSessions: Sendable {
     /// the release that follows it). The session goes on until the release (the handle may
     /// still be open elsewhere); noted so that a writer arriving next starts a new session.
     func flushed(_ handle: UInt64) {
-        state.withLock { state in
-            guard let node = state.writerHandles[handle] else { return }
-            state.sessions[node.id]?.closedHandles.insert(handle)
+        let closing = state.withLock { state -> (Node, Session)? in
+            guard let node = state.writerHandles[handle], state.sessions[node.id] != nil else { return nil }
+            state.sessions[node.id]!.closedHandles.insert(handle)
+            let session = state.sessions[node.id]!
+            return session.allWritersClosed && !session.announced ? (node, session) : nil
         }
+        guard let (node, session) = closing, changed(node, since: session) else { return }
+        let announce = state.withLock { state -> Bool in
+            guard let current = state.sessions[node.id], current.base == session.base, current.allWritersClosed,
+                  !current.announced else { return false }
+            state.sessions[node.id]!.announced = true
+            return true
+        }
+        if announce { committed(node, session) }
     }
 
     /// An uncoordinated writer changed the name `place`: sessions writing the file that was
@@ -162,7 +176,7 @@ final class WriteSessions: Sendable {
         defer { state.withLock { _ = $0.busy.remove(node.id) } }
         if changed(node, since: session) {
             versions.prune(session.item, now: Self.now())
-            committed(node, session)
+            if !session.announced { committed(node, session) }
             return session.raced ? node : nil
         }
         // Nothing written: as if the session never was (a racing writer's content simply wins).

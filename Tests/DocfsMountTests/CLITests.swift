@@ -57,7 +57,8 @@ import Glibc
         let fd = open(fixture.path("open"), O_RDONLY)
         #expect(fd >= 0)
         kill(daemon.processIdentifier, SIGTERM)
-        let deadline = Date().addingTimeInterval(5)
+        // auto_unmount's helper unmounts once it sees the daemon gone: moments, longer under load.
+        let deadline = Date().addingTimeInterval(20)
         while MountFixture.isMounted(fixture.mountPoint) && Date() < deadline { usleep(20_000) }
         #expect(!MountFixture.isMounted(fixture.mountPoint))
         usleep(200_000)
@@ -90,7 +91,8 @@ import Glibc
         let daemon = try #require(fixture.daemon)
         kill(daemon.processIdentifier, SIGKILL)
         daemon.waitUntilExit()
-        let deadline = Date().addingTimeInterval(5)
+        // auto_unmount's helper unmounts once it sees the daemon gone: moments, longer under load.
+        let deadline = Date().addingTimeInterval(20)
         while MountFixture.isMounted(fixture.mountPoint) && Date() < deadline { usleep(20_000) }
         #expect(!MountFixture.isMounted(fixture.mountPoint))
         try fixture.start()

@@ -43,9 +43,7 @@ import Glibc
         #expect(acknowledged.count > 20, "the writer made too little progress: \(text.suffix(200))")
         #expect(text.contains("stopped"), "the writer did not notice the daemon died")
 
-        let deadline = Date().addingTimeInterval(5)
-        while MountFixture.isMounted(fixture.mountPoint) && Date() < deadline { usleep(20_000) }
-        try fixture.start()
+        try fixture.restartAfterCrash()
         var damaged: [Int] = []
         let files = (0..<3).map { FileHandle(forReadingAtPath: fixture.path("journal\($0)")) }
         for i in acknowledged {
@@ -106,9 +104,7 @@ import Glibc
         let acknowledged = text.split(separator: "\n").compactMap { Int($0) }
         #expect(acknowledged.count > 5, "the saver made too little progress: \(text.suffix(200))")
 
-        let deadline = Date().addingTimeInterval(5)
-        while MountFixture.isMounted(fixture.mountPoint) && Date() < deadline { usleep(20_000) }
-        try fixture.start()
+        try fixture.restartAfterCrash()
         // Every acknowledged record survives: in the current content or in a kept version.
         var everything = (try? String(contentsOfFile: f, encoding: .utf8)) ?? ""
         let versions = fixture.store + "/versions/\(id)"

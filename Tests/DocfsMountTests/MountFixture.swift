@@ -86,6 +86,16 @@ final class MountFixture: @unchecked Sendable {
         throw FixtureError("docfs did not mount \(mountPoint) (daemon running: \(process.isRunning))")
     }
 
+    /// After the daemon was killed: waits for its dead mount to go (auto_unmount; slower under
+    /// load), then mounts again. Mounting while the dead mount is still there would "succeed" at
+    /// once (the mount point shows as mounted) and leave the test reading a dead mount.
+    func restartAfterCrash() throws {
+        let deadline = Date().addingTimeInterval(20)
+        while Self.isMounted(mountPoint) && Date() < deadline { usleep(20_000) }
+        if Self.isMounted(mountPoint) { throw FixtureError("the killed daemon's mount is still there after 20 s") }
+        try start()
+    }
+
     /// Unmounts and waits for the daemon; safe to call more than once.
     func stop() {
         if Self.isMounted(mountPoint) {
