@@ -123,7 +123,6 @@ public final class Filesystem: Sendable {
             node = nodes.reference(key: key, fd: fd, type: st.st_mode & S_IFMT, item: newItem ?? identity.item(of: fd, st))
         }
         if node.type == S_IFREG { node.found(at: Node.Place(directory: directory.key, name: name)) }
-        if newItem != nil { ownChanges.changedFile(st) }  // its id was just set
         st.st_ino = ino_t(node.item.rawValue)
         return Entry(node: node.id, generation: generation, attributes: st)
     }
