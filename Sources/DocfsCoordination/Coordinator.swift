@@ -65,6 +65,12 @@ public final class Coordinator: Sendable {
 
     /// Runs `body` holding `claims`; an item named twice is claimed once, with the stronger intent.
     public func withClaims<T>(_ claims: [(ItemID, ClaimIntent)], _ body: () throws(DocfsError) -> T) throws(DocfsError) -> T {
+        if claims.count == 1 {  // most operations: nothing to merge or order
+            let (item, intent) = claims[0]
+            acquire(item, shared: intent.isShared)
+            defer { release(item, shared: intent.isShared) }
+            return try body()
+        }
         var merged: [ItemID: Bool] = [:]
         for (item, intent) in claims { merged[item] = (merged[item] ?? true) && intent.isShared }
         let ordered = merged.sorted { $0.key < $1.key }

@@ -58,6 +58,11 @@ final class OwnChanges: Sendable {
                 || (activity.ctime.tv_sec == st.st_ctim.tv_sec && activity.ctime.tv_nsec == st.st_ctim.tv_nsec)
         }
 
+        mutating func addWriter(of key: BackingKey, now: Double) {
+            files[key, default: Activity()].writers += 1
+            files[key]!.time = now
+        }
+
         mutating func record(_ st: stat, now: Double) {
             let key = BackingKey(st)
             files[key, default: Activity()].mtime = st.st_mtim
@@ -134,10 +139,7 @@ final class OwnChanges: Sendable {
     /// `attach` and `closingForWriting`, or `abandon`, its changes are docfs's.
     func willWrite(_ key: BackingKey) {
         let now = SafeSaveTracker.now()
-        state.withLock { state in
-            state.files[key, default: Activity()].writers += 1
-            state.files[key]!.time = now
-        }
+        state.withLock { $0.addWriter(of: key, now: now) }
     }
 
     /// The open announced by `willWrite` gave `handle`.
@@ -158,8 +160,11 @@ final class OwnChanges: Sendable {
 
     /// docfs opened `handle` for writing the file `key` (a file it just made).
     func openedForWriting(_ handle: UInt64, file key: BackingKey) {
-        willWrite(key)
-        attach(handle, to: key)
+        let now = SafeSaveTracker.now()
+        state.withLock { state in
+            state.addWriter(of: key, now: now)
+            state.handles[handle] = key
+        }
     }
 
     /// The writing `handle` is being closed; `fd` still reaches the file, whose state now is
