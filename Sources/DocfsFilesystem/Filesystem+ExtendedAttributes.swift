@@ -79,7 +79,7 @@ extension Filesystem {
         try ExtendedAttributePolicy.checkWritable(name, value: value)
         try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
             try check(value.withUnsafeBytes { docfs_setxattr(node.procPath, name, $0.baseAddress, $0.count, flags) })
-            noteOwnAttributeChange(node)
+            ownChanges.changedFile(at: node.fd)
         }
     }
 
@@ -91,7 +91,7 @@ extension Filesystem {
         try ExtendedAttributePolicy.checkWritable(name, value: nil)
         try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
             try check(docfs_removexattr(node.procPath, name))
-            noteOwnAttributeChange(node)
+            ownChanges.changedFile(at: node.fd)
         }
     }
 

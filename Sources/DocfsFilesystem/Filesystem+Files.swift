@@ -37,8 +37,7 @@ extension Filesystem {
         return try coordinator.withClaims([(node.item, writes ? .write : .read)]) { () throws(DocfsError) -> OpenFile in
             if writes {
                 try sessions.begin(node, caller: caller)
-                var st = stat()
-                if fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 { ownChanges.changedFile(st) }
+                ownChanges.changedFile(at: node.fd)
             }
             if writes { ownChanges.willWrite(node.key) }
             let fd = Glibc.open(node.procPath, backingFlags(flags & ~Self.strippedOpenFlags) | O_CLOEXEC)
@@ -200,8 +199,7 @@ extension Filesystem {
         }
         close(fd)
         if let raced { keepBoth(raced, caller: .daemon) }
-        var st = stat()
-        if fstatat(writer.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 { ownChanges.changedFile(st) }
+        ownChanges.changedFile(at: writer.fd)
     }
 
     public func fsync(_ handle: UInt64, dataOnly: Bool) throws(DocfsError) {

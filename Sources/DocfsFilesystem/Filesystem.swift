@@ -127,13 +127,6 @@ public final class Filesystem: Sendable {
         return Entry(node: node.id, generation: generation, attributes: st)
     }
 
-    /// docfs changed the attributes of `node` in the store itself: the watcher's report of it
-    /// is no one else's change.
-    func noteOwnAttributeChange(_ node: Node) {
-        var st = stat()
-        if fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 { ownChanges.changedFile(st) }
-    }
-
     // MARK: attributes
 
     public func attributes(of id: NodeID, handle: UInt64? = nil) throws(DocfsError) -> stat {

@@ -46,8 +46,7 @@ struct ItemIdentity: Sendable {
     private func assign(to fd: Int32, _ st: stat) -> ItemID {
         do {
             let id = try ItemAttributes.setID(try allocator.allocate(), onDescriptor: fd, onlyIfAbsent: true)
-            var now = stat()
-            if fstatat(fd, "", &now, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 { ownChanges.changedFile(now) }
+            ownChanges.changedFile(at: fd)
             return id
         } catch {
             return .derived(fromBackingInode: UInt64(st.st_ino))

@@ -1,3 +1,4 @@
+import CLinux
 import DocfsCore
 import Synchronization
 #if canImport(Glibc)
@@ -186,6 +187,12 @@ final class OwnChanges: Sendable {
             state.files[key] = activity
             state.sweep(now: now)
         }
+    }
+
+    /// docfs changed the file or folder the O_PATH descriptor `fd` names (see `changedFile(_:)`).
+    func changedFile(at fd: Int32) {
+        var st = stat()
+        if fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 { changedFile(st) }
     }
 
     /// docfs changed the file or folder itself (a truncate, its times, mode, owner or extended
