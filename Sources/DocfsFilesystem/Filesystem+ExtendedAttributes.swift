@@ -31,6 +31,9 @@ extension Filesystem {
             if e == ENODATA && name == ItemAttributes.version && hasVersions(node) {
                 return try fit(Array("1".utf8), into: size)  // never written since it was made
             }
+            if e == ENODATA && name == ItemAttributes.id, let value = unstoredID(of: node) {
+                return try fit(Array(value.description.utf8), into: size)
+            }
             throw DocfsError.system(e)
         }
         if size == 0 { return .size(n) }
@@ -54,6 +57,7 @@ extension Filesystem {
             }
             guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
             var hasVersion = false
+            var hasID = false
             for name in buffer[0..<n].split(separator: 0) {
                 let bytes = name.map { UInt8(bitPattern: $0) }
                 let text = String(decoding: bytes, as: UTF8.self)
@@ -62,8 +66,10 @@ extension Filesystem {
                     names.append(0)
                 }
                 hasVersion = hasVersion || text == ItemAttributes.version
+                hasID = hasID || text == ItemAttributes.id
             }
             if !hasVersion && hasVersions(node) { names += Array(ItemAttributes.version.utf8) + [0] }
+            if !hasID && unstoredID(of: node) != nil { names += Array(ItemAttributes.id.utf8) + [0] }
             break
         }
         return try fit(names, into: size)
@@ -97,6 +103,14 @@ extension Filesystem {
 
     /// Files with an id of their own have versions (folders, links and special files do not).
     private func hasVersions(_ node: Node) -> Bool { node.type == S_IFREG && !node.item.isDerived }
+
+    /// The id of a file made through the mount whose creating handle has not stored it yet.
+    /// Asked after the store had none: the handle stores it before it stops being pending,
+    /// so when it is no longer pending the store is asked again.
+    private func unstoredID(of node: Node) -> ItemID? {
+        if let item = identity.pending.item(of: node.key) { return item }
+        return ItemAttributes.id(ofDescriptor: node.fd)
+    }
 
     private func fit(_ bytes: [UInt8], into size: Int) throws(DocfsError) -> AttributeValue {
         if size == 0 { return .size(bytes.count) }

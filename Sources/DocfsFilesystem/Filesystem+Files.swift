@@ -90,15 +90,14 @@ extension Filesystem {
         }
         do throws(DocfsError) {
             var st = stat()
-            if fstat(fd, &st) == 0 {
-                safeSaves.noteCreated(BackingKey(st))
-                ownChanges.openedForWriting(UInt64(fd), file: BackingKey(st))
-            }
+            try check(fstat(fd, &st))
+            safeSaves.noteCreated(BackingKey(st))
+            ownChanges.openedForWriting(UInt64(fd), file: BackingKey(st))
             let item: ItemID
             if let document = takeOverVacatedDocument(createdIn: directory, name: name, newFile: fd, caller: caller) {
                 item = document
             } else {
-                item = try identity.assignNew(toOpen: fd)
+                item = try identity.assignNew(to: BackingKey(st), createdAs: UInt64(fd))
             }
             if let (uid, gid) = try ownership(for: caller, in: directory) {
                 try check(fchown(fd, uid, gid))
@@ -109,6 +108,7 @@ extension Filesystem {
             return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
                                     mayPassThrough: !Self.hasSetIDBits(mode)))
         } catch {
+            identity.pending.drop(createdAs: UInt64(fd))
             close(fd)
             unlinkat(directory.fd, name.cString, 0)
             throw error
@@ -188,6 +188,7 @@ extension Filesystem {
     public func release(_ handle: UInt64) {
         let writer = sessions.detach(handle)
         let fd = backingDescriptor(of: handle)
+        storePendingID(createdAs: handle, fd: fd)  // while a writer: an own change
         ownChanges.closingForWriting(handle, fd: fd)
         guard let writer else {
             close(fd)
@@ -202,8 +203,16 @@ extension Filesystem {
         ownChanges.changedFile(at: writer.fd)
     }
 
+    /// Stores the id given at create to the file `handle` made (see `PendingItemIDs`). When the
+    /// store refuses it, the file is left as one made behind docfs's back: it gets an id when
+    /// next looked up.
+    private func storePendingID(createdAs handle: UInt64, fd: Int32) {
+        _ = try? identity.pending.store(createdAs: handle, fd: fd)
+    }
+
     public func fsync(_ handle: UInt64, dataOnly: Bool) throws(DocfsError) {
         let fd = backingDescriptor(of: handle)
+        storePendingID(createdAs: handle, fd: fd)
         try check(dataOnly ? fdatasync(fd) : Glibc.fsync(fd))
     }
 

@@ -160,7 +160,7 @@ extension Filesystem {
         guard fstat(fd, &st) == 0 else { return nil }
         if let known = nodes.known(key: BackingKey(st)) { return known.item }
         let type = st.st_mode & S_IFMT
-        if type == S_IFREG || type == S_IFDIR, let id = ItemAttributes.id(ofDescriptor: fd) { return id }
+        if type == S_IFREG || type == S_IFDIR, let id = identity.existingID(of: fd, st) { return id }
         return .derived(fromBackingInode: UInt64(st.st_ino))
     }
 

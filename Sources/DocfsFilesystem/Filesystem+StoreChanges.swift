@@ -116,7 +116,7 @@ extension Filesystem {
         guard fd >= 0 else { return }
         defer { close(fd) }
         // A file docfs never gave an id has no versions yet: it just changed.
-        if let item = ItemAttributes.id(ofDescriptor: fd) {
+        if let item = identity.existingID(of: fd, st) {
             present(.version, name, in: parent, item: item,
                     version: max(ItemAttributes.version(ofDescriptor: fd), 1), uncoordinated: true)
         } else {
@@ -129,11 +129,11 @@ extension Filesystem {
         let fd = Glibc.open(path, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
-        guard let item = ItemAttributes.id(ofDescriptor: fd) else { return nil }  // new: it gets an id when looked up
+        var st = stat()
+        guard fstat(fd, &st) == 0, let item = identity.existingID(of: fd, st) else { return nil }  // new: it gets an id when looked up
         return try? coordinator.withClaims([(item, .write)]) { () throws(DocfsError) -> String in
             let version = max(ItemAttributes.version(ofDescriptor: fd), 1) + 1
             try ItemAttributes.setVersion(version, onDescriptor: fd)
-            var st = stat()
             if fstat(fd, &st) == 0 { ownChanges.changedFile(st) }
             return "uncoordinated change to \(path) (item \(item)): now version \(version)"
         }

@@ -14,13 +14,20 @@ struct ItemIdentity: Sendable {
     /// Told of the ids given here, so the store watcher does not take them for someone else's
     /// attribute change.
     let ownChanges: OwnChanges
+    /// Ids of files made through the mount, until their creating handle stores them.
+    let pending = PendingItemIDs()
 
     /// The id of the file `fd` (an O_PATH descriptor) whose attributes are `st`.
     func item(of fd: Int32, _ st: stat) -> ItemID {
         let type = st.st_mode & S_IFMT
         guard type == S_IFREG || type == S_IFDIR else { return .derived(fromBackingInode: UInt64(st.st_ino)) }
-        if let id = ItemAttributes.id(ofDescriptor: fd) { return id }
-        return assign(to: fd, st)
+        return existingID(of: fd, st) ?? assign(to: fd, st)
+    }
+
+    /// The id the file `fd` whose attributes are `st` has (stored, or given at its create and
+    /// not stored yet); nil when it has none.
+    func existingID(of fd: Int32, _ st: stat) -> ItemID? {
+        ItemAttributes.id(ofDescriptor: fd) ?? pending.item(of: BackingKey(st))
     }
 
     /// The id of `name` in `directory` as a listing reports it (d_ino), giving one if needed so
@@ -36,10 +43,11 @@ struct ItemIdentity: Sendable {
         return item(of: fd, st)
     }
 
-    /// A new id for a file just made through the mount, stored on its open descriptor.
-    func assignNew(toOpen fd: Int32) throws(DocfsError) -> ItemID {
+    /// A new id for `file`, just made through the mount and open as `handle`: stored when that
+    /// handle is released or synced (`PendingItemIDs`).
+    func assignNew(to file: BackingKey, createdAs handle: UInt64) throws(DocfsError) -> ItemID {
         let id = try allocator.allocate()
-        try ItemAttributes.setID(id, onDescriptor: fd)
+        pending.add(id, file: file, handle: handle)
         return id
     }
 

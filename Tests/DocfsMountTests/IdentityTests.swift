@@ -97,6 +97,45 @@ import Glibc
         #expect(log.contains("user.docfs.id is kept by docfs"))
     }
 
+    /// A create leaves storing the id to its handle's release (or an fsync): until then the id
+    /// shows everywhere as if it were stored, and a replace that gives the file a document's
+    /// id meanwhile wins over it.
+    @Test func aNewFileShowsItsIdWhileOpenAndStoresItByItsRelease() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let fd = open(fixture.path("open.txt"), O_CREAT | O_WRONLY | O_EXCL, 0o644)
+        #expect(write(fd, "draft", 5) == 5)
+        let id = try #require(itemID(fixture.path("open.txt")))
+        #expect(inode(fixture.path("open.txt")) == id)
+        #expect(try directoryInodes(fixture.path(""))["open.txt"] == id)
+        var names = [CChar](repeating: 0, count: 4096)
+        let n = docfs_listxattr(fixture.path("open.txt"), &names, names.count)
+        #expect(n > 0 && names[0..<max(n, 0)].split(separator: 0).contains { String(cString: Array($0) + [0]) == "user.docfs.id" })
+        #expect(docfs_listxattr(fixture.path("open.txt"), nil, 0) == n)
+        #expect(fsync(fd) == 0)  // durable: the id is in the store now
+        #expect(attribute(fixture.documents + "/open.txt", "user.docfs.id") == String(id))
+
+        // A temporary file renamed over a document while still open takes the document's id,
+        // and keeps it when its handle is released.
+        try "v1".write(toFile: fixture.path("doc.txt"), atomically: false, encoding: .utf8)
+        let document = try #require(itemID(fixture.path("doc.txt")))
+        let temp = open(fixture.path(".doc.txt.tmp"), O_CREAT | O_WRONLY | O_EXCL, 0o644)
+        let temporary = try #require(itemID(fixture.path(".doc.txt.tmp")))
+        #expect(write(temp, "v2", 2) == 2)
+        #expect(rename(fixture.path(".doc.txt.tmp"), fixture.path("doc.txt")) == 0)
+        #expect(itemID(fixture.path("doc.txt")) == document)
+        #expect(temporary != document)
+        close(temp)
+        close(fd)
+        fixture.stop()  // every handle released
+        #expect(attribute(fixture.documents + "/open.txt", "user.docfs.id") == String(id))
+        #expect(attribute(fixture.documents + "/doc.txt", "user.docfs.id") == String(document))
+        try fixture.start()
+        #expect(itemID(fixture.path("open.txt")) == id)
+        #expect(itemID(fixture.path("doc.txt")) == document)
+        #expect(try String(contentsOfFile: fixture.path("doc.txt"), encoding: .utf8) == "v2")
+    }
+
     @Test func manyNewItemsGetDistinctIdsAcrossRestarts() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
