@@ -2,9 +2,9 @@
 import PackageDescription
 
 // Layers, dependencies pointing one way:
-//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsProvider} → DocfsCore
+//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider} → DocfsCore
 // Only DocfsFUSE imports CFuse (libfuse3) and CFusePassthrough (its C helpers for the kernel's
-// FUSE passthrough). CLinux wraps Linux syscalls Swift's Glibc hides.
+// FUSE passthrough); only DocfsIndex imports GRDB. CLinux wraps Linux syscalls Swift's Glibc hides.
 let package = Package(
     name: "docfs",
     products: [
@@ -14,6 +14,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         .systemLibrary(
@@ -33,6 +34,7 @@ let package = Package(
         ),
         .target(name: "DocfsProvider", dependencies: ["DocfsCore", "CLinux"]),
         .target(name: "DocfsCoordination", dependencies: ["DocfsCore"]),
+        .target(name: "DocfsIndex", dependencies: ["DocfsCore", .product(name: "GRDB", package: "GRDB.swift")]),
         .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsProvider", "CLinux"]),
         .target(
             name: "DocfsFUSE",
@@ -47,6 +49,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination"]),
+        .testTarget(name: "DocfsIndexTests", dependencies: ["DocfsIndex"]),
         .testTarget(name: "DocfsMountTests", dependencies: ["CLinux"], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,0 +1,119 @@
+import GRDB
+
+/// A `docfs query`: a predicate, the scopes it looks in, an order and a limit, compiled to one
+/// SQL statement with bound arguments (values never become SQL text).
+public struct IndexQuery: Sendable, Equatable {
+    public enum Scope: String, Sendable, CaseIterable {
+        case documents, data, external, all
+    }
+
+    public struct SortKey: Sendable, Equatable {
+        public var attribute: IndexAttribute
+        public var descending: Bool
+
+        public init(attribute: IndexAttribute, descending: Bool = false) {
+            self.attribute = attribute
+            self.descending = descending
+        }
+    }
+
+    public var predicate: QueryPredicate
+    public var scope: Scope
+    public var sort: [SortKey]
+    public var limit: Int?
+
+    public init(predicate: QueryPredicate, scope: Scope = .documents, sort: [SortKey] = [], limit: Int? = nil) {
+        self.predicate = predicate
+        self.scope = scope
+        self.sort = sort
+        self.limit = limit
+    }
+
+    /// Whether `record` is in the query's scope and matches its predicate.
+    public func matches(_ record: IndexRecord) -> Bool {
+        (scope == .all || record.scope == scope.rawValue) && predicate.matches(record)
+    }
+
+    /// The WHERE clause and its arguments.
+    func whereClause() -> (sql: String, arguments: StatementArguments) {
+        var arguments = StatementArguments()
+        var sql = Self.sql(predicate, &arguments)
+        if scope != .all {
+            sql = "scope = ? AND (\(sql))"
+            arguments = ([scope.rawValue] as StatementArguments) + arguments
+        }
+        return (sql, arguments)
+    }
+
+    func orderClause() -> String {
+        let keys = sort.map { "\($0.attribute.rawValue)\($0.descending ? " DESC" : "")" }
+        return (keys + ["id"]).joined(separator: ", ")
+    }
+
+    private static func sql(_ predicate: QueryPredicate, _ arguments: inout StatementArguments) -> String {
+        switch predicate {
+        case .all:
+            return "1"
+        case .and(let a, let b):
+            return "(\(sql(a, &arguments)) AND \(sql(b, &arguments)))"
+        case .or(let a, let b):
+            return "(\(sql(a, &arguments)) OR \(sql(b, &arguments)))"
+        case .not(let a):
+            return "(NOT \(sql(a, &arguments)))"
+        case .comparison(let c):
+            return sql(c, &arguments)
+        }
+    }
+
+    private static func sql(_ c: Comparison, _ arguments: inout StatementArguments) -> String {
+        let column = c.attribute.rawValue
+        switch (c.attribute.valueKind, c.value) {
+        case (.text, .text(let wanted)):
+            arguments += [c.op.rawValue, wanted, c.caseInsensitive]
+            return "\(IndexFunctions.match.name)(\(column), ?, ?, ?)"
+        case (.list, .text(let wanted)):
+            let op = c.op == .notEqual ? ComparisonOperator.equal : c.op
+            arguments += [op.rawValue, wanted, c.caseInsensitive]
+            let exists = "EXISTS (SELECT 1 FROM json_each(items.tags) WHERE \(IndexFunctions.match.name)(json_each.value, ?, ?, ?))"
+            return c.op == .notEqual ? "(NOT \(exists))" : exists
+        case (_, .integer(let n)):
+            arguments += [n]
+            return "\(column) \(c.op.rawValue) ?"
+        case (_, .bool(let b)):
+            arguments += [b]
+            return "\(column) \(c.op == .equal ? "=" : "!=") ?"
+        case (_, .date(let instant, nil)):
+            arguments += [instant]
+            return "\(column) \(c.op.rawValue) ?"
+        case (_, .date(let start, .some(let end))):
+            switch c.op {
+            case .equal:
+                arguments += [start, end]
+                return "(\(column) >= ? AND \(column) < ?)"
+            case .notEqual:
+                arguments += [start, end]
+                return "(\(column) < ? OR \(column) >= ?)"
+            case .less, .greaterOrEqual:
+                arguments += [start]
+                return "\(column) \(c.op == .less ? "<" : ">=") ?"
+            default:
+                arguments += [end]
+                return "\(column) \(c.op == .lessOrEqual ? "<" : ">=") ?"
+            }
+        default:
+            return "0"  // the parser lets no other pairing through
+        }
+    }
+}
+
+/// The SQL functions the index registers on every connection, so SQL and Swift share one
+/// meaning of the text operators.
+enum IndexFunctions {
+    /// docfs_match(text, operator, value, ignoreCase)
+    static let match = DatabaseFunction("docfs_match", argumentCount: 4, pure: true) { values in
+        guard let text = String.fromDatabaseValue(values[0]), let opName = String.fromDatabaseValue(values[1]),
+              let op = ComparisonOperator(rawValue: opName), let wanted = String.fromDatabaseValue(values[2]) else { return false }
+        let ignoreCase = Bool.fromDatabaseValue(values[3]) ?? false
+        return TextMatching.test(text, op, wanted, caseInsensitive: ignoreCase)
+    }
+}

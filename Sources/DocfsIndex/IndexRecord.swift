@@ -1,0 +1,111 @@
+import Foundation
+
+/// One item's metadata record in the index (DESIGN §5 S2). Text attributes that an item lacks
+/// are empty strings, never missing, so `comment == ""` finds items without a comment and
+/// every comparison has one answer in SQL and in Swift.
+public struct IndexRecord: Sendable, Equatable {
+    /// The item id (`user.docfs.id`).
+    public var id: Int64
+    public var name: String
+    /// Where the item is within its scope, starting with `/` (`/notes/todo.md`); the mount
+    /// shows the default container's documents scope at its root.
+    public var path: String
+    public var container: String
+    public var containerName: String
+    /// `documents`, `data` or `external`.
+    public var scope: String
+    /// `file`, `folder`, `symlink` or `other`.
+    public var kind: String
+    public var size: Int64
+    /// Seconds since the epoch.
+    public var created: Double
+    public var modified: Double
+    /// MIME type (`text/markdown`); `inode/directory` for folders.
+    public var contentType: String
+    /// The matching Uniform Type Identifier where one is well known (`public.plain-text`).
+    public var uti: String
+    public var version: Int64
+    /// `user.xdg.tags`, split at commas.
+    public var tags: [String]
+    /// `user.xdg.comment`.
+    public var comment: String
+    public var hasThumbnail: Bool
+    public var isExternal: Bool
+    /// For references (external documents): where the document lives, and where it shows.
+    public var originalPath: String
+    public var localPath: String
+    public var conflict: Bool
+    /// Reserved for syncing with other machines (DESIGN §9); empty until then.
+    public var downloadState: String
+    public var uploadState: String
+
+    public init(id: Int64, name: String, path: String, container: String, containerName: String, scope: String,
+                kind: String, size: Int64, created: Double, modified: Double, contentType: String, uti: String = "",
+                version: Int64, tags: [String] = [], comment: String = "", hasThumbnail: Bool = false,
+                isExternal: Bool = false, originalPath: String = "", localPath: String = "", conflict: Bool = false,
+                downloadState: String = "", uploadState: String = "") {
+        self.id = id
+        self.name = name
+        self.path = path
+        self.container = container
+        self.containerName = containerName
+        self.scope = scope
+        self.kind = kind
+        self.size = size
+        self.created = created
+        self.modified = modified
+        self.contentType = contentType
+        self.uti = uti
+        self.version = version
+        self.tags = tags
+        self.comment = comment
+        self.hasThumbnail = hasThumbnail
+        self.isExternal = isExternal
+        self.originalPath = originalPath
+        self.localPath = localPath
+        self.conflict = conflict
+        self.downloadState = downloadState
+        self.uploadState = uploadState
+    }
+
+    /// `user.xdg.tags` as the freedesktop convention writes it: comma-separated, spaces around
+    /// the commas ignored, empty entries dropped.
+    public static func tags(fromAttribute value: String) -> [String] {
+        value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
+    /// The value of `attribute`, for comparisons and sorting.
+    func value(of attribute: IndexAttribute) -> RecordValue {
+        switch attribute {
+        case .name: .text(name)
+        case .path: .text(path)
+        case .container: .text(container)
+        case .containerName: .text(containerName)
+        case .scope: .text(scope)
+        case .kind: .text(kind)
+        case .size: .integer(size)
+        case .created: .date(created)
+        case .modified: .date(modified)
+        case .contentType: .text(contentType)
+        case .uti: .text(uti)
+        case .id: .integer(id)
+        case .version: .integer(version)
+        case .tags: .list(tags)
+        case .comment: .text(comment)
+        case .hasThumbnail: .bool(hasThumbnail)
+        case .isExternal: .bool(isExternal)
+        case .originalPath: .text(originalPath)
+        case .localPath: .text(localPath)
+        case .conflict: .bool(conflict)
+        }
+    }
+}
+
+/// An attribute's value in a record.
+enum RecordValue {
+    case text(String)
+    case integer(Int64)
+    case date(Double)
+    case bool(Bool)
+    case list([String])
+}
