@@ -4,7 +4,8 @@ import PackageDescription
 // Layers, dependencies pointing one way:
 //   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider} → DocfsCore
 // Only DocfsFUSE imports CFuse (libfuse3) and CFusePassthrough (its C helpers for the kernel's
-// FUSE passthrough); only DocfsIndex imports GRDB. CLinux wraps Linux syscalls Swift's Glibc hides.
+// FUSE passthrough); only DocfsIndex imports GRDB. CLinux wraps Linux syscalls Swift's Glibc hides;
+// CGio is GLib's GIO, for content types from the system's shared-mime-info data.
 let package = Package(
     name: "docfs",
     products: [
@@ -23,6 +24,12 @@ let package = Package(
             pkgConfig: "fuse3",
             providers: [.apt(["libfuse3-dev"])]
         ),
+        .systemLibrary(
+            name: "CGio",
+            path: "Sources/CGio",
+            pkgConfig: "gio-2.0",
+            providers: [.apt(["libglib2.0-dev", "shared-mime-info"])]
+        ),
         .target(name: "CLinux", path: "Sources/CLinux"),
         .target(name: "CFusePassthrough", dependencies: ["CFuse"], path: "Sources/CFusePassthrough"),
         .target(
@@ -32,10 +39,10 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .target(name: "DocfsProvider", dependencies: ["DocfsCore", "CLinux"]),
+        .target(name: "DocfsProvider", dependencies: ["DocfsCore", "CLinux", "CGio"]),
         .target(name: "DocfsCoordination", dependencies: ["DocfsCore"]),
         .target(name: "DocfsIndex", dependencies: ["DocfsCore", .product(name: "GRDB", package: "GRDB.swift")]),
-        .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsProvider", "CLinux"]),
+        .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsIndex", "DocfsProvider", "CLinux"]),
         .target(
             name: "DocfsFUSE",
             dependencies: ["CFuse", "CFusePassthrough", "DocfsFilesystem", .product(name: "Logging", package: "swift-log")]
@@ -44,6 +51,7 @@ let package = Package(
             name: "docfs",
             dependencies: [
                 "DocfsFUSE",
+                "DocfsIndex",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

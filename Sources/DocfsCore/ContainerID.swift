@@ -23,4 +23,10 @@ public struct ContainerID: Hashable, Sendable, CustomStringConvertible {
     private init(validated: String) { rawValue = validated }
 
     public var description: String { rawValue }
+
+    /// The name people see for the container: the default one's is `Documents`, another's the
+    /// last part of its id (`com.example.Notes` → `Notes`) until containers carry their own.
+    public var displayName: String {
+        self == .userDefault ? "Documents" : String(rawValue.split(separator: ".").last ?? Substring(rawValue))
+    }
 }

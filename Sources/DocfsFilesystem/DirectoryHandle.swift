@@ -70,7 +70,7 @@ final class DirectoryHandle: Sendable {
         }
     }
 
-    private static func entry(_ raw: UnsafeMutablePointer<dirent>) -> DirectoryEntry {
+    static func entry(_ raw: UnsafeMutablePointer<dirent>) -> DirectoryEntry {
         let name = withUnsafePointer(to: &raw.pointee.d_name) {
             $0.withMemoryRebound(to: CChar.self, capacity: 256) { FileName(cString: $0) }
         }

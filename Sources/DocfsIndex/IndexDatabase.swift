@@ -61,6 +61,27 @@ public final class IndexDatabase: Sendable {
         }
     }
 
+    /// Makes `records` the index's whole content (a rebuild), in one transaction: readers see
+    /// the old index or the new one. Answers how many records were removed.
+    public func replaceAll(_ records: [IndexRecord]) throws(DocfsError) -> Int {
+        try write { db in
+            let sequence = try Self.nextSequence(db)
+            let kept = Set(records.map(\.id))
+            let existing = try Int64.fetchAll(db, sql: "SELECT id FROM items")
+            let gone = existing.filter { !kept.contains($0) }
+            for id in gone {
+                try db.execute(sql: "DELETE FROM items WHERE id = ?", arguments: [id])
+                try db.execute(sql: "INSERT OR REPLACE INTO removals(id, sequence) VALUES (?, ?)", arguments: [id, sequence])
+            }
+            let statement = try db.cachedStatement(sql: Self.upsertSQL)
+            for record in records {
+                try statement.execute(arguments: Self.arguments(record, sequence: sequence))
+            }
+            try db.execute(sql: "DELETE FROM removals WHERE id IN (SELECT id FROM items)")
+            return gone.count
+        }
+    }
+
     public func record(id: Int64) throws(DocfsError) -> IndexRecord? {
         try read { db in try Row.fetchOne(db, sql: "SELECT * FROM items WHERE id = ?", arguments: [id]).map(Self.record) }
     }

@@ -12,7 +12,8 @@ import DocfsCore
 ///       versions/<item>/<version>[.json] kept versions and their records (see VersionStore)
 ///       containers/<id>/Documents/       a container's documents scope (user-visible)
 ///       containers/<id>/Data/            the rest of the container (data scope)
-///       index/  keys/                    index, signing key (later issues)
+///       index/index.sqlite[-wal,-shm]   the metadata index (see IndexDatabase)
+///       keys/                            signing key (later issues)
 ///       logs/daemon.log                  the background daemon's log
 public struct StoreLayout: Sendable {
     public let root: String
@@ -28,6 +29,8 @@ public struct StoreLayout: Sendable {
     public var settingsFile: String { root + "/settings.json" }
     public var containersDirectory: String { root + "/containers" }
     public var indexDirectory: String { root + "/index" }
+    /// The metadata index (SQLite, WAL): see DocfsIndex.
+    public var indexFile: String { indexDirectory + "/index.sqlite" }
     public var versionsDirectory: String { root + "/versions" }
     public var keysDirectory: String { root + "/keys" }
     public var logsDirectory: String { root + "/logs" }

@@ -14,6 +14,7 @@ struct Docfs: ParsableCommand {
             Start with:  docfs mount ~/Docs
             Stop with:   docfs unmount ~/Docs
             """,
-        subcommands: [MountCommand.self, UnmountCommand.self, StatusCommand.self, VersionsCommand.self, WatchCommand.self]
+        subcommands: [MountCommand.self, UnmountCommand.self, StatusCommand.self, VersionsCommand.self, WatchCommand.self,
+                      QueryCommand.self, IndexCommand.self]
     )
 }

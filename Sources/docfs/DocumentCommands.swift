@@ -154,7 +154,7 @@ func reportingErrors<T>(_ body: () throws(DocfsError) -> T) throws -> T {
 
 func printJSON(_ value: some Encodable) {
     let encoder = JSONEncoder()
-    encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
     guard let data = try? encoder.encode(value) else { return }
     print(String(decoding: data, as: UTF8.self))
 }

@@ -1,0 +1,119 @@
+import ArgumentParser
+import DocfsCore
+import DocfsFilesystem
+import DocfsIndex
+import DocfsProvider
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `docfs query PREDICATE`: finds documents through the store's index (DESIGN §5 S3), read
+/// directly, never through the mount.
+struct QueryCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "query",
+        abstract: "Find documents by their metadata.",
+        discussion: """
+            PREDICATE compares attributes with values: ==, !=, <, <=, >, >=, LIKE (with * and ?), \
+            BEGINSWITH, ENDSWITH, CONTAINS ([c] after an operator ignores case), combined with \
+            AND, OR, NOT and parentheses. Strings go in quotes; sizes like 10MB or 512KiB; dates \
+            like 2026-01-01, 2026-01-01T09:30, -7d, today.
+
+            Attributes: \(IndexAttribute.allCases.map(\.rawValue).joined(separator: ", ")).
+
+            Example:  docfs query 'name LIKE "*.md" AND modified > -7d' --sort modified:desc
+            """
+    )
+
+    @Argument(help: ArgumentHelp("What to find ('' or '*' for everything).", valueName: "predicate"))
+    var predicate: String
+
+    @Option(name: .long, help: ArgumentHelp("Where to look: documents, data, external or all.", valueName: "scope"))
+    var scope: IndexQuery.Scope = .documents
+
+    @Option(name: .long, help: ArgumentHelp("Order by an attribute, :desc for descending; repeatable.", valueName: "attr[:desc]"))
+    var sort: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Print at most N results.", valueName: "n"))
+    var limit: Int?
+
+    @Flag(name: .long, help: "Print the results as a JSON array of records.")
+    var json = false
+
+    @OptionGroup var location: StoreLocation
+
+    func run() throws {
+        let parsed: QueryPredicate
+        do {
+            parsed = try PredicateParser().parse(predicate)
+        } catch {
+            printError("docfs: bad predicate: \(error.pointed)\n")
+            throw ExitCode(2)
+        }
+        let keys = try sort.map { text -> IndexQuery.SortKey in
+            let parts = text.split(separator: ":", maxSplits: 1).map(String.init)
+            guard let attribute = IndexAttribute.named(parts.first ?? ""),
+                  parts.count == 1 || ["asc", "desc"].contains(parts[1].lowercased()) else {
+                printError("docfs: cannot sort by \(text): give an attribute (\(IndexAttribute.allCases.map(\.rawValue).joined(separator: ", "))), optionally followed by :desc\n")
+                throw ExitCode(2)
+            }
+            return IndexQuery.SortKey(attribute: attribute, descending: parts.count == 2 && parts[1].lowercased() == "desc")
+        }
+        let query = IndexQuery(predicate: parsed, scope: scope, sort: keys, limit: limit)
+        let (layout, mountPoint) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
+        let index = try reportingErrors { () throws(DocfsError) in try IndexAccess.open(layout) }
+        let records = try reportingErrors { () throws(DocfsError) in try index.records(matching: query) }
+        if json { return printJSON(records.map(RecordJSON.init)) }
+        for record in records { print(Self.describe(record, mountPoint: mountPoint)) }
+    }
+
+    /// A record as one line: its path (under the mount point when one was named and the item
+    /// shows there), with the container and scope when it is not the mount's own.
+    static func describe(_ record: IndexRecord, mountPoint: String?) -> String {
+        if record.container == ContainerID.userDefault.rawValue && record.scope == "documents" {
+            return (mountPoint.map { $0 == "/" ? "" : $0 } ?? "") + record.path
+        }
+        return "\(record.container) (\(record.scope)) \(record.path)"
+    }
+}
+
+extension IndexQuery.Scope: ExpressibleByArgument {}
+
+/// A record in `--json` output: the attributes by their query names, dates as seconds.
+struct RecordJSON: Encodable {
+    let id: Int64, name: String, path: String, container: String, containerName: String, scope: String, kind: String
+    let size: Int64, created: Double, modified: Double, contentType: String, uti: String, version: Int64
+    let tags: [String], comment: String, hasThumbnail: Bool, isExternal: Bool, originalPath: String
+    let localPath: String, conflict: Bool
+
+    init(_ r: IndexRecord) {
+        id = r.id; name = r.name; path = r.path; container = r.container; containerName = r.containerName
+        scope = r.scope; kind = r.kind; size = r.size; created = r.created; modified = r.modified
+        contentType = r.contentType; uti = r.uti; version = r.version; tags = r.tags; comment = r.comment
+        hasThumbnail = r.hasThumbnail; isExternal = r.isExternal; originalPath = r.originalPath
+        localPath = r.localPath; conflict = r.conflict
+    }
+}
+
+/// `--store DIR` or a mount point: which store a command works on.
+struct StoreLocation: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("The store directory (default: $DOCFS_STORE, else the embedded default store).", valueName: "dir"))
+    var store: String?
+
+    @Argument(help: ArgumentHelp("A docfs mount point, instead of --store.", valueName: "mountpoint"))
+    var mountPoint: String?
+
+    /// The store's layout, and the mount point when one was named.
+    func resolve() throws(DocfsError) -> (StoreLayout, String?) {
+        if let mountPoint {
+            guard store == nil else { throw DocfsError(.invalidArgument, "give either --store or a mount point, not both") }
+            let normalized = MountTable.canonical(mountPoint)
+            guard MountTable.entry(at: normalized) != nil, let record = MountRegistry.record(for: normalized) else {
+                throw DocfsError(.invalidArgument, "\(mountPoint) is not a docfs mount: give its mount point, or the store with --store")
+            }
+            return (StoreLayout(root: record.store), normalized)
+        }
+        return (StoreLayout(root: store ?? LocalStore.defaultPath(environment: environmentDictionary())), nil)
+    }
+}
