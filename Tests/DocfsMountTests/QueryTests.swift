@@ -81,5 +81,12 @@ import Glibc
         let badSort = try docfs("query '*' --sort colour --store '\(fixture.store)'")
         #expect(badSort.status == 2)
         #expect(badSort.output.contains("cannot sort by colour"))
+
+        // Through a mount point: paths under it, and a note that the answer is the last rebuild's.
+        try fixture.start()
+        let mounted = try docfs("query 'name == \"plan.md\"' '\(fixture.mountPoint)'")
+        #expect(mounted.status == 0)
+        #expect(mounted.output.contains(fixture.mountPoint + "/notes/plan.md\n"), "\(mounted.output)")
+        #expect(mounted.output.contains("results are as of the last rebuild"))
     }
 }
