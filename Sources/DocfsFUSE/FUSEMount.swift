@@ -192,9 +192,9 @@ public final class FUSEMount: Sendable {
 
     /// The kernel's number for this mount's FUSE connection (its device minor), read from
     /// mountinfo without touching the mount itself.
-    private let connectionNumber: Int?
+    public let connectionNumber: Int?
 
-    private static func connectionNumber(of mountPoint: String) -> Int? {
+    public static func connectionNumber(of mountPoint: String) -> Int? {
         guard let file = fopen("/proc/self/mountinfo", "r") else { return nil }
         defer { fclose(file) }
         var line: UnsafeMutablePointer<CChar>? = nil

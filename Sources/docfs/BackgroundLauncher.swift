@@ -82,7 +82,7 @@ enum BackgroundLauncher {
         return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)
     }
 
-    private static func executablePath() -> String {
+    static func executablePath() -> String {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
         return n > 0 ? String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0]

@@ -55,6 +55,7 @@ final class Daemon {
         control.start()
         if let watcher { Self.watch(watcher, filesystem: filesystem, mount: mount, logger: logger) }
         MountRegistry.register(mountPoint: mountPoint, store: store.layout.root)
+        if let connection = mount.connectionNumber { DeadMountReaper.start(mountPoint: mountPoint, connection: connection) }
         logger.notice("serving \(store.layout.root) at \(mountPoint) (pid \(getpid()))")
     }
 
