@@ -80,7 +80,7 @@ public enum IndexRebuild {
         var subfolders: [(String, String)] = []
         while let entry = readdir(dir) {
             let name = entryName(entry)
-            if name.cString == [46, 0] || name.cString == [46, 46, 0] { continue }
+            if name.description == "." || name.description == ".." { continue }
             let path = relative + "/" + name.description
             found.append(Found(directory: directory, name: name, path: path, builder: builder))
             if entry.pointee.d_type == UInt8(DT_DIR) { subfolders.append((directory + "/" + name.description, path)) }

@@ -39,7 +39,9 @@ struct IndexRecordBuilder: Sendable {
         if docfs_birth_time(full, &birthSeconds, &birthNanoseconds) == 0 {
             created = Double(birthSeconds) + Double(birthNanoseconds) / 1e9
         }
-        let version = type == S_IFREG && !item.isDerived ? max(Int64(Self.text(full, ItemAttributes.version).flatMap { Int64($0) } ?? 1), 1) : 0
+        // Files docfs has versioned carry user.docfs.version; others are at version 1.
+        let stored = Self.text(full, ItemAttributes.version).flatMap { Int64($0) } ?? 1
+        let version = type == S_IFREG && !item.isDerived ? max(stored, 1) : 0
         return IndexRecord(
             id: Int64(bitPattern: item.rawValue), name: name.description, path: path, container: container.rawValue,
             containerName: container.displayName, scope: scope, kind: kind, size: type == S_IFREG ? Int64(st.st_size) : 0,

@@ -12,8 +12,9 @@ import Glibc
 /// once. Until then every reader of ids (lookups, listings, getxattr and listxattr, the
 /// watcher) finds the id here, so nobody can tell it is not on disk yet. An id set on the file
 /// meanwhile (a safe-save replace gives the new file the document's id) wins: the pending one
-/// is written only where the file still has none. A daemon killed while the file is still open
-/// leaves it without an id; it gets a new one when next looked up.
+/// is written only where the file still has none. A daemon killed between the create and the
+/// release (which comes after close(2) returns) leaves the file without an id; it gets a new
+/// one when next looked up.
 ///
 /// Lock order: `state` is a leaf lock, held across the attribute write so a reader that finds
 /// neither the attribute nor a pending id knows the file has none.

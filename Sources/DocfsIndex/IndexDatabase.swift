@@ -7,8 +7,6 @@ import GRDB
 /// processes without ever waiting for the daemon. It is derived state: `IndexRebuild` makes it
 /// again from the store.
 public final class IndexDatabase: Sendable {
-    public static let fileName = "index.sqlite"
-
     private let pool: DatabasePool
     public let path: String
 

@@ -11,7 +11,7 @@ import Testing
 
     func temporaryIndex() throws -> (IndexDatabase, String) {
         let directory = NSTemporaryDirectory() + "docfs-index-\(UUID().uuidString)"
-        return (try IndexDatabase(path: directory + "/" + IndexDatabase.fileName), directory)
+        return (try IndexDatabase(path: directory + "/index.sqlite"), directory)
     }
 
     static func record(_ id: Int64, _ name: String, scope: String = "documents", size: Int64 = 100,
