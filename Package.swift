@@ -58,7 +58,7 @@ let package = Package(
         ),
         .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination"]),
         .testTarget(name: "DocfsIndexTests", dependencies: ["DocfsIndex"]),
-        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux"], exclude: ["Workloads"]),
+        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex"], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -96,6 +96,7 @@ const unsigned int DOCFS_RENAME_EXCHANGE = RENAME_EXCHANGE;
 const int DOCFS_O_PATH = O_PATH;
 const int DOCFS_AT_EMPTY_PATH = AT_EMPTY_PATH;
 const int DOCFS_O_DIRECT = O_DIRECT;
+const int DOCFS_O_NOATIME = O_NOATIME;
 const short DOCFS_POSIX_SPAWN_SETSID = POSIX_SPAWN_SETSID;
 const int DOCFS_MNT_DETACH = MNT_DETACH;
 const int DOCFS_FALLOC_FL_KEEP_SIZE = FALLOC_FL_KEEP_SIZE;
@@ -109,6 +110,18 @@ const int DOCFS_XATTR_REPLACE = XATTR_REPLACE;
 int docfs_birth_time(const char *path, long long *seconds, unsigned int *nanoseconds) {
     struct statx sx;
     if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_BTIME, &sx) != 0) return -1;
+    if (!(sx.stx_mask & STATX_BTIME)) {
+        errno = EOPNOTSUPP;
+        return -1;
+    }
+    *seconds = sx.stx_btime.tv_sec;
+    *nanoseconds = sx.stx_btime.tv_nsec;
+    return 0;
+}
+
+int docfs_fd_birth_time(int fd, long long *seconds, unsigned int *nanoseconds) {
+    struct statx sx;
+    if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_BTIME, &sx) != 0) return -1;
     if (!(sx.stx_mask & STATX_BTIME)) {
         errno = EOPNOTSUPP;
         return -1;

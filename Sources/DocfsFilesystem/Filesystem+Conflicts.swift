@@ -64,6 +64,7 @@ extension Filesystem {
             throw error
         }
         sessions.noteAuthor(of: item, version: version, caller: caller)
+        stitcher?.recordName(name, in: folder.fd, item: item)
         present(theirs == nil ? .version : .conflict, name, in: folder, item: item, version: version)
         var invalidations = KernelInvalidations()
         invalidations.entries.append((folder.id, name))
@@ -89,6 +90,7 @@ extension Filesystem {
             if docfs_removexattr(path, Self.conflictAttribute) != 0 && errno != ENODATA {
                 throw DocfsError.errno("clearing \(Self.conflictAttribute)")
             }
+            stitcher?.recordName(name, in: directory, item: item, namesChanged: false)
         }
         return invalidations
     }

@@ -86,6 +86,7 @@ extension Filesystem {
         try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
             try check(value.withUnsafeBytes { docfs_setxattr(node.procPath, name, $0.baseAddress, $0.count, flags) })
             ownChanges.changedFile(at: node.fd)
+            stitcher?.recordFile(node)
         }
     }
 
@@ -98,6 +99,7 @@ extension Filesystem {
         try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
             try check(docfs_removexattr(node.procPath, name))
             ownChanges.changedFile(at: node.fd)
+            stitcher?.recordFile(node)
         }
     }
 

@@ -52,6 +52,7 @@ extension Filesystem {
             if writes {
                 sessions.attach(UInt64(fd), to: node)
                 ownChanges.attach(UInt64(fd), to: node.key)
+                stitcher?.opened(UInt64(fd), writing: node)
             }
             var st = stat()
             var mayPassThrough = false
@@ -104,6 +105,7 @@ extension Filesystem {
                 if mode & (S_ISUID | S_ISGID) != 0 { try check(fchmod(fd, mode & 0o7777)) }
             }
             let entry = try self.entry(in: directory, name: name, newItem: item)
+            if let stitcher { stitcher.opened(UInt64(fd), writing: try nodes.node(entry.node), createdIn: directory) }
             present(.created, name, in: directory, item: item)
             return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
                                     mayPassThrough: !Self.hasSetIDBits(mode)))
@@ -182,10 +184,12 @@ extension Filesystem {
         guard copy >= 0 else { throw DocfsError.system(Glibc.errno) }
         try check(close(copy))
         sessions.flushed(handle)
+        stitcher?.closed(handle)
     }
 
     /// The last close of an open file; the last writer of a file ends its write session.
     public func release(_ handle: UInt64) {
+        stitcher?.released(handle)  // before the handle's number is closed and can be reused
         let writer = sessions.detach(handle)
         let fd = backingDescriptor(of: handle)
         storePendingID(createdAs: handle, fd: fd)  // while a writer: an own change
@@ -214,6 +218,7 @@ extension Filesystem {
         let fd = backingDescriptor(of: handle)
         storePendingID(createdAs: handle, fd: fd)
         try check(dataOnly ? fdatasync(fd) : Glibc.fsync(fd))
+        stitcher?.closed(handle)
     }
 
     /// fallocate(2) with any mode (keep-size, punch-hole, zero-range, collapse/insert range).

@@ -15,7 +15,9 @@ extension Filesystem {
             ownChanges.changedName(name, in: directory.key)
             try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
             let made = try entry(in: directory, name: name)
-            present(.created, name, in: directory, item: ItemID(rawValue: UInt64(made.attributes.st_ino)))
+            let item = ItemID(rawValue: UInt64(made.attributes.st_ino))
+            stitcher?.recordName(name, in: directory.fd, item: item)
+            present(.created, name, in: directory, item: item)
             return made
         }
     }
@@ -28,6 +30,7 @@ extension Filesystem {
             ownChanges.changedName(name, in: directory.key)
             try giveToCaller(in: directory, name: name, caller: caller, mode: mode)
             let made = try entry(in: directory, name: name)
+            stitcher?.recordName(name, in: directory.fd, item: ItemID(rawValue: UInt64(made.attributes.st_ino)))
             present(.created, name, in: directory)
             return made
         }
@@ -40,6 +43,7 @@ extension Filesystem {
             ownChanges.changedName(name, in: directory.key)
             try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
             let made = try entry(in: directory, name: name)
+            stitcher?.recordName(name, in: directory.fd, item: ItemID(rawValue: UInt64(made.attributes.st_ino)))
             present(.created, name, in: directory)
             return made
         }
@@ -60,6 +64,7 @@ extension Filesystem {
             try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
             st.st_ino = ino_t(node.item.rawValue)
             nodes.reference(node)
+            stitcher?.recordName(newName, in: directory.fd, item: node.item)
             present(.created, newName, in: directory, item: node.item)
             return Entry(node: node.id, generation: generation, attributes: st)
         }
@@ -71,6 +76,7 @@ extension Filesystem {
             let victim = knownNode(at: name, in: directory)
             ownChanges.changedName(name, in: directory.key)
             try check(unlinkat(directory.fd, name.cString, 0))
+            stitcher?.removeName(name, in: directory.fd)
             victim?.found(at: nil)  // gone by docfs's hand: no writer raced for it
             present(.deleted, name, in: directory, item: victim?.item)
         }
@@ -81,6 +87,7 @@ extension Filesystem {
         try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
             ownChanges.changedName(name, in: directory.key)
             try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
+            stitcher?.removeName(name, in: directory.fd)
             present(.deleted, name, in: directory)
         }
     }
@@ -105,7 +112,9 @@ extension Filesystem {
             ownChanges.changedName(newName, in: to.key, events: events)
             // Whatever the target name held leaves by docfs's hand (an exchange moves it).
             if flags & DOCFS_RENAME_EXCHANGE == 0 { knownNode(at: newName, in: to)?.found(at: nil) }
+            let exchange = flags & DOCFS_RENAME_EXCHANGE != 0
             if let retagged = try renameAsReplace(from: from, name: name, to: to, newName: newName, flags: flags, caller: caller) {
+                stitcher?.recordReplace(name, in: from.fd, by: newName, in: to.fd, exchange: exchange)
                 if presenters.isListened, let document = replaceSide(in: to, name: newName) {
                     present(.version, newName, in: to, item: document.item, version: ItemAttributes.version(ofDescriptor: document.fd))
                     close(document.fd)
@@ -113,6 +122,7 @@ extension Filesystem {
                 return retagged
             }
             try check(docfs_renameat2(from.fd, name.cString, to.fd, newName.cString, flags))
+            stitcher?.recordMove(name, in: from.fd, to: newName, in: to.fd, exchange: exchange)
             presentMove(name, in: from, to: newName, in: to, item: itemAt(newName, in: to))
             noteMoved(to: newName, in: to)
             if flags & DOCFS_RENAME_EXCHANGE != 0 { noteMoved(to: name, in: from) }

@@ -69,6 +69,7 @@ extension Filesystem {
             unlinkat(directory, temporary.cString, 0)
             throw error
         }
+        stitcher?.recordName(name, in: directory, item: item)
         if presenters.isListened, let location = self.path(of: name, in: directory) {
             presenters.post(PresentedChange(.version, path: location, item: item,
                                             version: max(ItemAttributes.version(ofDescriptor: document.fd), 1) + 1))

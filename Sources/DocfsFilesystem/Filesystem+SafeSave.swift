@@ -83,6 +83,7 @@ extension Filesystem {
             try ItemAttributes.setID(backupItem, onDescriptor: backup.fd)
             try ItemAttributes.setVersion(1, onDescriptor: backup.fd)
             nodes.known(key: BackingKey(backup.st))?.retag(backupItem)
+            stitcher?.recordName(vacated.newName, in: directory.fd, item: backupItem, namesChanged: false)
             try carryOver(document: vacated.item, from: backup, to: newSide, caller: caller)
             return vacated.item
         } catch {

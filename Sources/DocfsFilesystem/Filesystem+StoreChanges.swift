@@ -29,7 +29,7 @@ extension Filesystem {
         let events = zip(changes, states).compactMap { change, st -> OwnChanges.Event? in
             switch change {
             case .overflow: return nil
-            case let .name(folder, name): return .name(name, in: BackingKey(device: folder.device, inode: folder.inode))
+            case let .name(folder, name, _): return .name(name, in: BackingKey(device: folder.device, inode: folder.inode))
             case .content, .modified: return st.map { .content($0) }
             case .attributes: return st.map { .attributes($0) }
             }
@@ -40,8 +40,9 @@ extension Filesystem {
             case .overflow:
                 effects.invalidations.inodes += nodes.allIDs()
                 effects.notices.append("the store watcher lost events: the kernel forgets every cached attribute and page")
-            case let .name(folder, name):
+            case let .name(folder, name, path):
                 if own.next() == true { continue }
+                stitcher?.recordUncoordinated(path, nameChanged: true)
                 let key = BackingKey(device: folder.device, inode: folder.inode)
                 if let parent = nodes.known(key: key) {
                     effects.invalidations.entries.append((parent.id, name))
@@ -55,12 +56,17 @@ extension Filesystem {
             case let .content(path, folder, name):
                 guard let st, own.next() == false else { continue }
                 noticeContentChange(path, st, folder: folder, name: name, into: &effects)
-            case .modified:
+                stitcher?.recordUncoordinated(path, nameChanged: false)
+            case let .modified(path):
                 // Not a version yet (that is the close): the kernel forgets size and pages.
-                guard let st, own.next() == false, let node = nodes.known(key: BackingKey(st)) else { continue }
+                guard let st, own.next() == false else { continue }
+                stitcher?.recordUncoordinated(path, nameChanged: false)
+                guard let node = nodes.known(key: BackingKey(st)) else { continue }
                 effects.invalidations.inodes.append(node.id)
-            case .attributes:
-                guard let st, own.next() == false, let node = nodes.known(key: BackingKey(st)) else { continue }
+            case let .attributes(path):
+                guard let st, own.next() == false else { continue }
+                stitcher?.recordUncoordinated(path, nameChanged: false)
+                guard let node = nodes.known(key: BackingKey(st)) else { continue }
                 effects.invalidations.attributes.append(node.id)
             }
         }

@@ -1,6 +1,7 @@
 import CLinux
 import DocfsCoordination
 import DocfsCore
+import DocfsIndex
 import DocfsProvider
 import Synchronization
 #if canImport(Glibc)
@@ -51,6 +52,8 @@ public final class Filesystem: Sendable {
     public let coordinator = Coordinator()
     /// Whoever wants to hear about changes (C6).
     public let presenters = Presenters()
+    /// Writes index records as operations change items (S1); nil when serving without an index.
+    let stitcher: IndexStitcher?
     /// Where invalidations found outside a request's reply go (the bridge's notifier).
     private let invalidationSink = Mutex<(@Sendable (KernelInvalidations) -> Void)?>(nil)
 
@@ -63,8 +66,9 @@ public final class Filesystem: Sendable {
         invalidationSink.withLock { $0 }?(invalidations)
     }
 
-    /// Serves the documents scope of the store's default container.
-    public init(store: LocalStore, cachePolicy: CachePolicy = CachePolicy()) throws(DocfsError) {
+    /// Serves the documents scope of the store's default container, stitching records into
+    /// `index` (the store's index, reconciled with the store) when one is given.
+    public init(store: LocalStore, cachePolicy: CachePolicy = CachePolicy(), index: IndexDatabase? = nil) throws(DocfsError) {
         self.store = store
         self.cachePolicy = cachePolicy
         let fd = try store.openDirectory(store.layout.documentsDirectory(.userDefault))
@@ -77,10 +81,29 @@ public final class Filesystem: Sendable {
         sessions = WriteSessions(versions: store.versions)
         root = Node(id: rootID, fd: fd, key: BackingKey(st), type: S_IFDIR, item: identity.item(of: fd, st))
         nodes = NodeTable(root: root)
+        if let index {
+            stitcher = IndexStitcher(index: index, container: .userDefault, rootPath: try Self.backingPath(of: fd), identity: identity)
+        } else {
+            stitcher = nil
+        }
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         generation = UInt64(now.tv_sec)
         sessions.onCommit { [unowned self] node, version in presentVersion(of: node, version: version) }
+        sessions.onRollback { [unowned self] node in stitcher?.recordFile(node) }
+    }
+
+    /// Where failed index writes are reported (the operations themselves succeed).
+    public func onIndexFailure(_ sink: @escaping @Sendable (DocfsError) -> Void) {
+        stitcher?.onFailure(sink)
+    }
+
+    /// The backing path of the folder `fd`.
+    private static func backingPath(of fd: Int32) throws(DocfsError) -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
+        guard n > 0 else { throw DocfsError(.storeUnavailable, "cannot tell where the documents directory is", cause: DocfsError.errno("readlink")) }
+        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// The number of nodes the kernel holds references to (the root included).
@@ -156,6 +179,10 @@ public final class Filesystem: Sendable {
             var st = try setAttributes(of: node, handle: handle, changes, caller: caller)
             // The watcher knows backing inodes; the kernel is shown the item id.
             ownChanges.changedFile(st)
+            // Mode and owner are no part of the record; size and times are.
+            if changes.size != nil || changes.changesTimes {
+                stitcher?.recordFile(node)
+            }
             st.st_ino = ino_t(node.item.rawValue)
             return st
         }

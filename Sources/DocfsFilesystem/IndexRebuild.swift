@@ -6,60 +6,222 @@ import DocfsProvider
 import Glibc
 #endif
 
-/// Makes the index again from the store (DESIGN §5 S4): every item in every container's
-/// documents and data scopes gets its record, records of items no longer there are removed,
-/// and items without an id (made behind docfs's back) are given one, as a lookup would. Runs
-/// on a store no daemon serves (the daemon keeps its own index current).
+/// Makes the index agree with the store (DESIGN §5 S4) by walking every container's documents
+/// and data scopes: a *rebuild* writes every record again; a *reconcile* (the daemon's start)
+/// writes only the records whose fingerprint (inode, size, times, kind, id) no longer matches
+/// the store. Either way records of names no longer there are removed, and items without an id
+/// (made behind docfs's back, or whose id a killed daemon had not stored yet) get one: the id
+/// their record shows when there is one, else a new one, as a lookup would give. A *check*
+/// changes nothing: it lists every difference between the index and the store.
+///
+/// The walk holds one folder in memory at a time, and the index's fingerprints take 32 bytes an
+/// entry, so a store of a million items is walked in well under 100 MB.
 public enum IndexRebuild {
+    public enum Mode: Sendable {
+        case rebuild, reconcile, check
+    }
+
+    /// A difference `check` found.
+    public struct Difference: Sendable, CustomStringConvertible {
+        public enum Kind: Sendable, Equatable {
+            /// The store has the name; the index has no record of it.
+            case missing
+            /// The index has a record of a name the store does not have.
+            case stale
+            /// Both have it; these attributes differ.
+            case differs([IndexAttribute])
+        }
+
+        public var location: IndexLocation
+        public var kind: Kind
+        /// What the index says and what the store has, attribute by attribute.
+        public var detail: String
+
+        public var description: String {
+            let place = location.container == ContainerID.userDefault.rawValue && location.scope == "documents"
+                ? location.path : "\(location.container) (\(location.scope)) \(location.path)"
+            switch kind {
+            case .missing: return "missing from the index: \(place)"
+            case .stale: return "in the index but not in the store: \(place)"
+            case .differs: return "differs: \(place): \(detail)"
+            }
+        }
+    }
+
+    /// How a check finds an item's id without giving one: the id stored on it, or one the
+    /// daemon gave it and has not stored yet.
+    public typealias IDLookup = @Sendable (_ fd: Int32, _ st: stat) -> ItemID?
+
     public struct Summary: Sendable {
+        /// Names found in the store.
         public var items = 0
+        /// Records written (all of them for a rebuild; for a reconcile, those that changed).
+        public var written = 0
         public var removed = 0
         /// Items that had no id and were given one.
         public var identified = 0
+        /// What a check found.
+        public var differences: [Difference] = []
     }
 
-    /// One item found by the walk.
-    private struct Found {
-        var directory: String
-        var name: FileName
-        var path: String
-        var builder: IndexRecordBuilder
-    }
-
-    /// `progress(done, total)` is called as records are made (about 100 times in all).
-    public static func run(store: LocalStore, index: IndexDatabase,
+    /// Runs the walk. `serialized` wraps the look at each folder and the write of its records
+    /// (the daemon passes its stitching lock, so a record the walk writes is never older than
+    /// one an operation wrote). `progress(done, total)` is called about 100 times (a rebuild
+    /// counts the names first; a reconcile calls it not at all).
+    public static func run(store: LocalStore, index: IndexDatabase, mode: Mode = .rebuild,
+                           serialized: (() throws(DocfsError) -> Void) throws(DocfsError) -> Void = { body throws(DocfsError) in try body() },
+                           pendingIDs: IDLookup? = nil,
                            progress: ((Int, Int) -> Void)? = nil) throws(DocfsError) -> Summary {
-        var found: [Found] = []
+        var walk = Walk(store: store, index: index, mode: mode, fingerprints: try index.fingerprints())
+        walk.pendingIDs = pendingIDs
+        walk.total = progress == nil ? 0 : countNames(store.layout)
+        walk.progress = progress
         for container in try containers(of: store.layout) {
             for (scope, root) in [("documents", store.layout.documentsDirectory(container)), ("data", store.layout.dataDirectory(container))] {
-                walk(root, relative: "", builder: IndexRecordBuilder(container: container, scope: scope), into: &found)
+                let builder = IndexRecordBuilder(container: container, scope: scope)
+                var pending = [(root, "")]
+                while let (directory, relative) = pending.popLast() {
+                    var subfolders: [(String, String)] = []
+                    try serialized { () throws(DocfsError) in
+                        subfolders = try walk.visit(directory, relative: relative, builder: builder)
+                    }
+                    pending.append(contentsOf: subfolders.reversed())
+                }
             }
         }
+        try serialized { () throws(DocfsError) in
+            let gone = walk.fingerprints.unseenEntries
+            if mode == .check {
+                for record in try index.records(entries: gone) {
+                    walk.summary.differences.append(Difference(location: record.location, kind: .stale, detail: ""))
+                }
+            } else {
+                try index.apply([.removeEntries(gone)], built: true)
+                walk.summary.removed = gone.count
+            }
+        }
+        progress?(walk.total, walk.total)
+        return walk.summary
+    }
+
+    /// The walk's state as it goes from folder to folder.
+    private struct Walk {
+        let store: LocalStore
+        let index: IndexDatabase
+        let mode: Mode
+        var fingerprints: IndexFingerprints
         var summary = Summary()
-        var records: [IndexRecord] = []
-        records.reserveCapacity(found.count)
-        let step = max(found.count / 100, 1)
-        var directoryFD: Int32 = -1
-        var openDirectory = ""
-        defer { if directoryFD >= 0 { close(directoryFD) } }
-        for (n, item) in found.enumerated() {
-            if n % step == 0 { progress?(n, found.count) }
-            if item.directory != openDirectory {
-                if directoryFD >= 0 { close(directoryFD) }
-                directoryFD = open(item.directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-                openDirectory = item.directory
-            }
-            guard directoryFD >= 0 else { continue }
-            var st = stat()
-            guard fstatat(directoryFD, item.name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }  // gone meanwhile
-            let (id, assigned) = identity(of: item.name, in: directoryFD, st, allocator: store.itemIDs)
-            if assigned { summary.identified += 1 }
-            records.append(item.builder.record(item: id, directoryFD: directoryFD, name: item.name, path: item.path, st: st))
+        var total = 0
+        var progress: ((Int, Int) -> Void)?
+        var pendingIDs: IDLookup?
+        private var reported = 0
+
+        init(store: LocalStore, index: IndexDatabase, mode: Mode, fingerprints: IndexFingerprints) {
+            self.store = store
+            self.index = index
+            self.mode = mode
+            self.fingerprints = fingerprints
         }
-        progress?(found.count, found.count)
-        summary.items = records.count
-        summary.removed = try index.replaceAll(records)
-        return summary
+
+        /// Records the names in `directory` (at `relative` in its scope); answers its subfolders.
+        mutating func visit(_ directory: String, relative: String, builder: IndexRecordBuilder) throws(DocfsError) -> [(String, String)] {
+            let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard fd >= 0 else { return [] }  // gone meanwhile
+            defer { close(fd) }
+            var changes: [IndexChange] = []
+            var subfolders: [(String, String)] = []
+            for name in IndexRebuild.names(in: fd) {
+                var st = stat()
+                guard fstatat(fd, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }  // gone meanwhile
+                summary.items += 1
+                let path = relative + "/" + name.description
+                let location = builder.location(path)
+                let indexed = fingerprints.take(location)
+                if st.st_mode & S_IFMT == S_IFDIR { subfolders.append((directory + "/" + name.description, path)) }
+                if mode == .check {
+                    try compare(name, in: fd, st, location: location, indexed: indexed != nil, builder: builder)
+                    continue
+                }
+                let (id, assigned) = IndexRebuild.identity(of: name, in: fd, &st, indexed: indexed, allocator: store.itemIDs)
+                if assigned { summary.identified += 1 }
+                let record = builder.record(item: id, directoryFD: fd, name: name, path: path, st: st)
+                if mode == .reconcile, let indexed, indexed.print == IndexFingerprints.print(of: record) { continue }
+                changes.append(.put(record))
+            }
+            summary.written += changes.count
+            try index.apply(changes)
+            if let progress, total > 0, summary.items - reported >= max(total / 100, 1) {
+                reported = summary.items
+                progress(min(summary.items, total), total)
+            }
+            return subfolders
+        }
+
+        /// A check of one name: its record as the store says it should be, against the index's.
+        private mutating func compare(_ name: FileName, in directoryFD: Int32, _ st: stat, location: IndexLocation,
+                                      indexed: Bool, builder: IndexRecordBuilder) throws(DocfsError) {
+            guard indexed, let recorded = try index.record(at: location) else {
+                summary.differences.append(Difference(location: location, kind: .missing, detail: ""))
+                return
+            }
+            let fd = openat(directoryFD, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { return }  // gone meanwhile
+            defer { close(fd) }
+            let type = st.st_mode & S_IFMT
+            let id = type == S_IFREG || type == S_IFDIR
+                ? ItemAttributes.id(ofDescriptor: fd) ?? pendingIDs?(fd, st)
+                : ItemID.derived(fromBackingInode: UInt64(st.st_ino))
+            let expected = builder.record(item: id ?? ItemID(rawValue: 0), file: fd, path: location.path, st: st)
+            let differing = recorded.differences(from: expected)
+            guard !differing.isEmpty else { return }
+            let detail = differing.map { attribute -> String in
+                if attribute == .id && id == nil { return "id \(recorded.id) in the index, none on the item" }
+                return "\(attribute.rawValue) \(recorded.describe(attribute)) in the index, \(expected.describe(attribute)) in the store"
+            }.joined(separator: "; ")
+            summary.differences.append(Difference(location: location, kind: .differs(differing), detail: detail))
+        }
+    }
+
+    /// How many names the scopes hold (a quick walk of folder listings, for the progress bar).
+    private static func countNames(_ layout: StoreLayout) -> Int {
+        var count = 0
+        var pending: [String] = []
+        for container in (try? containers(of: layout)) ?? [] {
+            pending += [layout.documentsDirectory(container), layout.dataDirectory(container)]
+        }
+        while let directory = pending.popLast() {
+            guard let dir = opendir(directory) else { continue }
+            while let entry = readdir(dir) {
+                let name = DirectoryHandle.entry(entry).name
+                if isSkipped(name) { continue }
+                count += 1
+                if entry.pointee.d_type == UInt8(DT_DIR) { pending.append(directory + "/" + name.description) }
+            }
+            closedir(dir)
+        }
+        return count
+    }
+
+    /// The names in the open folder `fd`, but `.`, `..` and docfs's working files.
+    static func names(in fd: Int32) -> [FileName] {
+        let copy = dup(fd)
+        guard copy >= 0, let dir = fdopendir(copy) else {
+            if copy >= 0 { close(copy) }
+            return []
+        }
+        defer { closedir(dir) }
+        var names: [FileName] = []
+        while let entry = readdir(dir) {
+            let name = DirectoryHandle.entry(entry).name
+            if !isSkipped(name) { names.append(name) }
+        }
+        return names
+    }
+
+    /// `.`, `..`, and working files of a restore or raced save in progress (not documents).
+    static func isSkipped(_ name: FileName) -> Bool {
+        let text = name.description
+        return text == "." || text == ".." || StoreWatcher.workingFilePrefixes.contains { text.hasPrefix($0) }
     }
 
     private static func containers(of layout: StoreLayout) throws(DocfsError) -> [ContainerID] {
@@ -67,45 +229,29 @@ public enum IndexRebuild {
         defer { closedir(dir) }
         var result: [ContainerID] = []
         while let entry = readdir(dir) {
-            let name = entryName(entry)
+            let name = DirectoryHandle.entry(entry).name.description
             if name == "." || name == ".." { continue }
-            if let id = try? ContainerID(String(decoding: name.bytes, as: UTF8.self)) { result.append(id) }
+            if let id = try? ContainerID(name) { result.append(id) }
         }
         return result.sorted { $0.rawValue < $1.rawValue }
     }
 
-    /// Every entry under `directory`, depth first, each folder before what it holds.
-    private static func walk(_ directory: String, relative: String, builder: IndexRecordBuilder, into found: inout [Found]) {
-        guard let dir = opendir(directory) else { return }
-        var subfolders: [(String, String)] = []
-        while let entry = readdir(dir) {
-            let name = entryName(entry)
-            if name.description == "." || name.description == ".." { continue }
-            let path = relative + "/" + name.description
-            found.append(Found(directory: directory, name: name, path: path, builder: builder))
-            if entry.pointee.d_type == UInt8(DT_DIR) { subfolders.append((directory + "/" + name.description, path)) }
-        }
-        closedir(dir)
-        for (folder, path) in subfolders { walk(folder, relative: path, builder: builder, into: &found) }
-    }
-
-    private static func entryName(_ entry: UnsafeMutablePointer<dirent>) -> FileName {
-        DirectoryHandle.entry(entry).name
-    }
-
-    /// The item's id, giving it one when it has none (files and folders; others have derived ids).
-    private static func identity(of name: FileName, in directoryFD: Int32, _ st: stat,
-                                 allocator: ItemIDAllocator) -> (ItemID, assigned: Bool) {
+    /// The item's id, giving it one when it has none (files and folders; others have derived
+    /// ids): the id its record shows, if the index has a record for it, else a new one. `st`
+    /// is brought up to date when an id is written.
+    private static func identity(of name: FileName, in directoryFD: Int32, _ st: inout stat,
+                                 indexed: IndexFingerprints.Found?, allocator: ItemIDAllocator) -> (ItemID, assigned: Bool) {
         let type = st.st_mode & S_IFMT
-        guard type == S_IFREG || type == S_IFDIR else { return (.derived(fromBackingInode: UInt64(st.st_ino)), false) }
+        let derived = ItemID.derived(fromBackingInode: UInt64(st.st_ino))
+        guard type == S_IFREG || type == S_IFDIR else { return (derived, false) }
         if let id = ItemAttributes.id(in: directoryFD, name: name) { return (id, false) }
         let fd = openat(directoryFD, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return (.derived(fromBackingInode: UInt64(st.st_ino)), false) }
+        guard fd >= 0 else { return (derived, false) }
         defer { close(fd) }
-        guard let fresh = try? allocator.allocate(),
-              let id = try? ItemAttributes.setID(fresh, onDescriptor: fd, onlyIfAbsent: true) else {
-            return (.derived(fromBackingInode: UInt64(st.st_ino)), false)
-        }
+        let recorded = indexed.map { ItemID(rawValue: UInt64(bitPattern: $0.id)) }.flatMap { $0.isDerived ? nil : $0 }
+        guard let fresh = recorded ?? (try? allocator.allocate()),
+              let id = try? ItemAttributes.setID(fresh, onDescriptor: fd, onlyIfAbsent: true) else { return (derived, false) }
+        _ = fstat(fd, &st)
         return (id, id == fresh)
     }
 }

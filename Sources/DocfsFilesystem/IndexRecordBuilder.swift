@@ -8,7 +8,8 @@ import Glibc
 
 /// Reads an item's index record (DESIGN §5 S2) off its backing file: attributes from stat and
 /// statx, the docfs and freedesktop attributes from its xattrs, the content type from its name
-/// and first bytes (a `user.mime_type` set by a user wins).
+/// and first bytes (a `user.mime_type` set by a user wins), and the fingerprint a reconciling
+/// walk compares.
 struct IndexRecordBuilder: Sendable {
     let container: ContainerID
     /// `documents` or `data`.
@@ -21,43 +22,74 @@ struct IndexRecordBuilder: Sendable {
     /// The record of `name` in `directoryFD`, whose attributes are `st`, id `item`, at `path`
     /// within the scope (starting with `/`).
     func record(item: ItemID, directoryFD: Int32, name: FileName, path: String, st: stat) -> IndexRecord {
+        let fd = openat(directoryFD, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        defer { if fd >= 0 { close(fd) } }
+        return record(item: item, file: fd, path: path, st: st)
+    }
+
+    /// The record of the file `file` (any descriptor of it, O_PATH included; -1 when it could
+    /// not be opened) whose attributes are `st`, id `item`, at `path` within the scope.
+    func record(item: ItemID, file: Int32, path: String, st: stat) -> IndexRecord {
         let type = st.st_mode & S_IFMT
-        let full = "/proc/self/fd/\(directoryFD)/\(name.description)"
+        let name = IndexLocation(container: "", scope: "", path: path).name
         let kind: String
-        var content: ContentType
+        var contentType: ContentType
         switch type {
-        case S_IFDIR: (kind, content) = ("folder", .folder)
-        case S_IFLNK: (kind, content) = ("symlink", .symlink)
-        case S_IFREG: (kind, content) = ("file", ContentType.ofFile(in: directoryFD, name: name))
-        default: (kind, content) = ("other", .other)
+        case S_IFDIR: (kind, contentType) = ("folder", .folder)
+        case S_IFLNK: (kind, contentType) = ("symlink", .symlink)
+        case S_IFREG: (kind, contentType) = ("file", ContentType.of(name: name, start: Self.start(of: file, size: st.st_size)))
+        default: (kind, contentType) = ("other", .other)
         }
-        let canCarry = type == S_IFREG || type == S_IFDIR
-        if canCarry, let chosen = Self.text(full, Self.mimeAttribute), !chosen.isEmpty { content = ContentType(mime: chosen) }
+        let canCarry = file >= 0 && (type == S_IFREG || type == S_IFDIR)
+        func text(_ attribute: String) -> String? { canCarry ? Self.text(file, attribute) : nil }
+        if let chosen = text(Self.mimeAttribute), !chosen.isEmpty { contentType = ContentType(mime: chosen) }
         var created = Self.seconds(st.st_ctim)
         var birthSeconds: Int64 = 0
         var birthNanoseconds: UInt32 = 0
-        if docfs_birth_time(full, &birthSeconds, &birthNanoseconds) == 0 {
+        if file >= 0 && docfs_fd_birth_time(file, &birthSeconds, &birthNanoseconds) == 0 {
             created = Double(birthSeconds) + Double(birthNanoseconds) / 1e9
         }
         // Files docfs has versioned carry user.docfs.version; others are at version 1.
-        let stored = Self.text(full, ItemAttributes.version).flatMap { Int64($0) } ?? 1
+        let stored = text(ItemAttributes.version).flatMap { Int64($0) } ?? 1
         let version = type == S_IFREG && !item.isDerived ? max(stored, 1) : 0
-        return IndexRecord(
-            id: Int64(bitPattern: item.rawValue), name: name.description, path: path, container: container.rawValue,
+        var record = IndexRecord(
+            id: Int64(bitPattern: item.rawValue), name: name, path: path, container: container.rawValue,
             containerName: container.displayName, scope: scope, kind: kind, size: type == S_IFREG ? Int64(st.st_size) : 0,
-            created: created, modified: Self.seconds(st.st_mtim), contentType: content.mime, uti: content.uti,
-            version: version,
-            tags: canCarry ? IndexRecord.tags(fromAttribute: Self.text(full, Self.tagsAttribute) ?? "") : [],
-            comment: canCarry ? Self.text(full, Self.commentAttribute) ?? "" : "",
-            conflict: canCarry && Self.text(full, Filesystem.conflictAttribute) == "1")
+            created: created, modified: Self.seconds(st.st_mtim), contentType: contentType.mime, uti: contentType.uti,
+            version: version, tags: IndexRecord.tags(fromAttribute: text(Self.tagsAttribute) ?? ""),
+            comment: text(Self.commentAttribute) ?? "", conflict: text(Filesystem.conflictAttribute) == "1")
+        record.backingInode = UInt64(st.st_ino)
+        record.statusChanged = Self.seconds(st.st_ctim)
+        return record
+    }
+
+    /// Where `path` is in the index.
+    func location(_ path: String) -> IndexLocation {
+        IndexLocation(container: container.rawValue, scope: scope, path: path)
+    }
+
+    /// The first bytes of a regular file, for its content type (none for an empty file). Read
+    /// through a descriptor of its own, opened without moving the access time (indexing is not
+    /// reading; the caller's own handle would move it); a daemon that may not do that (neither
+    /// root nor the owner) reads as any reader does.
+    private static func start(of file: Int32, size: off_t) -> [UInt8] {
+        guard size > 0, file >= 0 else { return [] }
+        var fd = open("/proc/self/fd/\(file)", O_RDONLY | O_NONBLOCK | O_CLOEXEC | DOCFS_O_NOATIME)
+        if fd < 0 && errno == EPERM { fd = open("/proc/self/fd/\(file)", O_RDONLY | O_NONBLOCK | O_CLOEXEC) }
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        var start = [UInt8](repeating: 0, count: ContentType.sniffLength)
+        let n = start.withUnsafeMutableBytes { pread(fd, $0.baseAddress, ContentType.sniffLength, 0) }
+        start.removeSubrange(max(n, 0)...)
+        return start
     }
 
     private static func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
 
-    /// A user attribute as text (not following a symlink); nil when absent.
-    private static func text(_ path: String, _ name: String) -> String? {
+    /// A user attribute as text; nil when absent.
+    private static func text(_ fd: Int32, _ name: String) -> String? {
         var buffer = [UInt8](repeating: 0, count: 4096)
-        let n = buffer.withUnsafeMutableBytes { docfs_lgetxattr(path, name, $0.baseAddress, $0.count) }
+        let n = buffer.withUnsafeMutableBytes { docfs_fd_getxattr(fd, name, $0.baseAddress, $0.count) }
         guard n >= 0 else { return nil }
         return String(decoding: buffer[0..<n], as: UTF8.self)
     }

@@ -63,8 +63,15 @@ final class WriteSessions: Sendable {
     /// Told of each session that made a version (node, version), for presenters.
     private let commitHandler = Mutex<(@Sendable (Node, UInt64) -> Void)?>(nil)
 
+    /// Told of each session rolled back (it changed nothing: the version went back).
+    private let rollbackHandler = Mutex<(@Sendable (Node) -> Void)?>(nil)
+
     func onCommit(_ handler: @escaping @Sendable (Node, UInt64) -> Void) {
         commitHandler.withLock { $0 = handler }
+    }
+
+    func onRollback(_ handler: @escaping @Sendable (Node) -> Void) {
+        rollbackHandler.withLock { $0 = handler }
     }
 
     private func committed(_ node: Node, _ session: Session) {
@@ -182,6 +189,7 @@ final class WriteSessions: Sendable {
         // Nothing written: as if the session never was (a racing writer's content simply wins).
         try? ItemAttributes.setVersion(session.base, onDescriptor: node.fd)
         if session.keptBase { versions.remove(session.item, version: session.base) }
+        rollbackHandler.withLock { $0 }?(node)
         return nil
     }
 

@@ -47,7 +47,7 @@ public struct IndexQuery: Sendable, Equatable {
 
     func orderClause() -> String {
         let keys = sort.map { "\($0.attribute.rawValue)\($0.descending ? " DESC" : "")" }
-        return (keys + ["id"]).joined(separator: ", ")
+        return (keys + ["path", "entry"]).joined(separator: ", ")
     }
 
     private static func sql(_ predicate: QueryPredicate, _ arguments: inout StatementArguments) -> String {

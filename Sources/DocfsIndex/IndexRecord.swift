@@ -1,9 +1,16 @@
 import Foundation
 
-/// One item's metadata record in the index (DESIGN §5 S2). Text attributes that an item lacks
-/// are empty strings, never missing, so `comment == ""` finds items without a comment and
-/// every comparison has one answer in SQL and in Swift.
+/// One item's metadata record in the index (DESIGN §5 S2), at one of its names: an item has a
+/// record per name (hard links are several), each an *entry* of the index. Text attributes
+/// that an item lacks are empty strings, never missing, so `comment == ""` finds items without
+/// a comment and every comparison has one answer in SQL and in Swift.
+///
+/// Equality compares what the record says of the item (and its fingerprint), not which entry
+/// holds it.
 public struct IndexRecord: Sendable, Equatable {
+    /// The index entry holding the record (0 until stored): kept when the name is renamed or
+    /// the item written, never reused after a removal. `--watch` follows entries.
+    public var entry: Int64 = 0
     /// The item id (`user.docfs.id`).
     public var id: Int64
     public var name: String
@@ -38,6 +45,11 @@ public struct IndexRecord: Sendable, Equatable {
     /// Reserved for syncing with other machines (DESIGN §9); empty until then.
     public var downloadState: String
     public var uploadState: String
+    /// The backing file's inode number and status-change time when the record was made: not
+    /// attributes of the item, but how a reconciling walk tells which records may be out of
+    /// date (any change to an item moves its ctime).
+    public var backingInode: UInt64 = 0
+    public var statusChanged: Double = 0
 
     public init(id: Int64, name: String, path: String, container: String, containerName: String, scope: String,
                 kind: String, size: Int64, created: Double, modified: Double, contentType: String, uti: String = "",
@@ -66,6 +78,27 @@ public struct IndexRecord: Sendable, Equatable {
         self.conflict = conflict
         self.downloadState = downloadState
         self.uploadState = uploadState
+    }
+
+    public static func == (a: IndexRecord, b: IndexRecord) -> Bool {
+        a.differences(from: b).isEmpty && a.downloadState == b.downloadState && a.uploadState == b.uploadState
+            && a.backingInode == b.backingInode && a.statusChanged == b.statusChanged
+    }
+
+    /// The attributes whose values differ between the two records.
+    public func differences(from other: IndexRecord) -> [IndexAttribute] {
+        IndexAttribute.allCases.filter { value(of: $0) != other.value(of: $0) }
+    }
+
+    /// An attribute's value as text, for messages.
+    public func describe(_ attribute: IndexAttribute) -> String {
+        switch value(of: attribute) {
+        case .text(let text): "\"\(text)\""
+        case .integer(let n): String(n)
+        case .date(let t): String(t)
+        case .bool(let b): String(b)
+        case .list(let words): "[" + words.map { "\"\($0)\"" }.joined(separator: ", ") + "]"
+        }
     }
 
     /// `user.xdg.tags` as the freedesktop convention writes it: comma-separated, spaces around
@@ -102,7 +135,7 @@ public struct IndexRecord: Sendable, Equatable {
 }
 
 /// An attribute's value in a record.
-enum RecordValue {
+enum RecordValue: Equatable {
     case text(String)
     case integer(Int64)
     case date(Double)

@@ -1,14 +1,20 @@
 import GRDB
 
-/// The index's tables, as migrations: a store opened by a newer docfs gets the missing steps,
-/// and an index from a schema this docfs does not know is rebuilt (`IndexDatabase`).
+/// The index's tables, as migrations: an index made by an older docfs gets the missing steps
+/// (and is rebuilt when a step leaves it empty), one from a schema this docfs does not know is
+/// made anew (`IndexDatabase`).
 ///
-///     items     one row per item: the record's attributes (tags as a JSON array), and the
-///               change sequence that last wrote it
-///     removals  items removed from the index, with the sequence of their removal, so a
+///     items     one row (an *entry*, numbered) per name of an item, keyed by its place: the
+///               record's attributes (tags as a JSON array), the change sequence that last
+///               wrote it, and the backing file's inode and status-change time, which tell a
+///               reconciling walk what changed
+///     removals  entries removed from the index, with the sequence of their removal, so a
 ///               watcher in another process can tell removed from never seen
-///     meta      the last change sequence handed out
+///     meta      `built`: 1 once a whole rebuild has filled the index
 enum IndexSchema {
+    /// The newest migration: an index that has not run it is from an older docfs.
+    static let newest = "v2-entries"
+
     static func migrator() -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
@@ -50,6 +56,35 @@ enum IndexSchema {
                 t.column("value", .integer).notNull()
             }
             try db.execute(sql: "INSERT INTO meta(key, value) VALUES ('sequence', 0)")
+        }
+        // One row per name rather than per item (hard links are several names of one item,
+        // as a rebuild finds them), an entry number stable across renames, and fingerprints.
+        // The old rows cannot be carried over: the index is marked for a rebuild.
+        migrator.registerMigration(newest) { db in
+            try db.drop(table: "items")
+            try db.drop(table: "removals")
+            // Keyed by place, without a rowid: one B-tree holds the rows in path order. Every
+            // write touches each index, so there are few: name (exact names and patterns), id
+            // (an item's names), sequence (what changed, for watchers).
+            try db.execute(sql: """
+                CREATE TABLE items (
+                    container TEXT NOT NULL, scope TEXT NOT NULL, path TEXT NOT NULL,
+                    entry INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT NOT NULL, containerName TEXT NOT NULL,
+                    kind TEXT NOT NULL, size INTEGER NOT NULL, created DOUBLE NOT NULL, modified DOUBLE NOT NULL,
+                    contentType TEXT NOT NULL, uti TEXT NOT NULL, version INTEGER NOT NULL, tags TEXT NOT NULL,
+                    comment TEXT NOT NULL, hasThumbnail BOOLEAN NOT NULL, isExternal BOOLEAN NOT NULL,
+                    originalPath TEXT NOT NULL, localPath TEXT NOT NULL, conflict BOOLEAN NOT NULL,
+                    downloadState TEXT NOT NULL, uploadState TEXT NOT NULL, sequence INTEGER NOT NULL,
+                    backingInode INTEGER NOT NULL, statusChanged DOUBLE NOT NULL,
+                    PRIMARY KEY (container, scope, path)
+                ) WITHOUT ROWID
+                """)
+            try db.create(index: "items_name", on: "items", columns: ["name"])
+            try db.create(index: "items_id", on: "items", columns: ["id"])
+            try db.create(index: "items_sequence", on: "items", columns: ["sequence"])
+            try db.execute(sql: "CREATE TABLE removals (sequence INTEGER NOT NULL, entry INTEGER NOT NULL, PRIMARY KEY (sequence, entry)) WITHOUT ROWID")
+            try db.execute(sql: "DELETE FROM meta")
+            try db.execute(sql: "INSERT INTO meta(key, value) VALUES ('built', 0)")
         }
         return migrator
     }

@@ -21,8 +21,9 @@ public final class StoreWatcher: @unchecked Sendable {
     }
 
     public enum Change: Sendable {
-        /// `name` in `folder` was created, deleted or moved in or out.
-        case name(Folder, FileName)
+        /// `name` in `folder` was created, deleted or moved in or out; `path` is where it is
+        /// (or was).
+        case name(Folder, FileName, path: String)
         /// The file at `path` was closed after being written.
         case content(path: String, folder: Folder, name: FileName)
         /// The file at `path` was written in this batch and not closed in it: still being
@@ -141,7 +142,7 @@ public final class StoreWatcher: @unchecked Sendable {
             if event.mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0 { watchTree(child) }
             if event.mask & UInt32(IN_MOVED_FROM) != 0 { forgetTree(child) }
         }
-        return [.name(folder, name)]
+        return [.name(folder, name, path: path + "/" + name.description)]
     }
 
     /// Watches `path` and every folder under it (folders made before the watch existed too).

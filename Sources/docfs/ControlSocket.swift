@@ -10,7 +10,12 @@ import Glibc
 /// CLI commands that change a served store send these instead of touching it behind the
 /// daemon's back (issue 3 §2, C7).
 struct ControlRequest: Codable {
-    enum Kind: String, Codable { case restore, resolve, watch, claims }
+    enum Kind: String, Codable {
+        case restore, resolve, watch, claims, rebuildIndex, checkIndex
+
+        /// Requests answered by a stream of lines on a thread of their own.
+        var isStreamed: Bool { self == .watch || self == .rebuildIndex || self == .checkIndex }
+    }
 
     var kind: Kind
     /// The document, relative to the mount root.
@@ -32,6 +37,10 @@ struct ControlReply: Codable {
     var message: String
     /// The coordinator's state, for a `claims` request.
     var claims: ClaimReport?
+    /// How far an index rebuild or check is: done, total.
+    var progress: [Int]? = nil
+    /// The outcome of an index rebuild or check (its last line).
+    var index: IndexWalkOutcome? = nil
 }
 
 /// What the daemon's coordinator holds (`docfs status` shows it): whether the item asked about
@@ -79,8 +88,9 @@ struct ControlSocketAddress {
 }
 
 /// The daemon's side: accepts connections on a thread of its own and answers each request
-/// with `handle`, which runs with the peer's credentials for the record. A `watch` request
-/// keeps its connection: `stream` gets it, on a thread of its own, and closes it when done.
+/// with `handle`, which runs with the peer's credentials for the record. A streamed request
+/// (watch, index rebuild or check) keeps its connection: `stream` gets it, on a thread of its
+/// own, and closes it when done.
 final class ControlServer: @unchecked Sendable {
     // Only the accept thread touches `listener` after start.
     private let listener: Int32
@@ -131,7 +141,7 @@ final class ControlServer: @unchecked Sendable {
         let caller = Caller(uid: uid, gid: gid, pid: pid)
         let reply: ControlReply
         if let line = ControlLine.read(connection), let request = try? JSONDecoder().decode(ControlRequest.self, from: Data(line)) {
-            if request.kind == .watch {
+            if request.kind.isStreamed {
                 let stream = self.stream
                 DetachedThread.start { stream(request, connection) }
                 return true

@@ -2,6 +2,7 @@ import CLinux
 import DocfsCore
 import DocfsFUSE
 import DocfsFilesystem
+import DocfsIndex
 import DocfsProvider
 import Logging
 #if canImport(Glibc)
@@ -40,9 +41,15 @@ final class Daemon {
         // someone else's later one).
         let watcher = Self.makeWatcher(store: store, logger: logger)
         let timeout = options.cacheTimeout ?? (watcher == nil ? Self.unwatchedCacheTimeout : Self.watchedCacheTimeout)
+        let index = try Self.openIndex(store: store, logger: logger)
         let filesystem = try Filesystem(store: store, cachePolicy: .init(entryTimeout: timeout, attributeTimeout: timeout,
                                                                          negativeTimeout: timeout,
-                                                                         writebackCache: options.writebackCache))
+                                                                         writebackCache: options.writebackCache),
+                                        index: index)
+        let indexLogger = logger
+        filesystem.onIndexFailure { error in
+            indexLogger.error("the index could not be updated (queries may miss this change until the next mount, or `docfs index rebuild`): \(error)")
+        }
         SignalThread.blockTerminationSignals()
         let mount = try FUSEMount(filesystem: filesystem, mountPoint: mountPoint, options: options, logger: logger)
         self.mount = mount
@@ -50,7 +57,11 @@ final class Daemon {
         control = try ControlServer(store: store.layout, handle: { request, caller in
             Self.handle(request, caller: caller, filesystem: filesystem, mount: mount, logger: log)
         }, stream: { request, connection in
-            WatchStream.serve(request.path, on: connection, presenters: filesystem.presenters)
+            if request.kind == .watch {
+                WatchStream.serve(request.path, on: connection, presenters: filesystem.presenters)
+            } else {
+                IndexWalkStream.serve(request.kind == .checkIndex ? .check : .rebuild, on: connection, filesystem: filesystem, logger: log)
+            }
         })
         control.start()
         if let watcher { Self.watch(watcher, filesystem: filesystem, mount: mount, logger: logger) }
@@ -69,6 +80,25 @@ final class Daemon {
         mount.run()
         MountRegistry.unregister(mountPoint: mountPoint)
         withExtendedLifetime(lock) {}
+    }
+
+    /// The store's index, agreeing with the store before the first request is served: made
+    /// anew when missing, from an older docfs or damaged; otherwise reconciled (records of
+    /// what changed while no daemon served the store, or since a crash, are written again).
+    private static func openIndex(store: LocalStore, logger: Logger) throws(DocfsError) -> IndexDatabase {
+        let (index, condition) = try IndexDatabase.open(path: store.layout.indexFile)
+        let mode: IndexRebuild.Mode = condition == .ready ? .reconcile : .rebuild
+        if case .replaced(let reason, let aside) = condition {
+            logger.warning("the index was set aside (\(reason)) as \(aside): rebuilding it")
+        }
+        var started = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &started)
+        let summary = try IndexRebuild.run(store: store, index: index, mode: mode)
+        var ended = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ended)
+        let seconds = Double(ended.tv_sec - started.tv_sec) + Double(ended.tv_nsec - started.tv_nsec) / 1e9
+        logger.notice("index \(mode == .rebuild ? "rebuilt" : "reconciled"): \(summary.items) items, \(summary.written) records written, \(summary.removed) removed, \(summary.identified) given an id, in \(String(format: "%.2f", seconds)) s")
+        return index
     }
 
     /// How long the kernel caches names and attributes while the store watcher runs: it tells

@@ -1,5 +1,6 @@
 import DocfsCore
 import DocfsFilesystem
+import DocfsIndex
 import DocfsProvider
 
 /// `docfs versions FILE --restore V` and `--resolve [--keep V]`: through the daemon when the
@@ -16,7 +17,11 @@ enum DocumentChange {
         let store = try LocalStore(path: document.store.root)
         let lock = try StoreLock(store: store, mountPoint: "(docfs versions)")
         defer { withExtendedLifetime(lock) {} }
-        return try apply(request, item: document.item, filesystem: try Filesystem(store: store), caller: .daemon) { _ in }
+        // The change is stitched into the index as the daemon would (when the index is usable;
+        // otherwise the next query or mount makes it again anyway).
+        let index = try? IndexDatabase.open(path: store.layout.indexFile)
+        let filesystem = try Filesystem(store: store, index: index?.1 == .ready ? index?.0 : nil)
+        return try apply(request, item: document.item, filesystem: filesystem, caller: .daemon) { _ in }
     }
 
     /// Carries the request out (in the daemon, or here when no daemon serves the store).
@@ -30,7 +35,7 @@ enum DocumentChange {
         case .resolve:
             invalidate(try filesystem.resolveConflict(path: request.path, item: item, keep: request.version, caller: caller))
             return "resolved the conflict of \(request.path)" + (request.version.map { ", keeping version \($0)" } ?? "")
-        case .watch, .claims:
+        case .watch, .claims, .rebuildIndex, .checkIndex:
             throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request changes nothing")
         }
     }

@@ -12,53 +12,147 @@ import Glibc
 struct IndexCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "index",
-        abstract: "Rebuild the metadata index that docfs query reads.",
-        subcommands: [Rebuild.self]
+        abstract: "Rebuild or check the metadata index that docfs query reads.",
+        subcommands: [Rebuild.self, Check.self]
     )
 
     /// `docfs index rebuild`: makes the index again from the store.
     struct Rebuild: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Make the index again from the store's files.",
-            discussion: "Shows progress on a terminal, and a one-line summary at the end."
+            discussion: "Works on a served store too (through its daemon). Shows progress on a terminal, and a one-line summary at the end."
         )
 
         @OptionGroup var location: StoreLocation
 
         func run() throws {
             let (layout, _) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
-            try reportingErrors { () throws(DocfsError) in try IndexAccess.rebuild(layout) }
+            try reportingErrors { () throws(DocfsError) in try IndexAccess.walk(.rebuild, layout) }
+        }
+    }
+
+    /// `docfs index check`: lists every difference between the index and the store.
+    struct Check: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Compare the index with the store and list every difference.",
+            discussion: "Exit status 0 when they agree, 1 when there are differences (`docfs index rebuild` fixes them)."
+        )
+
+        @OptionGroup var location: StoreLocation
+
+        func run() throws {
+            let (layout, _) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
+            let differences = try reportingErrors { () throws(DocfsError) in try IndexAccess.walk(.check, layout) }
+            for difference in differences { print(difference) }
+            if !differences.isEmpty { throw ExitCode(1) }
         }
     }
 }
 
-/// Opening a store's index from the CLI: read directly, made first when it is missing.
+/// Reaching a store's index from the CLI: read directly; rebuilt and checked by the daemon
+/// when one serves the store, else here.
 enum IndexAccess {
+    /// The index for reading. An index that is missing, from an older docfs or damaged is
+    /// made again first (the daemon does that itself when it starts).
     static func open(_ layout: StoreLayout) throws(DocfsError) -> IndexDatabase {
-        let path = layout.indexFile
-        if access(path, F_OK) != 0 {
-            printError("docfs: \(layout.root) has no index yet: building it\n")
-            try rebuild(layout)
+        if StoreLock.holder(of: layout) == nil {
+            try requireStore(layout)
+            let (index, condition) = try IndexDatabase.open(path: layout.indexFile)
+            if condition != .ready {
+                printError("docfs: \(Self.explain(condition, layout)): building it\n")
+                _ = try walk(.rebuild, layout, index: index)
+            }
         }
-        return try IndexDatabase(path: path, readOnly: true)
+        return try IndexDatabase(path: layout.indexFile, readOnly: true)
     }
 
-    /// Rebuilds the index of a store no daemon serves, with a progress bar on a terminal.
-    static func rebuild(_ layout: StoreLayout) throws(DocfsError) {
-        if let holder = StoreLock.holder(of: layout) {
-            throw DocfsError(.storeBusy, "the daemon (pid \(holder.pid)) serves \(layout.root) at \(holder.mountPoint): unmount it first (docfs unmount \(holder.mountPoint)), then rebuild")
+    /// Rebuilds or checks the index, with a progress bar on a terminal; answers a check's
+    /// differences.
+    @discardableResult
+    static func walk(_ mode: IndexRebuild.Mode, _ layout: StoreLayout, index given: IndexDatabase? = nil) throws(DocfsError) -> [String] {
+        let bar = ProgressBar(label: mode == .check ? "checking" : "indexing")
+        let started = Date()
+        let outcome: IndexWalkOutcome
+        if StoreLock.holder(of: layout) != nil {
+            outcome = try IndexWalkRequest.send(mode, to: layout) { bar.show($0, of: $1) }
+        } else {
+            try requireStore(layout)
+            let index: IndexDatabase
+            if let given {
+                index = given
+            } else {
+                let (opened, condition) = try IndexDatabase.open(path: layout.indexFile)
+                if case .replaced = condition { printError("docfs: \(explain(condition, layout))\n") }
+                index = opened
+            }
+            let store = try LocalStore(path: layout.root)
+            let summary = try IndexRebuild.run(store: store, index: index, mode: mode, progress: { bar.show($0, of: $1) })
+            outcome = IndexWalkOutcome(summary, mode: mode)
         }
+        bar.finish()
+        let seconds = String(format: "%.1f", Date().timeIntervalSince(started))
+        printError("docfs: \(outcome.summary) in \(seconds) s\n")
+        return outcome.differences
+    }
+
+    private static func requireStore(_ layout: StoreLayout) throws(DocfsError) {
         guard access(layout.formatFile, F_OK) == 0 else {
             throw DocfsError(.storeUnavailable, "\(layout.root) is not a docfs store: give the store with --store, or a mount point")
         }
-        let store = try LocalStore(path: layout.root)
-        let index = try IndexDatabase(path: layout.indexFile)
-        let bar = ProgressBar(label: "indexing")
-        let started = Date()
-        let summary = try IndexRebuild.run(store: store, index: index) { done, total in bar.show(done, of: total) }
-        bar.finish()
-        let seconds = Date().timeIntervalSince(started)
-        printError("docfs: indexed \(summary.items) items in \(String(format: "%.1f", seconds)) s (\(summary.removed) records removed, \(summary.identified) items given an id)\n")
+    }
+
+    static func explain(_ condition: IndexDatabase.Condition, _ layout: StoreLayout) -> String {
+        switch condition {
+        case .ready: "the index is ready"
+        case .unbuilt: "\(layout.root) has no index yet"
+        case .migrated: "the index of \(layout.root) is from an older docfs"
+        case .replaced(let reason, let aside): "the index of \(layout.root) was set aside (\(reason)) as \(aside)"
+        }
+    }
+}
+
+/// What a rebuild or check tells its caller: a one-line summary and a check's differences.
+struct IndexWalkOutcome: Codable {
+    var summary: String
+    var differences: [String]
+
+    init(summary: String, differences: [String]) {
+        self.summary = summary
+        self.differences = differences
+    }
+
+    init(_ summary: IndexRebuild.Summary, mode: IndexRebuild.Mode) {
+        switch mode {
+        case .check:
+            self.summary = "checked \(summary.items) items: \(summary.differences.isEmpty ? "index and store agree" : "\(summary.differences.count) differences")"
+        case .rebuild, .reconcile:
+            self.summary = "indexed \(summary.items) items (\(summary.written) records written, \(summary.removed) removed, \(summary.identified) items given an id)"
+        }
+        differences = summary.differences.map(\.description)
+    }
+}
+
+/// A rebuild or check done by the daemon serving the store: it streams progress lines, then
+/// the outcome.
+enum IndexWalkRequest {
+    static func send(_ mode: IndexRebuild.Mode, to layout: StoreLayout,
+                     progress: (Int, Int) -> Void) throws(DocfsError) -> IndexWalkOutcome {
+        let fd = try ControlClient.connect(to: layout)
+        defer { close(fd) }
+        let reader = LineReader(fd)
+        let request = ControlRequest(kind: mode == .check ? .checkIndex : .rebuildIndex, path: "")
+        let first = try ControlClient.exchange(request, on: fd, store: layout, reader: reader)
+        guard first.ok else { throw DocfsError(.storeUnavailable, first.message) }
+        while let line = reader.next() {
+            guard let reply = try? JSONDecoder().decode(ControlReply.self, from: Data(line)) else { break }
+            if let counts = reply.progress, counts.count == 2 { progress(counts[0], counts[1]) }
+            if let outcome = reply.index {
+                guard reply.ok else { throw DocfsError(.internalFailure, reply.message) }
+                return outcome
+            }
+            if !reply.ok { throw DocfsError(.internalFailure, reply.message) }
+        }
+        throw DocfsError(.storeUnavailable, "the daemon serving \(layout.root) stopped answering: see \(layout.daemonLog)")
     }
 }
 
@@ -72,7 +166,7 @@ final class ProgressBar {
     func show(_ done: Int, of total: Int) {
         guard visible else { return }
         let width = 30
-        let filled = total > 0 ? width * done / total : width
+        let filled = total > 0 ? width * min(done, total) / total : width
         printError("\r\(label) [\(String(repeating: "#", count: filled))\(String(repeating: " ", count: width - filled))] \(done)/\(total)")
     }
 

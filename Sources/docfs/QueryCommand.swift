@@ -63,15 +63,6 @@ struct QueryCommand: ParsableCommand {
         let query = IndexQuery(predicate: parsed, scope: scope, sort: keys, limit: limit)
         let (layout, mountPoint) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
         let index = try reportingErrors { () throws(DocfsError) in try IndexAccess.open(layout) }
-        if let holder = StoreLock.holder(of: layout) {
-            // Until the daemon stitches records on every write, say how old the answer may be.
-            let written = [layout.indexFile, layout.indexFile + "-wal"].compactMap { path -> Double? in
-                var st = stat()
-                return stat(path, &st) == 0 ? seconds(st.st_mtim) : nil
-            }.max()
-            let built = written.map { " (\(formatDate($0)))" } ?? ""
-            printError("docfs: note: the daemon (pid \(holder.pid)) does not update the index yet: results are as of the last rebuild\(built)\n")
-        }
         let records = try reportingErrors { () throws(DocfsError) in try index.records(matching: query) }
         if json { return printJSON(records.map(RecordJSON.init)) }
         for record in records { print(Self.describe(record, mountPoint: mountPoint)) }

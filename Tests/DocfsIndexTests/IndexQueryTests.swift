@@ -21,6 +21,10 @@ import Testing
                     contentType: "text/plain", version: 1, tags: tags)
     }
 
+    static func location(_ path: String) -> IndexLocation {
+        IndexLocation(container: "docfs.default", scope: "documents", path: path)
+    }
+
     @Test func recordsRoundTripAndRemovalsAreRemembered() throws {
         let (index, directory) = try temporaryIndex()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -32,28 +36,98 @@ import Testing
         full.originalPath = "/elsewhere"
         full.localPath = "/here"
         full.conflict = true
-        try index.upsert([full, Self.record(8, "other")])
-        #expect(try index.record(id: 7) == full)
+        full.backingInode = 1234
+        full.statusChanged = 1_773_000_001.5
+        try index.apply([.put(full), .put(Self.record(8, "other"))])
+        let stored = try #require(try index.record(at: full.location))
+        #expect(stored == full)
+        #expect(stored.entry > 0)
         #expect(try index.count() == 2)
+        let before = try index.latestSequence()
         full.size = 999
-        try index.upsert([full])
-        #expect(try index.record(id: 7)?.size == 999)
-        try index.remove([7])
-        #expect(try index.record(id: 7) == nil)
+        try index.apply([.put(full)])
+        let updated = try #require(try index.record(at: full.location))
+        #expect(updated.size == 999)
+        #expect(updated.entry == stored.entry)  // the same entry, written again
+        let changes = try index.changes(after: before)
+        #expect(changes.written.map(\.entry) == [stored.entry])
+        #expect(changes.removed.isEmpty)
+        try index.apply([.remove(full.location)])
+        #expect(try index.record(at: full.location) == nil)
         #expect(try index.count() == 1)
+        #expect(try index.changes(after: changes.sequence).removed == [stored.entry])
         // Another connection (a `docfs query` process) reads what was written.
         let reader = try IndexDatabase(path: index.path, readOnly: true)
         #expect(try reader.count() == 1)
     }
 
+    /// A folder's move takes everything under it along (and nothing that merely shares a
+    /// prefix); an exchange trades places; removing a folder removes what is under it.
+    @Test func movesExchangesAndRemovalsReachEverythingUnder() throws {
+        let (index, directory) = try temporaryIndex()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        func put(_ id: Int64, _ path: String) -> IndexChange {
+            var r = Self.record(id, IndexLocation(container: "", scope: "", path: path).name)
+            r.path = path
+            return .put(r)
+        }
+        try index.apply([put(1, "/a"), put(2, "/a/x"), put(3, "/a/x/y"), put(4, "/a-b"), put(5, "/ab"), put(6, "/c")])
+        let entryOfY = try #require(try index.record(at: Self.location("/a/x/y"))).entry
+        try index.apply([.move(from: Self.location("/a"), to: Self.location("/d/e"))])
+        func paths() throws -> [String] { try index.allRecords().map(\.path) }
+        #expect(try paths() == ["/a-b", "/ab", "/c", "/d/e", "/d/e/x", "/d/e/x/y"])
+        #expect(try index.record(at: Self.location("/d/e"))?.name == "e")
+        #expect(try index.record(at: Self.location("/d/e/x/y"))?.entry == entryOfY)
+        try index.apply([.exchange(Self.location("/d/e"), Self.location("/c"))])
+        #expect(try paths() == ["/a-b", "/ab", "/c", "/c/x", "/c/x/y", "/d/e"])
+        #expect(try index.record(at: Self.location("/c"))?.id == 1)
+        #expect(try index.record(at: Self.location("/d/e"))?.id == 6)
+        try index.apply([.remove(Self.location("/c"))])
+        #expect(try paths() == ["/a-b", "/ab", "/d/e"])
+    }
+
+    /// Hard links: each name of an item has its own entry, found by the item's id.
+    @Test func eachNameOfAnItemHasItsEntry() throws {
+        let (index, directory) = try temporaryIndex()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let a = Self.record(9, "a.txt")
+        var b = Self.record(9, "b.md")
+        b.contentType = "text/markdown"
+        try index.apply([.put(a), .put(b), .put(Self.record(10, "c"))])
+        let names = try index.records(id: 9)
+        #expect(names.map(\.path) == ["/a.txt", "/b.md"])
+        #expect(Set(names.map(\.entry)).count == 2)
+        #expect(names.map(\.contentType) == ["text/plain", "text/markdown"])
+    }
+
+    /// Fingerprints find the entry at a place and say which were never asked for.
+    @Test func fingerprintsTellUnchangedAndUnseenEntries() throws {
+        let (index, directory) = try temporaryIndex()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var records = (1...50).map { Self.record(Int64($0), "f\($0)") }
+        try index.apply(records.map { .put($0) })
+        var prints = try index.fingerprints()
+        #expect(prints.count == 50)
+        records[0].size += 1
+        for record in records.dropLast(10) {
+            let taken = prints.take(record.location)
+            let found = try #require(taken)
+            #expect((found.print == IndexFingerprints.print(of: record)) == (record.id != 1))
+            #expect(found.id == record.id)
+        }
+        #expect(prints.take(Self.location("/nowhere")) == nil)
+        let unseen = Set(try index.records(entries: prints.unseenEntries).map(\.id))
+        #expect(unseen == Set(41...50))
+    }
+
     @Test func scopeSortAndLimit() throws {
         let (index, directory) = try temporaryIndex()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        try index.upsert([Self.record(1, "b", size: 30), Self.record(2, "a", size: 10), Self.record(3, "c", size: 20),
-                          Self.record(4, "d", scope: "data", size: 5)])
+        try index.apply([Self.record(1, "b", size: 30), Self.record(2, "a", size: 10), Self.record(3, "c", size: 20),
+                         Self.record(4, "d", scope: "data", size: 5)].map { .put($0) })
         let all = try Self.parser.parse("")
-        #expect(try index.records(matching: IndexQuery(predicate: all)).map(\.id) == [1, 2, 3])
-        #expect(try index.records(matching: IndexQuery(predicate: all, scope: .all)).map(\.id) == [1, 2, 3, 4])
+        #expect(try index.records(matching: IndexQuery(predicate: all)).map(\.id) == [2, 1, 3])  // by path
+        #expect(try index.records(matching: IndexQuery(predicate: all, scope: .all)).map(\.id) == [2, 1, 3, 4])
         #expect(try index.records(matching: IndexQuery(predicate: all, scope: .data)).map(\.id) == [4])
         #expect(try index.records(matching: IndexQuery(predicate: all, sort: [.init(attribute: .name)])).map(\.name) == ["a", "b", "c"])
         #expect(try index.records(matching: IndexQuery(predicate: all, sort: [.init(attribute: .size, descending: true)],
@@ -75,11 +149,12 @@ import Testing
                                 size: Int64(rng.next(below: 5)) * 1_000_000,
                                 modified: 1_773_576_000 - Double(rng.next(below: 20)) * 43_200,
                                 tags: (0..<rng.next(below: 3)).map { _ in tagWords[rng.next(below: tagWords.count)] })
+            r.path = "/\(id)/\(r.name)"  // names repeat; places do not
             r.version = Int64(rng.next(below: 4))
             r.conflict = rng.next(below: 2) == 0
             records.append(r)
         }
-        try index.upsert(records)
+        try index.apply(records.map { .put($0) })
         let textOps = ["==", "!=", "<", ">=", "LIKE", "BEGINSWITH", "ENDSWITH", "CONTAINS"]
         let patterns = ["\"report*\"", "\"*.md\"", "\"photo.jpg\"", "\"a\\\\*b?.txt\"", "\"\"", "\"?\"", "\"ÜNÏ.md\"", "\"*\""]
         func comparison() -> String {
@@ -111,7 +186,7 @@ import Testing
         for _ in 0..<400 {
             let text = predicate(0)
             let query = IndexQuery(predicate: try Self.parser.parse(text), scope: IndexQuery.Scope.allCases[rng.next(below: 4)])
-            let fromSQL = try index.records(matching: query).map(\.id)
+            let fromSQL = try index.records(matching: query).map(\.id).sorted()
             let fromSwift = records.filter(query.matches).map(\.id).sorted()
             #expect(fromSQL == fromSwift, "\(text) in \(query.scope)")
             if !fromSQL.isEmpty { nonEmpty += 1 }

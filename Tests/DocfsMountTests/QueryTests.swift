@@ -5,9 +5,10 @@ import Testing
 import Glibc
 #endif
 
-/// `docfs query` and `docfs index rebuild` (issue 4 §3, §4) on a store made through a mount:
-/// records carry the S2 attributes, predicates select, sort and limit, bad predicates exit 2
-/// pointing at the column, and a missing index is built on first use.
+/// `docfs query` and `docfs index rebuild|check` (issue 4 §3, §4) on a store made through a
+/// mount: records carry the S2 attributes, predicates select, sort and limit, bad predicates
+/// exit 2 pointing at the column, a served store is rebuilt through its daemon, and a missing
+/// or damaged index is made again on first use.
 @Suite struct QueryTests {
     func docfs(_ arguments: String) throws -> (status: Int32, output: String) {
         try shell("'\(MountFixture.binary)' \(arguments)")
@@ -27,14 +28,16 @@ import Glibc
         // Made behind docfs's back: the rebuild gives it an id.
         try "behind".write(toFile: fixture.documents + "/outside.md", atomically: false, encoding: .utf8)
 
-        // Served: the rebuild refuses and says what to do.
+        // Served: the daemon found the new file when it started, and rebuilds on request.
         try fixture.start()
-        let refused = try docfs("index rebuild --store '\(fixture.store)'")
-        #expect(refused.status == 1)
-        #expect(refused.output.contains("unmount it first"), "\(refused.output)")
+        let served = try docfs("index rebuild --store '\(fixture.store)'")
+        #expect(served.status == 0, "\(served.output)")
+        #expect(served.output.contains("indexed 5 items"), "\(served.output)")
+        #expect(fixture.log.contains("index reconciled: 5 items, 1 records written"), "\(fixture.log)")
         fixture.stop()
 
-        // No index yet: the first query builds it.
+        // No index: the first query builds it.
+        for suffix in ["", "-wal", "-shm"] { unlink(fixture.store + "/index/index.sqlite" + suffix) }
         let first = try docfs("query 'name ENDSWITH \".md\"' --sort name --store '\(fixture.store)'")
         #expect(first.status == 0, "\(first.output)")
         #expect(first.output.contains("has no index yet"))
@@ -82,11 +85,52 @@ import Glibc
         #expect(badSort.status == 2)
         #expect(badSort.output.contains("cannot sort by colour"))
 
-        // Through a mount point: paths under it, and a note that the answer is the last rebuild's.
+        // Through a mount point: paths under it.
         try fixture.start()
         let mounted = try docfs("query 'name == \"plan.md\"' '\(fixture.mountPoint)'")
         #expect(mounted.status == 0)
-        #expect(mounted.output.contains(fixture.mountPoint + "/notes/plan.md\n"), "\(mounted.output)")
-        #expect(mounted.output.contains("results are as of the last rebuild"))
+        #expect(mounted.output == fixture.mountPoint + "/notes/plan.md\n", "\(mounted.output)")
+    }
+
+    /// A damaged index is set aside (kept for a bug report) and made again by the next query;
+    /// `docfs index check` lists each kind of difference and exits 1, and a rebuild (or the
+    /// daemon's start) makes them go.
+    @Test func damagedIndexesAreMadeAgainAndCheckListsEveryDifference() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        try "one".write(toFile: fixture.path("kept.txt"), atomically: false, encoding: .utf8)
+        try "two".write(toFile: fixture.path("gone.txt"), atomically: false, encoding: .utf8)
+        try "three".write(toFile: fixture.path("grown.txt"), atomically: false, encoding: .utf8)
+        fixture.stop()
+        let clean = try docfs("index check --store '\(fixture.store)'")
+        #expect(clean.status == 0, "\(clean.output)")
+
+        // Behind docfs's back while nothing serves the store.
+        unlink(fixture.documents + "/gone.txt")
+        try "three and more".write(toFile: fixture.documents + "/grown.txt", atomically: false, encoding: .utf8)
+        try "new".write(toFile: fixture.documents + "/new.md", atomically: false, encoding: .utf8)
+        let check = try docfs("index check --store '\(fixture.store)'")
+        #expect(check.status == 1)
+        let lines = check.output.split(separator: "\n").map(String.init)
+        #expect(lines.contains("missing from the index: /new.md"), "\(check.output)")
+        #expect(lines.contains("in the index but not in the store: /gone.txt"), "\(check.output)")
+        #expect(lines.contains { $0.hasPrefix("differs: /grown.txt: size 5 in the index, 14 in the store") }, "\(check.output)")
+        #expect(check.output.contains("3 differences"))
+
+        // The daemon's start reconciles: nothing left to find.
+        try fixture.start()
+        let served = try docfs("index check '\(fixture.mountPoint)'")
+        #expect(served.status == 0, "\(served.output)")
+        fixture.stop()
+
+        // Damaged: garbage where the database was.
+        for suffix in ["-wal", "-shm"] { unlink(fixture.store + "/index/index.sqlite" + suffix) }
+        try Data(repeating: 0x5A, count: 8192).write(to: URL(fileURLWithPath: fixture.store + "/index/index.sqlite"))
+        let query = try docfs("query 'name == \"new.md\"' --store '\(fixture.store)'")
+        #expect(query.status == 0, "\(query.output)")
+        #expect(query.output.contains("was set aside"), "\(query.output)")
+        #expect(query.output.hasSuffix("/new.md\n"), "\(query.output)")
+        let aside = try FileManager.default.contentsOfDirectory(atPath: fixture.store + "/index").filter { $0.contains(".damaged-") }
+        #expect(!aside.isEmpty)
     }
 }

@@ -34,6 +34,8 @@ int docfs_accept_cloexec(int fd);
 int docfs_peer_credentials(int fd, int *pid, unsigned int *uid, unsigned int *gid);
 /// The birth time of `path` (statx, not following a symlink); -1 when the filesystem has none.
 int docfs_birth_time(const char *path, long long *seconds, unsigned int *nanoseconds);
+/// The same, of the file a descriptor (O_PATH included) refers to.
+int docfs_fd_birth_time(int fd, long long *seconds, unsigned int *nanoseconds);
 /// getxattr of `name` in the directory `dirfd` without following a symlink there.
 ssize_t docfs_at_getxattr(int dirfd, const char *name, const char *attribute, void *value, size_t size);
 
@@ -42,6 +44,8 @@ extern const unsigned int DOCFS_RENAME_EXCHANGE;
 extern const int DOCFS_O_PATH;
 extern const int DOCFS_AT_EMPTY_PATH;
 extern const int DOCFS_O_DIRECT;
+/// O_NOATIME: reading does not move the access time (owner or CAP_FOWNER only).
+extern const int DOCFS_O_NOATIME;
 extern const short DOCFS_POSIX_SPAWN_SETSID;
 extern const int DOCFS_MNT_DETACH;
 extern const int DOCFS_FALLOC_FL_KEEP_SIZE;

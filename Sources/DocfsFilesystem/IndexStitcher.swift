@@ -1,0 +1,266 @@
+import CLinux
+import DocfsCore
+import DocfsIndex
+import DocfsProvider
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Stitching (DESIGN §5 S1): operations that change an item write its index record before they
+/// return to the caller, so a query run the moment a close, fsync, rename, unlink, mkdir, rmdir,
+/// link, symlink, setattr or setxattr returns already sees the change. Changes the store watcher
+/// finds (uncoordinated writers) are recorded the same way, within its batching delay.
+///
+/// Each call looks at the item's backing file and writes what it found in one transaction, under
+/// `lock`: two operations on one item (two writers closing at once) write their records in the
+/// order they looked, so the newer look always wins, and a rebuild while the store is served
+/// (which takes the same lock folder by folder) never writes over a newer record.
+///
+/// A failed index write does not fail the operation (the store changed; the index is derived
+/// state): it is reported (`onFailure`), and the daemon's next start reconciles the index.
+///
+/// Lock order: `lock` is taken inside coordination claims and outside SQLite's own locks; no
+/// other docfs lock is taken while it is held.
+final class IndexStitcher: Sendable {
+    let index: IndexDatabase
+    let builder: IndexRecordBuilder
+    private let identity: ItemIdentity
+    /// The backing path of the scope's root folder: records' paths are relative to it.
+    private let rootPath: String
+    private let lock = Mutex(())
+    private let failureSink = Mutex<(@Sendable (DocfsError) -> Void)?>(nil)
+    /// Handles open for writing (or made by a create), the node each writes, and for a create
+    /// the folder it was made in (whose modification time the create moved): their close and
+    /// fsync record the file.
+    private let writers = Mutex<[UInt64: (node: Node, createdIn: Node?)]>([:])
+
+    init(index: IndexDatabase, container: ContainerID, rootPath: String, identity: ItemIdentity) {
+        self.index = index
+        builder = IndexRecordBuilder(container: container, scope: "documents")
+        self.rootPath = rootPath
+        self.identity = identity
+    }
+
+    /// Where failed index writes are reported.
+    func onFailure(_ sink: @escaping @Sendable (DocfsError) -> Void) {
+        failureSink.withLock { $0 = sink }
+    }
+
+    // MARK: - Writers
+
+    /// `handle` writes `node` (made by it in `createdIn`): its close records the file.
+    func opened(_ handle: UInt64, writing node: Node, createdIn folder: Node? = nil) {
+        writers.withLock { $0[handle] = (node, folder) }
+    }
+
+    /// The close (FLUSH) or fsync of `handle`: a writer's file is recorded (and, the first
+    /// time, the folder a create made it in).
+    func closed(_ handle: UInt64) {
+        guard let (node, folder) = writers.withLock({ writers -> (Node, Node?)? in
+            guard let writer = writers[handle] else { return nil }
+            writers[handle]?.createdIn = nil
+            return writer
+        }) else { return }
+        recordFile(node, parent: folder)
+    }
+
+    /// The last close of `handle`.
+    func released(_ handle: UInt64) {
+        _ = writers.withLock { $0.removeValue(forKey: handle) }
+    }
+
+    // MARK: - Operations
+
+    /// The file or folder `node` changed (content, attributes, extended attributes, version):
+    /// its record, at the name it was reached by, and its other names' (hard links); `parent`
+    /// is a folder whose record is to be made again too.
+    func recordFile(_ node: Node, parent: Node? = nil) {
+        stitch { () -> [IndexChange] in
+            let folder = parent.flatMap { folderRecord($0.fd) }.map { [IndexChange.put($0)] } ?? []
+            var st = stat()
+            guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return [] }
+            guard let path = scopePath(of: node.fd) else {
+                // Reached through a name since removed: its other names (if any) take the change.
+                guard st.st_nlink > 0 else { return folder }
+                return siblings(of: node, except: nil, st: st) + folder
+            }
+            guard !path.isEmpty else { return folder }  // the scope's root has no record
+            let record = builder.record(item: node.item, file: node.fd, path: path, st: st)
+            let others = st.st_nlink > 1 && !node.isDirectory ? siblings(of: node, except: path, st: st) : []
+            return [.put(record)] + others + folder
+        }
+    }
+
+    /// `name` in the folder `directoryFD` was made or linked, or took new content or
+    /// attributes: its record, and the folder's when `namesChanged` (its modification time moved).
+    func recordName(_ name: FileName, in directoryFD: Int32, item: ItemID? = nil, namesChanged: Bool = true) {
+        stitch { () -> [IndexChange] in
+            guard let record = record(of: name, in: directoryFD, item: item) else { return [] }
+            return [.put(record)] + (namesChanged ? folderChanges(directoryFD) : [])
+        }
+    }
+
+    /// `name` in the folder `directoryFD` left (unlink, rmdir), with whatever was under it.
+    func removeName(_ name: FileName, in directoryFD: Int32) {
+        stitch { () -> [IndexChange] in
+            guard let path = scopePath(of: name, in: directoryFD) else { return [] }
+            return [.remove(builder.location(path))] + folderChanges(directoryFD)
+        }
+    }
+
+    /// A rename that happened: `name` in `from` is now `newName` in `to` (its entry moves, with
+    /// everything under it; whatever `newName` held is gone), or the two traded places.
+    func recordMove(_ name: FileName, in from: Int32, to newName: FileName, in to: Int32, exchange: Bool) {
+        stitch { () -> [IndexChange] in
+            guard let old = scopePath(of: name, in: from), let new = scopePath(of: newName, in: to) else {
+                return []
+            }
+            // Renaming a name to itself, or to another name of the same file, changes nothing.
+            var st = stat()
+            if old == new || (!exchange && fstatat(from, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0) { return [] }
+            var changes: [IndexChange]
+            if exchange {
+                changes = [.exchange(builder.location(old), builder.location(new))]
+                if let record = record(of: name, in: from) { changes.append(.put(record)) }
+            } else {
+                changes = [.remove(builder.location(new)), .move(from: builder.location(old), to: builder.location(new))]
+            }
+            if let record = record(of: newName, in: to) { changes.append(.put(record)) }
+            return changes + folderChanges(from) + folderChanges(to, unless: from)
+        }
+    }
+
+    /// A rename that replaced a document with new content (a safe-save): the new content's
+    /// name is gone, the document's name holds it (with the document's id, in the entry the
+    /// document had). For an exchange, both names hold something new.
+    func recordReplace(_ name: FileName, in from: Int32, by newName: FileName, in to: Int32, exchange: Bool) {
+        stitch { () -> [IndexChange] in
+            var changes: [IndexChange] = []
+            if exchange {
+                if let record = record(of: name, in: from) { changes.append(.put(record)) }
+            } else if let old = scopePath(of: name, in: from) {
+                changes.append(.remove(builder.location(old)))
+            }
+            if let record = record(of: newName, in: to) { changes.append(.put(record)) }
+            return changes + folderChanges(from) + folderChanges(to, unless: from)
+        }
+    }
+
+    /// Something changed at the backing path `path` behind docfs's back (the store watcher saw
+    /// it): its record is made again, or removed when nothing is there. When a name came or
+    /// went (`nameChanged`), its folder's record is made again too, and a folder that appeared
+    /// is recorded with everything in it.
+    func recordUncoordinated(_ path: String, nameChanged: Bool) {
+        stitch { () -> [IndexChange] in
+            guard let relative = scopePath(ofBacking: path), !relative.isEmpty else { return [] }
+            let slash = path.lastIndex(of: "/")!
+            let folder = open(String(path[..<slash]), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard folder >= 0 else { return [.remove(builder.location(relative))] }
+            defer { close(folder) }
+            let parent = nameChanged ? folderChanges(folder) : []
+            let name = FileName(String(path[path.index(after: slash)...]))
+            guard let record = record(of: name, in: folder) else { return [.remove(builder.location(relative))] + parent }
+            var changes: [IndexChange] = [.put(record)]
+            if nameChanged && record.kind == "folder" { changes += recordsUnder(path, relative: relative) }
+            return changes + parent
+        }
+    }
+
+    /// Runs a walk of the store (a rebuild while it is served) folder by folder under the
+    /// stitching lock.
+    func serialized(_ body: () throws(DocfsError) -> Void) throws(DocfsError) {
+        try lock.withLock { _ throws(DocfsError) in try body() }
+    }
+
+    // MARK: - Records
+
+    private func stitch(_ changes: () -> [IndexChange]) {
+        do throws(DocfsError) {
+            try lock.withLock { _ throws(DocfsError) in try index.apply(changes()) }
+        } catch {
+            failureSink.withLock { $0 }?(error)
+        }
+    }
+
+    /// The records of the file's other names (hard links) the index knows, made again: the
+    /// content is theirs too, and with a name that settles no type, so may be its type.
+    private func siblings(of node: Node, except path: String?, st: stat) -> [IndexChange] {
+        let known = (try? index.records(id: Int64(bitPattern: node.item.rawValue))) ?? []
+        return known.filter { $0.path != path && $0.container == builder.container.rawValue && $0.scope == builder.scope }
+            .map { .put(builder.record(item: node.item, file: node.fd, path: $0.path, st: st)) }
+    }
+
+    /// The folder `fd`'s record as it is now (a name in it came or went); none for the scope's
+    /// root, or `unless` it is the same folder as that one (already recorded).
+    private func folderChanges(_ fd: Int32, unless other: Int32? = nil) -> [IndexChange] {
+        if let other {
+            var a = stat()
+            var b = stat()
+            if fstat(fd, &a) == 0 && fstat(other, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev { return [] }
+        }
+        return folderRecord(fd).map { [.put($0)] } ?? []
+    }
+
+    private func folderRecord(_ fd: Int32) -> IndexRecord? {
+        guard let path = scopePath(of: fd), !path.isEmpty else { return nil }
+        var st = stat()
+        guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else { return nil }
+        return builder.record(item: identity.item(of: fd, st), file: fd, path: path, st: st)
+    }
+
+    /// The record of `name` in the folder `directoryFD` as it is now; nil when it is gone or
+    /// outside the scope.
+    private func record(of name: FileName, in directoryFD: Int32, item: ItemID? = nil) -> IndexRecord? {
+        guard let path = scopePath(of: name, in: directoryFD) else { return nil }
+        let fd = openat(directoryFD, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return nil }
+        return builder.record(item: item ?? identity.item(of: fd, st), file: fd, path: path, st: st)
+    }
+
+    /// The records of everything under the folder at backing path `path` (a folder moved into
+    /// the store behind docfs's back).
+    private func recordsUnder(_ path: String, relative: String) -> [IndexChange] {
+        var changes: [IndexChange] = []
+        var pending = [(path, relative)]
+        while let (folder, relative) = pending.popLast() {
+            let fd = open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { continue }
+            defer { close(fd) }
+            for name in IndexRebuild.names(in: fd) {
+                guard let record = record(of: name, in: fd) else { continue }
+                changes.append(.put(record))
+                if record.kind == "folder" { pending.append((folder + "/" + name.description, relative + "/" + name.description)) }
+            }
+        }
+        return changes
+    }
+
+    // MARK: - Paths
+
+    /// The path within the scope of `name` in the folder `directoryFD` (`/a/b`); nil outside it.
+    func scopePath(of name: FileName, in directoryFD: Int32) -> String? {
+        scopePath(of: directoryFD).map { $0 + "/" + name.description }
+    }
+
+    /// The path within the scope of the file or folder `fd` refers to ("" for the root); nil
+    /// outside the scope, or when the name it was reached by has been removed.
+    func scopePath(of fd: Int32) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
+        guard n > 0 else { return nil }
+        let backing = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        // The kernel marks a removed name so (a name that really ends so is still there).
+        if backing.hasSuffix(" (deleted)") && access(backing, F_OK) != 0 { return nil }
+        return scopePath(ofBacking: backing)
+    }
+
+    private func scopePath(ofBacking backing: String) -> String? {
+        if backing == rootPath { return "" }
+        guard backing.hasPrefix(rootPath + "/") else { return nil }
+        return String(backing.dropFirst(rootPath.count))
+    }
+}

@@ -1,0 +1,39 @@
+/// One step of a change to the index, as an operation on the store makes it (stitching, S1) or
+/// a reconciling walk finds it. `IndexDatabase.apply` writes a list of them in one transaction
+/// under one change sequence. Entries are named by where they are: container, scope and path.
+public enum IndexChange: Sendable {
+    /// The record of the name at `record.path`: a new entry, or the one there updated.
+    case put(IndexRecord)
+    /// The name at `path` left, with everything under it.
+    case remove(IndexLocation)
+    /// Entries by number (a reconciling walk did not find them).
+    case removeEntries([Int64])
+    /// The name at `from` moved to `to` (keeping its entry), with everything under it. Whatever
+    /// was at `to` must have been removed first.
+    case move(from: IndexLocation, to: IndexLocation)
+    /// The names at the two places traded places (RENAME_EXCHANGE), with what is under them.
+    case exchange(IndexLocation, IndexLocation)
+}
+
+/// Where an entry is: a path (starting with `/`) in a container's scope.
+public struct IndexLocation: Sendable, Hashable {
+    public var container: String
+    public var scope: String
+    public var path: String
+
+    public init(container: String, scope: String, path: String) {
+        self.container = container
+        self.scope = scope
+        self.path = path
+    }
+
+    /// The last component of the path.
+    public var name: String {
+        guard let slash = path.lastIndex(of: "/") else { return path }
+        return String(path[path.index(after: slash)...])
+    }
+}
+
+extension IndexRecord {
+    public var location: IndexLocation { IndexLocation(container: container, scope: scope, path: path) }
+}

@@ -1,0 +1,30 @@
+import DocfsCore
+import DocfsFilesystem
+import FoundationEssentials
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An index rebuild or check asked of the daemon (`docfs index rebuild|check` on a served
+/// store): progress lines while it walks, then the outcome.
+enum IndexWalkStream {
+    static func serve(_ mode: IndexRebuild.Mode, on connection: Int32, filesystem: Filesystem, logger: Logger) {
+        defer { close(connection) }
+        func send(_ reply: ControlReply) {
+            if let data = try? JSONEncoder().encode(reply) { ControlLine.write(Array(data), to: connection) }
+        }
+        send(ControlReply(ok: true, message: mode == .check ? "checking" : "rebuilding"))
+        do {
+            let summary = try filesystem.walkIndex(mode) { done, total in
+                send(ControlReply(ok: true, message: "progress", progress: [done, total]))
+            }
+            let outcome = IndexWalkOutcome(summary, mode: mode)
+            logger.notice("\(outcome.summary) (asked through the control socket)")
+            send(ControlReply(ok: true, message: outcome.summary, index: outcome))
+        } catch {
+            logger.error("index \(mode == .check ? "check" : "rebuild") failed: \(error)")
+            send(ControlReply(ok: false, message: error.description, index: IndexWalkOutcome(summary: "", differences: [])))
+        }
+    }
+}
