@@ -77,7 +77,7 @@ final class IndexStitcher: Sendable {
     /// is a folder whose record is to be made again too.
     func recordFile(_ node: Node, parent: Node? = nil) {
         stitch { () -> [IndexChange] in
-            let folder = parent.flatMap { folderRecord($0.fd) }.map { [IndexChange.put($0)] } ?? []
+            let folder = parent.map { folderChanges($0.fd) } ?? []
             var st = stat()
             guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return [] }
             guard let path = scopePath(of: node.fd) else {
@@ -191,23 +191,20 @@ final class IndexStitcher: Sendable {
             .map { .put(builder.record(item: node.item, file: node.fd, path: $0.path, st: st)) }
     }
 
-    /// The folder `fd`'s record as it is now (a name in it came or went); none for the scope's
-    /// root, or `unless` it is the same folder as that one (already recorded).
+    /// The folder `fd`'s new times (a name in it came or went); none for the scope's root, or
+    /// `unless` it is the same folder as that one (already recorded).
     private func folderChanges(_ fd: Int32, unless other: Int32? = nil) -> [IndexChange] {
+        var st = stat()
+        guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else { return [] }
         if let other {
-            var a = stat()
             var b = stat()
-            if fstat(fd, &a) == 0 && fstat(other, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev { return [] }
+            if fstat(other, &b) == 0 && st.st_ino == b.st_ino && st.st_dev == b.st_dev { return [] }
         }
-        return folderRecord(fd).map { [.put($0)] } ?? []
+        guard let path = scopePath(of: fd), !path.isEmpty else { return [] }
+        return [.touch(builder.location(path), modified: Self.seconds(st.st_mtim), statusChanged: Self.seconds(st.st_ctim))]
     }
 
-    private func folderRecord(_ fd: Int32) -> IndexRecord? {
-        guard let path = scopePath(of: fd), !path.isEmpty else { return nil }
-        var st = stat()
-        guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else { return nil }
-        return builder.record(item: identity.item(of: fd, st), file: fd, path: path, st: st)
-    }
+    private static func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
 
     /// The record of `name` in the folder `directoryFD` as it is now; nil when it is gone or
     /// outside the scope.

@@ -4,6 +4,9 @@
 public enum IndexChange: Sendable {
     /// The record of the name at `record.path`: a new entry, or the one there updated.
     case put(IndexRecord)
+    /// A name came or went in the folder at a place: its modification and status-change times
+    /// (nothing else of a folder's record changes with what it holds).
+    case touch(IndexLocation, modified: Double, statusChanged: Double)
     /// The name at `path` left, with everything under it.
     case remove(IndexLocation)
     /// Entries by number (a reconciling walk did not find them).

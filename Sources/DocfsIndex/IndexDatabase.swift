@@ -142,6 +142,10 @@ public final class IndexDatabase: Sendable {
             // never reused, so a put never brings back a removed entry.
             entries += 1
             try db.cachedStatement(sql: upsertSQL).execute(arguments: arguments(record, entry: entries, sequence: sequence))
+        case .touch(let location, let modified, let statusChanged):
+            try db.cachedStatement(sql: """
+                UPDATE items SET modified = ?, statusChanged = ?, sequence = ? WHERE container = ? AND scope = ? AND path = ?
+                """).execute(arguments: [modified, statusChanged, sequence, location.container, location.scope, location.path])
         case .remove(let location):
             // Two statements: with an OR, SQLite would scan the table instead of the index.
             var removed = try Int64.fetchAll(db.cachedStatement(sql: """
