@@ -76,6 +76,9 @@ final class IndexStitcher: Sendable {
     /// its record, at the name it was reached by, and its other names' (hard links); `parent`
     /// is a folder whose record is to be made again too.
     func recordFile(_ node: Node, parent: Node? = nil) {
+        // A superseded file is a kept version now, out of the namespace, though it still has
+        // the document's id: the document's records are not its to write.
+        if node.isSuperseded { return }
         stitch { () -> [IndexChange] in
             let folder = parent.map { folderChanges($0.fd) } ?? []
             var st = stat()
@@ -186,8 +189,11 @@ final class IndexStitcher: Sendable {
     /// The records of the file's other names (hard links) the index knows, made again: the
     /// content is theirs too, and with a name that settles no type, so may be its type.
     private func siblings(of node: Node, except path: String?, st: stat) -> [IndexChange] {
+        // The same id and the same backing inode: a file that replaced the document in a
+        // safe-save has the id too, but is another inode.
         let known = (try? index.records(id: Int64(bitPattern: node.item.rawValue))) ?? []
-        return known.filter { $0.path != path && $0.container == builder.container.rawValue && $0.scope == builder.scope }
+        return known.filter { $0.path != path && $0.backingInode == UInt64(st.st_ino)
+            && $0.container == builder.container.rawValue && $0.scope == builder.scope }
             .map { .put(builder.record(item: node.item, file: node.fd, path: $0.path, st: st)) }
     }
 

@@ -120,6 +120,6 @@ import Glibc
         fixture.stop()
         let result = try shell("'\(MountFixture.binary)' watch '\(fixture.documents)/doc'")
         #expect(result.status == 1)
-        #expect(result.output.contains("no daemon serves") && result.output.contains("docfs mount"))
+        #expect(result.output.contains("no daemon serves") && result.output.contains("docfs mount"), "\(result.output)")
     }
 }
