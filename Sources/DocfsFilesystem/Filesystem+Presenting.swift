@@ -27,7 +27,7 @@ extension Filesystem {
 
     /// `name` in the folder `fd` relative to the mount root; nil outside it.
     func path(of name: FileName, in fd: Int32) -> String? {
-        guard let folder = Self.resolvedPath(of: fd), let root = Self.resolvedPath(of: root.fd) else { return nil }
+        guard let folder = backingPath(of: fd), let root = backingPath(of: root.fd) else { return nil }
         let relative: String
         if folder == root {
             relative = ""
@@ -37,12 +37,5 @@ extension Filesystem {
             return nil
         }
         return relative + name.description
-    }
-
-    private static func resolvedPath(of fd: Int32) -> String? {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
-        guard n > 0 else { return nil }
-        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

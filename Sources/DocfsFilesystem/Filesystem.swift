@@ -82,7 +82,7 @@ public final class Filesystem: Sendable {
         root = Node(id: rootID, fd: fd, key: BackingKey(st), type: S_IFDIR, item: identity.item(of: fd, st))
         nodes = NodeTable(root: root)
         if let index {
-            stitcher = IndexStitcher(index: index, container: .userDefault, rootPath: try Self.backingPath(of: fd), identity: identity)
+            stitcher = IndexStitcher(index: index, container: .userDefault, rootPath: try Self.documentsPath(of: fd), identity: identity)
         } else {
             stitcher = nil
         }
@@ -98,12 +98,12 @@ public final class Filesystem: Sendable {
         stitcher?.onFailure(sink)
     }
 
-    /// The backing path of the folder `fd`.
-    private static func backingPath(of fd: Int32) throws(DocfsError) -> String {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
-        guard n > 0 else { throw DocfsError(.storeUnavailable, "cannot tell where the documents directory is", cause: DocfsError.errno("readlink")) }
-        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    /// The backing path of the documents folder `fd`.
+    private static func documentsPath(of fd: Int32) throws(DocfsError) -> String {
+        guard let path = backingPath(of: fd) else {
+            throw DocfsError(.storeUnavailable, "cannot tell where the documents directory is", cause: DocfsError.errno("readlink"))
+        }
+        return path
     }
 
     /// The number of nodes the kernel holds references to (the root included).

@@ -252,10 +252,7 @@ final class IndexStitcher: Sendable {
     /// The path within the scope of the file or folder `fd` refers to ("" for the root); nil
     /// outside the scope, or when the name it was reached by has been removed.
     func scopePath(of fd: Int32) -> String? {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
-        guard n > 0 else { return nil }
-        let backing = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard let backing = backingPath(of: fd) else { return nil }
         // The kernel marks a removed name so (a name that really ends so is still there).
         if backing.hasSuffix(" (deleted)") && access(backing, F_OK) != 0 { return nil }
         return scopePath(ofBacking: backing)

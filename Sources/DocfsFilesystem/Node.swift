@@ -86,6 +86,15 @@ final class Node: Sendable {
     deinit { close(fd) }
 }
 
+/// Where the file or folder a descriptor (O_PATH included) refers to is, as the kernel names it
+/// (a name since removed ends in " (deleted)"); nil when it cannot tell.
+func backingPath(of fd: Int32) -> String? {
+    var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+    let n = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
+    guard n > 0 else { return nil }
+    return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
+
 /// The nodes the kernel knows, with their lookup counts (FUSE's reference counting: each entry
 /// replied adds one, `forget` takes some back; at zero the node is dropped).
 ///
