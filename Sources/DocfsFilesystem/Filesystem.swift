@@ -123,8 +123,12 @@ public final class Filesystem: Sendable {
         nodes.forget(node, count: count)
     }
 
-    /// Unmount: the kernel drops its references without forgets.
-    public func forgetAll() { nodes.dropAll() }
+    /// Unmount: the kernel drops its references without forgets (and the releases of files
+    /// closed just before it: their pending ids are stored now).
+    public func forgetAll() {
+        identity.pending.storeAll()
+        nodes.dropAll()
+    }
 
     /// Looks `name` up in `directory` and counts one lookup of it. `newItem` is the id just
     /// given to an item made there, so it need not be read back.

@@ -52,6 +52,19 @@ final class PendingItemIDs: Sendable {
         }
     }
 
+    /// Stores every pending id through its creating handle (still open: its release never came).
+    /// At unmount the kernel drops the releases of files closed just before it, so without this
+    /// those files would be left without their ids.
+    func storeAll() {
+        state.withLock { state in
+            for (handle, file) in state.byHandle {
+                if let item = state.byFile[file] { try? Self.write(item, to: Int32(truncatingIfNeeded: handle)) }
+            }
+            state.byHandle.removeAll()
+            state.byFile.removeAll()
+        }
+    }
+
     /// Forgets the id given to the file created as `handle` (the create failed).
     func drop(createdAs handle: UInt64) {
         state.withLock { state in
