@@ -53,10 +53,14 @@ enum DeadMountReaper {
         }
         for _ in 0..<patience {
             guard FUSEMount.connectionNumber(of: mountPoint) == connection else { return }  // unmounted
-            // Connection numbers are reused: only a mount that no daemon answers is this one.
+            // Connection numbers are reused: only a mount that no daemon answers is this one. A
+            // stat that succeeds may be the dying daemon's (its pipe can close before its
+            // /dev/fuse descriptor, and the kernel answers from its cache until the abort), so
+            // the reaper keeps looking rather than give up; a live mount is never detached.
             var st = stat()
-            if stat(mountPoint, &st) == 0 { return }
-            if errno == ENOTCONN || errno == ECONNABORTED { _ = FUSEMount.detach(mountPoint) }
+            if stat(mountPoint, &st) != 0 && (errno == ENOTCONN || errno == ECONNABORTED) {
+                _ = FUSEMount.detach(mountPoint)
+            }
             usleep(100_000)
         }
     }
