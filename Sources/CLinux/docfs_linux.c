@@ -55,6 +55,13 @@ ssize_t docfs_fd_getxattr(int fd, const char *name, void *value, size_t size) {
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     return getxattr(path, name, value, size);
 }
+ssize_t docfs_fd_listxattr(int fd, char *list, size_t size) {
+    ssize_t n = flistxattr(fd, list, size);
+    if (n >= 0 || errno != EBADF) return n;
+    char path[32];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    return listxattr(path, list, size);
+}
 int docfs_fd_setxattr(int fd, const char *name, const void *value, size_t size, int flags) {
     int r = fsetxattr(fd, name, value, size, flags);
     if (r == 0 || errno != EBADF) return r;

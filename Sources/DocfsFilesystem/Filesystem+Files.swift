@@ -105,7 +105,7 @@ extension Filesystem {
                 if mode & (S_ISUID | S_ISGID) != 0 { try check(fchmod(fd, mode & 0o7777)) }
             }
             let entry = try self.entry(in: directory, name: name, newItem: item)
-            if let stitcher { stitcher.opened(UInt64(fd), writing: try nodes.node(entry.node), createdIn: directory) }
+            if let stitcher { stitcher.opened(UInt64(fd), writing: try nodes.node(entry.node), createdAs: name, in: directory) }
             present(.created, name, in: directory, item: item)
             return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
                                     mayPassThrough: !Self.hasSetIDBits(mode)))

@@ -127,6 +127,7 @@ public final class Filesystem: Sendable {
     /// closed just before it: their pending ids are stored now).
     public func forgetAll() {
         identity.pending.storeAll()
+        stitcher?.finish()
         nodes.dropAll()
     }
 

@@ -37,11 +37,13 @@ struct IndexRecordBuilder: Sendable {
         switch type {
         case S_IFDIR: (kind, contentType) = ("folder", .folder)
         case S_IFLNK: (kind, contentType) = ("symlink", .symlink)
-        case S_IFREG: (kind, contentType) = ("file", ContentType.of(name: name, start: Self.start(of: file, size: st.st_size)))
+        case S_IFREG: (kind, contentType) = ("file", ContentType.of(name: name, reading: { Self.start(of: file, size: st.st_size) }))
         default: (kind, contentType) = ("other", .other)
         }
-        let canCarry = file >= 0 && (type == S_IFREG || type == S_IFDIR)
-        func text(_ attribute: String) -> String? { canCarry ? Self.text(file, attribute) : nil }
+        // One listing says which attributes there are (a new file has none): reading each
+        // name in turn would be a lookup of the /proc link apiece.
+        let carried = file >= 0 && (type == S_IFREG || type == S_IFDIR) ? Self.attributeNames(file) : []
+        func text(_ attribute: String) -> String? { carried.contains(attribute) ? Self.text(file, attribute) : nil }
         if let chosen = text(Self.mimeAttribute), !chosen.isEmpty { contentType = ContentType(mime: chosen) }
         var created = Self.seconds(st.st_ctim)
         var birthSeconds: Int64 = 0
@@ -85,6 +87,20 @@ struct IndexRecordBuilder: Sendable {
     }
 
     private static func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
+
+    /// The names of the file's extended attributes.
+    private static func attributeNames(_ fd: Int32) -> Set<String> {
+        var buffer = [CChar](repeating: 0, count: 4096)
+        var n = buffer.withUnsafeMutableBufferPointer { docfs_fd_listxattr(fd, $0.baseAddress, $0.count) }
+        if n < 0 && errno == ERANGE {
+            let needed = docfs_fd_listxattr(fd, nil, 0)
+            guard needed > 0 else { return [] }
+            buffer = [CChar](repeating: 0, count: needed)
+            n = buffer.withUnsafeMutableBufferPointer { docfs_fd_listxattr(fd, $0.baseAddress, $0.count) }
+        }
+        guard n > 0 else { return [] }
+        return Set(buffer[0..<n].split(separator: 0).map { String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) })
+    }
 
     /// A user attribute as text; nil when absent.
     private static func text(_ fd: Int32, _ name: String) -> String? {

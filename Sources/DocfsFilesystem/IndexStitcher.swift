@@ -12,34 +12,54 @@ import Glibc
 /// link, symlink, setattr or setxattr returns already sees the change. Changes the store watcher
 /// finds (uncoordinated writers) are recorded the same way, within its batching delay.
 ///
-/// Each call looks at the item's backing file and writes what it found in one transaction, under
-/// `lock`: two operations on one item (two writers closing at once) write their records in the
+/// Each call looks at the item's backing file and stitches what it found (one append to the
+/// index's journal, `IndexDatabase.stitch`), under `lock`: two operations on one item (two writers closing at once) write their records in the
 /// order they looked, so the newer look always wins, and a rebuild while the store is served
 /// (which takes the same lock folder by folder) never writes over a newer record.
 ///
 /// A failed index write does not fail the operation (the store changed; the index is derived
 /// state): it is reported (`onFailure`), and the daemon's next start reconciles the index.
 ///
-/// Lock order: `lock` is taken inside coordination claims and outside SQLite's own locks; no
-/// other docfs lock is taken while it is held.
+/// Lock order: `lock` is taken inside coordination claims and outside the index's own locks
+/// (`IndexDatabase`'s commit and journal locks, SQLite's); no other docfs lock is taken while
+/// it is held.
 final class IndexStitcher: Sendable {
     let index: IndexDatabase
     let builder: IndexRecordBuilder
     private let identity: ItemIdentity
-    /// The backing path of the scope's root folder: records' paths are relative to it.
-    private let rootPath: String
+    /// Records' paths, relative to the scope's root folder.
+    private let paths: ScopePaths
     private let lock = Mutex(())
     private let failureSink = Mutex<(@Sendable (DocfsError) -> Void)?>(nil)
     /// Handles open for writing (or made by a create), the node each writes, and for a create
     /// the folder it was made in (whose modification time the create moved): their close and
     /// fsync record the file.
-    private let writers = Mutex<[UInt64: (node: Node, createdIn: Node?)]>([:])
+    private let writers = Mutex<[UInt64: Writer]>([:])
+
+    private struct Writer {
+        var node: Node
+        /// Where a create made the file, under what name (the likely place of its record).
+        var createdIn: (folder: Node, name: FileName)?
+        /// Whether the folder's record is yet to take the create (the first close does that).
+        var folderTouched: Bool
+    }
 
     init(index: IndexDatabase, container: ContainerID, rootPath: String, identity: ItemIdentity) {
         self.index = index
         builder = IndexRecordBuilder(container: container, scope: "documents")
-        self.rootPath = rootPath
+        paths = ScopePaths(rootPath: rootPath)
         self.identity = identity
+        index.startCommitting { [weak self] error in self?.report(error) }
+    }
+
+    /// The session is over: what waits in the journal is committed, and the background commit
+    /// stops.
+    func finish() {
+        index.stopCommitting()
+    }
+
+    private func report(_ error: DocfsError) {
+        failureSink.withLock { $0 }?(error)
     }
 
     /// Where failed index writes are reported.
@@ -49,20 +69,21 @@ final class IndexStitcher: Sendable {
 
     // MARK: - Writers
 
-    /// `handle` writes `node` (made by it in `createdIn`): its close records the file.
-    func opened(_ handle: UInt64, writing node: Node, createdIn folder: Node? = nil) {
-        writers.withLock { $0[handle] = (node, folder) }
+    /// `handle` writes `node` (made by it as `name` in `folder`): its close records the file.
+    func opened(_ handle: UInt64, writing node: Node, createdAs name: FileName? = nil, in folder: Node? = nil) {
+        let created = name.flatMap { name in folder.map { (folder: $0, name: name) } }
+        writers.withLock { $0[handle] = Writer(node: node, createdIn: created, folderTouched: created == nil) }
     }
 
     /// The close (FLUSH) or fsync of `handle`: a writer's file is recorded (and, the first
     /// time, the folder a create made it in).
     func closed(_ handle: UInt64) {
-        guard let (node, folder) = writers.withLock({ writers -> (Node, Node?)? in
+        guard let writer = writers.withLock({ writers -> Writer? in
             guard let writer = writers[handle] else { return nil }
-            writers[handle]?.createdIn = nil
+            writers[handle]?.folderTouched = true
             return writer
         }) else { return }
-        recordFile(node, parent: folder)
+        recordFile(writer.node, parent: writer.folderTouched ? nil : writer.createdIn?.folder, probably: writer.createdIn)
     }
 
     /// The last close of `handle`.
@@ -75,7 +96,7 @@ final class IndexStitcher: Sendable {
     /// The file or folder `node` changed (content, attributes, extended attributes, version):
     /// its record, at the name it was reached by, and its other names' (hard links); `parent`
     /// is a folder whose record is to be made again too.
-    func recordFile(_ node: Node, parent: Node? = nil) {
+    func recordFile(_ node: Node, parent: Node? = nil, probably place: (folder: Node, name: FileName)? = nil) {
         // A superseded file is a kept version now, out of the namespace, though it still has
         // the document's id: the document's records are not its to write.
         if node.isSuperseded { return }
@@ -83,7 +104,8 @@ final class IndexStitcher: Sendable {
             let folder = parent.map { folderChanges($0.fd) } ?? []
             var st = stat()
             guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return [] }
-            guard let path = scopePath(of: node.fd) else {
+            let found = place.map { paths.path(of: node.fd, probably: $0.name, in: $0.folder.fd) } ?? scopePath(of: node.fd)
+            guard let path = found else {
                 // Reached through a name since removed: its other names (if any) take the change.
                 guard st.st_nlink > 0 else { return folder }
                 return siblings(of: node, except: nil, st: st) + folder
@@ -180,9 +202,9 @@ final class IndexStitcher: Sendable {
 
     private func stitch(_ changes: () -> [IndexChange]) {
         do throws(DocfsError) {
-            try lock.withLock { _ throws(DocfsError) in try index.apply(changes()) }
+            try lock.withLock { _ throws(DocfsError) in try index.stitch(changes()) }
         } catch {
-            failureSink.withLock { $0 }?(error)
+            report(error)
         }
     }
 
@@ -252,15 +274,10 @@ final class IndexStitcher: Sendable {
     /// The path within the scope of the file or folder `fd` refers to ("" for the root); nil
     /// outside the scope, or when the name it was reached by has been removed.
     func scopePath(of fd: Int32) -> String? {
-        guard let backing = backingPath(of: fd) else { return nil }
-        // The kernel marks a removed name so (a name that really ends so is still there).
-        if backing.hasSuffix(" (deleted)") && access(backing, F_OK) != 0 { return nil }
-        return scopePath(ofBacking: backing)
+        paths.path(of: fd)
     }
 
     private func scopePath(ofBacking backing: String) -> String? {
-        if backing == rootPath { return "" }
-        guard backing.hasPrefix(rootPath + "/") else { return nil }
-        return String(backing.dropFirst(rootPath.count))
+        paths.path(ofBacking: backing)
     }
 }

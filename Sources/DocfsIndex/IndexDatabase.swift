@@ -11,25 +11,54 @@ import Synchronization
 ///
 /// Writes are transactions of `IndexChange`s, each under the next change sequence number;
 /// `changes(after:)` answers what changed since a sequence, for `--watch`. Only one process
-/// writes (the daemon while it serves the store, else the CLI's rebuild), so sequence and entry
-/// numbers are counted here and never read back per write. WAL with synchronous=NORMAL: a commit is a write
-/// to the WAL, not an fsync; a crash may lose the last commits, and the daemon's reconciling
-/// walk at its start puts them back.
+/// writes (the daemon while it serves the store, else the CLI's rebuild; the journal's lock
+/// refuses a second), so sequence and entry numbers are counted here and never read back per
+/// write.
+///
+/// Stitched changes (`stitch`) reach the database through the journal (`IndexJournal`): the
+/// caller waits for one append to it, and a background commit (`startCommitting`) moves them
+/// into SQLite in batches. Every read lays the journal's uncommitted frames over its snapshot
+/// (`IndexOverlay`), so readers see a stitched change as soon as `stitch` returns. WAL with
+/// synchronous=NORMAL and an unsynced journal: a process crash loses nothing (the next writer
+/// replays the journal), a machine crash may lose the last changes, which the daemon's
+/// reconciling walk at its start puts back.
 public final class IndexDatabase: Sendable {
     private let pool: DatabasePool
     public let path: String
-    /// The last sequence and entry numbers handed out (nil until the first write reads them).
-    private let counters = Mutex<Counters?>(nil)
+    /// Where the journal is (beside the database).
+    public let journalPath: String
+    /// The writer's journal, numbers and uncommitted frames; nil in a read-only index.
+    /// Lock order: `commits` before `writer`; `writer` is held for one append, never across a
+    /// SQLite transaction, so a stitching caller never waits for SQLite.
+    private let writer: Mutex<Writer?>
+    /// Held by whoever commits to SQLite (the background commit, a direct `apply`): frames are
+    /// committed in order, once.
+    private let commits = Mutex(())
+    private let committing = Mutex<CommitLoop?>(nil)
 
-    private struct Counters {
+    private struct Writer {
+        var journal: IndexJournal.Writer
+        /// The last sequence and entry numbers handed out.
         var sequence: Int64
         var entry: Int64
+        /// Frames appended to the journal and not yet committed, oldest first.
+        var pending: [IndexOverlay.Frame] = []
+
+        /// The numbers for a new frame of `changes`.
+        mutating func number(_ changes: [IndexChange]) -> IndexOverlay.Frame {
+            sequence += 1
+            let frame = IndexOverlay.Frame(sequence: sequence, entryBase: entry, changes: changes)
+            for change in changes { if case .put = change { entry += 1 } }
+            return frame
+        }
     }
 
     /// Opens (creating when `readOnly` is false) the index at `path`, migrating it to the
-    /// current schema.
+    /// current schema. A writer takes the journal's lock and first commits what a killed
+    /// predecessor left in the journal.
     public init(path: String, readOnly: Bool = false) throws(DocfsError) {
         self.path = path
+        journalPath = IndexJournal.path(forDatabase: path)
         var configuration = Configuration()
         configuration.readonly = readOnly
         configuration.busyMode = .timeout(10)
@@ -47,6 +76,46 @@ public final class IndexDatabase: Sendable {
         } catch {
             throw DocfsError(.storeUnavailable, "cannot open the index at \(path): run `docfs index rebuild`",
                              cause: DocfsError(.internalFailure, String(describing: error)))
+        }
+        guard !readOnly else {
+            writer = Mutex(nil)
+            return
+        }
+        var journal = try IndexJournal.Writer.open(journalPath)
+        do {
+            let (sequence, entry) = try Self.replay(IndexJournal.read(journalPath), into: pool)
+            try journal.restart()
+            writer = Mutex(Writer(journal: journal, sequence: sequence, entry: entry))
+        } catch {
+            journal.close()
+            throw DocfsError(.storeUnavailable, "cannot bring the index at \(path) up to date with its journal: run `docfs index rebuild`",
+                             cause: DocfsError(.internalFailure, String(describing: error)))
+        }
+    }
+
+    /// The background commit holds the index: `stopCommitting` before letting go of it.
+    deinit {
+        writer.withLock { $0?.journal.close() }
+    }
+
+    /// Commits the journal's frames the database does not hold; answers the last sequence and
+    /// entry numbers used.
+    private static func replay(_ frames: [IndexJournal.Frame], into pool: DatabasePool) throws -> (Int64, Int64) {
+        try pool.writeWithoutTransaction { db in
+            try db.inTransaction(.immediate) {
+                let applied = try appliedSequence(db)
+                var decoded: [IndexOverlay.Frame] = []
+                for frame in frames where frame.sequence > applied {
+                    guard let changes = try? frame.changes() else { break }
+                    decoded.append(IndexOverlay.Frame(sequence: frame.sequence, entryBase: frame.entryBase, changes: changes))
+                }
+                try commit(decoded, db)
+                return .commit
+            }
+            let entry = try Int64.fetchOne(db, sql: """
+                SELECT max(coalesce((SELECT max(entry) FROM items), 0), coalesce((SELECT max(entry) FROM removals), 0))
+                """) ?? 0
+            return (try lastSequence(db), entry)
         }
     }
 
@@ -84,6 +153,9 @@ public final class IndexDatabase: Sendable {
         for suffix in ["", "-wal", "-shm"] {
             _ = try? FileManager.default.moveItem(atPath: path + suffix, toPath: aside + suffix)
         }
+        // Its journal's frames were numbered for the damaged database.
+        _ = try? FileManager.default.moveItem(atPath: IndexJournal.path(forDatabase: path),
+                                              toPath: IndexJournal.path(forDatabase: aside))
         return (try IndexDatabase(path: path), .replaced(reason: problem, setAside: aside))
     }
 
@@ -116,22 +188,145 @@ public final class IndexDatabase: Sendable {
 
     /// Whether a whole rebuild has filled the index.
     public func isBuilt() throws(DocfsError) -> Bool {
-        try read { db in try Int.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'built'") == 1 }
+        try read { db, _ in try Int.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'built'") == 1 }
     }
 
     // MARK: - Writing
 
-    /// Writes `changes` in one transaction under one new change sequence; `built` records
-    /// that the index now holds the whole store (the end of a rebuild).
+    /// Records `changes` (one operation's) before returning: one append to the journal, where
+    /// every reader sees it; the background commit writes it to SQLite.
+    public func stitch(_ changes: [IndexChange]) throws(DocfsError) {
+        guard !changes.isEmpty else { return }
+        let (first, failure) = try writer.withLock { writer throws(DocfsError) -> (Bool, DocfsError?) in
+            guard writer != nil else { throw Self.readOnlyFailure(path) }
+            let frame = writer!.number(changes)
+            writer!.pending.append(frame)
+            do throws(DocfsError) {
+                try writer!.journal.append(IndexJournal.frame(sequence: frame.sequence, entryBase: frame.entryBase, changes: changes))
+                return (writer!.pending.count == 1, nil)
+            } catch {
+                // Still committed with the others; readers see it once it is.
+                return (writer!.pending.count == 1, error)
+            }
+        }
+        if first { committing.withLock { $0?.wake() } }
+        if let failure { throw failure }
+    }
+
+    /// Writes `changes` in one transaction under one new change sequence, after whatever
+    /// stitched changes wait to be committed; `built` records that the index now holds the
+    /// whole store (the end of a rebuild).
     public func apply(_ changes: [IndexChange], built: Bool = false) throws(DocfsError) {
         guard !changes.isEmpty || built else { return }
-        try write { db in
-            var counters = try self.counters.withLock { $0 } ?? Self.lastCounters(db)
-            counters.sequence += 1
-            for change in changes { try Self.apply(change, sequence: counters.sequence, entries: &counters.entry, db) }
-            if built { try db.execute(sql: "UPDATE meta SET value = 1 WHERE key = 'built'") }
-            if counters.sequence % Self.removalsPruningPeriod == 0 { try Self.pruneRemovals(db) }
-            self.counters.withLock { [counters] in $0 = counters }
+        try commits.withLock { _ throws(DocfsError) in
+            let (waiting, frame) = try writer.withLock { writer throws(DocfsError) in
+                guard writer != nil else { throw Self.readOnlyFailure(path) }
+                return (writer!.pending, writer!.number(changes))
+            }
+            try write { db in
+                try Self.commit(waiting + [frame], db)
+                if built { try db.execute(sql: "UPDATE meta SET value = 1 WHERE key = 'built'") }
+            }
+            committed(waiting.count)
+        }
+    }
+
+    /// Commits the stitched changes waiting in the journal now.
+    public func flush() throws(DocfsError) {
+        try commits.withLock { _ throws(DocfsError) in
+            let waiting = writer.withLock { $0?.pending ?? [] }
+            guard !waiting.isEmpty else { return }
+            try write { db in try Self.commit(waiting, db) }
+            committed(waiting.count)
+        }
+    }
+
+    /// The first `count` waiting frames are in the database: they stop waiting, and a journal
+    /// grown past `journalRestartSize` with nothing left waiting starts again empty.
+    private func committed(_ count: Int) {
+        writer.withLock { writer in
+            guard writer != nil else { return }
+            writer!.pending.removeFirst(min(count, writer!.pending.count))
+            if writer!.pending.isEmpty && writer!.journal.size > Self.journalRestartSize {
+                try? writer!.journal.restart()  // else it grows until the next try
+            }
+        }
+    }
+
+    static let journalRestartSize = 1 << 20
+
+    private static func readOnlyFailure(_ path: String) -> DocfsError {
+        DocfsError(.internalFailure, "the index at \(path) was opened read-only")
+    }
+
+    /// Applies `frames` in order, each under its own sequence and entry numbers, and notes
+    /// the last as applied (the journal's frames up to it are in the database).
+    private static func commit(_ frames: [IndexOverlay.Frame], _ db: Database) throws {
+        guard let last = frames.last else { return }
+        for frame in frames {
+            var entries = frame.entryBase
+            for change in frame.changes { try apply(change, sequence: frame.sequence, entries: &entries, db) }
+            if frame.sequence % removalsPruningPeriod == 0 { try pruneRemovals(db) }
+        }
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta(key, value) VALUES ('applied', ?)").execute(arguments: [last.sequence])
+    }
+
+    private static func appliedSequence(_ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'applied'") ?? 0
+    }
+
+    // MARK: - Committing
+
+    /// Commits stitched changes in the background: `interval` after the first of a batch is
+    /// stitched, so a burst of operations shares one transaction. Failures go to `onFailure`
+    /// (the changes stay in the journal and are tried again).
+    public func startCommitting(every interval: Duration = .milliseconds(20),
+                                onFailure: @escaping @Sendable (DocfsError) -> Void = { _ in }) {
+        let loop = CommitLoop()
+        guard committing.withLock({ current -> Bool in
+            guard current == nil else { return false }
+            current = loop
+            return true
+        }) else { return }
+        let nanoseconds = interval.components.seconds * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000
+        Thread.detachNewThread { [self] in
+            while loop.waitForWork() {
+                usleep(useconds_t(max(nanoseconds / 1000, 0)))
+                do throws(DocfsError) { try flush() } catch { onFailure(error) }
+            }
+            loop.finished.signal()
+        }
+    }
+
+    /// Stops the background commit and commits what is left.
+    public func stopCommitting() {
+        if let loop = committing.withLock({ current -> CommitLoop? in
+            defer { current = nil }
+            return current
+        }) {
+            loop.stop()
+        }
+        try? flush()
+    }
+
+    /// The background commit's wake-ups.
+    private final class CommitLoop: Sendable {
+        private let work = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        private let running = Mutex(true)
+
+        func wake() { work.signal() }
+
+        /// Waits for stitched changes; false once stopped.
+        func waitForWork() -> Bool {
+            work.wait()
+            return running.withLock { $0 }
+        }
+
+        func stop() {
+            running.withLock { $0 = false }
+            work.signal()
+            finished.wait()
         }
     }
 
@@ -199,17 +394,10 @@ public final class IndexDatabase: Sendable {
             """, arguments: [removalsKept])
     }
 
-    /// The numbers last used, read once (entries are not indexed: this scans the tables).
-    private static func lastCounters(_ db: Database) throws -> Counters {
-        let entry = try Int64.fetchOne(db, sql: """
-            SELECT max(coalesce((SELECT max(entry) FROM items), 0), coalesce((SELECT max(entry) FROM removals), 0))
-            """) ?? 0
-        return Counters(sequence: try lastSequence(db), entry: entry)
-    }
-
     private static func lastSequence(_ db: Database) throws -> Int64 {
         try Int64.fetchOne(db, sql: """
-            SELECT max(coalesce((SELECT max(sequence) FROM items), 0), coalesce((SELECT max(sequence) FROM removals), 0))
+            SELECT max(coalesce((SELECT max(sequence) FROM items), 0), coalesce((SELECT max(sequence) FROM removals), 0),
+                       coalesce((SELECT value FROM meta WHERE key = 'applied'), 0))
             """) ?? 0
     }
 
@@ -217,42 +405,56 @@ public final class IndexDatabase: Sendable {
 
     /// The record at `location`, if the index has one.
     public func record(at location: IndexLocation) throws(DocfsError) -> IndexRecord? {
-        try read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path = ?",
-                             arguments: [location.container, location.scope, location.path]).map(Self.record)
+        try read { db, overlay in
+            if let row = overlay.rows[location] { return row.record }
+            if overlay.replaced.contains(location) { return nil }
+            return try Row.fetchOne(db, sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path = ?",
+                                    arguments: [location.container, location.scope, location.path]).map(Self.record)
         }
     }
 
     /// The records held by `entries` (those still there).
     public func records(entries: [Int64]) throws(DocfsError) -> [IndexRecord] {
         guard !entries.isEmpty else { return [] }
-        return try read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM items WHERE entry IN (SELECT value FROM json_each(?)) ORDER BY container, scope, path",
-                             arguments: [Self.encodeNumbers(entries)]).map(Self.record)
+        let wanted = Set(entries)
+        return try read { db, overlay in
+            try Self.merged(db, overlay, where: "entry IN (SELECT value FROM json_each(?))", [Self.encodeNumbers(entries)]) {
+                wanted.contains($0.entry)
+            }
         }
     }
 
     /// The records of item `id` (one per name).
     public func records(id: Int64) throws(DocfsError) -> [IndexRecord] {
-        try read { db in try Row.fetchAll(db, sql: "SELECT * FROM items WHERE id = ? ORDER BY path", arguments: [id]).map(Self.record) }
+        try read { db, overlay in try Self.merged(db, overlay, where: "id = ?", [id]) { $0.id == id } }
     }
 
     /// The records `query` selects, in its order.
     public func records(matching query: IndexQuery) throws(DocfsError) -> [IndexRecord] {
         let (condition, arguments) = query.whereClause()
-        var sql = "SELECT * FROM items WHERE \(condition) ORDER BY \(query.orderClause())"
-        if let limit = query.limit { sql += " LIMIT \(max(limit, 0))" }
-        return try read { db in try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.record) }
+        return try read { db, overlay in
+            var sql = "SELECT * FROM items WHERE \(condition) ORDER BY \(query.orderClause())"
+            if let limit = query.limit { sql += " LIMIT \(max(limit, 0) + overlay.replaced.count)" }
+            let stored = try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.record)
+            guard !overlay.isEmpty else { return stored }
+            var records = stored.filter { !overlay.replaced.contains($0.location) }
+            records += overlay.rows.values.map(\.record).filter(query.matches)
+            records.sort(by: query.areInOrder)
+            if let limit = query.limit { records = Array(records.prefix(max(limit, 0))) }
+            return records
+        }
     }
 
     /// Every record, by container, scope and path.
     public func allRecords() throws(DocfsError) -> [IndexRecord] {
-        try read { db in try Row.fetchAll(db, sql: "SELECT * FROM items ORDER BY container, scope, path").map(Self.record) }
+        try read { db, overlay in try Self.merged(db, overlay, where: "1", []) { _ in true } }
     }
 
     /// How many records the index holds.
     public func count() throws(DocfsError) -> Int {
-        try read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items") ?? 0 }
+        try read { db, overlay in
+            (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items") ?? 0) - overlay.replaced.count + overlay.rows.count
+        }
     }
 
     /// What changed after sequence `after`, for a watcher: records written since, entries
@@ -266,35 +468,92 @@ public final class IndexDatabase: Sendable {
     }
 
     public func changes(after: Int64) throws(DocfsError) -> Changes {
-        try read { db in
-            let newest = try Self.lastSequence(db)
+        try read { db, overlay in
+            let newest = max(try Self.lastSequence(db), overlay.newestSequence)
             guard newest > after else { return Changes(written: [], removed: [], sequence: after, complete: true) }
-            let written = try Row.fetchAll(db, sql: "SELECT * FROM items WHERE sequence > ? ORDER BY sequence, entry",
-                                           arguments: [after]).map(Self.record)
-            let removed = try Int64.fetchAll(db, sql: "SELECT entry FROM removals WHERE sequence > ? ORDER BY sequence, entry",
-                                             arguments: [after])
+            var written = try Row.fetchAll(db, sql: "SELECT * FROM items WHERE sequence > ? ORDER BY sequence, entry", arguments: [after])
+                .map { (record: Self.record($0), sequence: $0["sequence"] as Int64) }
+            var removed = try Row.fetchAll(db, sql: "SELECT sequence, entry FROM removals WHERE sequence > ? ORDER BY sequence, entry",
+                                           arguments: [after]).map { (sequence: $0[0] as Int64, entry: $0[1] as Int64) }
+            if !overlay.isEmpty {
+                written = written.filter { !overlay.replaced.contains($0.record.location) }
+                    + overlay.rows.values.filter { $0.sequence > after }.map { ($0.record, $0.sequence) }
+                written.sort { ($0.sequence, $0.record.entry) < ($1.sequence, $1.record.entry) }
+                removed += overlay.removals.filter { $0.sequence > after }
+                removed.sort { ($0.sequence, $0.entry) < ($1.sequence, $1.entry) }
+            }
             let oldestKept = try Int64.fetchOne(db, sql: "SELECT min(sequence) FROM removals") ?? 0
             let pruned = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM removals") ?? 0 >= Self.removalsKept
-            return Changes(written: written, removed: removed, sequence: newest, complete: !(pruned && oldestKept > after + 1))
+            return Changes(written: written.map(\.record), removed: removed.map(\.entry), sequence: newest,
+                           complete: !(pruned && oldestKept > after + 1))
         }
     }
 
     /// The newest change sequence.
     public func latestSequence() throws(DocfsError) -> Int64 {
-        try read { db in try Self.lastSequence(db) }
+        try read { db, overlay in max(try Self.lastSequence(db), overlay.newestSequence) }
     }
 
     /// Every entry's place and fingerprint, for a reconciling walk.
     public func fingerprints() throws(DocfsError) -> IndexFingerprints {
-        try read { db in
+        try read { db, overlay in
             var rows: [(location: IndexLocation, print: UInt64, entry: Int64, id: Int64)] = []
+            func add(_ record: IndexRecord) {
+                rows.append((record.location, IndexFingerprints.print(of: record), record.entry, record.id))
+            }
             let cursor = try Row.fetchCursor(db, sql: "SELECT * FROM items")
             while let row = try cursor.next() {
                 let record = Self.record(row)
-                rows.append((record.location, IndexFingerprints.print(of: record), record.entry, record.id))
+                if !overlay.replaced.contains(record.location) { add(record) }
             }
+            for row in overlay.rows.values { add(row.record) }
             return IndexFingerprints(rows)
         }
+    }
+
+    /// The rows `condition` selects, with the journal's uncommitted frames laid over them
+    /// (`keep` is the condition in Swift, for the overlay's rows), by container, scope and path.
+    private static func merged(_ db: Database, _ overlay: IndexOverlay, where condition: String, _ arguments: StatementArguments,
+                               keep: (IndexRecord) -> Bool) throws -> [IndexRecord] {
+        let stored = try Row.fetchAll(db, sql: "SELECT * FROM items WHERE \(condition) ORDER BY container, scope, path",
+                                      arguments: arguments).map(record)
+        guard !overlay.isEmpty else { return stored }
+        var records = stored.filter { !overlay.replaced.contains($0.location) }
+        records += overlay.rows.values.map(\.record).filter(keep)
+        records.sort { IndexQuery.precedes($0.location, $1.location) }
+        return records
+    }
+
+    /// The journal's frames the snapshot `db` does not hold, over the rows they reach.
+    private static func overlay(_ db: Database, _ journal: [IndexJournal.Frame]) throws -> IndexOverlay {
+        let applied = try appliedSequence(db)
+        guard let newest = journal.last?.sequence, newest > applied else { return .empty }
+        var frames: [IndexOverlay.Frame] = []
+        for frame in journal where frame.sequence > applied {
+            guard let changes = try? frame.changes() else { break }
+            frames.append(IndexOverlay.Frame(sequence: frame.sequence, entryBase: frame.entryBase, changes: changes))
+        }
+        let reach = IndexOverlay.reach(of: frames)
+        var base: [IndexLocation: IndexOverlay.Row] = [:]
+        func load(_ rows: [Row]) {
+            for row in rows {
+                let stored = record(row)
+                base[stored.location] = IndexOverlay.Row(record: stored, sequence: row["sequence"])
+            }
+        }
+        let exact = try db.cachedStatement(sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path = ?")
+        let under = try db.cachedStatement(sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path > ? AND path < ?")
+        for place in reach.places.union(reach.folders) {
+            load(try Row.fetchAll(exact, arguments: [place.container, place.scope, place.path]))
+        }
+        for folder in reach.folders {
+            load(try Row.fetchAll(under, arguments: [folder.container, folder.scope, folder.path + "/", folder.path + "0"]))
+        }
+        if !reach.entries.isEmpty {
+            load(try Row.fetchAll(db, sql: "SELECT * FROM items WHERE entry IN (SELECT value FROM json_each(?))",
+                                  arguments: [encodeNumbers(Array(reach.entries))]))
+        }
+        return IndexOverlay(base: Array(base.values), frames: frames)
     }
 
     // MARK: - Rows
@@ -368,9 +627,13 @@ public final class IndexDatabase: Sendable {
         }
     }
 
-    private func read<T>(_ body: (Database) throws -> T) throws(DocfsError) -> T {
+    /// Runs `body` on a snapshot of the database and the journal's frames it lacks. The
+    /// journal is read first: a frame committed and cleared from the journal meanwhile is in
+    /// the snapshot taken after.
+    private func read<T>(_ body: (Database, IndexOverlay) throws -> T) throws(DocfsError) -> T {
+        let journal = IndexJournal.read(journalPath)
         do {
-            return try pool.read(body)
+            return try pool.read { db in try body(db, try Self.overlay(db, journal)) }
         } catch {
             throw DocfsError(.internalFailure, "reading the index at \(path) failed", cause: DocfsError(.internalFailure, String(describing: error)))
         }

@@ -34,6 +34,36 @@ public struct IndexQuery: Sendable, Equatable {
         (scope == .all || record.scope == scope.rawValue) && predicate.matches(record)
     }
 
+    /// Whether `a` comes before `b` in the query's order (what its ORDER BY clause says, as
+    /// SQLite compares: text by its UTF-8 bytes, tags as their JSON text).
+    public func areInOrder(_ a: IndexRecord, _ b: IndexRecord) -> Bool {
+        for key in sort {
+            let (x, y) = (a.value(of: key.attribute), b.value(of: key.attribute))
+            if x == y { continue }
+            return Self.less(x, y) != key.descending
+        }
+        if a.path != b.path { return a.path.utf8.lexicographicallyPrecedes(b.path.utf8) }
+        return a.entry < b.entry
+    }
+
+    /// Whether place `a` comes before `b` (by container, scope and path, as SQLite orders them).
+    static func precedes(_ a: IndexLocation, _ b: IndexLocation) -> Bool {
+        if a.container != b.container { return a.container.utf8.lexicographicallyPrecedes(b.container.utf8) }
+        if a.scope != b.scope { return a.scope.utf8.lexicographicallyPrecedes(b.scope.utf8) }
+        return a.path.utf8.lexicographicallyPrecedes(b.path.utf8)
+    }
+
+    private static func less(_ x: RecordValue, _ y: RecordValue) -> Bool {
+        switch (x, y) {
+        case (.text(let a), .text(let b)): a.utf8.lexicographicallyPrecedes(b.utf8)
+        case (.integer(let a), .integer(let b)): a < b
+        case (.date(let a), .date(let b)): a < b
+        case (.bool(let a), .bool(let b)): !a && b
+        case (.list(let a), .list(let b)): IndexDatabase.encodeTags(a).utf8.lexicographicallyPrecedes(IndexDatabase.encodeTags(b).utf8)
+        default: false
+        }
+    }
+
     /// The WHERE clause and its arguments.
     func whereClause() -> (sql: String, arguments: StatementArguments) {
         var arguments = StatementArguments()

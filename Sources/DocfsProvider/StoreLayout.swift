@@ -13,6 +13,7 @@ import DocfsCore
 ///       containers/<id>/Documents/       a container's documents scope (user-visible)
 ///       containers/<id>/Data/            the rest of the container (data scope)
 ///       index/index.sqlite[-wal,-shm]   the metadata index (see IndexDatabase)
+///       index/index.journal              stitched changes not yet in it (see IndexJournal)
 ///       keys/                            signing key (later issues)
 ///       logs/daemon.log                  the background daemon's log
 public struct StoreLayout: Sendable {

@@ -14,9 +14,13 @@ import Testing
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let path = directory + "/index.sqlite"
 
-        let (fresh, condition) = try IndexDatabase.open(path: path)
-        #expect(condition == .unbuilt)
-        try fresh.apply([], built: true)
+        do {
+            let (fresh, condition) = try IndexDatabase.open(path: path)
+            #expect(condition == .unbuilt)
+            try fresh.apply([], built: true)
+            // One writer at a time: a second is refused while the first has the index open.
+            #expect(throws: DocfsError.self) { try IndexDatabase.open(path: path) }
+        }
         #expect(try IndexDatabase.open(path: path).1 == .ready)
 
         // An index made by the previous docfs (schema v1 only).

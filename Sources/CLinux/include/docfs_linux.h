@@ -25,6 +25,9 @@ int docfs_lremovexattr(const char *path, const char *name);
 /// getxattr/setxattr of the file an O_PATH descriptor refers to (through /proc/self/fd, built on
 /// the stack: these are on the lookup and create paths).
 ssize_t docfs_fd_getxattr(int fd, const char *name, void *value, size_t size);
+/// listxattr of any descriptor, O_PATH ones included (through its /proc link): the names, each
+/// ending in a NUL.
+ssize_t docfs_fd_listxattr(int fd, char *list, size_t size);
 int docfs_fd_setxattr(int fd, const char *name, const void *value, size_t size, int flags);
 int docfs_path_fd_chmod(int fd, mode_t mode);
 int docfs_path_fd_utimens(int fd, const struct timespec times[2]);

@@ -1,0 +1,128 @@
+import DocfsCore
+import Foundation
+import Testing
+@testable import DocfsIndex
+
+/// The stitching journal (issue 4 §2, S1 kept fast): changes stitched into the journal read, from
+/// another connection, exactly as the same changes written straight to SQLite — before their
+/// commit, after it, and after a writer killed before committing them is replaced by the next
+/// one. Model-based: random changes over a small tree, compared after every step.
+@Suite struct IndexJournalTests {
+    static let places = ["/a", "/a/b", "/a/b/c", "/a/bc", "/a-b", "/d", "/d/e", "/d/e/f", "/g", "/ü"]
+
+    static func location(_ path: String) -> IndexLocation {
+        IndexLocation(container: "docfs.default", scope: "documents", path: path)
+    }
+
+    static func randomChange(_ rng: inout SplitMix, known entries: [Int64]) -> [IndexChange] {
+        func place() -> IndexLocation { location(places[rng.next(below: places.count)]) }
+        switch rng.next(below: 7) {
+        case 0, 1:
+            let at = place()
+            var record = IndexQueryTests.record(Int64(rng.next(below: 5) + 1), at.name, size: Int64(rng.next(below: 4)) * 100,
+                                                modified: 1_773_000_000 + Double(rng.next(below: 10)),
+                                                tags: rng.next(below: 3) == 0 ? ["work"] : [])
+            record.path = at.path
+            return [.put(record)]
+        case 2:
+            return [.touch(place(), modified: 1_773_100_000 + Double(rng.next(below: 100)), statusChanged: 1_773_100_000)]
+        case 3:
+            return [.remove(place())]
+        case 4:
+            let (from, to) = (place(), place())
+            // As a rename does: whatever was at the destination goes first.
+            return from == to || IndexOverlay.isSelfOrUnder(to, from) ? [] : [.remove(to), .move(from: from, to: to)]
+        case 5:
+            let (a, b) = (place(), place())
+            return a == b || IndexOverlay.isSelfOrUnder(a, b) || IndexOverlay.isSelfOrUnder(b, a) ? [] : [.exchange(a, b)]
+        default:
+            guard !entries.isEmpty else { return [] }
+            return [.removeEntries([entries[rng.next(below: entries.count)], 999_999])]
+        }
+    }
+
+    /// What a reader sees: every record with its entry, what changed since a sequence, a
+    /// query with sort and limit, and single places.
+    static func view(_ index: IndexDatabase, since: Int64) throws -> [String] {
+        var lines = try index.allRecords().map { "\($0.entry) \($0.path) \($0.id) \($0.size) \($0.modified) \($0.tags)" }
+        lines.append("count \(try index.count()) latest \(try index.latestSequence())")
+        let changes = try index.changes(after: since)
+        lines.append("written \(changes.written.map(\.entry)) removed \(changes.removed) sequence \(changes.sequence)")
+        let query = IndexQuery(predicate: try IndexQueryTests.parser.parse("size >= 100 OR tags CONTAINS \"work\""),
+                               sort: [.init(attribute: .modified, descending: true)], limit: 4)
+        lines.append("query \(try index.records(matching: query).map(\.entry))")
+        lines.append("id 3: \(try index.records(id: 3).map(\.path))")
+        for path in places { lines.append("\(path): \(try index.record(at: location(path))?.entry ?? 0)") }
+        return lines
+    }
+
+    @Test(arguments: [1, 2, 3] as [UInt64])
+    func stitchedChangesReadAsCommittedOnesBeforeAndAfterTheCommit(seed: UInt64) throws {
+        let directory = NSTemporaryDirectory() + "docfs-journal-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var direct: IndexDatabase! = try IndexDatabase(path: directory + "/direct.sqlite")
+        var journaled: IndexDatabase? = try IndexDatabase(path: directory + "/journaled.sqlite")
+        let reader = try IndexDatabase(path: directory + "/journaled.sqlite", readOnly: true)
+        var rng = SplitMix(seed: seed)
+        var commits = 0
+        var overlaid = 0
+        for step in 0..<400 {
+            let entries = try direct.allRecords().map(\.entry)
+            let changes = Self.randomChange(&rng, known: entries)
+            try direct.apply(changes)
+            try journaled!.stitch(changes)
+            if rng.next(below: 6) == 0 {
+                try journaled!.flush()
+                commits += 1
+            }
+            if step % 97 == 96 {
+                // Killed before committing: the next writer finds the frames in the journal.
+                journaled = nil
+                journaled = try IndexDatabase(path: directory + "/journaled.sqlite")
+                // Both count on from the numbers their database holds.
+                direct = nil
+                direct = try IndexDatabase(path: directory + "/direct.sqlite")
+            }
+            if !IndexJournal.read(journaled!.journalPath).isEmpty { overlaid += 1 }
+            let since = Int64(rng.next(below: step + 2))
+            let expected = try Self.view(direct, since: since)
+            let seen = try Self.view(reader, since: since)
+            #expect(seen == expected, "step \(step) seed \(seed): \(changes)")
+            if seen != expected { return }
+        }
+        #expect(commits > 30 && overlaid > 100, "commits \(commits), steps read through the journal \(overlaid)")
+        try journaled!.flush()
+        #expect(try Self.view(reader, since: 0) == Self.view(direct, since: 0))
+    }
+
+    /// A torn last frame (a crash mid-append) ends the journal; garbage never crashes a reader.
+    @Test func tornAndGarbageJournalsEndCleanly() throws {
+        let one = IndexJournal.frame(sequence: 1, entryBase: 0, changes: [.remove(Self.location("/a"))])
+        let two = IndexJournal.frame(sequence: 2, entryBase: 0, changes: [.touch(Self.location("/b"), modified: 1, statusChanged: 2)])
+        let whole = IndexJournal.header + one + two
+        #expect(IndexJournal.frames(in: whole).map(\.sequence) == [1, 2])
+        for cut in (IndexJournal.header.count + one.count)..<whole.count {
+            #expect(IndexJournal.frames(in: Array(whole[..<cut])).map(\.sequence) == [1])
+        }
+        var flipped = whole
+        flipped[whole.count - 3] ^= 0x40
+        #expect(IndexJournal.frames(in: flipped).map(\.sequence) == [1])
+        #expect(IndexJournal.frames(in: Array("not a journal".utf8)).isEmpty)
+
+        var rng = SplitMix(seed: 9)
+        var decoded = 0
+        for _ in 0..<20_000 {
+            var bytes = rng.next(below: 2) == 0 ? Array(two[IndexJournal.frameHeaderLength...]) : []
+            for _ in 0..<rng.next(below: 8) {
+                if bytes.isEmpty || rng.next(below: 2) == 0 {
+                    bytes.insert(UInt8(truncatingIfNeeded: rng.next()), at: rng.next(below: bytes.count + 1))
+                } else {
+                    bytes[rng.next(below: bytes.count)] = UInt8(truncatingIfNeeded: rng.next())
+                }
+            }
+            if (try? IndexChangeCoding.decode(bytes[...])) != nil { decoded += 1 }
+            _ = IndexJournal.frames(in: IndexJournal.header + bytes)
+        }
+        #expect(decoded > 0)
+    }
+}
