@@ -54,9 +54,10 @@ public final class IndexDatabase: Sendable {
     }
 
     /// Opens (creating when `readOnly` is false) the index at `path`, migrating it to the
-    /// current schema. A writer takes the journal's lock and first commits what a killed
-    /// predecessor left in the journal.
-    public init(path: String, readOnly: Bool = false) throws(DocfsError) {
+    /// current schema. A writer takes the journal's lock (waiting up to `patience` seconds for
+    /// another writer to let go of it) and first commits what a killed predecessor left in the
+    /// journal.
+    public init(path: String, readOnly: Bool = false, waitingForWriter patience: Double = 10) throws(DocfsError) {
         self.path = path
         journalPath = IndexJournal.path(forDatabase: path)
         var configuration = Configuration()
@@ -81,7 +82,7 @@ public final class IndexDatabase: Sendable {
             writer = Mutex(nil)
             return
         }
-        var journal = try IndexJournal.Writer.open(journalPath)
+        var journal = try IndexJournal.Writer.open(journalPath, waitingUpTo: patience)
         do {
             let (sequence, entry) = try Self.replay(IndexJournal.read(journalPath), into: pool)
             try journal.restart()
@@ -135,20 +136,20 @@ public final class IndexDatabase: Sendable {
     /// Opens the index at `path` for writing, making it anew when it cannot be used as it is
     /// (the damaged file is kept beside it, for a bug report). The caller rebuilds unless the
     /// condition is `.ready`.
-    public static func open(path: String) throws(DocfsError) -> (IndexDatabase, Condition) {
+    public static func open(path: String, waitingForWriter patience: Double = 10) throws(DocfsError) -> (IndexDatabase, Condition) {
         let existed = FileManager.default.fileExists(atPath: path)
         var problem: String? = nil
         if existed {
             switch inspect(path) {
             case .success(let migrated):
-                let index = try IndexDatabase(path: path)
+                let index = try IndexDatabase(path: path, waitingForWriter: patience)
                 if migrated { return (index, .migrated) }
                 return (index, try index.isBuilt() ? .ready : .unbuilt)
             case .failure(let reason):
                 problem = reason.description
             }
         }
-        guard let problem else { return (try IndexDatabase(path: path), .unbuilt) }
+        guard let problem else { return (try IndexDatabase(path: path, waitingForWriter: patience), .unbuilt) }
         let aside = path + ".damaged-\(Int(Date().timeIntervalSince1970))"
         for suffix in ["", "-wal", "-shm"] {
             _ = try? FileManager.default.moveItem(atPath: path + suffix, toPath: aside + suffix)
@@ -156,7 +157,7 @@ public final class IndexDatabase: Sendable {
         // Its journal's frames were numbered for the damaged database.
         _ = try? FileManager.default.moveItem(atPath: IndexJournal.path(forDatabase: path),
                                               toPath: IndexJournal.path(forDatabase: aside))
-        return (try IndexDatabase(path: path), .replaced(reason: problem, setAside: aside))
+        return (try IndexDatabase(path: path, waitingForWriter: patience), .replaced(reason: problem, setAside: aside))
     }
 
     /// Whether the file at `path` is a usable index: answers whether it needs migrating, or why
@@ -431,18 +432,28 @@ public final class IndexDatabase: Sendable {
 
     /// The records `query` selects, in its order.
     public func records(matching query: IndexQuery) throws(DocfsError) -> [IndexRecord] {
-        let (condition, arguments) = query.whereClause()
-        return try read { db, overlay in
-            var sql = "SELECT * FROM items WHERE \(condition) ORDER BY \(query.orderClause())"
-            if let limit = query.limit { sql += " LIMIT \(max(limit, 0) + overlay.replaced.count)" }
-            let stored = try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.record)
-            guard !overlay.isEmpty else { return stored }
-            var records = stored.filter { !overlay.replaced.contains($0.location) }
-            records += overlay.rows.values.map(\.record).filter(query.matches)
-            records.sort(by: query.areInOrder)
-            if let limit = query.limit { records = Array(records.prefix(max(limit, 0))) }
-            return records
+        try read { db, overlay in try Self.records(matching: query, db, overlay) }
+    }
+
+    /// The records `query` selects and the sequence of the last change they reflect, read
+    /// together (a watcher's starting point).
+    public func recordsAndSequence(matching query: IndexQuery) throws(DocfsError) -> (records: [IndexRecord], sequence: Int64) {
+        try read { db, overlay in
+            (try Self.records(matching: query, db, overlay), max(try Self.lastSequence(db), overlay.newestSequence))
         }
+    }
+
+    private static func records(matching query: IndexQuery, _ db: Database, _ overlay: IndexOverlay) throws -> [IndexRecord] {
+        let (condition, arguments) = query.whereClause()
+        var sql = "SELECT * FROM items WHERE \(condition) ORDER BY \(query.orderClause())"
+        if let limit = query.limit { sql += " LIMIT \(max(limit, 0) + overlay.replaced.count)" }
+        let stored = try Row.fetchAll(db, sql: sql, arguments: arguments).map(record)
+        guard !overlay.isEmpty else { return stored }
+        var records = stored.filter { !overlay.replaced.contains($0.location) }
+        records += overlay.rows.values.map(\.record).filter(query.matches)
+        records.sort(by: query.areInOrder)
+        if let limit = query.limit { records = Array(records.prefix(max(limit, 0))) }
+        return records
     }
 
     /// Every record, by container, scope and path.

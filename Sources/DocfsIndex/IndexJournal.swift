@@ -118,21 +118,33 @@ enum IndexJournal {
         /// Bytes in the file.
         private(set) var size: Int
 
-        /// Opens the journal at `path` for appending, making it when there is none.
-        static func open(_ path: String) throws(DocfsError) -> Writer {
-            let fd = Glibc.open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
-            guard fd >= 0 else { throw failure("cannot open the index journal at \(path)", errno) }
-            guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+        /// Opens the journal at `path` for appending, making it when there is none; waits up
+        /// to `patience` seconds for another writer to close it.
+        static func open(_ path: String, waitingUpTo patience: Double) throws(DocfsError) -> Writer {
+            var waited = 0.0
+            while true {
+                let fd = Glibc.open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+                guard fd >= 0 else { throw failure("cannot open the index journal at \(path)", errno) }
+                if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+                    // The writer that had it may have put a new journal in its place meanwhile.
+                    var held = stat(), named = stat()
+                    if fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_ino == named.st_ino && held.st_dev == named.st_dev {
+                        var writer = Writer(path: path, fd: fd, size: Int(held.st_size))
+                        if writer.size == 0 { try writer.append(header) }
+                        return writer
+                    }
+                    Glibc.close(fd)
+                    continue
+                }
                 let e = errno
                 Glibc.close(fd)
-                throw DocfsError(.storeBusy, "the index at \(path) is being written by another process (the daemon serving the store?)",
-                                 cause: DocfsError.system(e))
+                guard e == EWOULDBLOCK && waited < patience else {
+                    throw DocfsError(.storeBusy, "the index at \(path) is being written by another process (the daemon serving the store?)",
+                                     cause: DocfsError.system(e))
+                }
+                usleep(20_000)
+                waited += 0.02
             }
-            var st = stat()
-            fstat(fd, &st)
-            var writer = Writer(path: path, fd: fd, size: Int(st.st_size))
-            if writer.size == 0 { try writer.append(header) }
-            return writer
         }
 
         /// Appends `bytes` (one frame) with one write.

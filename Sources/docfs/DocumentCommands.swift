@@ -159,6 +159,14 @@ func printJSON(_ value: some Encodable) {
     print(String(decoding: data, as: UTF8.self))
 }
 
+/// A value as one line of JSON (for streams of objects).
+func jsonLine(_ value: some Encodable) -> String {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    guard let data = try? encoder.encode(value) else { return "{}" }
+    return String(decoding: data, as: UTF8.self)
+}
+
 func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
 
 /// Local time, to the second: 2026-11-21 17:05:02.

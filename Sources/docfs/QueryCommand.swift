@@ -23,6 +23,8 @@ struct QueryCommand: ParsableCommand {
             Attributes: \(IndexAttribute.allCases.map(\.rawValue).joined(separator: ", ")).
 
             Example:  docfs query 'name LIKE "*.md" AND modified > -7d' --sort modified:desc
+
+            With --watch the query stays live: it prints the results, then a line `gathered N`,             then, as the index changes, lines `added PATH`, `changed PATH` (renames and moves             included) and `removed PATH`, a batch every --interval seconds, until interrupted.
             """
     )
 
@@ -38,8 +40,14 @@ struct QueryCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Print at most N results.", valueName: "n"))
     var limit: Int?
 
-    @Flag(name: .long, help: "Print the results as a JSON array of records.")
+    @Flag(name: .long, help: "Print the results as a JSON array of records (with --watch, one JSON object per line).")
     var json = false
+
+    @Flag(name: .long, help: "Keep the query live: print changes to its results until interrupted.")
+    var watch = false
+
+    @Option(name: .long, help: ArgumentHelp("With --watch, how long changes are gathered into one batch (default 0.1).", valueName: "seconds"))
+    var interval: Double = 0.1
 
     @OptionGroup var location: StoreLocation
 
@@ -60,9 +68,18 @@ struct QueryCommand: ParsableCommand {
             }
             return IndexQuery.SortKey(attribute: attribute, descending: parts.count == 2 && parts[1].lowercased() == "desc")
         }
+        if watch && limit != nil {
+            printError("docfs: --limit cannot be used with --watch (a live query follows every result)\n")
+            throw ExitCode(2)
+        }
+        guard interval > 0 && interval <= 60 else {
+            printError("docfs: --interval must be more than 0 and at most 60 seconds\n")
+            throw ExitCode(2)
+        }
         let query = IndexQuery(predicate: parsed, scope: scope, sort: keys, limit: limit)
         let (layout, mountPoint) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
         let index = try reportingErrors { () throws(DocfsError) in try IndexAccess.open(layout) }
+        if watch { return try QueryWatch(query: query, index: index, mountPoint: mountPoint, json: json, interval: interval).run() }
         let records = try reportingErrors { () throws(DocfsError) in try index.records(matching: query) }
         if json { return printJSON(records.map(RecordJSON.init)) }
         for record in records { print(Self.describe(record, mountPoint: mountPoint)) }

@@ -19,7 +19,7 @@ import Testing
             #expect(condition == .unbuilt)
             try fresh.apply([], built: true)
             // One writer at a time: a second is refused while the first has the index open.
-            #expect(throws: DocfsError.self) { try IndexDatabase.open(path: path) }
+            #expect(throws: DocfsError.self) { try IndexDatabase.open(path: path, waitingForWriter: 0.2) }
         }
         #expect(try IndexDatabase.open(path: path).1 == .ready)
 

@@ -1,0 +1,54 @@
+import ArgumentParser
+import DocfsCore
+import DocfsIndex
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `docfs query --watch`: the results, a `gathered` line, then batches of changes to them, each
+/// printed (and flushed, for pipes) as one batch, until interrupted.
+struct QueryWatch {
+    let query: IndexQuery
+    let index: IndexDatabase
+    let mountPoint: String?
+    let json: Bool
+    let interval: Double
+
+    func run() throws {
+        // Runs until interrupted: make sure it can be (a parent may have left signals blocked).
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        for signal in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&signals, signal) }
+        pthread_sigmask(SIG_UNBLOCK, &signals, nil)
+        var live = try reportingErrors { () throws(DocfsError) in try LiveQuery(index: index, query: query) }
+        for record in live.initial { emit("result", record) }
+        if json {
+            print(#"{"event":"gathered","count":\#(live.initial.count)}"#)
+        } else {
+            print("gathered \(live.initial.count)")
+        }
+        fflush(nil)
+        while true {
+            usleep(useconds_t(interval * 1_000_000))
+            let events = try reportingErrors { () throws(DocfsError) in try live.poll() }
+            guard !events.isEmpty else { continue }
+            for event in events { emit(event.name, event.record) }
+            fflush(nil)
+        }
+    }
+
+    private func emit(_ event: String, _ record: IndexRecord) {
+        if json {
+            print(jsonLine(WatchEventJSON(event: event, record: RecordJSON(record))))
+        } else {
+            print((event == "result" ? "" : event + " ") + QueryCommand.describe(record, mountPoint: mountPoint))
+        }
+    }
+}
+
+/// One line of `docfs query --watch --json`.
+struct WatchEventJSON: Encodable {
+    let event: String
+    let record: RecordJSON
+}
