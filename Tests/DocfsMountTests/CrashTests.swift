@@ -126,4 +126,64 @@ import Glibc
         #expect(restored.status == 0, "\(restored.output)")
         #expect(try String(contentsOfFile: f, encoding: .utf8) == "start\n")
     }
+
+    static let churner = """
+    import os, sys
+    root = sys.argv[1]
+    i = 0
+    try:
+        while True:
+            d = os.path.join(root, f"d{i % 7}")
+            os.makedirs(d, exist_ok=True)
+            p = os.path.join(d, f"f{i}.txt")
+            with open(p, "w") as f:
+                f.write("x" * (i % 5000))
+            if i % 3 == 0:
+                os.rename(p, os.path.join(root, f"moved{i}.md"))
+            elif i % 5 == 0:
+                os.setxattr(p, "user.xdg.tags", f"t{i % 4}".encode())
+            elif i % 7 == 0:
+                os.unlink(p)
+            if i % 50 == 49:
+                os.rename(d, os.path.join(root, f"renamed{i}"))
+            print(i, flush=True)
+            i += 1
+    except OSError as error:
+        print("stopped", error.errno, flush=True)
+    """
+
+    /// S4: a daemon killed while many writes are stitched (some still only in the index's
+    /// journal) leaves an index that, once the store is served again, agrees with the store.
+    @Test func killedDuringHeavyWritesTheIndexStillAgreesWithTheStore() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", Self.churner, fixture.mountPoint]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try process.run()
+        usleep(1_500_000)
+        let daemon = try #require(fixture.daemon)
+        kill(daemon.processIdentifier, SIGKILL)
+        daemon.waitUntilExit()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        let done = text.split(separator: "\n").compactMap { Int($0) }.count
+        #expect(done > 100, "the writer made too little progress: \(text.suffix(200))")
+        let journal = fixture.store + "/index/index.journal"
+        let journalSize = (try? FileManager.default.attributesOfItem(atPath: journal)[.size] as? Int) ?? 0
+        #expect(journalSize > 100, "the killed daemon's journal holds no stitched changes")
+
+        try fixture.restartAfterCrash()
+        let check = try shell("'\(MountFixture.binary)' index check '\(fixture.mountPoint)'")
+        #expect(check.status == 0, "\(check.output)")
+        // And what a query finds is what the mount shows.
+        let listed = try shell("cd '\(fixture.mountPoint)' && find . -mindepth 1 | sed 's|^\\.||' | sort")
+        let found = try shell("'\(MountFixture.binary)' query '*' '\(fixture.mountPoint)' | sed 's|^\(fixture.mountPoint)||' | sort")
+        #expect(found.status == 0 && listed.status == 0)
+        #expect(found.output == listed.output && listed.output.split(separator: "\n").count > 100,
+                "query and mount differ: \(found.output.count) vs \(listed.output.count) bytes")
+    }
 }
