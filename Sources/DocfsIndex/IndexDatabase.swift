@@ -66,6 +66,9 @@ public final class IndexDatabase: Sendable {
         configuration.prepareDatabase { db in
             db.add(function: IndexFunctions.match)
             if !readOnly { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+            // A query's scan reads the file through a mapping, not a read per page (not the
+            // daemon's: what it maps would count as its own memory).
+            if readOnly { try db.execute(sql: "PRAGMA mmap_size = 4294967296") }
         }
         do {
             if !readOnly {

@@ -64,13 +64,18 @@ public struct IndexQuery: Sendable, Equatable {
         }
     }
 
-    /// The WHERE clause and its arguments.
+    /// The WHERE clause and its arguments. A predicate on names alone (a pattern, say) is
+    /// tested on the name index, a fifth of the table's size, and only the rows it selects
+    /// are read whole.
     func whereClause() -> (sql: String, arguments: StatementArguments) {
         var arguments = StatementArguments()
         var sql = Self.sql(predicate, &arguments)
         if scope != .all {
             sql = "scope = ? AND (\(sql))"
             arguments = ([scope.rawValue] as StatementArguments) + arguments
+        }
+        if !predicate.attributes.isEmpty && predicate.attributes.isSubset(of: [.name, .path, .container, .scope]) {
+            sql = "(container, scope, path) IN (SELECT container, scope, path FROM items INDEXED BY items_name WHERE \(sql))"
         }
         return (sql, arguments)
     }
@@ -98,6 +103,21 @@ public struct IndexQuery: Sendable, Equatable {
     private static func sql(_ c: Comparison, _ arguments: inout StatementArguments) -> String {
         let column = c.attribute.rawValue
         switch (c.attribute.valueKind, c.value) {
+        case (.text, .text(let wanted)) where !c.caseInsensitive:
+            // SQLite's own operators, which its indexes serve (an exact name is one lookup);
+            // both compare UTF-8 bytes, as TextMatching does.
+            switch c.op {
+            case .like:
+                arguments += [glob(fromPattern: wanted)]
+                return "\(column) GLOB ?"
+            case .beginsWith, .endsWith, .contains:
+                let literal = globLiteral(wanted)
+                arguments += [c.op == .beginsWith ? literal + "*" : c.op == .endsWith ? "*" + literal : "*" + literal + "*"]
+                return "\(column) GLOB ?"
+            default:
+                arguments += [wanted]
+                return "\(column) \(c.op.rawValue) ?"
+            }
         case (.text, .text(let wanted)):
             arguments += [c.op.rawValue, wanted, c.caseInsensitive]
             return "\(IndexFunctions.match.name)(\(column), ?, ?, ?)"
@@ -134,6 +154,41 @@ public struct IndexQuery: Sendable, Equatable {
             return "0"  // the parser lets no other pairing through
         }
     }
+}
+
+/// A LIKE pattern (`*`, `?`, `\\*` and `\\?`) as a GLOB pattern: the same wildcards, every other
+/// character literal (GLOB's `[` is written `[[]`).
+private func glob(fromPattern pattern: String) -> String {
+    var result = ""
+    var scalars = pattern.unicodeScalars.makeIterator()
+    while let c = scalars.next() {
+        switch c {
+        case "\\":
+            // `\*` and `\?` are the characters themselves; any other backslash is one.
+            var lookahead = scalars
+            if let next = lookahead.next(), next == "*" || next == "?" {
+                result += "[\(next)]"
+                scalars = lookahead
+            } else {
+                result += "\\"
+            }
+        case "[": result += "[[]"
+        default: result.unicodeScalars.append(c)
+        }
+    }
+    return result
+}
+
+/// Text matched literally in a GLOB pattern.
+private func globLiteral(_ text: String) -> String {
+    var result = ""
+    for c in text.unicodeScalars {
+        switch c {
+        case "*", "?", "[": result += "[\(c)]"
+        default: result.unicodeScalars.append(c)
+        }
+    }
+    return result
 }
 
 /// The SQL functions the index registers on every connection, so SQL and Swift share one

@@ -73,12 +73,15 @@ public enum TextMatching {
         case .beginsWith: return a.starts(with: b)
         case .endsWith: return a.count >= b.count && Array(a[(a.count - b.count)...]) == b
         case .contains: return b.isEmpty || a.firstRange(of: b) != nil
-        case .like: return like(Array((caseInsensitive ? text.lowercased() : text)), Array(caseInsensitive ? wanted.lowercased() : wanted))
+        case .like:
+            return like(Array((caseInsensitive ? text.lowercased() : text).unicodeScalars),
+                        Array((caseInsensitive ? wanted.lowercased() : wanted).unicodeScalars))
         }
     }
 
-    /// `*` matches any run of characters, `?` one character, `\*` and `\?` themselves.
-    static func like(_ text: [Character], _ pattern: [Character]) -> Bool {
+    /// `*` matches any run of characters, `?` one character (a Unicode code point, as SQLite's
+    /// GLOB counts them), `\*` and `\?` themselves.
+    static func like(_ text: [Unicode.Scalar], _ pattern: [Unicode.Scalar]) -> Bool {
         var t = 0, p = 0
         var star = -1, mark = 0
         while t < text.count {

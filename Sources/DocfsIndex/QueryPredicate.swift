@@ -11,6 +11,18 @@ public indirect enum QueryPredicate: Sendable, Equatable {
     case all
 }
 
+extension QueryPredicate {
+    /// The attributes the predicate tests.
+    var attributes: Set<IndexAttribute> {
+        switch self {
+        case .and(let a, let b), .or(let a, let b): a.attributes.union(b.attributes)
+        case .not(let a): a.attributes
+        case .comparison(let c): [c.attribute]
+        case .all: []
+        }
+    }
+}
+
 /// One `attribute operator value` test.
 public struct Comparison: Sendable, Equatable {
     public var attribute: IndexAttribute

@@ -49,6 +49,9 @@ struct QueryCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("With --watch, how long changes are gathered into one batch (default 0.1).", valueName: "seconds"))
     var interval: Double = 0.1
 
+    @Option(name: .long, help: ArgumentHelp("Run the query N times and print its latency (for scripts/bench).", valueName: "n", visibility: .hidden))
+    var repeatForTiming: Int?
+
     @OptionGroup var location: StoreLocation
 
     func run() throws {
@@ -80,9 +83,25 @@ struct QueryCommand: ParsableCommand {
         let (layout, mountPoint) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
         let index = try reportingErrors { () throws(DocfsError) in try IndexAccess.open(layout) }
         if watch { return try QueryWatch(query: query, index: index, mountPoint: mountPoint, json: json, interval: interval).run() }
+        if let runs = repeatForTiming { return try Self.time(query, on: index, runs: runs) }
         let records = try reportingErrors { () throws(DocfsError) in try index.records(matching: query) }
         if json { return printJSON(records.map(RecordJSON.init)) }
         for record in records { print(Self.describe(record, mountPoint: mountPoint)) }
+    }
+
+    /// Runs `query` `runs` times and prints the latency of one run (median and 99th
+    /// percentile, in milliseconds) and how many results it found.
+    static func time(_ query: IndexQuery, on index: IndexDatabase, runs: Int) throws {
+        var latencies: [Double] = []
+        var found = 0
+        for _ in 0..<max(runs, 1) {
+            let started = Date()
+            found = try reportingErrors { () throws(DocfsError) in try index.records(matching: query) }.count
+            latencies.append(Date().timeIntervalSince(started) * 1000)
+        }
+        latencies.sort()
+        let p99 = latencies[min(latencies.count - 1, Int(Double(latencies.count) * 0.99))]
+        print(String(format: "runs=%d p50=%.3f p99=%.3f results=%d", latencies.count, latencies[latencies.count / 2], p99, found))
     }
 
     /// A record as one line: its path (under the mount point when one was named and the item

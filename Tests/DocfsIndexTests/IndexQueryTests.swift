@@ -140,7 +140,8 @@ import Testing
         let (index, directory) = try temporaryIndex()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         var rng = SplitMix(seed: 44)
-        let names = ["Report.odt", "report.ODT", "notes.md", "a*b?.txt", "Ünï.md", "", "x", "photo.JPG", "photo.jpg", "z z"]
+        let names = ["Report.odt", "report.ODT", "notes.md", "a*b?.txt", "Ünï.md", "", "x", "photo.JPG", "photo.jpg", "z z",
+                     "[draft] a.md", "e\u{301}t\u{e9}.md", "back\\slash"]
         let tagWords = ["work", "Work", "home", "urgent", "ünï"]
         var records: [IndexRecord] = []
         for id in 1...300 {
@@ -156,7 +157,8 @@ import Testing
         }
         try index.apply(records.map { .put($0) })
         let textOps = ["==", "!=", "<", ">=", "LIKE", "BEGINSWITH", "ENDSWITH", "CONTAINS"]
-        let patterns = ["\"report*\"", "\"*.md\"", "\"photo.jpg\"", "\"a\\\\*b?.txt\"", "\"\"", "\"?\"", "\"ÜNÏ.md\"", "\"*\""]
+        let patterns = ["\"report*\"", "\"*.md\"", "\"photo.jpg\"", "\"a\\\\*b?.txt\"", "\"\"", "\"?\"", "\"ÜNÏ.md\"", "\"*\"",
+                        "\"[draft]*\"", "\"?t?.md\"", "\"??t?.md\"", "\"back\\\\slash\"", "\"*a*\""]
         func comparison() -> String {
             switch rng.next(below: 6) {
             case 0:
