@@ -16,11 +16,7 @@ struct QueryWatch {
     let interval: Double
 
     func run() throws {
-        // Runs until interrupted: make sure it can be (a parent may have left signals blocked).
-        var signals = sigset_t()
-        sigemptyset(&signals)
-        for signal in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&signals, signal) }
-        pthread_sigmask(SIG_UNBLOCK, &signals, nil)
+        allowInterruption()
         var live = try reportingErrors { () throws(DocfsError) in try LiveQuery(index: index, query: query) }
         for record in live.initial { emit("result", record) }
         if json {

@@ -26,11 +26,7 @@ struct WatchCommand: ParsableCommand {
     var path: String
 
     func run() throws {
-        // Runs until interrupted: make sure it can be (a parent may have left them blocked).
-        var signals = sigset_t()
-        sigemptyset(&signals)
-        for signal in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&signals, signal) }
-        pthread_sigmask(SIG_UNBLOCK, &signals, nil)
+        allowInterruption()
         let (store, relative) = try reportingErrors { () throws(DocfsError) in try Self.target(path) }
         guard StoreLock.holder(of: store) != nil else {
             printError("docfs: no daemon serves \(store.root): mount it (docfs mount) to watch its changes\n")
@@ -71,4 +67,13 @@ struct WatchCommand: ParsableCommand {
         if change.uncoordinated { text += " [uncoordinated]" }
         return text
     }
+}
+
+/// For a command that runs until interrupted: makes sure it can be (a parent may have left
+/// SIGINT, SIGTERM and SIGHUP blocked).
+func allowInterruption() {
+    var signals = sigset_t()
+    sigemptyset(&signals)
+    for signal in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&signals, signal) }
+    pthread_sigmask(SIG_UNBLOCK, &signals, nil)
 }

@@ -26,19 +26,7 @@ import Glibc
     @Test func fsyncedWritesSurviveAKilledDaemon() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", Self.writer, fixture.mountPoint]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-        try process.run()
-        usleep(800_000)
-        let daemon = try #require(fixture.daemon)
-        kill(daemon.processIdentifier, SIGKILL)
-        daemon.waitUntilExit()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        let text = try Self.killDaemon(of: fixture, after: 800_000, whileRunning: Self.writer)
         let acknowledged = text.split(separator: "\n").compactMap { Int($0) }
         #expect(acknowledged.count > 20, "the writer made too little progress: \(text.suffix(200))")
         #expect(text.contains("stopped"), "the writer did not notice the daemon died")
@@ -157,19 +145,7 @@ import Glibc
     @Test func killedDuringHeavyWritesTheIndexStillAgreesWithTheStore() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", Self.churner, fixture.mountPoint]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-        try process.run()
-        usleep(1_500_000)
-        let daemon = try #require(fixture.daemon)
-        kill(daemon.processIdentifier, SIGKILL)
-        daemon.waitUntilExit()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        let text = try Self.killDaemon(of: fixture, after: 1_500_000, whileRunning: Self.churner)
         let done = text.split(separator: "\n").compactMap { Int($0) }.count
         #expect(done > 100, "the writer made too little progress: \(text.suffix(200))")
         let journal = fixture.store + "/index/index.journal"
@@ -185,5 +161,24 @@ import Glibc
         #expect(found.status == 0 && listed.status == 0)
         #expect(found.output == listed.output && listed.output.split(separator: "\n").count > 100,
                 "query and mount differ: \(found.output.count) vs \(listed.output.count) bytes")
+    }
+
+    /// Runs the Python `script` on the mount point, SIGKILLs the daemon `microseconds` later,
+    /// and answers what the script printed until it noticed.
+    static func killDaemon(of fixture: MountFixture, after microseconds: useconds_t, whileRunning script: String) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script, fixture.mountPoint]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try process.run()
+        usleep(microseconds)
+        guard let daemon = fixture.daemon else { throw FixtureError("the fixture has no daemon") }
+        kill(daemon.processIdentifier, SIGKILL)
+        daemon.waitUntilExit()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return text
     }
 }
