@@ -104,8 +104,8 @@ final class IndexStitcher: Sendable {
             let folder = parent.map { folderChanges($0.fd) } ?? []
             var st = stat()
             guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return [] }
-            let found = place.map { paths.path(of: node.fd, probably: $0.name, in: $0.folder.fd) } ?? scopePath(of: node.fd)
-            guard let path = found else {
+            // The stat just read serves the path's check too.
+            guard let path = paths.path(of: node.fd, st, probably: place.map { ($0.name, $0.folder.fd) }) else {
                 // Reached through a name since removed: its other names (if any) take the change.
                 guard st.st_nlink > 0 else { return folder }
                 return siblings(of: node, except: nil, st: st) + folder

@@ -35,19 +35,18 @@ final class ScopePaths: Sendable {
     func path(of fd: Int32) -> String? {
         var st = stat()
         guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
-        let key = BackingKey(st)
-        if let path = known.withLock({ $0[key] }), leads(path, to: key) { return path }
-        return read(fd, st)
+        return path(of: fd, st)
     }
 
-    /// The same, for a file that is probably `name` in the folder `folder` (the name a create
-    /// gave it): that is tried before the /proc link.
-    func path(of fd: Int32, probably name: FileName, in folder: Int32) -> String? {
-        var st = stat()
-        guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
-        if let folderPath = path(of: folder) {
-            let candidate = folderPath + "/" + name.description
-            if leads(candidate, to: BackingKey(st)) {
+    /// The same, for a descriptor whose attributes the caller has just read (`st`); when
+    /// `probably` is given (the name a create gave the file, in its folder), that place is
+    /// tried before the /proc link.
+    func path(of fd: Int32, _ st: stat, probably place: (name: FileName, folder: Int32)? = nil) -> String? {
+        let key = BackingKey(st)
+        if let path = known.withLock({ $0[key] }), leads(path, to: key) { return path }
+        if let place, let folderPath = path(of: place.folder) {
+            let candidate = folderPath + "/" + place.name.description
+            if leads(candidate, to: key) {
                 remember(candidate, st)
                 return candidate
             }

@@ -130,7 +130,12 @@ enum IndexJournal {
                     var held = stat(), named = stat()
                     if fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_ino == named.st_ino && held.st_dev == named.st_dev {
                         var writer = Writer(path: path, fd: fd, size: Int(held.st_size))
-                        if writer.size == 0 { try writer.append(header) }
+                        do {
+                            if writer.size == 0 { try writer.append(header) }
+                        } catch {
+                            writer.close()
+                            throw error
+                        }
                         return writer
                     }
                     Glibc.close(fd)

@@ -3,7 +3,7 @@ import DocfsCore
 /// A query kept up to date (`docfs query --watch`, the live NSMetadataQuery of DESIGN §5 S3):
 /// its first results, then, each time it is asked, what entered, changed in or left the result
 /// set since — from the index's change sequence, so it works from any process while another
-/// writes, and a change made and undone between two looks is not reported.
+/// writes, and a name made and removed between two looks is not reported.
 public struct LiveQuery {
     /// How a result changed.
     public enum Event: Equatable, Sendable {
