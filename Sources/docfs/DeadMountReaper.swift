@@ -15,7 +15,9 @@ import Glibc
 /// that no daemon answers (ENOTCONN), so a daemon mounted there since is left alone.
 enum DeadMountReaper {
     /// How long the reaper keeps trying after the daemon's end.
-    static let patience: Int32 = 50  // tries, 100 ms apart
+    /// (A daemon killed under heavy writes can take seconds to let go of its /dev/fuse
+    /// descriptor, and the kernel aborts the connection only then.)
+    static let patience: Int32 = 150  // tries, 100 ms apart
 
     /// Starts the reaper for this daemon's mount at `mountPoint` (connection `connection`).
     static func start(mountPoint: String, connection: Int) {
