@@ -8,7 +8,8 @@ import Glibc
 
 /// Stitching (issue 4 §2, DESIGN §5 S1) through a real mount: after every operation returns,
 /// with no sleep and no retry, the index read by another connection (as `docfs query` reads it)
-/// says what the store holds: every name with its kind, size, id, modification time and tags.
+/// says what the store holds: every name with its kind, size, id, modification time, tags and
+/// version.
 /// Then `docfs index check` finds no difference, and a rebuild of the same store writes the
 /// same records (the property of §5: the index equals a fresh rebuild).
 @Suite(.serialized) struct StitchingTests {
@@ -19,8 +20,10 @@ import Glibc
         var id: UInt64
         var modified: Double
         var tags: [String]
+        /// A file's `user.docfs.version` as the mount shows it (0 for anything else).
+        var version: Int64
 
-        var description: String { "\(kind) size \(size) id \(id) modified \(modified) tags \(tags)" }
+        var description: String { "\(kind) size \(size) id \(id) modified \(modified) tags \(tags) version \(version)" }
     }
 
     /// The store's names as they are (the backing files; ids as the mount shows them).
@@ -38,9 +41,10 @@ import Glibc
                 let type = st.st_mode & S_IFMT
                 let kind = type == S_IFDIR ? "folder" : type == S_IFREG ? "file" : type == S_IFLNK ? "symlink" : "other"
                 let tags = type == S_IFLNK ? nil : attribute(fixture.documents + path, "user.xdg.tags")
+                let version = type == S_IFREG ? attribute(fixture.mountPoint + path, "user.docfs.version").flatMap { Int64($0) } ?? -1 : 0
                 result[path] = Seen(kind: kind, size: type == S_IFREG ? Int64(st.st_size) : 0, id: UInt64(shown.st_ino),
                                     modified: Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9,
-                                    tags: IndexRecord.tags(fromAttribute: tags ?? ""))
+                                    tags: IndexRecord.tags(fromAttribute: tags ?? ""), version: version)
                 if type == S_IFDIR { walk(path) }
             }
         }
@@ -51,7 +55,8 @@ import Glibc
     static func indexed(_ index: IndexDatabase) throws -> [String: Seen] {
         var result: [String: Seen] = [:]
         for r in try index.allRecords() where r.container == "docfs.default" && r.scope == "documents" {
-            result[r.path] = Seen(kind: r.kind, size: r.size, id: UInt64(bitPattern: r.id), modified: r.modified, tags: r.tags)
+            result[r.path] = Seen(kind: r.kind, size: r.size, id: UInt64(bitPattern: r.id), modified: r.modified, tags: r.tags,
+                                  version: r.version)
         }
         return result
     }
