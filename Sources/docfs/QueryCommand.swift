@@ -24,7 +24,9 @@ struct QueryCommand: ParsableCommand {
 
             Example:  docfs query 'name LIKE "*.md" AND modified > -7d' --sort modified:desc
 
-            With --watch the query stays live: it prints the results, then a line `gathered N`,             then, as the index changes, lines `added PATH`, `changed PATH` (renames and moves             included) and `removed PATH`, a batch every --interval seconds, until interrupted.
+            With --watch the query stays live: it prints the results, then a line `gathered N`, \
+            then, as the index changes, lines `added PATH`, `changed PATH` (renames and moves \
+            included) and `removed PATH`, a batch every --interval seconds, until interrupted.
             """
     )
 

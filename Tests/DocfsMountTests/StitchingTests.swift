@@ -185,3 +185,11 @@ import Glibc
         }
     }
 }
+
+/// The record of `path` (a name in the documents scope, like `/notes.txt`) as `docfs query`
+/// reads it: from the index's journal and database, by another connection.
+func indexedRecord(_ fixture: MountFixture, _ path: String) throws -> IndexRecord? {
+    let index = try IndexDatabase(path: fixture.store + "/index/index.sqlite", readOnly: true)
+    let byPath = QueryPredicate.comparison(Comparison(attribute: .path, op: .equal, value: .text(path)))
+    return try index.records(matching: IndexQuery(predicate: byPath)).first
+}

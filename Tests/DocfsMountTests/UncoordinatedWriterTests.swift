@@ -1,4 +1,5 @@
 import CLinux
+import DocfsIndex
 import Foundation
 import Testing
 #if canImport(Glibc)
@@ -212,6 +213,12 @@ func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
         #expect(versions.first?.kind == "current" && versions.first!.version > conflict.version)
         let status = try shell("'\(MountFixture.binary)' status --json '\(f)'")
         #expect(status.output.contains("\"conflict\" : true"))
+        // The put-back save is stitched before presenters hear of the conflict; the index says
+        // what the file says.
+        #expect(eventually(seconds: 10) { (try? indexedRecord(fixture, "/report.txt"))??.conflict == true })
+        let record = try #require(try indexedRecord(fixture, "/report.txt"))
+        #expect(record.version == Int64(attribute(f, "user.docfs.version") ?? "") && record.size == 17)
+        #expect(UInt64(bitPattern: record.id) == id)
 
         // Resolved, keeping the current content: the conflict version goes, the flag too.
         let resolved = try shell("'\(MountFixture.binary)' versions '\(f)' --resolve")
@@ -219,6 +226,7 @@ func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
         #expect(attribute(f, "user.docfs.conflict") == nil)
         #expect(try versionsJSON(fixture, f).allSatisfy { $0.kind != "conflict" })
         #expect(try String(contentsOfFile: f, encoding: .utf8) == "ours, saved last\n")
+        #expect(try indexedRecord(fixture, "/report.txt")?.conflict == false)  // when resolve returns
     }
 
     @Test func resolvingCanKeepTheOtherWritersContent() throws {
@@ -240,6 +248,8 @@ func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
         #expect(resolved.status == 0, "\(resolved.output)")
         #expect(try String(contentsOfFile: f, encoding: .utf8) == "theirs\n")
         #expect(attribute(f, "user.docfs.conflict") == nil)
+        let record = try #require(try indexedRecord(fixture, "/doc"))  // when resolve returns
+        #expect(!record.conflict && record.size == 7 && record.version == Int64(attribute(f, "user.docfs.version") ?? ""))
         let misuse = try shell("'\(MountFixture.binary)' versions '\(f)' --keep 1")
         #expect(misuse.status != 0 && misuse.output.contains("--keep goes with --resolve"))
     }
@@ -277,6 +287,8 @@ func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
         usleep(300_000)
         #expect(try String(contentsOfFile: f, encoding: .utf8) == "theirs\n")
         #expect(attribute(f, "user.docfs.conflict") == nil)
+        let record = try #require(try indexedRecord(fixture, "/doc"))  // when resolve returns
+        #expect(!record.conflict && record.size == 7 && record.version == Int64(attribute(f, "user.docfs.version") ?? ""))
     }
 
     /// A child process that inherited the writer's descriptor closes its copy (a FLUSH): the

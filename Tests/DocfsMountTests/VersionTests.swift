@@ -1,4 +1,5 @@
 import CLinux
+import DocfsIndex
 import Foundation
 import Synchronization
 import Testing
@@ -192,6 +193,9 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(attribute(f, "user.docfs.version") == "4")
         #expect(try versionsJSON(fixture, f).map(\.version) == [4, 3, 2, 1])
         #expect(try kept(fixture, id, 3) == "three\n")
+        // The restore is in the index when the command returns (S1): no wait, no retry.
+        let record = try #require(try indexedRecord(fixture, "/notes.txt"))
+        #expect(record.version == 4 && record.size == 4 && UInt64(bitPattern: record.id) == id && record.tags == ["work"])
         // A reader that opened the file before keeps the content it opened.
         var buffer = [UInt8](repeating: 0, count: 64)
         #expect(String(decoding: buffer[0..<max(pread(reader, &buffer, 64, 0), 0)], as: UTF8.self) == "three\n")
