@@ -3,6 +3,8 @@
 #include <spawn.h>
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -135,6 +137,36 @@ int docfs_fd_birth_time(int fd, long long *seconds, unsigned int *nanoseconds) {
     }
     *seconds = sx.stx_btime.tv_sec;
     *nanoseconds = sx.stx_btime.tv_nsec;
+    return 0;
+}
+
+int docfs_fd_stat_and_birth(int fd, struct stat *st, long long *seconds, unsigned int *nanoseconds) {
+    struct statx sx;
+    if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS | STATX_BTIME, &sx) != 0) return -1;
+    memset(st, 0, sizeof *st);
+    st->st_dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    st->st_ino = sx.stx_ino;
+    st->st_mode = sx.stx_mode;
+    st->st_nlink = sx.stx_nlink;
+    st->st_uid = sx.stx_uid;
+    st->st_gid = sx.stx_gid;
+    st->st_rdev = makedev(sx.stx_rdev_major, sx.stx_rdev_minor);
+    st->st_size = (off_t)sx.stx_size;
+    st->st_blksize = (blksize_t)sx.stx_blksize;
+    st->st_blocks = (blkcnt_t)sx.stx_blocks;
+    st->st_atim.tv_sec = sx.stx_atime.tv_sec;
+    st->st_atim.tv_nsec = sx.stx_atime.tv_nsec;
+    st->st_mtim.tv_sec = sx.stx_mtime.tv_sec;
+    st->st_mtim.tv_nsec = sx.stx_mtime.tv_nsec;
+    st->st_ctim.tv_sec = sx.stx_ctime.tv_sec;
+    st->st_ctim.tv_nsec = sx.stx_ctime.tv_nsec;
+    if (sx.stx_mask & STATX_BTIME) {
+        *seconds = sx.stx_btime.tv_sec;
+        *nanoseconds = sx.stx_btime.tv_nsec;
+    } else {
+        *seconds = -1;
+        *nanoseconds = 0;
+    }
     return 0;
 }
 

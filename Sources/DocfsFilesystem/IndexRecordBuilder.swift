@@ -29,27 +29,46 @@ struct IndexRecordBuilder: Sendable {
 
     /// The record of the file `file` (any descriptor of it, O_PATH included; -1 when it could
     /// not be opened) whose attributes are `st`, id `item`, at `path` within the scope.
-    func record(item: ItemID, file: Int32, path: String, st: stat) -> IndexRecord {
+    /// `readable`, a descriptor of the same file open for reading where the caller has one,
+    /// serves the content sniff and the attributes without a walk of /proc links; `birth` is
+    /// its birth time when the caller read it already.
+    func record(item: ItemID, file: Int32, path: String, st: stat, readable: Int32 = -1,
+                birth: timespec? = nil) -> IndexRecord {
         let type = st.st_mode & S_IFMT
         let name = IndexLocation(container: "", scope: "", path: path).name
         let kind: String
         var contentType: ContentType
+        var reader = readable
+        defer { if reader != readable { close(reader) } }
         switch type {
         case S_IFDIR: (kind, contentType) = ("folder", .folder)
         case S_IFLNK: (kind, contentType) = ("symlink", .symlink)
-        case S_IFREG: (kind, contentType) = ("file", ContentType.of(name: name, reading: { Self.start(of: file, size: st.st_size) }))
+        case S_IFREG:
+            kind = "file"
+            contentType = ContentType.of(name: name, reading: {
+                guard st.st_size > 0 else { return [] }
+                if reader < 0 { reader = Self.openForReading(file) }
+                return Self.start(of: reader)
+            })
         default: (kind, contentType) = ("other", .other)
         }
+        // The attributes are read through an open descriptor when there is one (a sniff
+        // opened one): an O_PATH one only reaches them by its /proc link.
+        let attributes = reader >= 0 ? reader : file
         // One listing says which attributes there are (a new file has none): reading each
         // name in turn would be a lookup of the /proc link apiece.
-        let carried = file >= 0 && (type == S_IFREG || type == S_IFDIR) ? Self.attributeNames(file) : []
-        func text(_ attribute: String) -> String? { carried.contains(attribute) ? Self.text(file, attribute) : nil }
+        let carried = attributes >= 0 && (type == S_IFREG || type == S_IFDIR) ? Self.attributeNames(attributes) : []
+        func text(_ attribute: String) -> String? { carried.contains(attribute) ? Self.text(attributes, attribute) : nil }
         if let chosen = text(Self.mimeAttribute), !chosen.isEmpty { contentType = ContentType(mime: chosen) }
         var created = Self.seconds(st.st_ctim)
-        var birthSeconds: Int64 = 0
-        var birthNanoseconds: UInt32 = 0
-        if file >= 0 && docfs_fd_birth_time(file, &birthSeconds, &birthNanoseconds) == 0 {
-            created = Double(birthSeconds) + Double(birthNanoseconds) / 1e9
+        if let birth, birth.tv_sec >= 0 {
+            created = Self.seconds(birth)
+        } else if birth == nil && file >= 0 {
+            var birthSeconds: Int64 = 0
+            var birthNanoseconds: UInt32 = 0
+            if docfs_fd_birth_time(file, &birthSeconds, &birthNanoseconds) == 0 {
+                created = Double(birthSeconds) + Double(birthNanoseconds) / 1e9
+            }
         }
         // Files docfs has versioned carry user.docfs.version; others are at version 1.
         let stored = text(ItemAttributes.version).flatMap { Int64($0) } ?? 1
@@ -65,21 +84,44 @@ struct IndexRecordBuilder: Sendable {
         return record
     }
 
+    /// A descriptor for reading the file `name` in the folder `directoryFD`, when that name is
+    /// still the regular file `key` names, with its attributes and birth time (one statx); nil
+    /// when the name now holds something else.
+    static func openForReading(_ name: FileName, in directoryFD: Int32,
+                               expecting key: BackingKey) -> (fd: Int32, st: stat, birth: timespec)? {
+        var fd = openat(directoryFD, name.cString, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | DOCFS_O_NOATIME)
+        if fd < 0 && errno == EPERM { fd = openat(directoryFD, name.cString, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+        guard fd >= 0 else { return nil }
+        var st = stat()
+        var seconds: Int64 = 0
+        var nanoseconds: UInt32 = 0
+        guard docfs_fd_stat_and_birth(fd, &st, &seconds, &nanoseconds) == 0, BackingKey(st) == key,
+              st.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            return nil
+        }
+        return (fd, st, timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds)))
+    }
+
     /// Where `path` is in the index.
     func location(_ path: String) -> IndexLocation {
         IndexLocation(container: container.rawValue, scope: scope, path: path)
     }
 
-    /// The first bytes of a regular file, for its content type (none for an empty file). Read
-    /// through a descriptor of its own, opened without moving the access time (indexing is not
-    /// reading; the caller's own handle would move it); a daemon that may not do that (neither
-    /// root nor the owner) reads as any reader does.
-    private static func start(of file: Int32, size: off_t) -> [UInt8] {
-        guard size > 0, file >= 0 else { return [] }
-        var fd = open("/proc/self/fd/\(file)", O_RDONLY | O_NONBLOCK | O_CLOEXEC | DOCFS_O_NOATIME)
-        if fd < 0 && errno == EPERM { fd = open("/proc/self/fd/\(file)", O_RDONLY | O_NONBLOCK | O_CLOEXEC) }
+    /// A descriptor for reading the file `file` (any descriptor of it) refers to, opened
+    /// through its /proc link without moving the access time (indexing is not reading; the
+    /// caller's own handle would move it); a daemon that may not do that (neither root nor the
+    /// owner) reads as any reader does. -1 when it cannot be opened.
+    private static func openForReading(_ file: Int32) -> Int32 {
+        guard file >= 0 else { return -1 }
+        let fd = open("/proc/self/fd/\(file)", O_RDONLY | O_NONBLOCK | O_CLOEXEC | DOCFS_O_NOATIME)
+        if fd < 0 && errno == EPERM { return open("/proc/self/fd/\(file)", O_RDONLY | O_NONBLOCK | O_CLOEXEC) }
+        return fd
+    }
+
+    /// The first bytes of a regular file open for reading, for its content type.
+    private static func start(of fd: Int32) -> [UInt8] {
         guard fd >= 0 else { return [] }
-        defer { close(fd) }
         var start = [UInt8](repeating: 0, count: ContentType.sniffLength)
         let n = start.withUnsafeMutableBytes { pread(fd, $0.baseAddress, ContentType.sniffLength, 0) }
         start.removeSubrange(max(n, 0)...)

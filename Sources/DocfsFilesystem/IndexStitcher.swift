@@ -101,11 +101,31 @@ final class IndexStitcher: Sendable {
         // the document's id: the document's records are not its to write.
         if node.isSuperseded { return }
         stitch { () -> [IndexChange] in
-            let folder = parent.map { folderChanges($0.fd) } ?? []
+            // Where a create made the file: the folder's path is found once, for both records.
+            let hinted = place.flatMap { place in folderState(place.folder.fd).map { (place: place, folder: $0) } }
+            let folder: [IndexChange]
+            if let parent, let hinted, parent === hinted.place.folder {
+                folder = touch(hinted.folder)
+            } else {
+                folder = parent.map { folderChanges($0.fd) } ?? []
+            }
+            // A file still under the name a create gave it is read there: opened for reading
+            // (and checked to be the same inode), one descriptor serves its attributes, its
+            // first bytes and its extended attributes, without walks of /proc links.
+            if let hinted, let opened = IndexRecordBuilder.openForReading(hinted.place.name, in: hinted.place.folder.fd,
+                                                                          expecting: node.key) {
+                defer { close(opened.fd) }
+                let path = hinted.folder.path + "/" + hinted.place.name.description
+                paths.remember(path, opened.st)
+                let record = builder.record(item: node.item, file: node.fd, path: path, st: opened.st,
+                                            readable: opened.fd, birth: opened.birth)
+                let others = opened.st.st_nlink > 1 ? siblings(of: node, except: path, st: opened.st) : []
+                return [.put(record)] + others + folder
+            }
             var st = stat()
             guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return [] }
             // The stat just read serves the path's check too.
-            guard let path = paths.path(of: node.fd, st, probably: place.map { ($0.name, $0.folder.fd) }) else {
+            guard let path = paths.path(of: node.fd, st) else {
                 // Reached through a name since removed: its other names (if any) take the change.
                 guard st.st_nlink > 0 else { return folder }
                 return siblings(of: node, except: nil, st: st) + folder
@@ -222,14 +242,26 @@ final class IndexStitcher: Sendable {
     /// The folder `fd`'s new times (a name in it came or went); none for the scope's root, or
     /// `unless` it is the same folder as that one (already recorded).
     private func folderChanges(_ fd: Int32, unless other: Int32? = nil) -> [IndexChange] {
-        var st = stat()
-        guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else { return [] }
+        guard let folder = folderState(fd) else { return [] }
         if let other {
             var b = stat()
-            if fstat(other, &b) == 0 && st.st_ino == b.st_ino && st.st_dev == b.st_dev { return [] }
+            if fstat(other, &b) == 0 && BackingKey(b) == BackingKey(folder.st) { return [] }
         }
-        guard let path = scopePath(of: fd), !path.isEmpty else { return [] }
-        return [.touch(builder.location(path), modified: Self.seconds(st.st_mtim), statusChanged: Self.seconds(st.st_ctim))]
+        return touch(folder)
+    }
+
+    /// A folder's attributes and its path within the scope ("" for the root); nil outside it.
+    private func folderState(_ fd: Int32) -> (st: stat, path: String)? {
+        var st = stat()
+        guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0, let path = paths.path(of: fd, st) else { return nil }
+        return (st, path)
+    }
+
+    /// The change that gives a folder its new times; none for the scope's root.
+    private func touch(_ folder: (st: stat, path: String)) -> [IndexChange] {
+        guard !folder.path.isEmpty else { return [] }
+        return [.touch(builder.location(folder.path), modified: Self.seconds(folder.st.st_mtim),
+                       statusChanged: Self.seconds(folder.st.st_ctim))]
     }
 
     private static func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }

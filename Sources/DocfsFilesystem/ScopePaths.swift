@@ -38,19 +38,10 @@ final class ScopePaths: Sendable {
         return path(of: fd, st)
     }
 
-    /// The same, for a descriptor whose attributes the caller has just read (`st`); when
-    /// `probably` is given (the name a create gave the file, in its folder), that place is
-    /// tried before the /proc link.
-    func path(of fd: Int32, _ st: stat, probably place: (name: FileName, folder: Int32)? = nil) -> String? {
+    /// The same, for a descriptor whose attributes the caller has just read (`st`).
+    func path(of fd: Int32, _ st: stat) -> String? {
         let key = BackingKey(st)
         if let path = known.withLock({ $0[key] }), leads(path, to: key) { return path }
-        if let place, let folderPath = path(of: place.folder) {
-            let candidate = folderPath + "/" + place.name.description
-            if leads(candidate, to: key) {
-                remember(candidate, st)
-                return candidate
-            }
-        }
         return read(fd, st)
     }
 
@@ -64,7 +55,8 @@ final class ScopePaths: Sendable {
         return path
     }
 
-    private func remember(_ path: String, _ st: stat) {
+    /// Notes that `path` is where the file `st` describes is (found by the caller).
+    func remember(_ path: String, _ st: stat) {
         guard st.st_mode & S_IFMT == S_IFDIR || st.st_nlink == 1 else { return }
         known.withLock { known in
             if known.count >= Self.remembered { known.removeAll(keepingCapacity: true) }

@@ -4,6 +4,7 @@
 #ifndef DOCFS_LINUX_H
 #define DOCFS_LINUX_H
 
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -39,6 +40,9 @@ int docfs_peer_credentials(int fd, int *pid, unsigned int *uid, unsigned int *gi
 int docfs_birth_time(const char *path, long long *seconds, unsigned int *nanoseconds);
 /// The same, of the file a descriptor (O_PATH included) refers to.
 int docfs_fd_birth_time(int fd, long long *seconds, unsigned int *nanoseconds);
+/// fstat(2) and the birth time of a descriptor with one statx(2) (not following a symlink);
+/// the birth time is -1 seconds where the filesystem keeps none.
+int docfs_fd_stat_and_birth(int fd, struct stat *st, long long *seconds, unsigned int *nanoseconds);
 /// getxattr of `name` in the directory `dirfd` without following a symlink there.
 ssize_t docfs_at_getxattr(int dirfd, const char *name, const char *attribute, void *value, size_t size);
 
