@@ -351,6 +351,10 @@ def main():
         vs_unc = f" {speed_ratio(name, unit, size, 'docfs', 'docfs-uncoordinated'):6.2f}x" if extra else ""
         print(f"{name:34} {unit:>5} {raw:9.2f} {pt:9.2f} {ptp:9.2f} {dfs:9.2f}{uncoordinated} {vs_raw:6.2f}x {vs_pt:6.2f}x"
               f" {vs_ptp:6.2f}x{vs_unc}  {target} {'ok' if ok else 'MISSED'}")
+    creates = [w[0] for w in workloads if w[4] == "create"]
+    if creates:
+        ratio = speed_ratio(creates[0], "s", None, "docfs", "passthrough_ll")
+        print(f"issue 4: {creates[0]} with stitching >= 0.70x pt: {ratio:.2f}x {'ok' if ratio >= 0.7 else 'MISSED'}")
     print("\nvs raw / vs pt / vs pt+: docfs's speed relative to the raw disk, to passthrough_ll, and to")
     print("passthrough_ll with default_permissions,xattr (the checks and attributes docfs always has).")
     if extra:
