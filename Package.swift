@@ -5,7 +5,8 @@ import PackageDescription
 //   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider} → DocfsCore
 // Only DocfsFUSE imports CFuse (libfuse3) and CFusePassthrough (its C helpers for the kernel's
 // FUSE passthrough); only DocfsIndex imports GRDB. CLinux wraps Linux syscalls Swift's Glibc hides;
-// CGio is GLib's GIO, for content types from the system's shared-mime-info data.
+// CGio is GLib's GIO, for content types from the system's shared-mime-info data; swift-crypto
+// signs bookmarks (DocfsProvider).
 let package = Package(
     name: "docfs",
     products: [
@@ -16,6 +17,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
     ],
     targets: [
         .systemLibrary(
@@ -39,7 +41,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .target(name: "DocfsProvider", dependencies: ["DocfsCore", "CLinux", "CGio"]),
+        .target(name: "DocfsProvider", dependencies: ["DocfsCore", "CLinux", "CGio", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "DocfsCoordination", dependencies: ["DocfsCore"]),
         .target(name: "DocfsIndex", dependencies: ["DocfsCore", .product(name: "GRDB", package: "GRDB.swift")]),
         .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsIndex", "DocfsProvider", "CLinux"]),
@@ -58,6 +60,7 @@ let package = Package(
         ),
         .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination"]),
         .testTarget(name: "DocfsIndexTests", dependencies: ["DocfsIndex"]),
+        .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider"]),
         .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex"], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]

@@ -14,7 +14,7 @@ import DocfsCore
 ///       containers/<id>/Data/            the rest of the container (data scope)
 ///       index/index.sqlite[-wal,-shm]   the metadata index (see IndexDatabase)
 ///       index/index.journal              stitched changes not yet in it (see IndexJournal)
-///       keys/                            signing key (later issues)
+///       keys/bookmarks.key               store id and bookmark signing key (see StoreKey)
 ///       logs/daemon.log                  the background daemon's log
 public struct StoreLayout: Sendable {
     public let root: String
@@ -34,6 +34,7 @@ public struct StoreLayout: Sendable {
     public var indexFile: String { indexDirectory + "/index.sqlite" }
     public var versionsDirectory: String { root + "/versions" }
     public var keysDirectory: String { root + "/keys" }
+    public var bookmarkKeyFile: String { keysDirectory + "/bookmarks.key" }
     public var logsDirectory: String { root + "/logs" }
     public var daemonLog: String { logsDirectory + "/daemon.log" }
 

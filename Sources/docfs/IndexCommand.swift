@@ -27,7 +27,7 @@ struct IndexCommand: ParsableCommand {
 
         func run() throws {
             let (layout, _) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
-            try reportingErrors { () throws(DocfsError) in try IndexAccess.walk(.rebuild, layout) }
+            _ = try reportingErrors { () throws(DocfsError) in try IndexAccess.walk(.rebuild, layout) }
         }
     }
 

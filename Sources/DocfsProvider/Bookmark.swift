@@ -1,0 +1,68 @@
+import DocfsCore
+
+/// What a bookmark records of an item when it is made (DESIGN §7, like NSURL bookmark data):
+/// which store and item, where the item was, the resource values an app may ask of it, and, for
+/// a security-scoped bookmark, who it was issued to and whether it grants reading only. A
+/// token (`BookmarkToken`) carries it, signed with the store's key.
+public struct Bookmark: Sendable, Equatable {
+    /// What kind of item a bookmark names (the resource type of the model).
+    public enum ResourceType: UInt8, Sendable, CaseIterable {
+        case file = 1, folder = 2, symlink = 3, other = 4
+
+        public var name: String {
+            switch self {
+            case .file: "file"
+            case .folder: "folder"
+            case .symlink: "symlink"
+            case .other: "other"
+            }
+        }
+    }
+
+    /// Who a security-scoped bookmark was issued to (an app id, or a user as `uid:N`) and
+    /// whether it lets them only read.
+    public struct SecurityScope: Sendable, Equatable {
+        public var issuedTo: String
+        public var readOnly: Bool
+
+        public init(issuedTo: String, readOnly: Bool) {
+            self.issuedTo = issuedTo
+            self.readOnly = readOnly
+        }
+    }
+
+    public var storeID: [UInt8]
+    /// The resource identifier: the item's persistent id.
+    public var item: ItemID
+    public var container: String
+    /// `documents` or `data`.
+    public var scope: String
+    /// Where the item was within its scope when the bookmark was made (`/a/b.txt`).
+    public var path: String
+    /// The backing file the item was then: another one later means the item was replaced.
+    public var backingInode: UInt64
+    /// The content modification date then, in seconds since the epoch.
+    public var contentModified: Double
+    public var resourceType: ResourceType
+    /// The item's name as shown to people (the localized name of the model).
+    public var localizedName: String
+    /// When the bookmark was made, in seconds since the epoch.
+    public var made: Double
+    public var securityScope: SecurityScope?
+
+    public init(storeID: [UInt8], item: ItemID, container: String, scope: String, path: String, backingInode: UInt64,
+                contentModified: Double, resourceType: ResourceType, localizedName: String, made: Double,
+                securityScope: SecurityScope? = nil) {
+        self.storeID = storeID
+        self.item = item
+        self.container = container
+        self.scope = scope
+        self.path = path
+        self.backingInode = backingInode
+        self.contentModified = contentModified
+        self.resourceType = resourceType
+        self.localizedName = localizedName
+        self.made = made
+        self.securityScope = securityScope
+    }
+}
