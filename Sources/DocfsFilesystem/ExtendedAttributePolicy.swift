@@ -1,4 +1,5 @@
 import DocfsCore
+import DocfsProvider
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -15,6 +16,9 @@ enum ExtendedAttributePolicy {
     /// Names under `user.docfs.` are docfs's (DESIGN §6): users may write only these.
     static let docfsPrefix = "user.docfs."
     static let userWritableDocfsNames: Set<String> = ["user.docfs.skip-backup"]
+    /// Names whose value docfs makes when they are read, for every file and folder; whatever
+    /// the store holds under them is not shown.
+    static let computed: Set<String> = [ItemAttributes.bookmark]
 
     /// Refuses a write (`value`) or removal (nil) of a name docfs keeps itself, and values a
     /// writable docfs name does not take.

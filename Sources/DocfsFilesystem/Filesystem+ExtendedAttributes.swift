@@ -22,6 +22,7 @@ extension Filesystem {
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(ENODATA) }
         let node = try nodes.node(id)
         if node.isSymlink { throw DocfsError.system(ENODATA) }
+        if name == ItemAttributes.bookmark { return try fit(Array(try bookmarkToken(of: node).utf8), into: size) }
         // The store answers size-0 probes and ERANGE itself: read into the caller's size only.
         let capacity = min(size, ExtendedAttributePolicy.maximumValueSize)
         var buffer = [UInt8](repeating: 0, count: capacity)
@@ -61,7 +62,7 @@ extension Filesystem {
             for name in buffer[0..<n].split(separator: 0) {
                 let bytes = name.map { UInt8(bitPattern: $0) }
                 let text = String(decoding: bytes, as: UTF8.self)
-                if ExtendedAttributePolicy.isStored(text) {
+                if ExtendedAttributePolicy.isStored(text) && !ExtendedAttributePolicy.computed.contains(text) {
                     names += bytes
                     names.append(0)
                 }
@@ -70,6 +71,7 @@ extension Filesystem {
             }
             if !hasVersion && hasVersions(node) { names += Array(ItemAttributes.version.utf8) + [0] }
             if !hasID && unstoredID(of: node) != nil { names += Array(ItemAttributes.id.utf8) + [0] }
+            for computed in ExtendedAttributePolicy.computed.sorted() { names += Array(computed.utf8) + [0] }
             break
         }
         return try fit(names, into: size)

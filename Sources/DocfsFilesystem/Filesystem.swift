@@ -54,6 +54,8 @@ public final class Filesystem: Sendable {
     public let presenters = Presenters()
     /// Writes index records as operations change items (S1); nil when serving without an index.
     let stitcher: IndexStitcher?
+    /// Where items are within the documents scope (for index records and bookmarks).
+    let paths: ScopePaths
     /// Where invalidations found outside a request's reply go (the bridge's notifier).
     private let invalidationSink = Mutex<(@Sendable (KernelInvalidations) -> Void)?>(nil)
 
@@ -81,8 +83,9 @@ public final class Filesystem: Sendable {
         sessions = WriteSessions(versions: store.versions)
         root = Node(id: rootID, fd: fd, key: BackingKey(st), type: S_IFDIR, item: identity.item(of: fd, st))
         nodes = NodeTable(root: root)
+        paths = ScopePaths(rootPath: try Self.documentsPath(of: fd))
         if let index {
-            stitcher = IndexStitcher(index: index, container: .userDefault, rootPath: try Self.documentsPath(of: fd), identity: identity)
+            stitcher = IndexStitcher(index: index, container: .userDefault, paths: paths, identity: identity)
         } else {
             stitcher = nil
         }

@@ -44,10 +44,10 @@ final class IndexStitcher: Sendable {
         var folderTouched: Bool
     }
 
-    init(index: IndexDatabase, container: ContainerID, rootPath: String, identity: ItemIdentity) {
+    init(index: IndexDatabase, container: ContainerID, paths: ScopePaths, identity: ItemIdentity) {
         self.index = index
         builder = IndexRecordBuilder(container: container, scope: "documents")
-        paths = ScopePaths(rootPath: rootPath)
+        self.paths = paths
         self.identity = identity
         index.startCommitting { [weak self] error in self?.report(error) }
     }

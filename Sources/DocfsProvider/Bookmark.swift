@@ -1,4 +1,7 @@
 import DocfsCore
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// What a bookmark records of an item when it is made (DESIGN §7, like NSURL bookmark data):
 /// which store and item, where the item was, the resource values an app may ask of it, and, for
@@ -64,5 +67,25 @@ public struct Bookmark: Sendable, Equatable {
         self.localizedName = localizedName
         self.made = made
         self.securityScope = securityScope
+    }
+
+    /// A bookmark made now of the item `item` at `path` in `container`'s `scope`, whose backing
+    /// file has the attributes `st`.
+    public init(item: ItemID, container: String, scope: String, path: String, backing st: stat, storeID: [UInt8],
+                securityScope: SecurityScope? = nil) {
+        let type: ResourceType = switch st.st_mode & S_IFMT {
+        case S_IFREG: .file
+        case S_IFDIR: .folder
+        case S_IFLNK: .symlink
+        default: .other
+        }
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let name = path.split(separator: "/").last.map(String.init) ?? ""
+        self.init(storeID: storeID, item: item, container: container, scope: scope, path: path.isEmpty ? "/" : path,
+                  backingInode: UInt64(st.st_ino),
+                  contentModified: Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9,
+                  resourceType: type, localizedName: name, made: Double(now.tv_sec) + Double(now.tv_nsec) / 1e9,
+                  securityScope: securityScope)
     }
 }

@@ -12,6 +12,8 @@ public enum ItemAttributes {
     public static let id = "user.docfs.id"
     /// The current version number, in decimal.
     public static let version = "user.docfs.version"
+    /// A bookmark token for the item (made when read; see `BookmarkToken`).
+    public static let bookmark = "user.docfs.bookmark"
 
     /// The id stored on the file an O_PATH descriptor refers to; nil when it has none.
     public static func id(ofDescriptor fd: Int32) -> ItemID? {

@@ -1,5 +1,6 @@
 import CLinux
 import DocfsCore
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -15,6 +16,16 @@ public final class LocalStore: Sendable {
     public let itemIDs: ItemIDAllocator
     /// Previous and conflict versions of items.
     public let versions: VersionStore
+    /// The store's key, read (or made) when first needed: `bookmarkKey()`.
+    private let key = Mutex<StoreKey?>(nil)
+
+    /// The store's id and bookmark signing key (made the first time a store needs one).
+    public func bookmarkKey() throws(DocfsError) -> StoreKey {
+        if let known = key.withLock({ $0 }) { return known }
+        let loaded = try StoreKey.load(layout)
+        key.withLock { $0 = loaded }
+        return loaded
+    }
 
     /// Opens the store at `path`, creating it and its default container when missing.
     public init(path: String) throws(DocfsError) {

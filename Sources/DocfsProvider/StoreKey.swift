@@ -60,6 +60,11 @@ public struct StoreKey: Sendable, Equatable {
         return key
     }
 
+    /// The store's key when it has one already.
+    public static func existing(_ layout: StoreLayout) throws(DocfsError) -> StoreKey? {
+        try readKey(layout.bookmarkKeyFile)
+    }
+
     /// The key in `path`; nil when there is no such file.
     static func readKey(_ path: String) throws(DocfsError) -> StoreKey? {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)

@@ -1,3 +1,4 @@
+import DocfsProvider
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -31,6 +32,13 @@ enum MountTable {
     static func entry(at path: String) -> Mount? {
         let target = canonical(path)
         return entries().last { $0.type == "fuse.docfs" && $0.mountPoint == target }
+    }
+
+    /// Where the store at `layout` is mounted by this user's daemon, if it is.
+    static func mountPoint(of layout: StoreLayout) -> String? {
+        let store = canonical(layout.root)
+        return entries().last { $0.type == "fuse.docfs" && MountRegistry.record(for: $0.mountPoint).map { canonical($0.store) } == store }?
+            .mountPoint
     }
 
     /// Absolute path with symlinks resolved (or as given, when that fails: a dead mount).

@@ -66,7 +66,7 @@ import Glibc
         var names = [CChar](repeating: 0, count: 1024)
         let n = docfs_listxattr(f, &names, names.count)
         let listed = names[0..<max(n, 0)].split(separator: 0).map { String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
-        #expect(listed.sorted() == ["user.docfs.id", "user.docfs.version"])
+        #expect(listed.sorted() == ["user.docfs.bookmark", "user.docfs.id", "user.docfs.version"])
     }
 
     @Test func largestValueRoundTrips() throws {

@@ -1,0 +1,23 @@
+import CLinux
+import DocfsCore
+import DocfsProvider
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Bookmarks through the mount (DESIGN §7): `user.docfs.bookmark` reads as a new token for the
+/// item, signed with the store's key, naming where the item is now.
+extension Filesystem {
+    /// A bookmark token for `node`, made now.
+    func bookmarkToken(of node: Node) throws(DocfsError) -> String {
+        var st = stat()
+        try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+        guard let path = paths.path(of: node.fd, st) else {
+            throw DocfsError.system(ENOENT)  // removed meanwhile: there is nothing to find again
+        }
+        let key = try store.bookmarkKey()
+        let bookmark = Bookmark(item: node.item, container: ContainerID.userDefault.rawValue, scope: "documents",
+                                path: path, backing: st, storeID: key.storeID)
+        return BookmarkToken.encode(bookmark, key: key)
+    }
+}

@@ -1,0 +1,204 @@
+import ArgumentParser
+import CLinux
+import DocfsCore
+import DocfsIndex
+import DocfsProvider
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `docfs bookmark create|resolve` (DESIGN §7): tokens that find an item again after renames,
+/// moves, safe-saves and restarts.
+struct BookmarkCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bookmark",
+        abstract: "Make a bookmark of a document, or find the document a bookmark names.",
+        subcommands: [Create.self, Resolve.self]
+    )
+
+    struct Create: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print a bookmark token for FILE (on a docfs mount or in a store's folders).",
+            discussion: """
+                A security-scoped bookmark names who it was issued to (--issued-to, by default the \
+                user running this) and, with --read-only, lets them only read what it names.
+                """
+        )
+
+        @Argument(help: ArgumentHelp("The file or folder.", valueName: "file"))
+        var file: String
+
+        @Flag(name: .long, help: "Make a security-scoped bookmark.")
+        var securityScope = false
+
+        @Flag(name: .long, help: "The security scope grants reading only (implies --security-scope).")
+        var readOnly = false
+
+        @Option(name: .long, help: ArgumentHelp("Who the security scope is issued to (an app id, or uid:N).", valueName: "who"))
+        var issuedTo: String?
+
+        func run() throws {
+            let token = try reportingErrors { () throws(DocfsError) -> String in
+                let document = try LocatedDocument.locate(file)
+                var backing = stat()
+                guard lstat(document.backingPath, &backing) == 0 else {
+                    throw DocfsError(.storeUnavailable, "cannot find \(file) in its store", cause: DocfsError.errno("lstat"))
+                }
+                let key = try StoreKey.load(document.store)
+                var scope: Bookmark.SecurityScope?
+                if securityScope || readOnly || issuedTo != nil {
+                    scope = Bookmark.SecurityScope(issuedTo: issuedTo ?? "uid:\(getuid())", readOnly: readOnly)
+                }
+                let path = "/" + (try document.pathUnderRoot())
+                let bookmark = Bookmark(item: document.item, container: ContainerID.userDefault.rawValue, scope: "documents",
+                                        path: path, backing: backing, storeID: key.storeID, securityScope: scope)
+                return BookmarkToken.encode(bookmark, key: key)
+            }
+            print(token)
+        }
+    }
+
+    struct Resolve: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print where the item a bookmark names is now, whether the bookmark is stale, and what it recorded.",
+            discussion: """
+                Stale means the item moved, was renamed or was replaced since the bookmark was made: \
+                it is still found, but the caller should make a new bookmark. Exit status 1 when the \
+                item is gone or the token is refused.
+                """
+        )
+
+        @Argument(help: ArgumentHelp("The bookmark token (docfs-bm1:…).", valueName: "token"))
+        var token: String
+
+        @Flag(name: .long, help: "Print JSON instead of text.")
+        var json = false
+
+        @OptionGroup var location: StoreLocation
+
+        func run() throws {
+            let resolution = try reportingErrors { () throws(DocfsError) -> BookmarkResolution in
+                let text = token.trimmingCharacters(in: .whitespacesAndNewlines)
+                let (layout, mountPoint, bookmark) = try findStore(of: text)
+                let index = try IndexAccess.open(layout)
+                return try BookmarkResolution.find(bookmark, index: index, store: layout,
+                                                   mountPoint: mountPoint ?? MountTable.mountPoint(of: layout))
+            }
+            if json { return printJSON(resolution.report) }
+            let report = resolution.report
+            var lines = [("path", report.path), ("stale", report.stale ? "yes (\(report.staleBecause.joined(separator: ", "))): make a new bookmark" : "no"),
+                         ("item id", String(report.resourceIdentifier)), ("type", report.resourceType),
+                         ("name", report.localizedName), ("modified", formatDate(report.contentModificationDate)),
+                         ("made at", report.recordedPath), ("made", formatDate(report.made))]
+            if let scope = report.securityScope {
+                lines.append(("scope", "issued to \(scope.issuedTo), " + (scope.readOnly ? "read-only" : "read-write")))
+            } else {
+                lines.append(("scope", "none (not security-scoped)"))
+            }
+            for (label, value) in lines { print("\((label + ":").padding(10)) \(value)") }
+        }
+
+        /// The store the token belongs to, and what it says: the one named (--store or a mount
+        /// point); else the default store, or any store this user has mounted, whose key checks it.
+        private func findStore(of text: String) throws(DocfsError) -> (StoreLayout, String?, Bookmark) {
+            let named = location.store != nil || location.mountPoint != nil
+            let (layout, mountPoint) = try location.resolve()
+            var candidates = [(layout, mountPoint)]
+            if !named {
+                candidates += MountTable.entries().filter { $0.type == "fuse.docfs" }.compactMap { mount in
+                    MountRegistry.record(for: mount.mountPoint).map { (StoreLayout(root: $0.store), mount.mountPoint) }
+                }
+            }
+            var problem = BookmarkTokenProblem.foreignStore
+            for (candidate, mountPoint) in candidates {
+                guard let key = try? StoreKey.existing(candidate) else { continue }
+                do throws(BookmarkTokenProblem) {
+                    return (candidate, mountPoint, try BookmarkToken.decode(text, key: key))
+                } catch {
+                    problem = error
+                    if error != .foreignStore { break }  // this store's token, refused
+                }
+            }
+            if problem == .foreignStore && !named {
+                throw DocfsError(.invalidArgument, "the bookmark was made by a store that is neither the default one nor mounted: give it with --store")
+            }
+            throw DocfsError(.invalidArgument, problem.description)
+        }
+    }
+}
+
+/// Where the item a bookmark names is now (from the index, which every write updates before it
+/// returns), and whether the bookmark is stale.
+struct BookmarkResolution {
+    struct ScopeReport: Encodable {
+        var issuedTo: String
+        var readOnly: Bool
+    }
+
+    struct Report: Encodable {
+        var path: String
+        var stale: Bool
+        var staleBecause: [String]
+        var container: String
+        var scope: String
+        var recordedPath: String
+        var made: Double
+        // The resource values recorded when the bookmark was made.
+        var securityScope: ScopeReport?
+        var contentModificationDate: Double
+        var resourceIdentifier: UInt64
+        var resourceType: String
+        var localizedName: String
+    }
+
+    var report: Report
+
+    static func find(_ bookmark: Bookmark, index: IndexDatabase, store: StoreLayout,
+                     mountPoint: String?) throws(DocfsError) -> BookmarkResolution {
+        let records = try index.records(id: Int64(bitPattern: bookmark.item.rawValue))
+        let current: (container: String, scope: String, path: String, inode: UInt64)
+        if let record = records.first(where: { $0.container == bookmark.container && $0.scope == bookmark.scope && $0.path == bookmark.path })
+            ?? records.sorted(by: { $0.path < $1.path }).first {
+            current = (record.container, record.scope, record.path, record.backingInode)
+        } else if bookmark.path == "/", let root = scopeRoot(store, bookmark), root.item == bookmark.item {
+            current = (bookmark.container, bookmark.scope, "/", root.inode)
+        } else {
+            throw DocfsError(.invalidArgument,
+                             "the item this bookmark names (id \(bookmark.item), last at \(bookmark.path)) is gone: it was deleted, or moved out of the store")
+        }
+        var because: [String] = []
+        if current.container != bookmark.container || current.scope != bookmark.scope { because.append("moved to another container") }
+        let oldFolder = bookmark.path.split(separator: "/").dropLast()
+        let newFolder = current.path.split(separator: "/").dropLast()
+        if oldFolder != newFolder { because.append("moved") }
+        if bookmark.path.split(separator: "/").last != current.path.split(separator: "/").last { because.append("renamed") }
+        if current.inode != bookmark.backingInode && because.isEmpty { because.append("replaced") }
+        let shown: String
+        if current.container == ContainerID.userDefault.rawValue && current.scope == "documents", let mountPoint {
+            shown = (mountPoint == "/" ? "" : mountPoint) + (current.path == "/" ? "" : current.path)
+        } else {
+            shown = store.containerDirectory(try ContainerID(current.container)) + (current.scope == "documents" ? "/Documents" : "/Data")
+                + (current.path == "/" ? "" : current.path)
+        }
+        let report = Report(
+            path: shown.isEmpty ? "/" : shown, stale: !because.isEmpty, staleBecause: because, container: current.container,
+            scope: current.scope, recordedPath: bookmark.path, made: bookmark.made,
+            securityScope: bookmark.securityScope.map { ScopeReport(issuedTo: $0.issuedTo, readOnly: $0.readOnly) },
+            contentModificationDate: bookmark.contentModified, resourceIdentifier: bookmark.item.rawValue,
+            resourceType: bookmark.resourceType.name, localizedName: bookmark.localizedName)
+        return BookmarkResolution(report: report)
+    }
+
+    /// The item id and backing inode of the scope's root folder (which has no record).
+    private static func scopeRoot(_ store: StoreLayout, _ bookmark: Bookmark) -> (item: ItemID, inode: UInt64)? {
+        guard let container = try? ContainerID(bookmark.container) else { return nil }
+        let folder = store.containerDirectory(container) + (bookmark.scope == "documents" ? "/Documents" : "/Data")
+        let fd = open(folder, DOCFS_O_PATH | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, let item = ItemAttributes.id(ofDescriptor: fd) else { return nil }
+        return (item, UInt64(st.st_ino))
+    }
+}
