@@ -7,8 +7,9 @@ import Glibc
 
 /// Where files and folders are within the scope, found from their backing descriptors, for
 /// the records the stitcher writes. A descriptor's /proc link names its file, but reading it
-/// builds the whole backing path up to `/` — the costliest part of stitching a create or an
-/// unlink. A path found before is instead checked by looking it up from the scope's root (a few
+/// builds the whole backing path up to `/` — once the costliest part of stitching an unlink.
+/// (A create's close needs neither: the stitcher opens the file at the name it was made with.)
+/// A path found before is instead checked by looking it up from the scope's root (a few
 /// components): it is the file's path exactly when it leads to the same inode. Folders, and
 /// files with one name, are remembered (a file with several names may have been reached by
 /// another).

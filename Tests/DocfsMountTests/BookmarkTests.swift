@@ -117,6 +117,12 @@ import Glibc
         }
         let text = try shell("'\(MountFixture.binary)' bookmark resolve \"$(getfattr --only-values -n user.docfs.bookmark '\(fixture.path("notes.txt"))')\" '\(fixture.mountPoint)'")
         #expect(text.status == 0 && text.output.contains("path:") && text.output.contains("not security-scoped"), "\(text.output)")
+        // Named neither store nor mount point: the mounted store whose key checks the token is found.
+        let token = try #require(attribute(fixture.path("notes.txt"), "user.docfs.bookmark"))
+        let found = try shell("'\(MountFixture.binary)' bookmark resolve --json '\(token)'",
+                              environment: ["DOCFS_STORE": fixture.root + "/no-such-store"])
+        let r = try? JSONDecoder().decode(Resolved.self, from: Data(found.output.utf8))
+        #expect(found.status == 0 && r?.path == fixture.path("notes.txt"), "\(found.output)")
     }
 
     @Test func tokensNotMadeByThisStoreOrChangedAreRefused() throws {
