@@ -2,11 +2,12 @@
 import PackageDescription
 
 // Layers, dependencies pointing one way:
-//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider} → DocfsCore
+//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider, DocfsThumbnails} → DocfsCore
 // Only DocfsFUSE imports CFuse (libfuse3) and CFusePassthrough (its C helpers for the kernel's
 // FUSE passthrough); only DocfsIndex imports GRDB. CLinux wraps Linux syscalls Swift's Glibc hides;
 // CGio is GLib's GIO, for content types from the system's shared-mime-info data; swift-crypto
-// signs bookmarks (DocfsProvider).
+// signs bookmarks (DocfsProvider). CVips (libvips) is imported only by DocfsThumbnails, whose
+// renderer runs in the thumbnail worker process, never in the daemon.
 let package = Package(
     name: "docfs",
     products: [
@@ -32,6 +33,12 @@ let package = Package(
             pkgConfig: "gio-2.0",
             providers: [.apt(["libglib2.0-dev", "shared-mime-info"])]
         ),
+        .systemLibrary(
+            name: "CVips",
+            path: "Sources/CVips",
+            pkgConfig: "vips",
+            providers: [.apt(["libvips-dev"])]
+        ),
         .target(name: "CLinux", path: "Sources/CLinux"),
         .target(name: "CFusePassthrough", dependencies: ["CFuse"], path: "Sources/CFusePassthrough"),
         .target(
@@ -44,7 +51,8 @@ let package = Package(
         .target(name: "DocfsProvider", dependencies: ["DocfsCore", "CLinux", "CGio", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "DocfsCoordination", dependencies: ["DocfsCore"]),
         .target(name: "DocfsIndex", dependencies: ["DocfsCore", .product(name: "GRDB", package: "GRDB.swift")]),
-        .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsIndex", "DocfsProvider", "CLinux"]),
+        .target(name: "DocfsThumbnails", dependencies: ["DocfsCore", "CLinux", "CVips"]),
+        .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsIndex", "DocfsProvider", "DocfsThumbnails", "CLinux"]),
         .target(
             name: "DocfsFUSE",
             dependencies: ["CFuse", "CFusePassthrough", "DocfsFilesystem", .product(name: "Logging", package: "swift-log")]
@@ -54,6 +62,7 @@ let package = Package(
             dependencies: [
                 "DocfsFUSE",
                 "DocfsIndex",
+                "DocfsThumbnails",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -61,7 +70,8 @@ let package = Package(
         .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination"]),
         .testTarget(name: "DocfsIndexTests", dependencies: ["DocfsIndex"]),
         .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider"]),
-        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex"], exclude: ["Workloads"]),
+        .testTarget(name: "DocfsThumbnailsTests", dependencies: ["DocfsThumbnails"]),
+        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex", "DocfsThumbnails"], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]
 )

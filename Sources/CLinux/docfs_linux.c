@@ -181,3 +181,45 @@ int docfs_peer_credentials(int fd, int *pid, unsigned int *uid, unsigned int *gi
     *gid = credentials.gid;
     return 0;
 }
+
+ssize_t docfs_send_with_descriptor(int socket, const void *bytes, size_t length, int descriptor) {
+    struct iovec part = { .iov_base = (void *)bytes, .iov_len = length };
+    union { char buffer[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
+    struct msghdr message = { .msg_iov = &part, .msg_iovlen = 1 };
+    if (descriptor >= 0) {
+        memset(&control, 0, sizeof control);
+        message.msg_control = control.buffer;
+        message.msg_controllen = sizeof control.buffer;
+        struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+        header->cmsg_level = SOL_SOCKET;
+        header->cmsg_type = SCM_RIGHTS;
+        header->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(header), &descriptor, sizeof(int));
+    }
+    ssize_t n;
+    do { n = sendmsg(socket, &message, MSG_NOSIGNAL); } while (n < 0 && errno == EINTR);
+    return n;
+}
+
+ssize_t docfs_receive_with_descriptor(int socket, void *bytes, size_t capacity, int *descriptor) {
+    struct iovec part = { .iov_base = bytes, .iov_len = capacity };
+    union { char buffer[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
+    struct msghdr message = { .msg_iov = &part, .msg_iovlen = 1, .msg_control = control.buffer,
+                              .msg_controllen = sizeof control.buffer };
+    *descriptor = -1;
+    ssize_t n;
+    do { n = recvmsg(socket, &message, MSG_CMSG_CLOEXEC); } while (n < 0 && errno == EINTR);
+    if (n < 0) return n;
+    for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS) {
+            memcpy(descriptor, CMSG_DATA(header), sizeof(int));
+        }
+    }
+    if (message.msg_flags & MSG_TRUNC) {
+        if (*descriptor >= 0) close(*descriptor);
+        *descriptor = -1;
+        errno = EMSGSIZE;
+        return -1;
+    }
+    return n;
+}

@@ -29,6 +29,8 @@ public final class FUSEMount: Sendable {
         /// made behind docfs as it sees them, short without it).
         public var cacheTimeout: Double?
         public var maxThreads: UInt32
+        /// Make thumbnails of images and PDFs (`-o nothumbnails` turns it off).
+        public var thumbnails = true
 
         public init(fuseOptions: [String] = [], writebackCache: Bool = false, passthrough: Bool = true,
                     cacheTimeout: Double? = nil, maxThreads: UInt32 = 16) {
@@ -57,6 +59,8 @@ public final class FUSEMount: Sendable {
                 case "nowriteback", "no_writeback_cache": result.writebackCache = false
                 case "passthrough": result.passthrough = true
                 case "nopassthrough", "no_passthrough": result.passthrough = false
+                case "thumbnails": result.thumbnails = true
+                case "nothumbnails", "no_thumbnails": result.thumbnails = false
                 case let timeout where timeout.hasPrefix("timeout="):
                     // Out of range or not a number: left to libfuse, which refuses it by name.
                     if let seconds = Double(timeout.dropFirst("timeout=".count)), seconds >= 0, seconds <= 86400 {

@@ -23,6 +23,7 @@ extension Filesystem {
         let node = try nodes.node(id)
         if node.isSymlink { throw DocfsError.system(ENODATA) }
         if name == ItemAttributes.bookmark { return try fit(Array(try bookmarkToken(of: node).utf8), into: size) }
+        if name == ItemAttributes.thumbnail { return try fit(try thumbnailAttribute(of: node), into: size) }
         // The store answers size-0 probes and ERANGE itself: read into the caller's size only.
         let capacity = min(size, ExtendedAttributePolicy.maximumValueSize)
         var buffer = [UInt8](repeating: 0, count: capacity)
@@ -62,7 +63,8 @@ extension Filesystem {
             for name in buffer[0..<n].split(separator: 0) {
                 let bytes = name.map { UInt8(bitPattern: $0) }
                 let text = String(decoding: bytes, as: UTF8.self)
-                if ExtendedAttributePolicy.isStored(text) && !ExtendedAttributePolicy.computed.contains(text) {
+                if ExtendedAttributePolicy.isStored(text) && !ExtendedAttributePolicy.computed.contains(text)
+                    && !ExtendedAttributePolicy.served.contains(text) {
                     names += bytes
                     names.append(0)
                 }
@@ -72,6 +74,7 @@ extension Filesystem {
             if !hasVersion && hasVersions(node) { names += Array(ItemAttributes.version.utf8) + [0] }
             if !hasID && unstoredID(of: node) != nil { names += Array(ItemAttributes.id.utf8) + [0] }
             for computed in ExtendedAttributePolicy.computed.sorted() { names += Array(computed.utf8) + [0] }
+            if currentThumbnail(of: node) != nil { names += Array(ItemAttributes.thumbnail.utf8) + [0] }
             break
         }
         return try fit(names, into: size)
@@ -84,6 +87,7 @@ extension Filesystem {
         let node = try nodes.node(id)
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(EOPNOTSUPP) }
         if node.isSymlink { throw DocfsError.system(EPERM) }
+        if name == ItemAttributes.thumbnail { return try setThumbnailAttribute(of: node, png: value, flags: flags) }
         try ExtendedAttributePolicy.checkWritable(name, value: value)
         try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
             try check(value.withUnsafeBytes { docfs_setxattr(node.procPath, name, $0.baseAddress, $0.count, flags) })
@@ -97,6 +101,7 @@ extension Filesystem {
         let node = try nodes.node(id)
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(EOPNOTSUPP) }
         if node.isSymlink { throw DocfsError.system(EPERM) }
+        if name == ItemAttributes.thumbnail { return try removeThumbnailAttribute(of: node) }
         try ExtendedAttributePolicy.checkWritable(name, value: nil)
         try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
             try check(docfs_removexattr(node.procPath, name))

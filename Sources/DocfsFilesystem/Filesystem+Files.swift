@@ -184,7 +184,7 @@ extension Filesystem {
         guard copy >= 0 else { throw DocfsError.system(Glibc.errno) }
         try check(close(copy))
         sessions.flushed(handle)
-        stitcher?.closed(handle)
+        if let written = stitcher?.closed(handle) { contentChanged(written) }
     }
 
     /// The last close of an open file; the last writer of a file ends its write session.
@@ -218,7 +218,7 @@ extension Filesystem {
         let fd = backingDescriptor(of: handle)
         storePendingID(createdAs: handle, fd: fd)
         try check(dataOnly ? fdatasync(fd) : Glibc.fsync(fd))
-        stitcher?.closed(handle)
+        if let written = stitcher?.closed(handle) { contentChanged(written) }
     }
 
     /// fallocate(2) with any mode (keep-size, punch-hole, zero-range, collapse/insert range).

@@ -115,6 +115,7 @@ extension Filesystem {
             let exchange = flags & DOCFS_RENAME_EXCHANGE != 0
             if let retagged = try renameAsReplace(from: from, name: name, to: to, newName: newName, flags: flags, caller: caller) {
                 stitcher?.recordReplace(name, in: from.fd, by: newName, in: to.fd, exchange: exchange)
+                if let document = knownNode(at: newName, in: to) { contentChanged(document) }
                 if presenters.isListened, let document = replaceSide(in: to, name: newName) {
                     present(.version, newName, in: to, item: document.item, version: ItemAttributes.version(ofDescriptor: document.fd))
                     close(document.fd)

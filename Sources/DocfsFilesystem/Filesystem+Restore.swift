@@ -70,6 +70,7 @@ extension Filesystem {
             throw error
         }
         stitcher?.recordName(name, in: directory, item: item)
+        if let folder = backingPath(of: directory) { contentChanged(atBackingPath: folder + "/" + name.description) }
         if presenters.isListened, let location = self.path(of: name, in: directory) {
             presenters.post(PresentedChange(.version, path: location, item: item,
                                             version: max(ItemAttributes.version(ofDescriptor: document.fd), 1) + 1))

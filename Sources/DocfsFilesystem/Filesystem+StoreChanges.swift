@@ -117,6 +117,7 @@ extension Filesystem {
                                      into effects: inout StoreChangeEffects) {
         if let node = nodes.known(key: BackingKey(st)) { effects.invalidations.inodes.append(node.id) }
         if let notice = recordUncoordinatedVersion(path) { effects.notices.append(notice) }
+        contentChanged(atBackingPath: path)
         guard presenters.isListened, let parent = nodes.known(key: BackingKey(device: folder.device, inode: folder.inode)) else { return }
         let fd = Glibc.open(path, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return }

@@ -3,6 +3,7 @@ import DocfsCoordination
 import DocfsCore
 import DocfsIndex
 import DocfsProvider
+import DocfsThumbnails
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -56,6 +57,11 @@ public final class Filesystem: Sendable {
     let stitcher: IndexStitcher?
     /// Where items are within the documents scope (for index records and bookmarks).
     let paths: ScopePaths
+    /// Makes thumbnails in the background; nil when the mount makes none.
+    let thumbnailer: Thumbnailer?
+    /// Checks thumbnails users set (a worker of its own, so a setxattr never waits behind
+    /// the background's jobs).
+    let userThumbnailWorker: ThumbnailWorkerClient?
     /// Where invalidations found outside a request's reply go (the bridge's notifier).
     private let invalidationSink = Mutex<(@Sendable (KernelInvalidations) -> Void)?>(nil)
 
@@ -69,8 +75,11 @@ public final class Filesystem: Sendable {
     }
 
     /// Serves the documents scope of the store's default container, stitching records into
-    /// `index` (the store's index, reconciled with the store) when one is given.
-    public init(store: LocalStore, cachePolicy: CachePolicy = CachePolicy(), index: IndexDatabase? = nil) throws(DocfsError) {
+    /// `index` (the store's index, reconciled with the store) when one is given, and making
+    /// thumbnails with worker processes `thumbnailWorker` starts (`docfs thumbnail-worker`)
+    /// when it is given.
+    public init(store: LocalStore, cachePolicy: CachePolicy = CachePolicy(), index: IndexDatabase? = nil,
+                thumbnailWorker: [String]? = nil) throws(DocfsError) {
         self.store = store
         self.cachePolicy = cachePolicy
         let fd = try store.openDirectory(store.layout.documentsDirectory(.userDefault))
@@ -84,16 +93,34 @@ public final class Filesystem: Sendable {
         root = Node(id: rootID, fd: fd, key: BackingKey(st), type: S_IFDIR, item: identity.item(of: fd, st))
         nodes = NodeTable(root: root)
         paths = ScopePaths(rootPath: try Self.documentsPath(of: fd))
+        let thumbnails = ThumbnailStore(directory: store.layout.thumbnailsDirectory)
         if let index {
-            stitcher = IndexStitcher(index: index, container: .userDefault, paths: paths, identity: identity)
+            stitcher = IndexStitcher(index: index, container: .userDefault, paths: paths, identity: identity,
+                                     thumbnails: thumbnails)
         } else {
             stitcher = nil
+        }
+        if let thumbnailWorker {
+            try thumbnails.prepare()
+            let stitcher = self.stitcher
+            thumbnailer = Thumbnailer(store: thumbnails, worker: ThumbnailWorkerClient(command: thumbnailWorker),
+                                      coordinator: coordinator,
+                                      onInstalled: { node in stitcher?.recordFile(node) })
+            userThumbnailWorker = ThumbnailWorkerClient(command: thumbnailWorker)
+        } else {
+            thumbnailer = nil
+            userThumbnailWorker = nil
         }
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         generation = UInt64(now.tv_sec)
         sessions.onCommit { [unowned self] node, version in presentVersion(of: node, version: version) }
         sessions.onRollback { [unowned self] node in stitcher?.recordFile(node) }
+    }
+
+    /// Where thumbnail problems are reported (a worker that crashed or ran out of time).
+    public func onThumbnailProblem(_ sink: @escaping @Sendable (String) -> Void) {
+        thumbnailer?.onProblem(sink)
     }
 
     /// Where failed index writes are reported (the operations themselves succeed).
@@ -130,6 +157,8 @@ public final class Filesystem: Sendable {
     /// closed just before it: their pending ids are stored now).
     public func forgetAll() {
         identity.pending.storeAll()
+        thumbnailer?.stop()
+        userThumbnailWorker?.shutDown()
         stitcher?.finish()
         nodes.dropAll()
     }

@@ -2,6 +2,7 @@ import CLinux
 import DocfsCore
 import DocfsIndex
 import DocfsProvider
+import DocfsThumbnails
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -78,7 +79,8 @@ public enum IndexRebuild {
         walk.progress = progress
         for container in try containers(of: store.layout) {
             for (scope, root) in [("documents", store.layout.documentsDirectory(container)), ("data", store.layout.dataDirectory(container))] {
-                let builder = IndexRecordBuilder(container: container, scope: scope)
+                let builder = IndexRecordBuilder(container: container, scope: scope,
+                                                 thumbnails: ThumbnailStore(directory: store.layout.thumbnailsDirectory))
                 var pending = [(root, "")]
                 while let (directory, relative) = pending.popLast() {
                     var subfolders: [(String, String)] = []

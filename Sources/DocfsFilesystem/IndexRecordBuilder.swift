@@ -2,6 +2,7 @@ import CLinux
 import DocfsCore
 import DocfsIndex
 import DocfsProvider
+import DocfsThumbnails
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -14,6 +15,8 @@ struct IndexRecordBuilder: Sendable {
     let container: ContainerID
     /// `documents` or `data`.
     let scope: String
+    /// The store's thumbnails (for has-thumbnail).
+    let thumbnails: ThumbnailStore
 
     static let tagsAttribute = "user.xdg.tags"
     static let commentAttribute = "user.xdg.comment"
@@ -78,7 +81,9 @@ struct IndexRecordBuilder: Sendable {
             containerName: container.displayName, scope: scope, kind: kind, size: type == S_IFREG ? Int64(st.st_size) : 0,
             created: created, modified: Self.seconds(st.st_mtim), contentType: contentType.mime, uti: contentType.uti,
             version: version, tags: IndexRecord.tags(fromAttribute: text(Self.tagsAttribute) ?? ""),
-            comment: text(Self.commentAttribute) ?? "", conflict: text(Filesystem.conflictAttribute) == "1")
+            comment: text(Self.commentAttribute) ?? "",
+            hasThumbnail: type == S_IFREG && !item.isDerived && thumbnails.current(item, stamp: ContentStamp(st, version: UInt64(max(stored, 1)))).map { $0.origin != .none } == true,
+            conflict: text(Filesystem.conflictAttribute) == "1")
         record.backingInode = UInt64(st.st_ino)
         record.statusChanged = Self.seconds(st.st_ctim)
         return record

@@ -2,6 +2,7 @@ import CLinux
 import DocfsCore
 import DocfsIndex
 import DocfsProvider
+import DocfsThumbnails
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -44,9 +45,9 @@ final class IndexStitcher: Sendable {
         var folderTouched: Bool
     }
 
-    init(index: IndexDatabase, container: ContainerID, paths: ScopePaths, identity: ItemIdentity) {
+    init(index: IndexDatabase, container: ContainerID, paths: ScopePaths, identity: ItemIdentity, thumbnails: ThumbnailStore) {
         self.index = index
-        builder = IndexRecordBuilder(container: container, scope: "documents")
+        builder = IndexRecordBuilder(container: container, scope: "documents", thumbnails: thumbnails)
         self.paths = paths
         self.identity = identity
         index.startCommitting { [weak self] error in self?.report(error) }
@@ -76,14 +77,16 @@ final class IndexStitcher: Sendable {
     }
 
     /// The close (FLUSH) or fsync of `handle`: a writer's file is recorded (and, the first
-    /// time, the folder a create made it in).
-    func closed(_ handle: UInt64) {
+    /// time, the folder a create made it in). The file it writes, if it is a writer.
+    @discardableResult
+    func closed(_ handle: UInt64) -> Node? {
         guard let writer = writers.withLock({ writers -> Writer? in
             guard let writer = writers[handle] else { return nil }
             writers[handle]?.folderTouched = true
             return writer
-        }) else { return }
+        }) else { return nil }
         recordFile(writer.node, parent: writer.folderTouched ? nil : writer.createdIn?.folder, probably: writer.createdIn)
+        return writer.node
     }
 
     /// The last close of `handle`.

@@ -14,6 +14,8 @@ public enum ItemAttributes {
     public static let version = "user.docfs.version"
     /// A bookmark token for the item (made when read; see `BookmarkToken`).
     public static let bookmark = "user.docfs.bookmark"
+    /// The item's thumbnail, a PNG (made when read; see `ThumbnailStore`).
+    public static let thumbnail = "user.docfs.thumbnail"
 
     /// The id stored on the file an O_PATH descriptor refers to; nil when it has none.
     public static func id(ofDescriptor fd: Int32) -> ItemID? {

@@ -45,8 +45,11 @@ final class Daemon {
         let filesystem = try Filesystem(store: store, cachePolicy: .init(entryTimeout: timeout, attributeTimeout: timeout,
                                                                          negativeTimeout: timeout,
                                                                          writebackCache: options.writebackCache),
-                                        index: index)
+                                        index: index,
+                                        thumbnailWorker: options.thumbnails ? [BackgroundLauncher.executablePath(), "thumbnail-worker"] : nil)
         let indexLogger = logger
+        let thumbnailLogger = logger
+        filesystem.onThumbnailProblem { problem in thumbnailLogger.notice("\(problem)") }
         filesystem.onIndexFailure { error in
             indexLogger.error("the index could not be updated (queries may miss this change until the next mount, or `docfs index rebuild`): \(error)")
         }

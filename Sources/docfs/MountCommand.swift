@@ -34,7 +34,7 @@ struct MountCommand: ParsableCommand {
     var foreground = false
 
     @Option(name: .short, help: ArgumentHelp(
-        "Mount options, comma separated: FUSE's (allow_other, ro, …) and docfs's own (nopassthrough, writeback, nonempty, timeout=SECONDS).",
+        "Mount options, comma separated: FUSE's (allow_other, ro, …) and docfs's own (nopassthrough, writeback, nothumbnails, nonempty, timeout=SECONDS).",
         valueName: "opt[,opt]"))
     var options: [String] = []
 

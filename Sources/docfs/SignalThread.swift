@@ -1,3 +1,4 @@
+import DocfsCore
 #if canImport(Glibc)
 import Glibc
 #endif

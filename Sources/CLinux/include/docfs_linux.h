@@ -45,6 +45,12 @@ int docfs_fd_birth_time(int fd, long long *seconds, unsigned int *nanoseconds);
 int docfs_fd_stat_and_birth(int fd, struct stat *st, long long *seconds, unsigned int *nanoseconds);
 /// getxattr of `name` in the directory `dirfd` without following a symlink there.
 ssize_t docfs_at_getxattr(int dirfd, const char *name, const char *attribute, void *value, size_t size);
+/// One message on a SOCK_SEQPACKET socket, with `descriptor` (when >= 0) passed along
+/// (SCM_RIGHTS). Never raises SIGPIPE.
+ssize_t docfs_send_with_descriptor(int socket, const void *bytes, size_t length, int descriptor);
+/// One message from a SOCK_SEQPACKET socket; *descriptor is the one passed along (close-on-exec),
+/// or -1. A message longer than `capacity` fails with EMSGSIZE.
+ssize_t docfs_receive_with_descriptor(int socket, void *bytes, size_t capacity, int *descriptor);
 
 extern const unsigned int DOCFS_RENAME_NOREPLACE;
 extern const unsigned int DOCFS_RENAME_EXCHANGE;

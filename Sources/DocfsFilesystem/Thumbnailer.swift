@@ -1,0 +1,192 @@
+import CLinux
+import DocfsCoordination
+import DocfsCore
+import DocfsProvider
+import DocfsThumbnails
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Makes thumbnails off the write path (issue 5 §2): a write's close only queues its file (one
+/// short lock); a thread of its own takes the queue in order, one job at a time, and has the
+/// thumbnail worker process render each. A newer version of an item replaces its queued job,
+/// and a job whose content changed while it rendered is dropped (the newer one follows), so a
+/// set is only ever installed for the content it shows.
+///
+/// The job claims its item for reading (C1) twice, briefly: to open the content and take its
+/// stamp, and to check the stamp again and install the set. The rendering itself holds no
+/// claim, so no writer ever waits for a thumbnail.
+///
+/// Lock order: `queue` is a leaf lock, never held while a claim is taken or the worker runs.
+final class Thumbnailer: Sendable {
+    private struct Queue {
+        var order: [ItemID] = []
+        var jobs: [ItemID: Node] = [:]
+        var stopped = false
+        /// Items whose job is being done, and whether it was replaced by a newer one meanwhile.
+        var running: [ItemID: Bool] = [:]
+    }
+
+    let store: ThumbnailStore
+    private let worker: ThumbnailWorkerClient
+    private let coordinator: Coordinator
+    private let queue = Mutex(Queue())
+    private let wakeUp = ThreadSemaphore()
+    private let finished = ThreadSemaphore()
+    /// Told of each item whose thumbnail changed (so its index record is made again).
+    private let onInstalled: @Sendable (Node) -> Void
+    private let problemSink = Mutex<(@Sendable (String) -> Void)?>(nil)
+
+    init(store: ThumbnailStore, worker: ThumbnailWorkerClient, coordinator: Coordinator,
+         onInstalled: @escaping @Sendable (Node) -> Void) {
+        self.store = store
+        self.worker = worker
+        self.coordinator = coordinator
+        self.onInstalled = onInstalled
+        DetachedThread.start { [self] in run() }
+    }
+
+    /// Where problems are reported (a worker that crashed or ran out of time).
+    func onProblem(_ sink: @escaping @Sendable (String) -> Void) {
+        problemSink.withLock { $0 = sink }
+    }
+
+    /// Queues a look at `node`'s content (a regular file whose content may have changed).
+    func enqueue(_ node: Node) {
+        guard node.type == S_IFREG, !node.item.isDerived, !node.isSuperseded else { return }
+        let item = node.item
+        let wake = queue.withLock { queue -> Bool in
+            guard !queue.stopped else { return false }
+            if queue.running[item] != nil { queue.running[item] = true }
+            if queue.jobs.updateValue(node, forKey: item) == nil {
+                queue.order.append(item)
+                return true
+            }
+            return false
+        }
+        if wake { wakeUp.signal() }
+    }
+
+    /// Whether a job for `item` is queued or running.
+    func isBusy(with item: ItemID) -> Bool {
+        queue.withLock { $0.jobs[item] != nil || $0.running[item] != nil }
+    }
+
+    /// Stops the thread (after the job it is doing) and the worker.
+    func stop() {
+        let wasRunning = queue.withLock { queue -> Bool in
+            defer { queue.stopped = true }
+            return !queue.stopped
+        }
+        guard wasRunning else { return }
+        wakeUp.signal()
+        finished.wait()
+        worker.shutDown()
+    }
+
+    private func run() {
+        defer { finished.signal() }
+        while true {
+            wakeUp.wait()
+            while let node = next() {
+                make(node)
+                queue.withLock { _ = $0.running.removeValue(forKey: node.item) }
+            }
+            if queue.withLock({ $0.stopped }) { return }
+        }
+    }
+
+    private func next() -> Node? {
+        queue.withLock { queue -> Node? in
+            guard !queue.stopped, !queue.order.isEmpty else { return nil }
+            let item = queue.order.removeFirst()
+            guard let node = queue.jobs.removeValue(forKey: item) else { return nil }
+            queue.running[item] = false
+            return node
+        }
+    }
+
+    /// One job: the set for the content `node` holds now, unless there is one already.
+    private func make(_ node: Node) {
+        let item = node.item
+        // Opened under a read claim: the content and stamp belong together.
+        guard let (content, stamp, signature) = openContent(node) else { return }
+        defer { close(content) }
+        if store.current(item, stamp: stamp) != nil {
+            return  // made already (or set by a user, or found to have none) for this very content
+        }
+        guard signature != nil else {
+            store.remove(item)  // not an image (any more): nothing to show, nothing to keep
+            return
+        }
+        let job = store.newJob()
+        let request = ThumbnailRequest(job: job, kind: .render, output: store.workPath(job: job), stamp: stamp)
+        let outcome = worker.run(request, content: content)
+        if queue.withLock({ $0.running[item] == true }) {  // a newer version is queued
+            unlink(request.output)
+            return
+        }
+        switch outcome {
+        case .success(let reply) where reply.made:
+            install(request.output, for: node, item: item, stamp: stamp)
+        case .success(let reply):
+            unlink(request.output)
+            recordNone(for: node, item: item, stamp: stamp, job: job)
+            _ = reply  // the content has no thumbnail: not worth a log line
+        case .failure(let failure):
+            unlink(request.output)
+            recordNone(for: node, item: item, stamp: stamp, job: job)
+            problemSink.withLock { $0 }?("no thumbnail for item \(item): \(failure)")
+        }
+    }
+
+    /// The content of `node` open for reading, its stamp, and the image format it starts
+    /// like (nil: none thumbnails are made of), read under a read claim.
+    private func openContent(_ node: Node) -> (Int32, ContentStamp, ImageSignature?)? {
+        try? coordinator.withClaims([(node.item, .read)]) { () throws(DocfsError) -> (Int32, ContentStamp, ImageSignature?)? in
+            guard !node.isSuperseded else { return nil }
+            var fd = Glibc.open(node.procPath, O_RDONLY | O_CLOEXEC | DOCFS_O_NOATIME)
+            if fd < 0 && errno == EPERM { fd = Glibc.open(node.procPath, O_RDONLY | O_CLOEXEC) }
+            guard fd >= 0 else { return nil }
+            var st = stat()
+            var start = [UInt8](repeating: 0, count: ImageSignature.length)
+            let n = start.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
+            guard fstat(fd, &st) == 0 else {
+                close(fd)
+                return nil
+            }
+            return (fd, ContentStamp(st, version: ItemAttributes.version(ofDescriptor: fd)), ImageSignature.of(Array(start[0..<max(n, 0)])))
+        }
+    }
+
+    /// The content is unchanged since the job opened it: `workPath` becomes the item's set.
+    private func install(_ workPath: String, for node: Node, item: ItemID, stamp: ContentStamp) {
+        let installed = (try? coordinator.withClaims([(item, .read)]) { () throws(DocfsError) -> Bool in
+            guard node.item == item, !node.isSuperseded, Self.stamp(of: node) == stamp else { return false }
+            try store.install(workPath, as: item)
+            return true
+        }) ?? false
+        if installed {
+            onInstalled(node)
+        } else {
+            unlink(workPath)
+        }
+    }
+
+    /// Remembers that this content has no thumbnail, so it is not tried again.
+    private func recordNone(for node: Node, item: ItemID, stamp: ContentStamp, job: UInt64) {
+        let bytes = ThumbnailFile.encode(origin: .none, stamp: stamp, width: 0, height: 0, renditions: [:])
+        _ = try? coordinator.withClaims([(item, .read)]) { () throws(DocfsError) in
+            guard node.item == item, Self.stamp(of: node) == stamp else { return }
+            try store.write(bytes, as: item, job: job)
+        }
+    }
+
+    /// The stamp of the content `node` holds now; nil when it cannot be read.
+    static func stamp(of node: Node) -> ContentStamp? {
+        var st = stat()
+        guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else { return nil }
+        return ContentStamp(st, version: ItemAttributes.version(ofDescriptor: node.fd))
+    }
+}

@@ -1,0 +1,128 @@
+import CLinux
+import DocfsThumbnails
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Thumbnails through a real mount (issue 5 §2): images and PDFs written through the mount get
+/// `user.docfs.thumbnail` within a bounded time, fitting 1024×1024 and 64 KiB, and the index
+/// knows; damaged and hostile files get none and never stall the ones after them; a user's own
+/// PNG is checked, kept until the content changes, and refused when it is not a usable PNG.
+@Suite struct ThumbnailTests {
+    static let images: String = {
+        let directory = "/tmp/docfs-tests/mount-images-\(getpid())"
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../scripts/make-test-images").standardized.path
+        _ = try? shell("bash '\(script)' '\(directory)'")
+        return directory
+    }()
+
+    /// The thumbnail attribute of `path` once it is there (nil after `seconds`).
+    static func thumbnail(_ path: String, within seconds: Double = 20) -> [UInt8]? {
+        let deadline = Date().addingTimeInterval(seconds)
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        repeat {
+            let n = docfs_getxattr(path, "user.docfs.thumbnail", &buffer, buffer.count)
+            if n > 0 { return Array(buffer[0..<n]) }
+            usleep(20_000)
+        } while Date() < deadline
+        return nil
+    }
+
+    static func copy(_ name: String, to path: String) throws {
+        let status = try shell("cp '\(images)/\(name)' '\(path)'").status
+        #expect(status == 0)
+    }
+
+    @Test func imagesAndPDFsGetThumbnailsThatFit() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        for name in ["photo.jpg", "picture.png", "document.pdf"] {
+            try Self.copy(name, to: fixture.path(name))
+        }
+        for name in ["photo.jpg", "picture.png", "document.pdf"] {
+            let png = try #require(Self.thumbnail(fixture.path(name)), "\(name) has no thumbnail")
+            let size = try #require(PNGChunks.size(of: png), "\(name)'s thumbnail is not a PNG")
+            #expect(size.width <= 1024 && size.height <= 1024)
+            #expect(png.count <= 65536)
+            // Listed by listxattr once it is there, so getfattr -d shows it.
+            let listed = try shell("getfattr -d -m - --absolute-names '\(fixture.path(name))'").output
+            #expect(listed.contains("user.docfs.thumbnail="), "\(listed)")
+        }
+        // The index knows which items have one.
+        let query = try shell("'\(MountFixture.binary)' query 'hasThumbnail == true' --sort name '\(fixture.mountPoint)'")
+        #expect(query.output.split(separator: "\n").filter { !$0.isEmpty }.map { String($0.split(separator: "/").last ?? "") }
+                == ["document.pdf", "photo.jpg", "picture.png"], "\(query.output)")
+        // Not an image: no thumbnail, no attribute listed, and nothing in the log about it.
+        try Self.copy("not-an-image.jpg", to: fixture.path("text.jpg"))
+        #expect(Self.thumbnail(fixture.path("text.jpg"), within: 1) == nil)
+        #expect(errnoOf(docfs_getxattr(fixture.path("text.jpg"), "user.docfs.thumbnail", nil, 0)) == ENODATA)
+        #expect(!fixture.log.contains("text.jpg"))
+    }
+
+    @Test func damagedAndHostileImagesNeitherCrashNorStall() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        try Self.copy("truncated.jpg", to: fixture.path("truncated.jpg"))
+        try Self.copy("bomb.png", to: fixture.path("bomb.png"))
+        try Self.copy("picture.webp", to: fixture.path("after.webp"))
+        // The one queued after them comes in good time.
+        #expect(Self.thumbnail(fixture.path("after.webp"), within: 15) != nil)
+        #expect(Self.thumbnail(fixture.path("bomb.png"), within: 1) == nil)
+        // A truncated JPEG may get a partial thumbnail or none; what matters is the daemon.
+        _ = Self.thumbnail(fixture.path("truncated.jpg"), within: 1)
+        #expect(fixture.daemon?.isRunning == true)
+        #expect(try shell("cat '\(fixture.path("truncated.jpg"))' > /dev/null").status == 0)
+    }
+
+    @Test func aUsersOwnThumbnailIsCheckedAndKeptUntilTheContentChanges() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("report.odt")
+        try "not an image".write(toFile: f, atomically: false, encoding: .utf8)
+        let mine = try makeSmallPNG(in: fixture)
+        #expect(errnoOf(docfs_setxattr(f, "user.docfs.thumbnail", mine, mine.count, DOCFS_XATTR_REPLACE)) == ENODATA)
+        #expect(docfs_setxattr(f, "user.docfs.thumbnail", mine, mine.count, DOCFS_XATTR_CREATE) == 0)
+        #expect(Self.thumbnail(f, within: 0) == mine ? true : false, "getfattr returns the PNG as set")
+        #expect(errnoOf(docfs_setxattr(f, "user.docfs.thumbnail", mine, mine.count, DOCFS_XATTR_CREATE)) == EEXIST)
+        // Not a PNG, a PNG too big, a PNG cut short: EINVAL, and the one set stays.
+        let jpeg = Array(try Data(contentsOf: URL(fileURLWithPath: Self.images + "/photo.jpg")).prefix(60000))
+        #expect(errnoOf(docfs_setxattr(f, "user.docfs.thumbnail", jpeg, jpeg.count, 0)) == EINVAL)
+        let bomb = Array(try Data(contentsOf: URL(fileURLWithPath: Self.images + "/bomb.png")))
+        #expect(errnoOf(docfs_setxattr(f, "user.docfs.thumbnail", bomb, bomb.count, 0)) == EINVAL)
+        let cut = Array(mine.prefix(mine.count / 2))
+        #expect(errnoOf(docfs_setxattr(f, "user.docfs.thumbnail", cut, cut.count, 0)) == EINVAL)
+        #expect(Self.thumbnail(f, within: 0) == mine ? true : false)
+        let query = try shell("'\(MountFixture.binary)' query 'hasThumbnail == true' '\(fixture.mountPoint)'")
+        #expect(query.output.contains("report.odt"), "\(query.output)")
+        // The content changes: the user's thumbnail goes (text has no generated one).
+        try "changed, still not an image".write(toFile: f, atomically: false, encoding: .utf8)
+        #expect(Self.thumbnail(f, within: 0.5) == nil)
+        // Removing a user's thumbnail from an image brings back the generated one.
+        try Self.copy("picture.png", to: fixture.path("picture.png"))
+        let generated = try #require(Self.thumbnail(fixture.path("picture.png")))
+        #expect(docfs_setxattr(fixture.path("picture.png"), "user.docfs.thumbnail", mine, mine.count, 0) == 0)
+        #expect(Self.thumbnail(fixture.path("picture.png"), within: 0) == mine ? true : false)
+        #expect(docfs_removexattr(fixture.path("picture.png"), "user.docfs.thumbnail") == 0)
+        #expect(Self.thumbnail(fixture.path("picture.png")) == generated ? true : false)
+    }
+
+    @Test func aMountWithoutThumbnailsMakesNone() throws {
+        let fixture = try MountFixture(options: MountFixture.defaultOptions + ["nothumbnails"])
+        defer { fixture.tearDown() }
+        try Self.copy("picture.png", to: fixture.path("picture.png"))
+        #expect(Self.thumbnail(fixture.path("picture.png"), within: 1) == nil)
+        let png = Array(try Data(contentsOf: URL(fileURLWithPath: Self.images + "/picture.gif")).prefix(10))
+        #expect(errnoOf(docfs_setxattr(fixture.path("picture.png"), "user.docfs.thumbnail", png, png.count, 0)) == EPERM)
+    }
+
+    /// A small PNG a user might set: the generated thumbnail of a GIF.
+    private func makeSmallPNG(in fixture: MountFixture) throws -> [UInt8] {
+        try Self.copy("picture.gif", to: fixture.path("icon.gif"))
+        let png = try #require(Self.thumbnail(fixture.path("icon.gif")))
+        unlink(fixture.path("icon.gif"))
+        return png
+    }
+}

@@ -1,0 +1,79 @@
+@testable import DocfsThumbnails
+import Foundation
+import Testing
+
+/// The renderer, in-process: every format issue 5 names gets a set whose renditions fit their
+/// sizes, the attribute one 64 KiB; damaged and hostile files get none, quickly.
+@Suite struct ThumbnailRendererTests {
+    init() { #expect(ThumbnailRenderer.start()) }
+
+    @Test(arguments: ["photo.jpg", "picture.png", "picture.webp", "picture.gif", "picture.tif", "document.pdf"])
+    func everyFormatGetsRenditionsThatFit(_ name: String) throws {
+        let set = try ThumbnailRenderer.render(path: TestImages.path(name))
+        #expect(max(set.width, set.height) <= 1024)
+        for size in ThumbnailSize.allCases {
+            let png = try #require(set.pngs[size], "\(name) has no \(size) rendition")
+            let declared = try #require(PNGChunks.size(of: png))
+            #expect(max(declared.width, declared.height) <= size.pixels, "\(name) \(size)")
+        }
+        let attribute = try #require(set.pngs[.attribute])
+        #expect(attribute.count <= ThumbnailSize.attributeLimit)
+        // A photograph's attribute rendition is far bigger than an icon.
+        if name == "photo.jpg" {
+            let declared = try #require(PNGChunks.size(of: attribute))
+            #expect(max(declared.width, declared.height) >= 256)
+        }
+    }
+
+    @Test func aPDFPageIsRenderedAtTheLargestSize() throws {
+        let set = try ThumbnailRenderer.render(path: TestImages.path("document.pdf"))
+        #expect(max(set.width, set.height) == 1024)
+    }
+
+    @Test func aLargeJPEGDecodesAtAFractionOfItsSize() {
+        #expect(ThumbnailRenderer.largestSide(width: 4000, height: 3000, signature: .jpeg) == 1000)
+        #expect(ThumbnailRenderer.largestSide(width: 4000, height: 3000, signature: .png) == 1024)
+        #expect(ThumbnailRenderer.largestSide(width: 800, height: 600, signature: .jpeg) == 1024)
+    }
+
+    @Test func hostileAndForeignFilesGetNoneQuickly() {
+        let started = Date()
+        for name in ["bomb.png", "not-an-image.jpg"] {
+            #expect(throws: ThumbnailRenderer.Problem.self, "\(name)") { try ThumbnailRenderer.render(path: TestImages.path(name)) }
+        }
+        #expect(Date().timeIntervalSince(started) < 5)
+    }
+
+    @Test func aTruncatedJPEGNeverCrashes() {
+        // libvips fills in what is missing, or refuses it: either is fine; crashing is not.
+        if let set = try? ThumbnailRenderer.render(path: TestImages.path("truncated.jpg")) {
+            #expect((set.pngs[.attribute]?.count ?? 0) <= ThumbnailSize.attributeLimit)
+        }
+    }
+
+    @Test func aUserImageIsKeptByteForByte() throws {
+        let png = try #require(try ThumbnailRenderer.render(path: TestImages.path("picture.png")).pngs[.normal])
+        let path = TestImages.directory + "/user.png"
+        try Data(png).write(to: URL(fileURLWithPath: path))
+        let set = try ThumbnailRenderer.renderUserImage(path: path, png: png)
+        #expect(set.pngs[.attribute] == png)
+        #expect(set.pngs[.xxLarge] == png)
+        #expect(set.pngs[.normal] != nil)
+    }
+
+    @Test func userImagesThatAreNotWholePNGsWithinTheSizeAreRefused() throws {
+        let photo = TestImages.bytes("photo.jpg")
+        #expect(throws: ThumbnailRenderer.Problem.self) { try ThumbnailRenderer.renderUserImage(path: TestImages.path("photo.jpg"), png: photo) }
+        // The full-size PNG (1600×1200) is too big to be a thumbnail.
+        let big = try ThumbnailRenderer.render(path: TestImages.path("picture.png"))
+        _ = big
+        let large = TestImages.bytes("picture.png")
+        #expect(PNGChunks.size(of: large)?.width == 800)
+        // A PNG cut short decodes only partly.
+        let cut = Array(large[0..<(large.count / 2)])
+        let path = TestImages.directory + "/cut.png"
+        try Data(cut).write(to: URL(fileURLWithPath: path))
+        #expect(throws: ThumbnailRenderer.Problem.self) { try ThumbnailRenderer.renderUserImage(path: path, png: cut) }
+        #expect(throws: ThumbnailRenderer.Problem.self) { try ThumbnailRenderer.renderUserImage(path: TestImages.path("bomb.png"), png: TestImages.bytes("bomb.png")) }
+    }
+}

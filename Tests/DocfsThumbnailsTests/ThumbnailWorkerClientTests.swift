@@ -1,0 +1,42 @@
+import DocfsThumbnails
+import Foundation
+import Testing
+
+/// The daemon's side of the worker: a worker that hangs is killed at the time limit, one that
+/// dies is reported, and the next request starts a new one.
+@Suite struct ThumbnailWorkerClientTests {
+    private func request() -> ThumbnailRequest {
+        ThumbnailRequest(job: 1, kind: .render, output: "/dev/null", stamp: ContentStamp(inode: 1, size: 1, version: 1))
+    }
+
+    @Test func aWorkerThatHangsIsKilledAtTheTimeLimit() {
+        let client = ThumbnailWorkerClient(command: ["/bin/sleep", "60"], timeLimit: 0.5)
+        let started = Date()
+        let result = client.run(request(), content: -1)
+        #expect(Date().timeIntervalSince(started) < 5)
+        guard case .failure(.timedOut) = result else {
+            Issue.record("expected a time-out, got \(result)")
+            return
+        }
+        _ = client.run(request(), content: -1)
+        #expect(client.workersStarted == 2, "a new worker replaces the killed one")
+    }
+
+    @Test func aWorkerThatDiesIsReported() {
+        let client = ThumbnailWorkerClient(command: ["/bin/sh", "-c", "kill -SEGV $$"], timeLimit: 5)
+        guard case .failure(.workerFailed(let why)) = client.run(request(), content: -1) else {
+            Issue.record("expected a failure")
+            return
+        }
+        #expect(why.contains("signal") || why.contains("gone") || why.contains("closed"))
+    }
+
+    @Test func aWorkerThatCannotStartIsReported() {
+        let client = ThumbnailWorkerClient(command: ["/nonexistent/docfs", "thumbnail-worker"])
+        guard case .failure(.workerFailed(let why)) = client.run(request(), content: -1) else {
+            Issue.record("expected a failure")
+            return
+        }
+        #expect(why.contains("cannot start"))
+    }
+}
