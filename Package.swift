@@ -51,7 +51,7 @@ let package = Package(
         .target(name: "DocfsProvider", dependencies: ["DocfsCore", "CLinux", "CGio", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "DocfsCoordination", dependencies: ["DocfsCore"]),
         .target(name: "DocfsIndex", dependencies: ["DocfsCore", .product(name: "GRDB", package: "GRDB.swift")]),
-        .target(name: "DocfsThumbnails", dependencies: ["DocfsCore", "CLinux", "CVips"]),
+        .target(name: "DocfsThumbnails", dependencies: ["DocfsCore", "CLinux", "CVips", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsIndex", "DocfsProvider", "DocfsThumbnails", "CLinux"]),
         .target(
             name: "DocfsFUSE",
@@ -71,7 +71,7 @@ let package = Package(
         .testTarget(name: "DocfsIndexTests", dependencies: ["DocfsIndex"]),
         .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider"]),
         .testTarget(name: "DocfsThumbnailsTests", dependencies: ["DocfsThumbnails"]),
-        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex", "DocfsThumbnails"], exclude: ["Workloads"]),
+        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex", "DocfsThumbnails", .product(name: "Crypto", package: "swift-crypto")], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]
 )

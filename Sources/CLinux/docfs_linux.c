@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -222,4 +223,8 @@ ssize_t docfs_receive_with_descriptor(int socket, void *bytes, size_t capacity, 
         return -1;
     }
     return n;
+}
+
+int docfs_memfd(const char *name) {
+    return memfd_create(name, MFD_CLOEXEC);
 }

@@ -12,6 +12,12 @@ public struct DocfsError: Error, CustomStringConvertible, Sendable {
         case invalidArgument
         /// The caller may not do this to an item (a reserved docfs attribute, say): EPERM.
         case refused
+        /// A grant the caller used does not cover this (a read-only or someone else's bookmark
+        /// token): EACCES, logged.
+        case denied
+        /// A name that finds nothing, for a reason worth a log line (a bookmark token that is
+        /// refused, an item that is gone): ENOENT.
+        case notFound
         /// The store is in use by another daemon.
         case storeBusy
         /// The store cannot be opened or created.

@@ -11,11 +11,15 @@ public struct Entry: Sendable {
     public var node: NodeID
     public var generation: UInt64
     public var attributes: stat
+    /// Whether the kernel may keep the name and attributes for the cache policy's timeouts;
+    /// false for what docfs makes up as it is asked (a link to where an item is now).
+    public var cacheable: Bool
 
-    public init(node: NodeID, generation: UInt64, attributes: stat) {
+    public init(node: NodeID, generation: UInt64, attributes: stat, cacheable: Bool = true) {
         self.node = node
         self.generation = generation
         self.attributes = attributes
+        self.cacheable = cacheable
     }
 }
 

@@ -23,6 +23,12 @@ enum ErrnoBoundary {
         case .refused:
             logger.notice("\(operation): \(error)")
             return EPERM
+        case .denied:
+            logger.notice("\(operation): \(error)")
+            return EACCES
+        case .notFound:
+            logger.notice("\(operation): \(error)")
+            return ENOENT
         case .system:
             return EIO
         case .storeBusy, .storeUnavailable, .badMountPoint, .missingSystemSupport, .internalFailure:

@@ -43,7 +43,7 @@ enum Operations {
         ops.lookup = { req, parent, name in
             let ctx = BridgeContext.of(req)
             do {
-                ctx.replyEntry(req, try ctx.filesystem.lookup(parent: parent, name: fileName(name)))
+                ctx.replyEntry(req, try ctx.filesystem.lookup(parent: parent, name: fileName(name), caller: caller(of: req)))
             } catch let error as DocfsError where error.systemErrno == ENOENT {
                 ctx.replyNegativeEntry(req)
             } catch {
@@ -138,7 +138,7 @@ enum Operations {
         ops.getattr = { req, node, fi in
             let ctx = BridgeContext.of(req)
             do {
-                ctx.replyAttributes(req, try ctx.filesystem.attributes(of: node, handle: fi?.pointee.fh))
+                ctx.replyAttributes(req, try ctx.filesystem.attributes(of: node, handle: fi?.pointee.fh), of: node)
             } catch { ctx.fail(req, error, "getattr") }
         }
         ops.setattr = { req, node, attr, toSet, fi in
@@ -146,7 +146,7 @@ enum Operations {
             do {
                 let changes = Operations.attributeChanges(attr!.pointee, UInt32(bitPattern: toSet))
                 ctx.replyAttributes(req, try ctx.filesystem.setAttributes(of: node, handle: fi?.pointee.fh, changes,
-                                                                          caller: caller(of: req)))
+                                                                          caller: caller(of: req)), of: node)
             } catch { ctx.fail(req, error, "setattr") }
         }
         ops.getxattr = { req, node, name, size in

@@ -18,8 +18,8 @@ extension BridgeContext {
         param.ino = fuse_ino_t(entry.node)
         param.generation = entry.generation
         param.attr = entry.attributes
-        param.attr_timeout = filesystem.cachePolicy.attributeTimeout
-        param.entry_timeout = filesystem.cachePolicy.entryTimeout
+        param.attr_timeout = entry.cacheable ? filesystem.cachePolicy.attributeTimeout : 0
+        param.entry_timeout = entry.cacheable ? filesystem.cachePolicy.entryTimeout : 0
         return param
     }
 
@@ -38,9 +38,9 @@ extension BridgeContext {
         fuse_reply_entry(req, &param)
     }
 
-    func replyAttributes(_ req: fuse_req_t?, _ st: stat) {
+    func replyAttributes(_ req: fuse_req_t?, _ st: stat, of node: NodeID) {
         var st = st
-        fuse_reply_attr(req, &st, filesystem.cachePolicy.attributeTimeout)
+        fuse_reply_attr(req, &st, filesystem.isCacheable(node) ? filesystem.cachePolicy.attributeTimeout : 0)
     }
 
     func replyValue(_ req: fuse_req_t?, _ value: AttributeValue) {

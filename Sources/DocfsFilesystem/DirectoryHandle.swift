@@ -15,29 +15,51 @@ public struct DirectoryEntry: Sendable {
 }
 
 /// An open directory (opendir … releasedir). It keeps the stream and its position, and an entry
-/// that did not fit in the kernel's last buffer, so the next readdir starts with it.
+/// that did not fit in the kernel's last buffer, so the next readdir starts with it. A folder of
+/// docfs's own (the control area) lists entries made when it was opened instead of a stream.
 final class DirectoryHandle: Sendable {
     private struct Stream: @unchecked Sendable {
         // DIR* is only touched under `stream`'s lock.
-        var dir: OpaquePointer
+        var dir: OpaquePointer?
+        /// The entries of a listed folder (offsets are their positions).
+        var list: [DirectoryEntry]?
         var offset: Int64 = 0
         var pending: DirectoryEntry?
     }
 
-    let node: Node
+    /// The backing folder listed; nil for a folder of the control area.
+    let node: Node?
+    /// The virtual folder this handle lists (a read-only view, a control-area folder), whose
+    /// entries are looked up through it; nil for a folder of the store.
+    let virtualParent: NodeID?
     private let stream: Mutex<Stream>
 
-    init(node: Node, dir: OpaquePointer) {
+    init(node: Node, dir: OpaquePointer, virtualParent: NodeID? = nil) {
         self.node = node
+        self.virtualParent = virtualParent
         self.stream = Mutex(Stream(dir: dir))
     }
+
+    /// A listed folder: `entries` (without `.` and `..`, which are added with `inode`).
+    init(listing entries: [(name: FileName, inode: UInt64, type: UInt8)], inode: UInt64, virtualParent: NodeID) {
+        node = nil
+        self.virtualParent = virtualParent
+        let all = [(FileName("."), inode, UInt8(DT_DIR)), (FileName(".."), inode, UInt8(DT_DIR))] + entries
+        let list = all.enumerated().map { position, entry in
+            DirectoryEntry(name: entry.0, inode: entry.1, type: entry.2, nextOffset: Int64(position + 1))
+        }
+        stream = Mutex(Stream(dir: nil, list: list))
+    }
+
+    /// Whether the entries come from a list (their inode numbers are already the ones to show).
+    var isListed: Bool { node == nil }
 
     /// Reads entries from `offset` on, handing each to `body` until it answers false (the
     /// entry is then kept for the next call).
     func read(from offset: Int64, _ body: (DirectoryEntry) throws(DocfsError) -> Bool) throws(DocfsError) {
         try stream.withLock { (s: inout Stream) throws(DocfsError) in
             if offset != s.offset {
-                seekdir(s.dir, Int(offset))
+                if let dir = s.dir { seekdir(dir, Int(offset)) }
                 s.offset = offset
                 s.pending = nil
             }
@@ -46,9 +68,12 @@ final class DirectoryHandle: Sendable {
                 if let pending = s.pending {
                     entry = pending
                     s.pending = nil
+                } else if let list = s.list {
+                    guard s.offset >= 0, s.offset < list.count else { return }
+                    entry = list[Int(s.offset)]
                 } else {
                     Glibc.errno = 0
-                    guard let raw = readdir(s.dir) else {
+                    guard let dir = s.dir, let raw = readdir(dir) else {
                         if Glibc.errno != 0 { throw DocfsError.errno("readdir") }
                         return
                     }
@@ -79,6 +104,6 @@ final class DirectoryHandle: Sendable {
     }
 
     deinit {
-        stream.withLock { _ = closedir($0.dir) }
+        stream.withLock { if let dir = $0.dir { _ = closedir(dir) } }
     }
 }

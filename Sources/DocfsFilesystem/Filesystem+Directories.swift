@@ -8,6 +8,9 @@ import Glibc
 /// number the kernel passes back.
 extension Filesystem {
     public func openDirectory(_ id: NodeID) throws(DocfsError) -> UInt64 {
+        if VirtualNodes.isVirtual(id) {
+            return UInt64(UInt(bitPattern: Unmanaged.passRetained(try openVirtualDirectory(id)).toOpaque()))
+        }
         let node = try nodes.node(id)
         let fd = openat(node.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
@@ -34,7 +37,7 @@ extension Filesystem {
         let directory = directoryHandle(handle).takeUnretainedValue()
         try directory.read(from: offset) { entry throws(DocfsError) in
             var entry = entry
-            entry.inode = itemID(of: entry, in: directory.node).rawValue
+            if let folder = directory.node { entry.inode = itemID(of: entry, in: folder).rawValue }
             return body(entry)
         }
     }
@@ -53,12 +56,16 @@ extension Filesystem {
         try directory.read(from: offset) { item throws(DocfsError) in
             if item.name == "." || item.name == ".." {
                 var item = item
-                item.inode = itemID(of: item, in: directory.node).rawValue
+                if let folder = directory.node { item.inode = itemID(of: item, in: folder).rawValue }
                 return body(item, nil)
             }
             let looked: Entry
             do throws(DocfsError) {
-                looked = try entry(in: directory.node, name: item.name)
+                if let parent = directory.virtualParent {
+                    looked = try lookup(parent: parent, name: item.name)
+                } else {
+                    looked = try entry(in: directory.node!, name: item.name)
+                }
             } catch {
                 if error.systemErrno == ENOENT { return true }  // removed since it was listed
                 throw error
@@ -72,8 +79,8 @@ extension Filesystem {
     }
 
     public func syncDirectory(_ handle: UInt64, dataOnly: Bool) throws(DocfsError) {
-        let directory = directoryHandle(handle).takeUnretainedValue()
-        let fd = openat(directory.node.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard let folder = directoryHandle(handle).takeUnretainedValue().node else { return }
+        let fd = openat(folder.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
         defer { close(fd) }
         try check(dataOnly ? fdatasync(fd) : Glibc.fsync(fd))

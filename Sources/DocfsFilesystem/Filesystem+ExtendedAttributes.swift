@@ -20,8 +20,10 @@ extension Filesystem {
         try ExtendedAttributePolicy.checkName(name)
         // Asked before every write (security.capability): answered without touching anything.
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(ENODATA) }
-        let node = try nodes.node(id)
+        guard let node = try readableNode(id) else { throw DocfsError.system(ENODATA) }
         if node.isSymlink { throw DocfsError.system(ENODATA) }
+        // A read-only view's item gives no bookmark: it would grant more than the view does.
+        if name == ItemAttributes.bookmark && VirtualNodes.isVirtual(id) { throw DocfsError.system(ENODATA) }
         if name == ItemAttributes.bookmark { return try fit(Array(try bookmarkToken(of: node).utf8), into: size) }
         if name == ItemAttributes.thumbnail { return try fit(try thumbnailAttribute(of: node), into: size) }
         // The store answers size-0 probes and ERANGE itself: read into the caller's size only.
@@ -44,7 +46,7 @@ extension Filesystem {
     }
 
     public func listExtendedAttributes(_ id: NodeID, size: Int) throws(DocfsError) -> AttributeValue {
-        let node = try nodes.node(id)
+        guard let node = try readableNode(id) else { return try fit([], into: size) }
         if node.isSymlink { return try fit([], into: size) }
         let path = node.procPath
         var length = docfs_listxattr(path, nil, 0) as Int
@@ -73,7 +75,9 @@ extension Filesystem {
             }
             if !hasVersion && hasVersions(node) { names += Array(ItemAttributes.version.utf8) + [0] }
             if !hasID && unstoredID(of: node) != nil { names += Array(ItemAttributes.id.utf8) + [0] }
-            for computed in ExtendedAttributePolicy.computed.sorted() { names += Array(computed.utf8) + [0] }
+            for computed in ExtendedAttributePolicy.computed.sorted() where !VirtualNodes.isVirtual(id) {
+                names += Array(computed.utf8) + [0]
+            }
             if currentThumbnail(of: node) != nil { names += Array(ItemAttributes.thumbnail.utf8) + [0] }
             break
         }
@@ -84,7 +88,7 @@ extension Filesystem {
     public func setExtendedAttribute(_ id: NodeID, name: String, value: [UInt8], flags: Int32) throws(DocfsError) {
         try ExtendedAttributePolicy.checkName(name)
         if value.count > ExtendedAttributePolicy.maximumValueSize { throw DocfsError.system(E2BIG) }
-        let node = try nodes.node(id)
+        let node = try changeableNode(id)
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(EOPNOTSUPP) }
         if node.isSymlink { throw DocfsError.system(EPERM) }
         if name == ItemAttributes.thumbnail { return try setThumbnailAttribute(of: node, png: value, flags: flags) }
@@ -98,7 +102,7 @@ extension Filesystem {
 
     public func removeExtendedAttribute(_ id: NodeID, name: String) throws(DocfsError) {
         try ExtendedAttributePolicy.checkName(name)
-        let node = try nodes.node(id)
+        let node = try changeableNode(id)
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(EOPNOTSUPP) }
         if node.isSymlink { throw DocfsError.system(EPERM) }
         if name == ItemAttributes.thumbnail { return try removeThumbnailAttribute(of: node) }
@@ -108,6 +112,14 @@ extension Filesystem {
             ownChanges.changedFile(at: node.fd)
             stitcher?.recordFile(node)
         }
+    }
+
+    /// The store node whose attributes `id` shows: its own, a read-only view's item, or nil
+    /// for the rest of docfs's own files (which have none).
+    private func readableNode(_ id: NodeID) throws(DocfsError) -> Node? {
+        guard VirtualNodes.isVirtual(id) else { return try nodes.node(id) }
+        if case .readOnlyView(let real) = try virtualNodes.node(id) { return real }
+        return nil
     }
 
     /// Files with an id of their own have versions (folders, links and special files do not).

@@ -31,6 +31,7 @@ extension Filesystem {
     /// Opens a file; an open for writing (or truncating) joins the file's write session,
     /// starting it if it is the first (see `WriteSessions`).
     public func open(_ id: NodeID, flags: Int32, caller: Caller) throws(DocfsError) -> OpenFile {
+        if VirtualNodes.isVirtual(id) { return try openVirtual(id, flags: flags) }
         let node = try nodes.node(id)
         if node.isDirectory && flags & O_ACCMODE != O_RDONLY { throw DocfsError.system(EISDIR) }
         let writes = node.type == S_IFREG && (flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0)

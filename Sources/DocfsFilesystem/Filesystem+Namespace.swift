@@ -72,18 +72,21 @@ extension Filesystem {
 
     public func unlink(parent: NodeID, name: FileName) throws(DocfsError) {
         let directory = try nodes.node(parent)
+        try refuseControlArea(parent, name)
         try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
             let victim = knownNode(at: name, in: directory)
             ownChanges.changedName(name, in: directory.key)
             try check(unlinkat(directory.fd, name.cString, 0))
             stitcher?.removeName(name, in: directory.fd)
             victim?.found(at: nil)  // gone by docfs's hand: no writer raced for it
+            if let victim { removedLastName(of: victim) }
             present(.deleted, name, in: directory, item: victim?.item)
         }
     }
 
     public func removeDirectory(parent: NodeID, name: FileName) throws(DocfsError) {
         let directory = try nodes.node(parent)
+        try refuseControlArea(parent, name)
         try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
             ownChanges.changedName(name, in: directory.key)
             try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
@@ -101,6 +104,8 @@ extension Filesystem {
         if flags & ~(DOCFS_RENAME_NOREPLACE | DOCFS_RENAME_EXCHANGE) != 0 { throw DocfsError.system(EINVAL) }
         let from = try nodes.node(parent)
         let to = try nodes.node(newParent)
+        try refuseControlArea(parent, name)
+        try refuseControlArea(newParent, newName)
         // A move claims both ends and both folders.
         var claims = self.claims(writing: [from, to], deleting: newName, in: to)
         if let moved = itemAt(name, in: from) { claims.append((moved, .move)) }
@@ -134,6 +139,13 @@ extension Filesystem {
                 close(moved.fd)
             }
             return []
+        }
+    }
+
+    /// The control area's name at the root is docfs's: it cannot be renamed, replaced or removed.
+    private func refuseControlArea(_ parent: NodeID, _ name: FileName) throws(DocfsError) {
+        if parent == rootID && name == ControlArea.name {
+            throw DocfsError(.system(.resourceBusy), "\(ControlArea.name) at the root is docfs's control area")
         }
     }
 

@@ -1,6 +1,7 @@
 import CLinux
 import DocfsCoordination
 import DocfsCore
+import DocfsIndex
 import DocfsProvider
 import DocfsThumbnails
 #if canImport(Glibc)
@@ -33,6 +34,27 @@ extension Filesystem {
         // A node of the thumbnailer's own (the kernel's are found by lookups): it holds the
         // descriptor for the job and closes it after.
         thumbnailer.enqueue(Node(id: 0, fd: fd, key: BackingKey(st), type: S_IFREG, item: item))
+    }
+
+    /// Removes the sets of items that are no longer in the store (at mount: the index has just
+    /// been reconciled with the store, and every later item is recorded before it gets a set).
+    static func pruneThumbnails(_ thumbnails: ThumbnailStore, keepingItemsOf index: IndexDatabase) {
+        for item in thumbnails.items() {
+            if let records = try? index.records(id: Int64(bitPattern: item.rawValue)), records.isEmpty {
+                thumbnails.remove(item)
+            }
+        }
+    }
+
+    /// A file removed by its last name loses its set (an open descriptor may still read it, but
+    /// nothing can ask for its thumbnail any more), unless the item lives on in another file
+    /// (an editor removing its backup after a safe-save): the index, updated already, tells.
+    func removedLastName(of node: Node) {
+        var st = stat()
+        guard let thumbnailer, let stitcher, node.type == S_IFREG, !node.item.isDerived,
+              fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0, st.st_nlink == 0,
+              let records = try? stitcher.index.records(id: Int64(bitPattern: node.item.rawValue)), records.isEmpty else { return }
+        thumbnailer.store.remove(node.item)
     }
 
     /// The set made from the content `node` holds now, if there is one (a `none` set says the

@@ -44,6 +44,11 @@ public final class Filesystem: Sendable {
     /// Generation of every node this daemon hands out; node ids are never reused within it.
     public let generation: UInt64
     let nodes: NodeTable
+    /// docfs's own files and folders the kernel knows (the control area, shared thumbnail
+    /// repositories, read-only views).
+    let virtualNodes = VirtualNodes()
+    /// The thumbnail names of recently asked folders (`.sh_thumbnails`).
+    let sharedThumbnailFolders = SharedThumbnailFolders()
     let root: Node
     let identity: ItemIdentity
     let sessions: WriteSessions
@@ -107,6 +112,7 @@ public final class Filesystem: Sendable {
                                       coordinator: coordinator,
                                       onInstalled: { node in stitcher?.recordFile(node) })
             userThumbnailWorker = ThumbnailWorkerClient(command: thumbnailWorker)
+            if let index { DetachedThread.start { Self.pruneThumbnails(thumbnails, keepingItemsOf: index) } }
         } else {
             thumbnailer = nil
             userThumbnailWorker = nil
@@ -144,12 +150,20 @@ public final class Filesystem: Sendable {
 
     // MARK: lookup and forget
 
-    public func lookup(parent: NodeID, name: FileName) throws(DocfsError) -> Entry {
+    /// Looks `name` up for `caller` (who matters only to a security-scoped bookmark token).
+    public func lookup(parent: NodeID, name: FileName, caller: Caller = .daemon) throws(DocfsError) -> Entry {
+        if VirtualNodes.isVirtual(parent) { return try lookupVirtual(parent: parent, name: name, caller: caller) }
         let directory = try nodes.node(parent)
-        return try entry(in: directory, name: name)
+        if parent == rootID && name == ControlArea.name { return try virtualEntry(.controlArea, .controlArea) }
+        do throws(DocfsError) {
+            return try entry(in: directory, name: name)
+        } catch where error.systemErrno == ENOENT && name.description == SharedThumbnailNames.repository {
+            return try sharedRepositoryEntry(in: directory)
+        }
     }
 
     public func forget(_ node: NodeID, count: UInt64) {
+        if VirtualNodes.isVirtual(node) { return virtualNodes.forget(node, count: count) }
         nodes.forget(node, count: count)
     }
 
@@ -160,6 +174,7 @@ public final class Filesystem: Sendable {
         thumbnailer?.stop()
         userThumbnailWorker?.shutDown()
         stitcher?.finish()
+        virtualNodes.dropAll()
         nodes.dropAll()
     }
 
@@ -190,6 +205,7 @@ public final class Filesystem: Sendable {
     // MARK: attributes
 
     public func attributes(of id: NodeID, handle: UInt64? = nil) throws(DocfsError) -> stat {
+        if VirtualNodes.isVirtual(id) { return try virtualAttributes(id, try virtualNodes.node(id), handle: handle) }
         let node = try nodes.node(id)
         var st = try backingAttributes(of: node, handle: handle)
         st.st_ino = ino_t(node.item.rawValue)
@@ -211,7 +227,7 @@ public final class Filesystem: Sendable {
     }
 
     public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
-        let node = try nodes.node(id)
+        let node = try changeableNode(id)
         return try coordinator.withClaims([(node.item, changes.size == nil ? .metadata : .write)]) { () throws(DocfsError) -> stat in
             var st = try setAttributes(of: node, handle: handle, changes, caller: caller)
             // The watcher knows backing inodes; the kernel is shown the item id.
@@ -275,13 +291,18 @@ public final class Filesystem: Sendable {
     /// access(2) with the daemon's credentials on the backing file (the kernel asks only when
     /// the daemon's user is the only one that can reach the mount).
     public func checkAccess(_ id: NodeID, mask: Int32) throws(DocfsError) {
+        if VirtualNodes.isVirtual(id) { return try checkVirtualAccess(id, mask: mask) }
         let node = try nodes.node(id)
         if node.isSymlink { return }
         try check(faccessat(AT_FDCWD, node.procPath, mask, AT_EACCESS))
     }
 
     public func readLink(_ id: NodeID) throws(DocfsError) -> FileName {
-        let node = try nodes.node(id)
+        if VirtualNodes.isVirtual(id) { return try readVirtualLink(id) }
+        return try readLink(of: try nodes.node(id))
+    }
+
+    func readLink(of node: Node) throws(DocfsError) -> FileName {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlinkat(node.fd, "", &buffer, buffer.count - 1)
         guard n >= 0 else { throw DocfsError.system(Glibc.errno) }

@@ -123,6 +123,10 @@ final class NodeTable: Sendable {
 
     func node(_ id: NodeID) throws(DocfsError) -> Node {
         guard let node = state.withLock({ $0.slots[id]?.node }) else {
+            if VirtualNodes.isVirtual(id) {
+                // Anything that would change a file or folder of docfs's own comes here.
+                throw DocfsError(.system(.readOnlyFileSystem), "docfs's own files and folders are read-only")
+            }
             throw DocfsError(.system(.badFileDescriptor), "unknown node \(id)")
         }
         return node

@@ -62,6 +62,44 @@ import Glibc
         #expect(!fixture.log.contains("text.jpg"))
     }
 
+    /// Writes `count` copies of `data` as img0000.jpg… in `folder`; the seconds it took.
+    static func burst(_ data: Data, count: Int, in folder: String) throws -> Double {
+        let start = Date()
+        for i in 0..<count {
+            try data.write(to: URL(fileURLWithPath: folder + "/" + String(format: "img%04d.jpg", i)))
+        }
+        return Date().timeIntervalSince(start)
+    }
+
+    @Test func aBurstOfImageWritesNeverWaitsForThumbnails() throws {
+        let data = try Data(contentsOf: URL(fileURLWithPath: Self.images + "/photo.jpg"))
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        try Self.copy("photo.jpg", to: fixture.path("first.jpg"))
+        #expect(Self.thumbnail(fixture.path("first.jpg")) != nil)
+        // The worker is frozen: a write that waited for a thumbnail would wait out the worker's
+        // 10-second limit, so the whole burst finishing sooner shows none did.
+        let daemon = try #require(fixture.daemon?.processIdentifier)
+        let found = try shell("pgrep -P \(daemon) -f thumbnail-worker").output
+        let worker = try #require(pid_t(found.split(separator: "\n").first ?? ""), "no worker: \(found)")
+        #expect(kill(worker, SIGSTOP) == 0)
+        let frozen: Double
+        do {
+            defer { kill(worker, SIGCONT) }
+            frozen = try Self.burst(data, count: 200, in: fixture.mountPoint)
+        }
+        #expect(frozen < 10, "200 image writes took \(frozen) s with the thumbnail worker frozen")
+        // The thumbnails follow once the worker runs (a new one, if the frozen one timed out).
+        #expect(Self.thumbnail(fixture.path("img0199.jpg"), within: 120) != nil)
+
+        // The same burst on a mount that makes no thumbnails, for comparison (scripts/bench
+        // measures the difference; here it must be of the same order).
+        let plain = try MountFixture(options: MountFixture.defaultOptions + ["nothumbnails"])
+        defer { plain.tearDown() }
+        let off = try Self.burst(data, count: 200, in: plain.mountPoint)
+        #expect(frozen < off * 3 + 1, "with thumbnails \(frozen) s, without \(off) s")
+    }
+
     @Test func damagedAndHostileImagesNeitherCrashNorStall() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }

@@ -69,4 +69,7 @@ extern const long DOCFS_UTIME_OMIT;
 extern const int DOCFS_XATTR_CREATE;
 extern const int DOCFS_XATTR_REPLACE;
 
+/* An anonymous memory file (memfd_create with MFD_CLOEXEC), for content docfs makes up. */
+int docfs_memfd(const char *name);
+
 #endif
