@@ -45,7 +45,7 @@ enum Operations {
             do {
                 ctx.replyEntry(req, try ctx.filesystem.lookup(parent: parent, name: fileName(name), caller: caller(of: req)))
             } catch let error as DocfsError where error.systemErrno == ENOENT {
-                ctx.replyNegativeEntry(req)
+                ctx.replyNegativeEntry(req, in: parent)
             } catch {
                 ctx.fail(req, error, "lookup")
             }

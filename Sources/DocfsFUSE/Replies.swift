@@ -31,10 +31,13 @@ extension BridgeContext {
         }
     }
 
-    func replyNegativeEntry(_ req: fuse_req_t?) {
+    /// Answers that `parent` has no such name. The kernel keeps the miss for the cache policy's
+    /// time, but not in docfs's virtual folders, whose names come and go with no change the
+    /// kernel is told of (a thumbnail made a moment later).
+    func replyNegativeEntry(_ req: fuse_req_t?, in parent: fuse_ino_t) {
         var param = fuse_entry_param()
         param.ino = 0
-        param.entry_timeout = filesystem.cachePolicy.negativeTimeout
+        param.entry_timeout = filesystem.isCacheable(parent) ? filesystem.cachePolicy.negativeTimeout : 0
         fuse_reply_entry(req, &param)
     }
 

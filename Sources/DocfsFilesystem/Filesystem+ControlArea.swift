@@ -125,13 +125,13 @@ extension Filesystem {
         return png
     }
 
-    /// What `.docfs/thumbnails/` lists: a name for each item with a thumbnail made.
+    /// What `.docfs/thumbnails/` lists: a name for each item whose 1024-pixel thumbnail is made.
     func thumbnailImageNames() -> [FileName] {
         guard let store = thumbnailer?.store else { return [] }
         return store.items().sorted { $0.rawValue < $1.rawValue }.compactMap { item in
             guard let (file, fd) = store.open(item) else { return nil }
             close(fd)
-            return file.origin == .none ? nil : FileName("\(item.rawValue).png")
+            return file.parts[.xxLarge] == nil ? nil : FileName("\(item.rawValue).png")
         }
     }
 

@@ -55,7 +55,8 @@ extension Filesystem {
                                      ("Thumb::Size", String(st.st_size)), ("Software", "docfs")], to: png)
     }
 
-    /// What `<folder>/.sh_thumbnails/<size>/` lists: the files of the folder that have a thumbnail.
+    /// What `<folder>/.sh_thumbnails/<size>/` lists: the files of the folder that have a
+    /// thumbnail of that size (a big photo's xx-large one follows the others a moment later).
     func sharedThumbnailNames(in folder: Node, size: ThumbnailSize) -> [FileName] {
         guard let store = thumbnailer?.store else { return [] }
         return sharedThumbnailFolders.files(in: folder).compactMap { name, listed in
@@ -65,7 +66,8 @@ extension Filesystem {
             var st = stat()
             guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG,
                   let item = ItemAttributes.id(ofDescriptor: fd),
-                  let file = store.current(item, stamp: ContentStamp(st, version: ItemAttributes.version(ofDescriptor: fd))), file.origin != .none else { return nil }
+                  let file = store.current(item, stamp: ContentStamp(st, version: ItemAttributes.version(ofDescriptor: fd))),
+                  file.parts[size] != nil else { return nil }
             return FileName(listed)
         }
     }

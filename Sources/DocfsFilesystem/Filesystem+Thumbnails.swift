@@ -47,14 +47,16 @@ extension Filesystem {
     }
 
     /// A file removed by its last name loses its set (an open descriptor may still read it, but
-    /// nothing can ask for its thumbnail any more), unless the item lives on in another file
-    /// (an editor removing its backup after a safe-save): the index, updated already, tells.
+    /// nothing can ask for its thumbnail any more). Only a set made from this very file goes:
+    /// one made from another file of the item (the document an editor's safe-save left when it
+    /// removes its backup) stays. One open of the set's file, no index read: unlink is a hot path.
     func removedLastName(of node: Node) {
         var st = stat()
-        guard let thumbnailer, let stitcher, node.type == S_IFREG, !node.item.isDerived,
+        guard let thumbnailer, node.type == S_IFREG, !node.item.isDerived,
               fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0, st.st_nlink == 0,
-              let records = try? stitcher.index.records(id: Int64(bitPattern: node.item.rawValue)), records.isEmpty else { return }
-        thumbnailer.store.remove(node.item)
+              let (set, fd) = thumbnailer.store.open(node.item) else { return }
+        close(fd)
+        if set.stamp.inode == UInt64(st.st_ino) { thumbnailer.store.remove(node.item) }
     }
 
     /// The set made from the content `node` holds now, if there is one (a `none` set says the

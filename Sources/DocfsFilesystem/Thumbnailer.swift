@@ -121,8 +121,15 @@ final class Thumbnailer: Sendable {
             return
         }
         let job = store.newJob()
-        let request = ThumbnailRequest(job: job, kind: .render, output: store.workPath(job: job), stamp: stamp)
-        let outcome = worker.run(request, content: content)
+        let request = ThumbnailRequest(job: job, kind: .render, output: store.workPath(job: job), stamp: stamp,
+                                       earlyOutput: store.workPath(job: job) + "-early")
+        // A big photo's set comes in two steps: all but the largest rendition first.
+        var early = false
+        let outcome = worker.run(request, content: content) { _ in
+            if queue.withLock({ $0.running[item] == true }) { return }
+            early = install(request.earlyOutput!, for: node, item: item, stamp: stamp)
+        }
+        unlink(request.earlyOutput!)  // when it was not installed
         if queue.withLock({ $0.running[item] == true }) {  // a newer version is queued
             unlink(request.output)
             return
@@ -132,11 +139,12 @@ final class Thumbnailer: Sendable {
             install(request.output, for: node, item: item, stamp: stamp)
         case .success(let reply):
             unlink(request.output)
-            recordNone(for: node, item: item, stamp: stamp, job: job)
-            _ = reply  // the content has no thumbnail: not worth a log line
+            // The content has no thumbnail (not worth a log line), or only the early set.
+            if !early { recordNone(for: node, item: item, stamp: stamp, job: job) }
+            _ = reply
         case .failure(let failure):
             unlink(request.output)
-            recordNone(for: node, item: item, stamp: stamp, job: job)
+            if !early { recordNone(for: node, item: item, stamp: stamp, job: job) }
             problemSink.withLock { $0 }?("no thumbnail for item \(item): \(failure)")
         }
     }
@@ -161,7 +169,8 @@ final class Thumbnailer: Sendable {
     }
 
     /// The content is unchanged since the job opened it: `workPath` becomes the item's set.
-    private func install(_ workPath: String, for node: Node, item: ItemID, stamp: ContentStamp) {
+    @discardableResult
+    private func install(_ workPath: String, for node: Node, item: ItemID, stamp: ContentStamp) -> Bool {
         let installed = (try? coordinator.withClaims([(item, .read)]) { () throws(DocfsError) -> Bool in
             guard node.item == item, !node.isSuperseded, Self.stamp(of: node) == stamp else { return false }
             try store.install(workPath, as: item)
@@ -172,6 +181,7 @@ final class Thumbnailer: Sendable {
         } else {
             unlink(workPath)
         }
+        return installed
     }
 
     /// Remembers that this content has no thumbnail, so it is not tried again.
@@ -183,10 +193,11 @@ final class Thumbnailer: Sendable {
         }
     }
 
-    /// The stamp of the content `node` holds now; nil when it cannot be read.
+    /// The stamp of the content `node` holds now; nil when it cannot be read or has no name
+    /// left (its set went with its last name, and a job still running must not bring it back).
     static func stamp(of node: Node) -> ContentStamp? {
         var st = stat()
-        guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else { return nil }
+        guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0, st.st_nlink > 0 else { return nil }
         return ContentStamp(st, version: ItemAttributes.version(ofDescriptor: node.fd))
     }
 }

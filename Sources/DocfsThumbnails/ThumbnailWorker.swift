@@ -20,12 +20,16 @@ public struct ThumbnailRequest: Codable, Sendable {
     public var output: String
     /// What the set records it was made from.
     public var stamp: ContentStamp
+    /// Where the worker may first write a set lacking the largest rendition, answering with a
+    /// `partial` reply before it goes on (see `ThumbnailRenderer.render`); nil: one answer.
+    public var earlyOutput: String?
 
-    public init(job: UInt64, kind: Kind, output: String, stamp: ContentStamp) {
+    public init(job: UInt64, kind: Kind, output: String, stamp: ContentStamp, earlyOutput: String? = nil) {
         self.job = job
         self.kind = kind
         self.output = output
         self.stamp = stamp
+        self.earlyOutput = earlyOutput
     }
 }
 
@@ -37,6 +41,8 @@ public struct ThumbnailReply: Codable, Sendable {
     public var width: Int
     public var height: Int
     public var problem: String?
+    /// The set at the request's `earlyOutput` is written; the whole set follows in another reply.
+    public var partial: Bool = false
 }
 
 /// The thumbnail worker (`docfs thumbnail-worker`, started by the daemon): reads requests from
@@ -61,15 +67,22 @@ public enum ThumbnailWorker {
                 if fd >= 0 { close(fd) }
                 continue
             }
-            let reply = answer(request, content: fd)
+            let reply = answer(request, content: fd) { send($0, on: socket) }
             if fd >= 0 { close(fd) }
-            guard let bytes = try? JSONEncoder().encode(reply) else { continue }
-            let sent = bytes.withUnsafeBytes { docfs_send_with_descriptor(socket, $0.baseAddress, $0.count, -1) }
-            if sent < 0 { return 1 }
+            if !send(reply, on: socket) { return 1 }
         }
     }
 
-    private static func answer(_ request: ThumbnailRequest, content fd: Int32) -> ThumbnailReply {
+    /// Sends `reply` to the daemon; false when the socket is gone.
+    @discardableResult
+    private static func send(_ reply: ThumbnailReply, on socket: Int32) -> Bool {
+        guard let bytes = try? JSONEncoder().encode(reply) else { return true }
+        return bytes.withUnsafeBytes { docfs_send_with_descriptor(socket, $0.baseAddress, $0.count, -1) } >= 0
+    }
+
+    /// The answer to `request`; a partial set written on the way is announced through `early`.
+    private static func answer(_ request: ThumbnailRequest, content fd: Int32,
+                               early: (ThumbnailReply) -> Void) -> ThumbnailReply {
         var reply = ThumbnailReply(job: request.job, made: false, width: 0, height: 0, problem: nil)
         guard fd >= 0 else {
             reply.problem = "no content was passed"
@@ -81,7 +94,17 @@ public enum ThumbnailWorker {
             let origin: ThumbnailFile.Origin
             switch request.kind {
             case .render:
-                renditions = try ThumbnailRenderer.render(path: path)
+                renditions = try withoutActuallyEscaping(early) { early throws(ThumbnailRenderer.Problem) in
+                    try ThumbnailRenderer.render(path: path, early: request.earlyOutput.map { earlyPath in
+                        { (partial: ThumbnailRenderer.Renditions) in
+                            let bytes = ThumbnailFile.encode(origin: .generated, stamp: request.stamp, width: partial.width,
+                                                             height: partial.height, renditions: partial.pngs)
+                            guard write(bytes, to: earlyPath) else { return }
+                            early(ThumbnailReply(job: request.job, made: true, width: partial.width, height: partial.height,
+                                                 problem: nil, partial: true))
+                        }
+                    })
+                }
                 origin = .generated
             case .userImage:
                 renditions = try ThumbnailRenderer.renderUserImage(path: path, png: readAll(fd))

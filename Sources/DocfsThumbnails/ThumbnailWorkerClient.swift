@@ -52,8 +52,11 @@ public final class ThumbnailWorkerClient: Sendable {
     /// How many worker processes were started (a crashed or killed one is replaced).
     public var workersStarted: Int { startedWorkers.load(ordering: .relaxed) }
 
-    /// Runs `request` on the content open at `content`; the worker's answer.
-    public func run(_ request: ThumbnailRequest, content: Int32) -> Result<ThumbnailReply, Failure> {
+    /// Runs `request` on the content open at `content`; the worker's answer. A partial answer
+    /// (see `ThumbnailRequest.earlyOutput`) goes to `onPartial` on the way; the time limit
+    /// is for the whole request.
+    public func run(_ request: ThumbnailRequest, content: Int32,
+                    onPartial: (ThumbnailReply) -> Void = { _ in }) -> Result<ThumbnailReply, Failure> {
         worker.withLock { process -> Result<ThumbnailReply, Failure> in
             if process == nil {
                 switch spawn() {
@@ -61,7 +64,7 @@ public final class ThumbnailWorkerClient: Sendable {
                 case .failure(let failure): return .failure(failure)
                 }
             }
-            let result = exchange(request, content: content, with: process!)
+            let result = exchange(request, content: content, with: process!, onPartial: onPartial)
             if case .failure = result {
                 stop(process!)
                 process = nil
@@ -78,7 +81,8 @@ public final class ThumbnailWorkerClient: Sendable {
         }
     }
 
-    private func exchange(_ request: ThumbnailRequest, content: Int32, with process: Process) -> Result<ThumbnailReply, Failure> {
+    private func exchange(_ request: ThumbnailRequest, content: Int32, with process: Process,
+                          onPartial: (ThumbnailReply) -> Void) -> Result<ThumbnailReply, Failure> {
         guard let message = try? JSONEncoder().encode(request) else { return .failure(.workerFailed("cannot encode the request")) }
         let sent = message.withUnsafeBytes { docfs_send_with_descriptor(process.socket, $0.baseAddress, $0.count, content) }
         guard sent == message.count else { return .failure(.workerFailed("the thumbnail worker is gone: \(String(cString: strerror(errno)))")) }
@@ -103,6 +107,10 @@ public final class ThumbnailWorkerClient: Sendable {
                 return .failure(.workerFailed("the thumbnail worker answered garbage"))
             }
             if reply.job != request.job { continue }  // a late answer to a job given up on
+            if reply.partial {
+                onPartial(reply)
+                continue
+            }
             return .success(reply)
         }
     }

@@ -36,6 +36,17 @@ import Glibc
 
     static func bytes(_ path: String) -> [UInt8]? { FileManager.default.contents(atPath: path).map { Array($0) } }
 
+    /// The bytes of `path` once it reads (a big photo's xx-large rendition comes a moment after
+    /// its attribute one); nil when it does not within `seconds`.
+    static func eventually(_ path: String, within seconds: Double = 20) -> [UInt8]? {
+        let deadline = Date().addingTimeInterval(seconds)
+        repeat {
+            if let bytes = bytes(path) { return bytes }
+            usleep(20_000)
+        } while Date() < deadline
+        return nil
+    }
+
     @Test func everyFolderServesASharedRepositoryAsTheSpecAsks() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
@@ -54,7 +65,7 @@ import Glibc
         let hash = Self.md5("photo.jpg")
         for (size, pixels) in [("normal", 128), ("large", 256), ("x-large", 512), ("xx-large", 1024)] {
             let path = "\(repository)/\(size)/\(hash).png"
-            let png = try #require(Self.bytes(path), "\(size) is missing")
+            let png = try #require(Self.eventually(path), "\(size) is missing")
             let dimensions = try #require(PNGChunks.size(of: png))
             #expect(max(dimensions.width, dimensions.height) <= pixels, "\(size): \(dimensions)")
             let text = Self.textChunks(png)
@@ -102,13 +113,36 @@ import Glibc
         try ThumbnailTests.copy("photo.jpg", to: fixture.path("photo.jpg"))
         #expect(ThumbnailTests.thumbnail(fixture.path("photo.jpg")) != nil)
         let id = try #require(itemID(fixture.path("photo.jpg")))
-        let png = try #require(Self.bytes(fixture.path(".docfs/thumbnails/\(id).png")))
+        let png = try #require(Self.eventually(fixture.path(".docfs/thumbnails/\(id).png")))
         let dimensions = try #require(PNGChunks.size(of: png))
         #expect(max(dimensions.width, dimensions.height) <= 1024 && max(dimensions.width, dimensions.height) > 512)
         #expect(try shell("ls '\(fixture.path(".docfs/thumbnails"))'").output == "\(id).png\n")
         #expect(errnoOf(open(fixture.path(".docfs/thumbnails/\(id).png"), O_RDWR)) == EROFS)
         var st = stat()
         #expect(errnoOf(stat(fixture.path(".docfs/thumbnails/12345.png"), &st)) == ENOENT)
+    }
+
+    @Test func aThumbnailLookedForBeforeItIsMadeIsFoundOnceItIs() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        try ThumbnailTests.copy("photo.jpg", to: fixture.path("first.jpg"))
+        #expect(ThumbnailTests.thumbnail(fixture.path("first.jpg")) != nil)
+        // With the worker frozen, a new photo has no thumbnail yet: every place misses.
+        let worker = try ThumbnailTests.worker(of: fixture)
+        #expect(kill(worker, SIGSTOP) == 0)
+        let places: [String]
+        do {
+            defer { kill(worker, SIGCONT) }
+            try ThumbnailTests.copy("photo.jpg", to: fixture.path("photo.jpg"))
+            let id = try #require(itemID(fixture.path("photo.jpg")))
+            places = [".docfs/thumbnails/\(id).png", ".sh_thumbnails/normal/\(Self.md5("photo.jpg")).png",
+                      ".sh_thumbnails/xx-large/\(Self.md5("photo.jpg")).png"].map(fixture.path)
+            var st = stat()
+            for place in places { #expect(errnoOf(stat(place, &st)) == ENOENT, "\(place)") }
+        }
+        // The kernel keeps a miss for the mount's 10-second timeout elsewhere, but not here:
+        // each is found as soon as it is made.
+        for place in places { #expect(Self.eventually(place, within: 5) != nil, "\(place)") }
     }
 
     @Test func thumbnailsOfRemovedItemsGo() throws {

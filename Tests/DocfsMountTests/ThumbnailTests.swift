@@ -31,6 +31,13 @@ import Glibc
         return nil
     }
 
+    /// The process id of the thumbnail worker of `fixture`'s daemon (started by a first thumbnail).
+    static func worker(of fixture: MountFixture) throws -> pid_t {
+        let daemon = try #require(fixture.daemon?.processIdentifier)
+        let found = try shell("pgrep -P \(daemon) -f thumbnail-worker").output
+        return try #require(pid_t(found.split(separator: "\n").first ?? ""), "no worker: \(found)")
+    }
+
     static func copy(_ name: String, to path: String) throws {
         let status = try shell("cp '\(images)/\(name)' '\(path)'").status
         #expect(status == 0)
@@ -79,9 +86,7 @@ import Glibc
         #expect(Self.thumbnail(fixture.path("first.jpg")) != nil)
         // The worker is frozen: a write that waited for a thumbnail would wait out the worker's
         // 10-second limit, so the whole burst finishing sooner shows none did.
-        let daemon = try #require(fixture.daemon?.processIdentifier)
-        let found = try shell("pgrep -P \(daemon) -f thumbnail-worker").output
-        let worker = try #require(pid_t(found.split(separator: "\n").first ?? ""), "no worker: \(found)")
+        let worker = try Self.worker(of: fixture)
         #expect(kill(worker, SIGSTOP) == 0)
         let frozen: Double
         do {
@@ -98,6 +103,35 @@ import Glibc
         defer { plain.tearDown() }
         let off = try Self.burst(data, count: 200, in: plain.mountPoint)
         #expect(frozen < off * 3 + 1, "with thumbnails \(frozen) s, without \(off) s")
+    }
+
+    @Test func onlyTheNewestVersionGetsAThumbnail() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        // What the last version's thumbnail is: the same content in another file.
+        try Self.copy("picture.gif", to: fixture.path("reference.gif"))
+        let newest = try #require(Self.thumbnail(fixture.path("reference.gif")))
+        try Self.copy("photo.jpg", to: fixture.path("photo.jpg"))
+        let photo = try #require(Self.thumbnail(fixture.path("photo.jpg")))
+        // The worker is frozen while the first version's job is with it; two more versions
+        // follow, each written over the last.
+        let worker = try Self.worker(of: fixture)
+        #expect(kill(worker, SIGSTOP) == 0)
+        let doc = fixture.path("doc.img")
+        do {
+            defer { kill(worker, SIGCONT) }
+            try Self.copy("photo.jpg", to: doc)
+            usleep(200_000)  // the job is sent
+            try Self.copy("picture.png", to: doc)
+            try Self.copy("picture.gif", to: doc)
+            #expect(Self.thumbnail(doc, within: 0.3) == nil)
+        }
+        // The first version's set is dropped, the second's job was replaced by the third's: the
+        // first thumbnail the document ever shows is the newest content's.
+        let first = try #require(Self.thumbnail(doc, within: 20))
+        #expect(first == newest, "a thumbnail of an older version was shown")
+        #expect(first != photo)
+        #expect(Self.thumbnail(doc, within: 0) == newest)
     }
 
     @Test func damagedAndHostileImagesNeitherCrashNorStall() throws {

@@ -25,6 +25,31 @@ import Testing
         }
     }
 
+    @Test func aBigJPEGsAttributeRenditionComesFirst() throws {
+        // 1600×1200: 1/2 scale decodes fit 512, a full one 1024.
+        var early: [ThumbnailRenderer.Renditions] = []
+        let set = try ThumbnailRenderer.render(path: TestImages.path("photo.jpg")) { early.append($0) }
+        let first = try #require(early.first)
+        #expect(early.count == 1)
+        #expect(Set(first.pngs.keys) == [.attribute, .normal])
+        #expect(Set(set.pngs.keys) == Set(ThumbnailSize.allCases))
+        #expect(set.pngs[.attribute] == first.pngs[.attribute] && set.pngs[.normal] == first.pngs[.normal])
+        #expect(max(set.width, set.height) == 1024)
+        let xxLarge = try #require(PNGChunks.size(of: set.pngs[.xxLarge]!))
+        #expect(max(xxLarge.width, xxLarge.height) == 1024)
+        // A PDF page is drawn small first too.
+        var page: ThumbnailRenderer.Renditions?
+        let document = try ThumbnailRenderer.render(path: TestImages.path("document.pdf")) { page = $0 }
+        #expect(page.map { Set($0.pngs.keys) } == [.attribute, .normal])
+        #expect(max(document.width, document.height) == 1024)
+        // Other formats are made in one go.
+        for name in ["picture.png", "picture.webp", "picture.tif"] {
+            var called = false
+            _ = try ThumbnailRenderer.render(path: TestImages.path(name)) { _ in called = true }
+            #expect(!called, "\(name)")
+        }
+    }
+
     @Test func aPDFPageIsRenderedAtTheLargestSize() throws {
         let set = try ThumbnailRenderer.render(path: TestImages.path("document.pdf"))
         #expect(max(set.width, set.height) == 1024)
@@ -34,6 +59,7 @@ import Testing
         #expect(ThumbnailRenderer.largestSide(width: 4000, height: 3000, signature: .jpeg) == 1000)
         #expect(ThumbnailRenderer.largestSide(width: 4000, height: 3000, signature: .png) == 1024)
         #expect(ThumbnailRenderer.largestSide(width: 800, height: 600, signature: .jpeg) == 1024)
+        #expect(ThumbnailRenderer.largestSide(width: 4000, height: 3000, signature: .jpeg, fitting: 512) == 500)
     }
 
     @Test func hostileAndForeignFilesGetNoneQuickly() {
