@@ -191,7 +191,7 @@ def main():
         for rep in range(repeat):
             for t in targets[rep % 4:] + targets[:rep % 4]:
                 os.sync()
-                burst_runs[t.name].append(on_fresh_filesystem(t, write_burst(IMAGES["photo"], burst), args.dir, image_mb))
+                burst_runs[t.name].append(on_fresh_filesystem(t, write_burst(IMAGES["jpeg"], burst), args.dir, image_mb))
         for t in targets:
             print(f"  burst {t.name:20} " + " ".join(f"{x:.3f}" for x in burst_runs[t.name]), file=sys.stderr)
     finally:
@@ -227,8 +227,8 @@ def main():
     print("attribute costs there. user.docfs.conflict is absent (ENODATA) unless a conflict happened.")
 
     print()
-    mb = os.path.getsize(IMAGES["photo"]) * burst / 1e6
-    header = f"{f'write {burst} images ({mb:.0f} MB)':28} {'raw disk':>9} {'pt+perm':>9} {'docfs':>9} {'no thumbs':>9} {'on/off':>7} {'vs pt+':>7}"
+    mb = os.path.getsize(IMAGES["jpeg"]) * burst / 1e6
+    header = f"{f'write {burst} 12 MP JPEGs ({mb:.0f} MB)':28} {'raw disk':>9} {'pt+perm':>9} {'docfs':>9} {'no thumbs':>9} {'on/off':>7} {'vs pt+':>7}"
     print(header)
     print("-" * len(header))
     seconds = {name: statistics.median(runs) for name, runs in burst_runs.items()}

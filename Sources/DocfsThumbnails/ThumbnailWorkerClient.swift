@@ -8,9 +8,12 @@ import Glibc
 
 /// The daemon's side of a thumbnail worker process: starts it on first use (and again after
 /// it died or was killed), passes it one request at a time with the content's descriptor, and
-/// waits for the answer at most `timeLimit` seconds; a worker that takes longer is killed, so a
+/// waits for the answer while the worker has used at most `timeLimit` seconds of CPU time on
+/// it (and at most `wallLimit` seconds in all); a worker that takes longer is killed, so a
 /// damaged or hostile file never stalls thumbnails for long, and a decoder crash never reaches
-/// the daemon.
+/// the daemon. CPU time, not time passed, is what counts first: on a busy machine the worker
+/// may wait long for a CPU without being at fault, and its file must not be marked as having
+/// no thumbnail for that.
 ///
 /// Lock order: `worker` is held for a whole request (a leaf lock: nothing else is taken under
 /// it, and it is never held across a reply to the kernel).
@@ -40,13 +43,17 @@ public final class ThumbnailWorkerClient: Sendable {
 
     /// The command that runs a worker (`docfs thumbnail-worker`).
     public let command: [String]
+    /// Most CPU seconds the worker may spend on one request.
     public let timeLimit: Double
+    /// Most seconds one request may take, however little CPU time it used.
+    public let wallLimit: Double
     private let worker = Mutex<Process?>(nil)
     private let startedWorkers = Atomic<Int>(0)
 
-    public init(command: [String], timeLimit: Double = 10) {
+    public init(command: [String], timeLimit: Double = 10, wallLimit: Double? = nil) {
         self.command = command
         self.timeLimit = timeLimit
+        self.wallLimit = wallLimit ?? timeLimit * 6
     }
 
     /// How many worker processes were started (a crashed or killed one is replaced).
@@ -86,17 +93,15 @@ public final class ThumbnailWorkerClient: Sendable {
         guard let message = try? JSONEncoder().encode(request) else { return .failure(.workerFailed("cannot encode the request")) }
         let sent = message.withUnsafeBytes { docfs_send_with_descriptor(process.socket, $0.baseAddress, $0.count, content) }
         guard sent == message.count else { return .failure(.workerFailed("the thumbnail worker is gone: \(String(cString: strerror(errno)))")) }
-        var deadline = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &deadline)
-        let end = Double(deadline.tv_sec) + Double(deadline.tv_nsec) / 1e9 + timeLimit
+        let end = Self.now() + wallLimit
+        let cpuAtStart = Self.cpuSeconds(of: process.pid)
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
-            var now = timespec()
-            clock_gettime(CLOCK_MONOTONIC, &now)
-            let left = end - (Double(now.tv_sec) + Double(now.tv_nsec) / 1e9)
-            guard left > 0 else { return .failure(.timedOut(timeLimit)) }
+            let left = end - Self.now()
+            guard left > 0, Self.cpuSeconds(of: process.pid) - cpuAtStart <= timeLimit else { return .failure(.timedOut(timeLimit)) }
             var poller = pollfd(fd: process.socket, events: Int16(POLLIN), revents: 0)
-            let ready = poll(&poller, 1, Int32(left * 1000) + 1)
+            // Woken at least every 100 ms to look at the CPU time used.
+            let ready = poll(&poller, 1, Int32(min(left, 0.1) * 1000) + 1)
             if ready < 0 && errno == EINTR { continue }
             guard ready > 0 else { continue }
             var passed: Int32 = -1
@@ -113,6 +118,23 @@ public final class ThumbnailWorkerClient: Sendable {
             }
             return .success(reply)
         }
+    }
+
+    private static func now() -> Double {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+    }
+
+    /// The CPU time (user and system, all threads) process `pid` has used, from
+    /// /proc/PID/stat; 0 when it cannot be read.
+    static func cpuSeconds(of pid: pid_t) -> Double {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let end = text.lastIndex(of: ")") else { return 0 }
+        // After "pid (name)": state is field 3; utime and stime are fields 14 and 15.
+        let fields = text[text.index(after: end)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// How the worker ended (it closed its socket).

@@ -22,6 +22,26 @@ import Testing
         #expect(client.workersStarted == 2, "a new worker replaces the killed one")
     }
 
+    @Test func aWorkerIsStoppedForTheCPUTimeItUsesNotForWaiting() {
+        // Busy all the time: stopped once it has used the CPU limit.
+        let spinning = ThumbnailWorkerClient(command: ["/bin/sh", "-c", "while :; do :; done"], timeLimit: 0.3, wallLimit: 30)
+        var started = Date()
+        guard case .failure(.timedOut) = spinning.run(request(), content: -1) else {
+            Issue.record("a spinning worker was not stopped")
+            return
+        }
+        #expect(Date().timeIntervalSince(started) < 5)
+        // Idle past the CPU limit (as a worker waiting for a CPU on a busy machine is): it is
+        // given until the wall-clock limit.
+        let waiting = ThumbnailWorkerClient(command: ["/bin/sleep", "60"], timeLimit: 0.3, wallLimit: 2)
+        started = Date()
+        guard case .failure(.timedOut) = waiting.run(request(), content: -1) else {
+            Issue.record("expected a time-out")
+            return
+        }
+        #expect(Date().timeIntervalSince(started) >= 1.9)
+    }
+
     @Test func aWorkerThatDiesIsReported() {
         let client = ThumbnailWorkerClient(command: ["/bin/sh", "-c", "kill -SEGV $$"], timeLimit: 5)
         guard case .failure(.workerFailed(let why)) = client.run(request(), content: -1) else {
