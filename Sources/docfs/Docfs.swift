@@ -15,7 +15,7 @@ struct Docfs: ParsableCommand {
             Stop with:   docfs unmount ~/Docs
             """,
         subcommands: [MountCommand.self, UnmountCommand.self, StatusCommand.self, VersionsCommand.self, WatchCommand.self,
-                      QueryCommand.self, IndexCommand.self, BookmarkCommand.self, ReapMountCommand.self,
+                      QueryCommand.self, IndexCommand.self, BookmarkCommand.self, ContainerCommand.self, ReapMountCommand.self,
                       ThumbnailWorkerCommand.self]
     )
 }
