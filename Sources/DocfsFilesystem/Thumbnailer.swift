@@ -123,11 +123,12 @@ final class Thumbnailer: Sendable {
         let job = store.newJob()
         let request = ThumbnailRequest(job: job, kind: .render, output: store.workPath(job: job), stamp: stamp,
                                        earlyOutput: store.workPath(job: job) + "-early")
-        // A big photo's set comes in two steps: all but the largest rendition first.
-        var early = false
+        // A big JPEG's or a PDF's set comes in two steps: a first set with the attribute and
+        // normal renditions, installed as soon as it is made, then the whole set.
+        var firstSetInstalled = false
         let outcome = worker.run(request, content: content) { _ in
             if queue.withLock({ $0.running[item] == true }) { return }
-            early = install(request.earlyOutput!, for: node, item: item, stamp: stamp)
+            firstSetInstalled = install(request.earlyOutput!, for: node, item: item, stamp: stamp)
         }
         unlink(request.earlyOutput!)  // when it was not installed
         if queue.withLock({ $0.running[item] == true }) {  // a newer version is queued
@@ -137,14 +138,13 @@ final class Thumbnailer: Sendable {
         switch outcome {
         case .success(let reply) where reply.made:
             install(request.output, for: node, item: item, stamp: stamp)
-        case .success(let reply):
+        case .success:
             unlink(request.output)
-            // The content has no thumbnail (not worth a log line), or only the early set.
-            if !early { recordNone(for: node, item: item, stamp: stamp, job: job) }
-            _ = reply
+            // The content has no thumbnail (not worth a log line), unless the first set is in.
+            if !firstSetInstalled { recordNone(for: node, item: item, stamp: stamp, job: job) }
         case .failure(let failure):
             unlink(request.output)
-            if !early { recordNone(for: node, item: item, stamp: stamp, job: job) }
+            if !firstSetInstalled { recordNone(for: node, item: item, stamp: stamp, job: job) }
             problemSink.withLock { $0 }?("no thumbnail for item \(item): \(failure)")
         }
     }

@@ -20,8 +20,8 @@ public struct ThumbnailRequest: Codable, Sendable {
     public var output: String
     /// What the set records it was made from.
     public var stamp: ContentStamp
-    /// Where the worker may first write a set lacking the largest rendition, answering with a
-    /// `partial` reply before it goes on (see `ThumbnailRenderer.render`); nil: one answer.
+    /// Where the worker may first write a set of the attribute and normal renditions, answering
+    /// with a `partial` reply before it goes on (see `ThumbnailRenderer.render`); nil: one answer.
     public var earlyOutput: String?
 
     public init(job: UInt64, kind: Kind, output: String, stamp: ContentStamp, earlyOutput: String? = nil) {
