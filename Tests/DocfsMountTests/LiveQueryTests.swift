@@ -41,10 +41,16 @@ import Glibc
         }
 
         /// The lines after the first `seen`, once `count` more have come and nothing more
-        /// follows for a while.
-        func next(_ count: Int, after seen: Int) -> [String] {
+        /// follows for `quiet` seconds.
+        func next(_ count: Int, after seen: Int, quiet: Double = 0.3) -> [String] {
             _ = eventually(seconds: 20) { self.lines.count >= seen + count }
-            usleep(300_000)
+            var known = lines.count
+            repeat {
+                usleep(useconds_t(quiet * 1_000_000))
+                let now = lines.count
+                if now == known { break }
+                known = now
+            } while true
             return lines.dropFirst(seen).map(\.description)
         }
 
@@ -73,10 +79,12 @@ import Glibc
         expect(["added /a.md"], "create")
         let fd = open(fixture.path("a.md"), O_WRONLY | O_APPEND)
         #expect(Glibc.write(fd, "two\n", 4) == 4)
+        #expect(fsync(fd) == 0)  // under the writeback cache, nothing of the write is left for later
         close(fd)
         // The close stitches the new content; the version it makes is committed at the
-        // release that follows, which may fall in the next batch: one change, seen once or twice.
-        let modified = live.next(1, after: seen)
+        // release that follows, which may fall in the next batch (and, under load, well after
+        // the close): one change, seen once or twice; the rename waits for the quiet after it.
+        let modified = live.next(1, after: seen, quiet: 1)
         #expect((1...2).contains(modified.count) && modified.allSatisfy { $0 == "changed /a.md" }, "modify: \(modified)")
         seen += modified.count
         #expect(rename(fixture.path("a.md"), fixture.path("b.md")) == 0)
