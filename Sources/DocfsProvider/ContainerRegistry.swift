@@ -35,15 +35,14 @@ public struct ContainerRegistry: Sendable {
 
     /// Every container, the default one first, then by id.
     public func list() throws(DocfsError) -> [ContainerRecord] {
-        guard let folder = opendir(layout.containersDirectory) else {
-            throw DocfsError(.storeUnavailable, "cannot list \(layout.containersDirectory)", cause: DocfsError.errno("opendir"))
+        let names: [String]
+        do {
+            names = try FileManager.default.contentsOfDirectory(atPath: layout.containersDirectory)
+        } catch {
+            throw DocfsError(.storeUnavailable, "cannot list \(layout.containersDirectory)", cause: DocfsError(.internalFailure, "\(error)"))
         }
-        defer { closedir(folder) }
         var records: [ContainerRecord] = []
-        while let entry = readdir(folder) {
-            let name = withUnsafePointer(to: &entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            }
+        for name in names {
             guard let id = try? ContainerID(name), id != .userDefault, let record = try record(of: id) else { continue }
             records.append(record)
         }
@@ -177,39 +176,20 @@ public struct ContainerRegistry: Sendable {
     }
 
     private static func holdsAnything(_ directory: String) throws(DocfsError) -> Bool {
-        guard let folder = opendir(directory) else {
-            if errno == ENOENT { return false }
-            throw DocfsError(.storeUnavailable, "cannot list \(directory)", cause: DocfsError.errno("opendir"))
+        guard FileManager.default.fileExists(atPath: directory) else { return false }
+        do {
+            return try !FileManager.default.contentsOfDirectory(atPath: directory).isEmpty
+        } catch {
+            throw DocfsError(.storeUnavailable, "cannot list \(directory)", cause: DocfsError(.internalFailure, "\(error)"))
         }
-        defer { closedir(folder) }
-        while let entry = readdir(folder) {
-            let first = entry.pointee.d_name.0, second = entry.pointee.d_name.1, third = entry.pointee.d_name.2
-            let dotOrDotDot = first == 46 && (second == 0 || (second == 46 && third == 0))
-            if !dotOrDotDot { return true }
-        }
-        return false
     }
 
-    /// Removes `path` and all below it, without following symbolic links.
+    /// Removes `path` and all below it (symbolic links themselves, not what they point at).
     private static func removeTree(_ path: String) throws(DocfsError) {
-        var st = stat()
-        guard lstat(path, &st) == 0 else { return }
-        if st.st_mode & S_IFMT == S_IFDIR {
-            guard let folder = opendir(path) else {
-                throw DocfsError(.storeUnavailable, "cannot list \(path)", cause: DocfsError.errno("opendir"))
-            }
-            var names: [String] = []
-            while let entry = readdir(folder) {
-                let name = withUnsafePointer(to: &entry.pointee.d_name) {
-                    $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-                }
-                if name != "." && name != ".." { names.append(name) }
-            }
-            closedir(folder)
-            for name in names { try removeTree(path + "/" + name) }
-            guard rmdir(path) == 0 else { throw DocfsError(.storeUnavailable, "cannot remove \(path)", cause: DocfsError.errno("rmdir")) }
-        } else if unlink(path) != 0 {
-            throw DocfsError(.storeUnavailable, "cannot remove \(path)", cause: DocfsError.errno("unlink"))
+        do {
+            try FileManager.default.removeItem(atPath: path)
+        } catch {
+            throw DocfsError(.storeUnavailable, "cannot remove \(path): remove what is left by hand", cause: DocfsError(.internalFailure, "\(error)"))
         }
     }
 
