@@ -15,8 +15,11 @@ import Glibc
 /// may wait long for a CPU without being at fault, and its file must not be marked as having
 /// no thumbnail for that.
 ///
-/// Lock order: `worker` is held for a whole request (a leaf lock: nothing else is taken under
-/// it, and it is never held across a reply to the kernel).
+/// Lock order: `worker` is held for a whole request, `onPartial` included, so it comes before
+/// whatever that handler takes (the Thumbnailer's install takes a read claim and the index
+/// stitcher's lock). Nothing that holds those waits for `worker`: the Thumbnailer's client
+/// serves its one thread, and the client that checks a user's PNG (for setxattr) takes nothing
+/// under it. It is never held across a reply to the kernel.
 public final class ThumbnailWorkerClient: Sendable {
     /// Why the worker made no set.
     public enum Failure: Error, Sendable, Equatable, CustomStringConvertible {
