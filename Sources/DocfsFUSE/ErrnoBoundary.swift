@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 /// The one place a `DocfsError` becomes an errno for the kernel. System errors pass as they
-/// are; the rest map to their nearest errno; anything unforeseen is logged and answers EIO.
+/// are (logged when they carry a reason); the rest map to their nearest errno; anything unforeseen is logged and answers EIO.
 enum ErrnoBoundary {
     static func errno(for error: any Error, operation: StaticString, logger: Logger) -> Int32 {
         guard let error = error as? DocfsError else {
@@ -13,7 +13,13 @@ enum ErrnoBoundary {
             return EIO
         }
         if let value = error.systemErrno {
-            if value == EIO { logger.error("\(operation): \(error)") }
+            if value == EIO {
+                logger.error("\(operation): \(error)")
+            } else if !error.message.isEmpty {
+                // A refusal with a reason (a container's folder, the control area): the log
+                // says why; plain errors of the hot path carry none and are not logged.
+                logger.notice("\(operation): \(error)")
+            }
             return value
         }
         switch error.code {

@@ -29,6 +29,9 @@ final class DirectoryHandle: Sendable {
 
     /// The backing folder listed; nil for a folder of the control area.
     let node: Node?
+    /// Whether the entries come from a list made when the folder was opened (their inode
+    /// numbers are already the ones to show), rather than from the backing folder's stream.
+    let isListed: Bool
     /// The virtual folder this handle lists (a read-only view, a control-area folder), whose
     /// entries are looked up through it; nil for a folder of the store.
     let virtualParent: NodeID?
@@ -37,22 +40,23 @@ final class DirectoryHandle: Sendable {
     init(node: Node, dir: OpaquePointer, virtualParent: NodeID? = nil) {
         self.node = node
         self.virtualParent = virtualParent
+        isListed = false
         self.stream = Mutex(Stream(dir: dir))
     }
 
-    /// A listed folder: `entries` (without `.` and `..`, which are added with `inode`).
-    init(listing entries: [(name: FileName, inode: UInt64, type: UInt8)], inode: UInt64, virtualParent: NodeID) {
-        node = nil
+    /// A listed folder: `entries` (without `.` and `..`, which are added with `inode`), looked
+    /// up through `virtualParent`; `node` is the backing folder, when there is one.
+    init(listing entries: [(name: FileName, inode: UInt64, type: UInt8)], inode: UInt64, virtualParent: NodeID,
+         node: Node? = nil) {
+        self.node = node
         self.virtualParent = virtualParent
+        isListed = true
         let all = [(FileName("."), inode, UInt8(DT_DIR)), (FileName(".."), inode, UInt8(DT_DIR))] + entries
         let list = all.enumerated().map { position, entry in
             DirectoryEntry(name: entry.0, inode: entry.1, type: entry.2, nextOffset: Int64(position + 1))
         }
         stream = Mutex(Stream(dir: nil, list: list))
     }
-
-    /// Whether the entries come from a list (their inode numbers are already the ones to show).
-    var isListed: Bool { node == nil }
 
     /// Reads entries from `offset` on, handing each to `body` until it answers false (the
     /// entry is then kept for the next call).

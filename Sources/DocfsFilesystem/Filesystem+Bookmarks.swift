@@ -12,12 +12,12 @@ extension Filesystem {
     func bookmarkToken(of node: Node) throws(DocfsError) -> String {
         var st = stat()
         try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
-        guard let path = paths.path(of: node.fd, st) else {
+        guard let place = paths.place(of: node.fd, st) else {
             throw DocfsError.system(ENOENT)  // removed meanwhile: there is nothing to find again
         }
         let key = try store.bookmarkKey()
-        let bookmark = Bookmark(item: node.item, container: ContainerID.userDefault.rawValue, scope: "documents",
-                                path: path, backing: st, storeID: key.storeID)
+        let bookmark = Bookmark(item: node.item, container: place.container.rawValue, scope: place.scope.rawValue,
+                                path: place.path, backing: st, storeID: key.storeID)
         return BookmarkToken.encode(bookmark, key: key)
     }
 }

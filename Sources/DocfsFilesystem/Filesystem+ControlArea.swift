@@ -44,17 +44,17 @@ extension Filesystem {
         } catch {
             throw DocfsError(.notFound, "bookmark token refused: \(error)")
         }
-        guard bookmark.container == ContainerID.userDefault.rawValue, bookmark.scope == "documents" else {
+        guard let place = bookmark.place, viewPath(of: place) != nil else {
             throw DocfsError(.notFound, "the bookmark names an item of \(bookmark.container) (\(bookmark.scope)), which this mount does not show")
         }
         if let scope = bookmark.securityScope {
             try Self.check(scope, usableBy: caller)
             if scope.readOnly {
-                let (_, real) = try locate(bookmark.item, preferring: bookmark.path)
+                let (_, real) = try locate(bookmark.item, preferring: place)
                 return try virtualEntry(.readOnlyView(real.key), .readOnlyView(real: real))
             }
         }
-        let (path, _) = try locate(bookmark.item, preferring: bookmark.path)
+        let (path, _) = try locate(bookmark.item, preferring: place)
         return try virtualEntry(.itemLink(text), .itemLink(target: Self.linkTarget(to: path)))
     }
 
@@ -68,7 +68,7 @@ extension Filesystem {
         throw DocfsError(.denied, "the bookmark was issued to \(scope.issuedTo); only that app's view may use it")
     }
 
-    /// The link from `.docfs/by-id/` to `path` (a path in the documents scope, "/" its root).
+    /// The link from `.docfs/by-id/` to `path` (a path in the view, "/" its root).
     static func linkTarget(to path: String) -> FileName {
         FileName(path == "/" ? "../.." : "../.." + path)
     }
@@ -76,31 +76,31 @@ extension Filesystem {
     /// Where the item is now, from the index (every write updates it before it returns), and a
     /// node of it there (not counted in the kernel's table); `recorded` is where the caller last
     /// saw it (an item with several hard links is found at that one if it still is).
-    func locate(_ item: ItemID, preferring recorded: String? = nil) throws(DocfsError) -> (path: String, node: Node) {
+    func locate(_ item: ItemID, preferring recorded: StorePlace? = nil) throws(DocfsError) -> (path: String, node: Node) {
         if item == root.item { return ("/", root) }
         guard let stitcher else {
             throw DocfsError(.notFound, "this mount keeps no index, so items cannot be found by id")
         }
-        let records = try stitcher.index.records(id: Int64(bitPattern: item.rawValue))
-            .filter { $0.container == ContainerID.userDefault.rawValue && $0.scope == "documents" }
-        let candidates = records.filter { $0.path == recorded } + records.sorted { $0.path < $1.path }
-        for record in candidates {
-            if let node = scopeNode(at: record.path), node.item == item { return (record.path, node) }
+        let places = try stitcher.index.records(id: Int64(bitPattern: item.rawValue)).compactMap { record -> StorePlace? in
+            guard let container = try? ContainerID(record.container), let scope = Scope(rawValue: record.scope) else { return nil }
+            return StorePlace(container: container, scope: scope, path: record.path)
+        }
+        let candidates = places.filter { $0 == recorded } + places.sorted { $0.description < $1.description }
+        for place in candidates {
+            guard let path = viewPath(of: place), let node = node(at: place), node.item == item else { continue }
+            return (path, node)
+        }
+        if let hidden = places.first, !places.contains(where: { viewPath(of: $0) != nil }) {
+            throw DocfsError(.notFound, "item \(item) is in \(hidden.container) (\(hidden.scope.rawValue)), which this mount does not show")
         }
         throw DocfsError(.notFound, "item \(item) is gone: nothing in the store has that id")
     }
 
-    /// A node of what `path` (in the documents scope) names, reached one name at a time without
-    /// following symbolic links; nil when there is nothing there.
-    func scopeNode(at path: String) -> Node? {
-        var fd = dup(root.fd)
+    /// A node of what is at `place`, reached one name at a time without following symbolic
+    /// links (not counted in the kernel's table); nil when there is nothing there.
+    func node(at place: StorePlace) -> Node? {
+        let fd = paths.openPlace(place)
         guard fd >= 0 else { return nil }
-        for component in path.split(separator: "/") where !component.isEmpty {
-            let next = openat(fd, String(component), DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
-            close(fd)
-            guard next >= 0 else { return nil }
-            fd = next
-        }
         var st = stat()
         guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else {
             close(fd)

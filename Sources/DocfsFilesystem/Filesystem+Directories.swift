@@ -11,6 +11,9 @@ extension Filesystem {
         if VirtualNodes.isVirtual(id) {
             return UInt64(UInt(bitPattern: Unmanaged.passRetained(try openVirtualDirectory(id)).toOpaque()))
         }
+        if id == rootID && !containerFolders.isEmpty {
+            return UInt64(UInt(bitPattern: Unmanaged.passRetained(try rootListing()).toOpaque()))
+        }
         let node = try nodes.node(id)
         let fd = openat(node.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
@@ -37,12 +40,12 @@ extension Filesystem {
         let directory = directoryHandle(handle).takeUnretainedValue()
         try directory.read(from: offset) { entry throws(DocfsError) in
             var entry = entry
-            if let folder = directory.node { entry.inode = itemID(of: entry, in: folder).rawValue }
+            if !directory.isListed, let folder = directory.node { entry.inode = itemID(of: entry, in: folder).rawValue }
             return body(entry)
         }
     }
 
-    private func itemID(of entry: DirectoryEntry, in directory: Node) -> ItemID {
+    func itemID(of entry: DirectoryEntry, in directory: Node) -> ItemID {
         if entry.name == "." { return directory.item }
         if let known = nodes.known(key: BackingKey(device: directory.key.device, inode: entry.inode)) { return known.item }
         return identity.item(in: directory, name: entry.name, backingInode: entry.inode, type: entry.type)
@@ -56,7 +59,7 @@ extension Filesystem {
         try directory.read(from: offset) { item throws(DocfsError) in
             if item.name == "." || item.name == ".." {
                 var item = item
-                if let folder = directory.node { item.inode = itemID(of: item, in: folder).rawValue }
+                if !directory.isListed, let folder = directory.node { item.inode = itemID(of: item, in: folder).rawValue }
                 return body(item, nil)
             }
             let looked: Entry

@@ -26,6 +26,10 @@ extension Filesystem {
         if name == ItemAttributes.bookmark && VirtualNodes.isVirtual(id) { throw DocfsError.system(ENODATA) }
         if name == ItemAttributes.bookmark { return try fit(Array(try bookmarkToken(of: node).utf8), into: size) }
         if name == ItemAttributes.thumbnail { return try fit(try thumbnailAttribute(of: node), into: size) }
+        if ExtendedAttributePolicy.containerNames.contains(name) {
+            guard let value = containerAttribute(name, of: node) else { throw DocfsError.system(ENODATA) }
+            return try fit(Array(value.utf8), into: size)
+        }
         // The store answers size-0 probes and ERANGE itself: read into the caller's size only.
         let capacity = min(size, ExtendedAttributePolicy.maximumValueSize)
         var buffer = [UInt8](repeating: 0, count: capacity)
@@ -79,6 +83,7 @@ extension Filesystem {
                 names += Array(computed.utf8) + [0]
             }
             if currentThumbnail(of: node) != nil { names += Array(ItemAttributes.thumbnail.utf8) + [0] }
+            for name in containerAttributeNames(of: node) { names += Array(name.utf8) + [0] }
             break
         }
         return try fit(names, into: size)

@@ -70,6 +70,7 @@ extension Filesystem {
 
     public func create(parent: NodeID, name: FileName, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
         let directory = try nodes.node(parent)
+        try refuseTakingContainerName(parent, name)
         let made = try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> (Entry, OpenFile)? in
             try createExclusively(in: directory, name: name, mode: mode, flags: flags, caller: caller)
         }

@@ -10,6 +10,7 @@ import Glibc
 extension Filesystem {
     public func makeDirectory(parent: NodeID, name: FileName, mode: mode_t, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
+        try refuseTakingContainerName(parent, name)
         return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
             try check(mkdirat(directory.fd, name.cString, mode & 0o7777))
             ownChanges.changedName(name, in: directory.key)
@@ -25,6 +26,7 @@ extension Filesystem {
     /// mknod: regular files, fifos, sockets and (for root) device nodes.
     public func makeNode(parent: NodeID, name: FileName, mode: mode_t, device: dev_t, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
+        try refuseTakingContainerName(parent, name)
         return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
             try check(mknodat(directory.fd, name.cString, mode, device))
             ownChanges.changedName(name, in: directory.key)
@@ -38,6 +40,7 @@ extension Filesystem {
 
     public func makeSymbolicLink(target: FileName, parent: NodeID, name: FileName, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
+        try refuseTakingContainerName(parent, name)
         return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
             try check(symlinkat(target.cString, directory.fd, name.cString))
             ownChanges.changedName(name, in: directory.key)
@@ -53,6 +56,7 @@ extension Filesystem {
     public func link(_ id: NodeID, newParent: NodeID, newName: FileName) throws(DocfsError) -> Entry {
         let node = try nodes.node(id)
         let directory = try nodes.node(newParent)
+        try refuseTakingContainerName(newParent, newName)
         return try coordinator.withClaims([(directory.item, .write), (node.item, .metadata)]) { () throws(DocfsError) -> Entry in
             // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; a daemon without it links through /proc.
             if linkat(node.fd, "", directory.fd, newName.cString, DOCFS_AT_EMPTY_PATH) != 0 {
@@ -73,6 +77,7 @@ extension Filesystem {
     public func unlink(parent: NodeID, name: FileName) throws(DocfsError) {
         let directory = try nodes.node(parent)
         try refuseControlArea(parent, name)
+        try refuseChangingContainerFolder(parent, name)
         try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
             let victim = knownNode(at: name, in: directory)
             ownChanges.changedName(name, in: directory.key)
@@ -87,6 +92,7 @@ extension Filesystem {
     public func removeDirectory(parent: NodeID, name: FileName) throws(DocfsError) {
         let directory = try nodes.node(parent)
         try refuseControlArea(parent, name)
+        try refuseChangingContainerFolder(parent, name)
         try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
             ownChanges.changedName(name, in: directory.key)
             try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
@@ -106,6 +112,8 @@ extension Filesystem {
         let to = try nodes.node(newParent)
         try refuseControlArea(parent, name)
         try refuseControlArea(newParent, newName)
+        try refuseChangingContainerFolder(parent, name)
+        try refuseChangingContainerFolder(newParent, newName)
         // A move claims both ends and both folders.
         var claims = self.claims(writing: [from, to], deleting: newName, in: to)
         if let moved = itemAt(name, in: from) { claims.append((moved, .move)) }

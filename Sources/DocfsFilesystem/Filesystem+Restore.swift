@@ -89,13 +89,8 @@ extension Filesystem {
         guard let last = parts.last, !parts.contains(".."), !parts.contains(".") else {
             throw DocfsError(.invalidArgument, "\"\(path)\" does not name a document under the mount root")
         }
-        var directory = dup(root.fd)
-        for part in parts.dropLast() {
-            let next = openat(directory, part, DOCFS_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            close(directory)
-            guard next >= 0 else { throw DocfsError(.system(.noSuchFileOrDirectory), "\(path) does not exist") }
-            directory = next
-        }
+        let directory = openViewPath(parts.dropLast().joined(separator: "/"))
+        guard directory >= 0 else { throw DocfsError(.system(.noSuchFileOrDirectory), "\(path) does not exist") }
         return (directory, FileName(last))
     }
 

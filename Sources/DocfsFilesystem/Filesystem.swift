@@ -60,8 +60,12 @@ public final class Filesystem: Sendable {
     public let presenters = Presenters()
     /// Writes index records as operations change items (S1); nil when serving without an index.
     let stitcher: IndexStitcher?
-    /// Where items are within the documents scope (for index records and bookmarks).
-    let paths: ScopePaths
+    /// Where items are in the store (for index records and bookmarks).
+    let paths: StorePaths
+    /// The containers the root shows as folders (public ones, in the user view).
+    let containerFolders: ContainerFolders
+    /// How paths in the user view and places in the store correspond.
+    let userView: UserView
     /// Makes thumbnails in the background; nil when the mount makes none.
     let thumbnailer: Thumbnailer?
     /// Checks thumbnails users set (a worker of its own, so a setxattr never waits behind
@@ -97,10 +101,13 @@ public final class Filesystem: Sendable {
         sessions = WriteSessions(versions: store.versions)
         root = Node(id: rootID, fd: fd, key: BackingKey(st), type: S_IFDIR, item: identity.item(of: fd, st))
         nodes = NodeTable(root: root)
-        paths = ScopePaths(rootPath: try Self.documentsPath(of: fd))
+        paths = StorePaths(containersPath: try Self.containersPath(of: store))
+        let catalog = ContainerCatalog(registry: ContainerRegistry(layout: store.layout))
+        containerFolders = ContainerFolders(catalog: catalog, layout: store.layout)
+        userView = UserView(layout: store.layout, catalog: catalog)
         let thumbnails = ThumbnailStore(directory: store.layout.thumbnailsDirectory)
         if let index {
-            stitcher = IndexStitcher(index: index, container: .userDefault, paths: paths, identity: identity,
+            stitcher = IndexStitcher(index: index, paths: paths, containers: catalog, identity: identity,
                                      thumbnails: thumbnails)
         } else {
             stitcher = nil
@@ -134,10 +141,13 @@ public final class Filesystem: Sendable {
         stitcher?.onFailure(sink)
     }
 
-    /// The backing path of the documents folder `fd`.
-    private static func documentsPath(of fd: Int32) throws(DocfsError) -> String {
+    /// The backing path of the store's containers folder, as the kernel names it (symbolic
+    /// links on the way resolved), so descriptors' /proc links can be compared with it.
+    private static func containersPath(of store: LocalStore) throws(DocfsError) -> String {
+        let fd = try store.openDirectory(store.layout.containersDirectory)
+        defer { close(fd) }
         guard let path = backingPath(of: fd) else {
-            throw DocfsError(.storeUnavailable, "cannot tell where the documents directory is", cause: DocfsError.errno("readlink"))
+            throw DocfsError(.storeUnavailable, "cannot tell where the containers directory is", cause: DocfsError.errno("readlink"))
         }
         return path
     }
@@ -159,6 +169,9 @@ public final class Filesystem: Sendable {
             return try entry(in: directory, name: name)
         } catch where error.systemErrno == ENOENT && name.description == SharedThumbnailNames.repository {
             return try sharedRepositoryEntry(in: directory)
+        } catch where error.systemErrno == ENOENT {
+            guard let container = containerFolder(parent, name) else { throw error }
+            return try containerEntry(container)
         }
     }
 
@@ -183,6 +196,21 @@ public final class Filesystem: Sendable {
     func entry(in directory: Node, name: FileName, newItem: ItemID? = nil) throws(DocfsError) -> Entry {
         let fd = openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
+        let (node, st) = try referenced(fd, newItem: newItem)
+        if node.type == S_IFREG { node.found(at: Node.Place(directory: directory.key, name: name)) }
+        return Entry(node: node.id, generation: generation, attributes: st)
+    }
+
+    /// The entry of the file or folder `fd` (an O_PATH descriptor, which the node keeps or
+    /// which is closed), counting one lookup of it.
+    func entry(of fd: Int32) throws(DocfsError) -> Entry {
+        let (node, st) = try referenced(fd, newItem: nil)
+        return Entry(node: node.id, generation: generation, attributes: st)
+    }
+
+    /// The node of `fd` (kept by it, or closed), counted one lookup more, and its attributes
+    /// as the kernel is shown them (the item id as inode number).
+    private func referenced(_ fd: Int32, newItem: ItemID?) throws(DocfsError) -> (Node, stat) {
         var st = stat()
         guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else {
             let e = Glibc.errno
@@ -197,9 +225,8 @@ public final class Filesystem: Sendable {
         } else {
             node = nodes.reference(key: key, fd: fd, type: st.st_mode & S_IFMT, item: newItem ?? identity.item(of: fd, st))
         }
-        if node.type == S_IFREG { node.found(at: Node.Place(directory: directory.key, name: name)) }
         st.st_ino = ino_t(node.item.rawValue)
-        return Entry(node: node.id, generation: generation, attributes: st)
+        return (node, st)
     }
 
     // MARK: attributes

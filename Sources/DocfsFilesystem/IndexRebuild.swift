@@ -77,9 +77,10 @@ public enum IndexRebuild {
         walk.pendingIDs = pendingIDs
         walk.total = progress == nil ? 0 : countNames(store.layout)
         walk.progress = progress
+        let catalog = ContainerCatalog(registry: ContainerRegistry(layout: store.layout))
         for container in try containers(of: store.layout) {
             for (scope, root) in [("documents", store.layout.documentsDirectory(container)), ("data", store.layout.dataDirectory(container))] {
-                let builder = IndexRecordBuilder(container: container, scope: scope,
+                let builder = IndexRecordBuilder(container: container, containerName: catalog.displayName(of: container), scope: scope,
                                                  thumbnails: ThumbnailStore(directory: store.layout.thumbnailsDirectory))
                 var pending = [(root, "")]
                 while let (directory, relative) = pending.popLast() {

@@ -13,6 +13,8 @@ import Glibc
 /// walk compares.
 struct IndexRecordBuilder: Sendable {
     let container: ContainerID
+    /// The container's display name, as records carry it.
+    let containerName: String
     /// `documents` or `data`.
     let scope: String
     /// The store's thumbnails (for has-thumbnail).
@@ -78,7 +80,7 @@ struct IndexRecordBuilder: Sendable {
         let version = type == S_IFREG && !item.isDerived ? max(stored, 1) : 0
         var record = IndexRecord(
             id: Int64(bitPattern: item.rawValue), name: name, path: path, container: container.rawValue,
-            containerName: container.displayName, scope: scope, kind: kind, size: type == S_IFREG ? Int64(st.st_size) : 0,
+            containerName: containerName, scope: scope, kind: kind, size: type == S_IFREG ? Int64(st.st_size) : 0,
             created: created, modified: Self.seconds(st.st_mtim), contentType: contentType.mime, uti: contentType.uti,
             version: version, tags: IndexRecord.tags(fromAttribute: text(Self.tagsAttribute) ?? ""),
             comment: text(Self.commentAttribute) ?? "",

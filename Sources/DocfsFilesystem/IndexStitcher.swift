@@ -26,10 +26,12 @@ import Glibc
 /// it is held.
 final class IndexStitcher: Sendable {
     let index: IndexDatabase
-    let builder: IndexRecordBuilder
     private let identity: ItemIdentity
-    /// Records' paths, relative to the scope's root folder.
-    private let paths: ScopePaths
+    /// Where records are: container, scope and path.
+    private let paths: StorePaths
+    /// The containers' display names, which records carry.
+    private let containers: ContainerCatalog
+    private let thumbnails: ThumbnailStore
     private let lock = Mutex(())
     private let failureSink = Mutex<(@Sendable (DocfsError) -> Void)?>(nil)
     /// Handles open for writing (or made by a create), the node each writes, and for a create
@@ -45,10 +47,11 @@ final class IndexStitcher: Sendable {
         var folderTouched: Bool
     }
 
-    init(index: IndexDatabase, container: ContainerID, paths: ScopePaths, identity: ItemIdentity, thumbnails: ThumbnailStore) {
+    init(index: IndexDatabase, paths: StorePaths, containers: ContainerCatalog, identity: ItemIdentity, thumbnails: ThumbnailStore) {
         self.index = index
-        builder = IndexRecordBuilder(container: container, scope: "documents", thumbnails: thumbnails)
         self.paths = paths
+        self.containers = containers
+        self.thumbnails = thumbnails
         self.identity = identity
         index.startCommitting { [weak self] error in self?.report(error) }
     }
@@ -118,24 +121,24 @@ final class IndexStitcher: Sendable {
             if let hinted, let opened = IndexRecordBuilder.openForReading(hinted.place.name, in: hinted.place.folder.fd,
                                                                           expecting: node.key) {
                 defer { close(opened.fd) }
-                let path = hinted.folder.path + "/" + hinted.place.name.description
-                paths.remember(path, opened.st)
-                let record = builder.record(item: node.item, file: node.fd, path: path, st: opened.st,
-                                            readable: opened.fd, birth: opened.birth)
-                let others = opened.st.st_nlink > 1 ? siblings(of: node, except: path, st: opened.st) : []
+                let place = hinted.folder.place.appending(hinted.place.name.description)
+                paths.remember(place, opened.st)
+                let record = builder(place).record(item: node.item, file: node.fd, path: place.path, st: opened.st,
+                                                   readable: opened.fd, birth: opened.birth)
+                let others = opened.st.st_nlink > 1 ? siblings(of: node, except: place, st: opened.st) : []
                 return [.put(record)] + others + folder
             }
             var st = stat()
             guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return [] }
             // The stat just read serves the path's check too.
-            guard let path = paths.path(of: node.fd, st) else {
+            guard let place = paths.place(of: node.fd, st) else {
                 // Reached through a name since removed: its other names (if any) take the change.
                 guard st.st_nlink > 0 else { return folder }
                 return siblings(of: node, except: nil, st: st) + folder
             }
-            guard !path.isEmpty else { return folder }  // the scope's root has no record
-            let record = builder.record(item: node.item, file: node.fd, path: path, st: st)
-            let others = st.st_nlink > 1 && !node.isDirectory ? siblings(of: node, except: path, st: st) : []
+            guard !place.isScopeRoot else { return folder }  // a scope's root has no record
+            let record = builder(place).record(item: node.item, file: node.fd, path: place.path, st: st)
+            let others = st.st_nlink > 1 && !node.isDirectory ? siblings(of: node, except: place, st: st) : []
             return [.put(record)] + others + folder
         }
     }
@@ -152,8 +155,8 @@ final class IndexStitcher: Sendable {
     /// `name` in the folder `directoryFD` left (unlink, rmdir), with whatever was under it.
     func removeName(_ name: FileName, in directoryFD: Int32) {
         stitch { () -> [IndexChange] in
-            guard let path = scopePath(of: name, in: directoryFD) else { return [] }
-            return [.remove(builder.location(path))] + folderChanges(directoryFD)
+            guard let place = self.place(of: name, in: directoryFD) else { return [] }
+            return [.remove(location(place))] + folderChanges(directoryFD)
         }
     }
 
@@ -161,7 +164,7 @@ final class IndexStitcher: Sendable {
     /// everything under it; whatever `newName` held is gone), or the two traded places.
     func recordMove(_ name: FileName, in from: Int32, to newName: FileName, in to: Int32, exchange: Bool) {
         stitch { () -> [IndexChange] in
-            guard let old = scopePath(of: name, in: from), let new = scopePath(of: newName, in: to) else {
+            guard let old = self.place(of: name, in: from), let new = self.place(of: newName, in: to) else {
                 return []
             }
             // Renaming a name to itself, or to another name of the same file, changes nothing.
@@ -169,12 +172,18 @@ final class IndexStitcher: Sendable {
             if old == new || (!exchange && fstatat(from, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0) { return [] }
             var changes: [IndexChange]
             if exchange {
-                changes = [.exchange(builder.location(old), builder.location(new))]
+                changes = [.exchange(location(old), location(new))]
                 if let record = record(of: name, in: from) { changes.append(.put(record)) }
             } else {
-                changes = [.remove(builder.location(new)), .move(from: builder.location(old), to: builder.location(new))]
+                changes = [.remove(location(new)), .move(from: location(old), to: location(new))]
             }
             if let record = record(of: newName, in: to) { changes.append(.put(record)) }
+            // What a folder holds moved with it: into another container, its records take that
+            // container's name.
+            if old.container != new.container {
+                changes += recordsUnder(newName, in: to)
+                if exchange { changes += recordsUnder(name, in: from) }
+            }
             return changes + folderChanges(from) + folderChanges(to, unless: from)
         }
     }
@@ -187,8 +196,8 @@ final class IndexStitcher: Sendable {
             var changes: [IndexChange] = []
             if exchange {
                 if let record = record(of: name, in: from) { changes.append(.put(record)) }
-            } else if let old = scopePath(of: name, in: from) {
-                changes.append(.remove(builder.location(old)))
+            } else if let old = self.place(of: name, in: from) {
+                changes.append(.remove(location(old)))
             }
             if let record = record(of: newName, in: to) { changes.append(.put(record)) }
             return changes + folderChanges(from) + folderChanges(to, unless: from)
@@ -201,16 +210,16 @@ final class IndexStitcher: Sendable {
     /// is recorded with everything in it.
     func recordUncoordinated(_ path: String, nameChanged: Bool) {
         stitch { () -> [IndexChange] in
-            guard let relative = scopePath(ofBacking: path), !relative.isEmpty else { return [] }
+            guard let place = paths.place(ofBacking: path), !place.isScopeRoot else { return [] }
             let slash = path.lastIndex(of: "/")!
             let folder = open(String(path[..<slash]), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            guard folder >= 0 else { return [.remove(builder.location(relative))] }
+            guard folder >= 0 else { return [.remove(location(place))] }
             defer { close(folder) }
             let parent = nameChanged ? folderChanges(folder) : []
             let name = FileName(String(path[path.index(after: slash)...]))
-            guard let record = record(of: name, in: folder) else { return [.remove(builder.location(relative))] + parent }
+            guard let record = record(of: name, in: folder) else { return [.remove(location(place))] + parent }
             var changes: [IndexChange] = [.put(record)]
-            if nameChanged && record.kind == "folder" { changes += recordsUnder(path, relative: relative) }
+            if nameChanged && record.kind == "folder" { changes += recordsUnder(name, in: folder) }
             return changes + parent
         }
     }
@@ -233,13 +242,16 @@ final class IndexStitcher: Sendable {
 
     /// The records of the file's other names (hard links) the index knows, made again: the
     /// content is theirs too, and with a name that settles no type, so may be its type.
-    private func siblings(of node: Node, except path: String?, st: stat) -> [IndexChange] {
+    private func siblings(of node: Node, except place: StorePlace?, st: stat) -> [IndexChange] {
         // The same id and the same backing inode: a file that replaced the document in a
         // safe-save has the id too, but is another inode.
         let known = (try? index.records(id: Int64(bitPattern: node.item.rawValue))) ?? []
-        return known.filter { $0.path != path && $0.backingInode == UInt64(st.st_ino)
-            && $0.container == builder.container.rawValue && $0.scope == builder.scope }
-            .map { .put(builder.record(item: node.item, file: node.fd, path: $0.path, st: st)) }
+        return known.compactMap { record -> StorePlace? in
+            guard record.backingInode == UInt64(st.st_ino), let container = try? ContainerID(record.container),
+                  let scope = Scope(rawValue: record.scope), scope != .external else { return nil }
+            let other = StorePlace(container: container, scope: scope, path: record.path)
+            return other == place ? nil : other
+        }.map { .put(builder($0).record(item: node.item, file: node.fd, path: $0.path, st: st)) }
     }
 
     /// The folder `fd`'s new times (a name in it came or went); none for the scope's root, or
@@ -253,17 +265,17 @@ final class IndexStitcher: Sendable {
         return touch(folder)
     }
 
-    /// A folder's attributes and its path within the scope ("" for the root); nil outside it.
-    private func folderState(_ fd: Int32) -> (st: stat, path: String)? {
+    /// A folder's attributes and its place; nil outside every scope.
+    private func folderState(_ fd: Int32) -> (st: stat, place: StorePlace)? {
         var st = stat()
-        guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0, let path = paths.path(of: fd, st) else { return nil }
-        return (st, path)
+        guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0, let place = paths.place(of: fd, st) else { return nil }
+        return (st, place)
     }
 
-    /// The change that gives a folder its new times; none for the scope's root.
-    private func touch(_ folder: (st: stat, path: String)) -> [IndexChange] {
-        guard !folder.path.isEmpty else { return [] }
-        return [.touch(builder.location(folder.path), modified: Self.seconds(folder.st.st_mtim),
+    /// The change that gives a folder its new times; none for a scope's root.
+    private func touch(_ folder: (st: stat, place: StorePlace)) -> [IndexChange] {
+        guard !folder.place.isScopeRoot else { return [] }
+        return [.touch(location(folder.place), modified: Self.seconds(folder.st.st_mtim),
                        statusChanged: Self.seconds(folder.st.st_ctim))]
     }
 
@@ -272,47 +284,67 @@ final class IndexStitcher: Sendable {
     /// The record of `name` in the folder `directoryFD` as it is now; nil when it is gone or
     /// outside the scope.
     private func record(of name: FileName, in directoryFD: Int32, item: ItemID? = nil) -> IndexRecord? {
-        guard let path = scopePath(of: name, in: directoryFD) else { return nil }
+        guard let place = self.place(of: name, in: directoryFD) else { return nil }
         let fd = openat(directoryFD, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0 else { return nil }
-        return builder.record(item: item ?? identity.item(of: fd, st), file: fd, path: path, st: st)
+        return builder(place).record(item: item ?? identity.item(of: fd, st), file: fd, path: place.path, st: st)
     }
 
-    /// The records of everything under the folder at backing path `path` (a folder moved into
-    /// the store behind docfs's back).
-    private func recordsUnder(_ path: String, relative: String) -> [IndexChange] {
+    /// The records of everything under the folder `name` in `directoryFD` (a folder moved
+    /// into the store behind docfs's back, or into another container); none for a file.
+    private func recordsUnder(_ name: FileName, in directoryFD: Int32) -> [IndexChange] {
         var changes: [IndexChange] = []
-        var pending = [(path, relative)]
-        while let (folder, relative) = pending.popLast() {
-            let fd = open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            guard fd >= 0 else { continue }
+        let top = openat(directoryFD, name.cString, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard top >= 0 else { return [] }
+        var pending = [top]
+        while let fd = pending.popLast() {
             defer { close(fd) }
             for name in IndexRebuild.names(in: fd) {
                 guard let record = record(of: name, in: fd) else { continue }
                 changes.append(.put(record))
-                if record.kind == "folder" { pending.append((folder + "/" + name.description, relative + "/" + name.description)) }
+                if record.kind == "folder" {
+                    let sub = openat(fd, name.cString, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                    if sub >= 0 { pending.append(sub) }
+                }
             }
         }
         return changes
     }
 
-    // MARK: - Paths
-
-    /// The path within the scope of `name` in the folder `directoryFD` (`/a/b`); nil outside it.
-    func scopePath(of name: FileName, in directoryFD: Int32) -> String? {
-        scopePath(of: directoryFD).map { $0 + "/" + name.description }
+    /// Container `id` was deleted: its records go.
+    func removeContainer(_ id: ContainerID) {
+        stitch { Scope.allCases.map { .remove(IndexLocation(container: id.rawValue, scope: $0.rawValue, path: "")) } }
     }
 
-    /// The path within the scope of the file or folder `fd` refers to ("" for the root); nil
-    /// outside the scope, or when the name it was reached by has been removed.
-    func scopePath(of fd: Int32) -> String? {
-        paths.path(of: fd)
+    /// Every record of container `id` made again (its display name changed).
+    func recordContainer(_ id: ContainerID, layout: StoreLayout) {
+        for folder in [layout.documentsDirectory(id), layout.dataDirectory(id)] {
+            let slash = folder.lastIndex(of: "/")!
+            let parent = open(String(folder[..<slash]), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard parent >= 0 else { continue }
+            defer { close(parent) }
+            stitch { recordsUnder(FileName(String(folder[folder.index(after: slash)...])), in: parent) }
+        }
     }
 
-    private func scopePath(ofBacking backing: String) -> String? {
-        paths.path(ofBacking: backing)
+    // MARK: - Places
+
+    /// The place of `name` in the folder `directoryFD`; nil outside every scope.
+    func place(of name: FileName, in directoryFD: Int32) -> StorePlace? {
+        paths.place(of: directoryFD).map { $0.appending(name.description) }
+    }
+
+    /// What makes the records of items at `place`.
+    private func builder(_ place: StorePlace) -> IndexRecordBuilder {
+        IndexRecordBuilder(container: place.container, containerName: containers.displayName(of: place.container),
+                           scope: place.scope.rawValue, thumbnails: thumbnails)
+    }
+
+    /// Where the index keeps the record of `place`.
+    private func location(_ place: StorePlace) -> IndexLocation {
+        IndexLocation(container: place.container.rawValue, scope: place.scope.rawValue, path: place.path)
     }
 }

@@ -89,3 +89,12 @@ public struct Bookmark: Sendable, Equatable {
                   securityScope: securityScope)
     }
 }
+
+extension Bookmark {
+    /// Where the item was when the bookmark was made; nil when the bookmark names a container
+    /// or scope this version of docfs does not know.
+    public var place: StorePlace? {
+        guard let container = try? ContainerID(container), let scope = Scope(rawValue: scope) else { return nil }
+        return StorePlace(container: container, scope: scope, path: path == "/" ? "" : path)
+    }
+}

@@ -16,6 +16,11 @@ public enum ItemAttributes {
     public static let bookmark = "user.docfs.bookmark"
     /// The item's thumbnail, a PNG (made when read; see `ThumbnailStore`).
     public static let thumbnail = "user.docfs.thumbnail"
+    /// On a container's folder: the container's display name (on a reference: the name of the
+    /// container that holds the original).
+    public static let container = "user.docfs.container"
+    /// On a container's folder: the container's id.
+    public static let containerID = "user.docfs.container-id"
 
     /// The id stored on the file an O_PATH descriptor refers to; nil when it has none.
     public static func id(ofDescriptor fd: Int32) -> ItemID? {

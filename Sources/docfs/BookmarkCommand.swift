@@ -50,9 +50,9 @@ struct BookmarkCommand: ParsableCommand {
                 if securityScope || readOnly || issuedTo != nil {
                     scope = Bookmark.SecurityScope(issuedTo: issuedTo ?? "uid:\(getuid())", readOnly: readOnly)
                 }
-                let path = "/" + (try document.pathUnderRoot())
-                let bookmark = Bookmark(item: document.item, container: ContainerID.userDefault.rawValue, scope: "documents",
-                                        path: path, backing: backing, storeID: key.storeID, securityScope: scope)
+                let place = document.place
+                let bookmark = Bookmark(item: document.item, container: place.container.rawValue, scope: place.scope.rawValue,
+                                        path: place.path, backing: backing, storeID: key.storeID, securityScope: scope)
                 return BookmarkToken.encode(bookmark, key: key)
             }
             print(token)
@@ -175,8 +175,12 @@ struct BookmarkResolution {
         if bookmark.path.split(separator: "/").last != current.path.split(separator: "/").last { because.append("renamed") }
         if current.inode != bookmark.backingInode && because.isEmpty { because.append("replaced") }
         let shown: String
-        if current.container == ContainerID.userDefault.rawValue && current.scope == "documents", let mountPoint {
-            shown = (mountPoint == "/" ? "" : mountPoint) + (current.path == "/" ? "" : current.path)
+        let view = UserView(layout: store, catalog: ContainerCatalog(registry: ContainerRegistry(layout: store)))
+        let place = (try? ContainerID(current.container)).flatMap { container in
+            Scope(rawValue: current.scope).map { StorePlace(container: container, scope: $0, path: current.path == "/" ? "" : current.path) }
+        }
+        if let mountPoint, let place, let path = view.path(of: place) {
+            shown = (mountPoint == "/" ? "" : mountPoint) + (path == "/" ? "" : path)
         } else {
             shown = store.containerDirectory(try ContainerID(current.container)) + (current.scope == "documents" ? "/Documents" : "/Data")
                 + (current.path == "/" ? "" : current.path)

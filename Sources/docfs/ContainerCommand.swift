@@ -1,5 +1,7 @@
 import ArgumentParser
 import DocfsCore
+import DocfsFilesystem
+import DocfsIndex
 import DocfsProvider
 #if canImport(Glibc)
 import Glibc
@@ -33,10 +35,8 @@ struct ContainerCommand: ParsableCommand {
         @OptionGroup var location: StoreLocation
 
         func run() throws {
-            let record = try reportingErrors { () throws(DocfsError) in
-                try ContainerCommand.registry(location, making: true).create(try ContainerID(id), name: name, isPublic: `public`)
-            }
-            print("created \(record.id) (\(record.name), \(record.isPublic ? "public" : "private"))")
+            let change = ContainerChange(id: id, name: name, isPublic: `public`)
+            print(try reportingErrors { () throws(DocfsError) in try ContainerCommand.run(.createContainer, change, location) })
         }
     }
 
@@ -71,7 +71,8 @@ struct ContainerCommand: ParsableCommand {
         @OptionGroup var location: StoreLocation
 
         func run() throws {
-            try reportingErrors { () throws(DocfsError) in try ContainerCommand.registry(location).rename(try ContainerID(id), to: name) }
+            let change = ContainerChange(id: id, name: name)
+            print(try reportingErrors { () throws(DocfsError) in try ContainerCommand.run(.renameContainer, change, location) })
         }
     }
 
@@ -90,8 +91,56 @@ struct ContainerCommand: ParsableCommand {
         @OptionGroup var location: StoreLocation
 
         func run() throws {
-            try reportingErrors { () throws(DocfsError) in try ContainerCommand.registry(location).delete(try ContainerID(id), force: force) }
+            let change = ContainerChange(id: id, force: force)
+            print(try reportingErrors { () throws(DocfsError) in try ContainerCommand.run(.deleteContainer, change, location) })
         }
+    }
+
+    /// Carries a change out: through the daemon when the store is served (so its mounts show
+    /// it at once), else on the store's registry directly. Answers what to print.
+    static func run(_ kind: ControlRequest.Kind, _ change: ContainerChange, _ location: StoreLocation) throws(DocfsError) -> String {
+        let (layout, _) = try location.resolve()
+        let request = ControlRequest(kind: kind, path: "", container: change)
+        if access(layout.formatFile, F_OK) == 0, StoreLock.holder(of: layout) != nil {
+            let reply = try ControlClient.send(request, to: layout)
+            guard reply.ok else { throw DocfsError(.invalidArgument, reply.message) }
+            return reply.message
+        }
+        if kind != .createContainer { _ = try registry(location) }  // the store must exist
+        let store = try LocalStore(path: layout.root)
+        let lock = try StoreLock(store: store, mountPoint: "(docfs container)")
+        defer { withExtendedLifetime(lock) {} }
+        // Records are changed as the daemon would (when the index is usable; otherwise the
+        // next mount reconciles it anyway).
+        let index = try? IndexDatabase.open(path: store.layout.indexFile)
+        let filesystem = try Filesystem(store: store, index: index?.1 == .ready ? index?.0 : nil)
+        defer { filesystem.forgetAll() }
+        return try apply(request, filesystem: filesystem) { _ in }
+    }
+
+    /// Carries a container request out in the daemon, telling the kernel what to forget.
+    static func apply(_ request: ControlRequest, filesystem: Filesystem,
+                      invalidate: (KernelInvalidations) -> Void) throws(DocfsError) -> String {
+        guard let change = request.container else { throw DocfsError(.invalidArgument, "which container?") }
+        let id = try ContainerID(change.id)
+        switch request.kind {
+        case .createContainer:
+            let (record, invalidations) = try filesystem.createContainer(id, name: change.name ?? "", isPublic: change.isPublic ?? false)
+            invalidate(invalidations)
+            return created(record)
+        case .renameContainer:
+            invalidate(try filesystem.renameContainer(id, to: change.name ?? ""))
+            return "renamed \(id) to \(change.name ?? "")"
+        case .deleteContainer:
+            invalidate(try filesystem.deleteContainer(id, force: change.force ?? false))
+            return "deleted \(id)"
+        default:
+            throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request changes no container")
+        }
+    }
+
+    private static func created(_ record: ContainerRecord) -> String {
+        "created \(record.id) (\(record.name), \(record.isPublic ? "public" : "private"))"
     }
 
     /// The registry of the store `location` names, which must exist unless `making` (a

@@ -12,6 +12,10 @@ import Glibc
 struct ControlRequest: Codable {
     enum Kind: String, Codable {
         case restore, resolve, watch, claims, rebuildIndex, checkIndex
+        case createContainer, renameContainer, deleteContainer
+
+        /// Requests about a container rather than an item.
+        var isContainerChange: Bool { self == .createContainer || self == .renameContainer || self == .deleteContainer }
 
         /// Requests answered by a stream of lines on a thread of their own.
         var isStreamed: Bool { self == .watch || self == .rebuildIndex || self == .checkIndex }
@@ -23,13 +27,25 @@ struct ControlRequest: Codable {
     var item: UInt64?
     /// The version to restore, or to keep when resolving a conflict (none: keep the current).
     var version: UInt64?
+    /// The container to create, rename or delete.
+    var container: ContainerChange? = nil
 
-    init(kind: Kind, path: String, item: UInt64? = nil, version: UInt64? = nil) {
+    init(kind: Kind, path: String, item: UInt64? = nil, version: UInt64? = nil, container: ContainerChange? = nil) {
         self.kind = kind
         self.path = path
         self.item = item
         self.version = version
+        self.container = container
     }
+}
+
+/// What a container request names: the container, and its (new) display name, visibility,
+/// or whether to delete it with what it holds.
+struct ContainerChange: Codable {
+    var id: String
+    var name: String? = nil
+    var isPublic: Bool? = nil
+    var force: Bool? = nil
 }
 
 struct ControlReply: Codable {

@@ -111,11 +111,11 @@ final class Daemon {
     /// Without the watcher, changes made in the store behind docfs show after this long.
     static let unwatchedCacheTimeout: Double = 1
 
-    /// Watches for uncoordinated writers (C5) in the store's documents; nil (with a warning)
+    /// Watches for uncoordinated writers (C5) in the store's containers; nil (with a warning)
     /// when inotify cannot.
     private static func makeWatcher(store: LocalStore, logger: Logger) -> StoreWatcher? {
         do {
-            return try StoreWatcher(root: store.layout.documentsDirectory(.userDefault))
+            return try StoreWatcher(root: store.layout.containersDirectory)
         } catch {
             logger.warning("changes made in the store behind docfs will be seen only after the cache timeout (\(unwatchedCacheTimeout) s): \(error)")
             return nil
@@ -137,6 +137,15 @@ final class Daemon {
     /// Answers a CLI command's request, made through the control socket.
     private static func handle(_ request: ControlRequest, caller: Caller, filesystem: Filesystem, mount: FUSEMount,
                                logger: Logger) -> ControlReply {
+        if request.kind.isContainerChange {
+            do {
+                let message = try ContainerCommand.apply(request, filesystem: filesystem) { mount.invalidate($0) }
+                logger.notice("\(message) for pid \(caller.pid)")
+                return ControlReply(ok: true, message: message)
+            } catch {
+                return ControlReply(ok: false, message: error.description)
+            }
+        }
         guard let number = request.item, let item = ItemID(text: String(number)) else {
             return ControlReply(ok: false, message: "\(request.item.map(String.init) ?? "none") is not an item id")
         }

@@ -32,6 +32,10 @@ struct StatusCommand: ParsableCommand {
         var modified: Double
         var keptVersions: Int
         var conflict: Bool
+        /// The container that holds the item (its id and display name) and the scope.
+        var container: String
+        var containerName: String
+        var scope: String
         /// The serving daemon's claims; nil when no daemon serves the store.
         var claims: ClaimReport?
     }
@@ -40,11 +44,14 @@ struct StatusCommand: ParsableCommand {
         let document = try reportingErrors { () throws(DocfsError) in try LocatedDocument.locate(file) }
         let st = document.attributes
         let kept = VersionStore(directory: document.store.versionsDirectory, policy: .defaults).versions(of: document.item)
+        let place = document.place
+        let containerName = ContainerCatalog(registry: ContainerRegistry(layout: document.store)).displayName(of: place.container)
         let report = Report(path: document.path, store: document.store.root, item: document.item.rawValue,
                             kind: st.st_mode & S_IFMT == S_IFDIR ? "folder" : "file", version: document.version,
                             size: Int64(st.st_size), created: birthTime(document.backingPath),
                             modified: seconds(st.st_mtim), keptVersions: kept.count,
-                            conflict: kept.contains { $0.kind == .conflict }, claims: claims(on: document))
+                            conflict: kept.contains { $0.kind == .conflict }, container: place.container.rawValue,
+                            containerName: containerName, scope: place.scope.rawValue, claims: claims(on: document))
         if json { return printJSON(report) }
         var lines = [("path", report.path), ("item id", String(report.item)), ("kind", report.kind)]
         if let version = report.version { lines.append(("version", String(version))) }
@@ -53,6 +60,7 @@ struct StatusCommand: ParsableCommand {
         lines.append(("modified", formatDate(report.modified)))
         lines.append(("versions", "\(report.keptVersions) kept (docfs versions \(file))"))
         lines.append(("conflict", report.conflict ? "yes: see docfs versions \(file)" : "none"))
+        lines.append(("container", "\(report.containerName) (\(report.container)), \(report.scope) scope"))
         lines.append(("store", report.store))
         if let claims = report.claims {
             lines.append(("claims", (claims.itemClaimed ? "held on this item now" : "none on this item")
@@ -125,6 +133,8 @@ struct VersionsCommand: ParsableCommand {
             return
         }
         let kept = VersionStore(directory: document.store.versionsDirectory, policy: .defaults).versions(of: document.item)
+        let place = document.place
+        let containerName = ContainerCatalog(registry: ContainerRegistry(layout: document.store)).displayName(of: place.container)
         var rows = kept.map {
             Row(version: $0.version, kind: $0.kind.rawValue, modified: $0.modified, size: $0.size,
                 pid: $0.author?.pid, uid: $0.author?.uid, command: $0.author?.command)

@@ -16,21 +16,37 @@ struct LocatedDocument {
     var version: UInt64?
     var attributes: stat
 
-    /// Where the document's file lies in the store (a mount root shows the default
-    /// container's documents), for what the mount does not pass on, such as the birth time.
-    var backingPath: String {
-        guard let mountPoint else { return path }
-        return store.documentsDirectory(.userDefault) + path.dropFirst(mountPoint == "/" ? 0 : mountPoint.count)
+    /// Where the document is in the store: through a mount, the place the user view shows
+    /// at its path; in the store's folders, the place those folders are.
+    var place: StorePlace {
+        let view = UserView(layout: store, catalog: ContainerCatalog(registry: ContainerRegistry(layout: store)))
+        guard let mountPoint else {
+            let relative = path.dropFirst(store.containersDirectory.count + 1).split(separator: "/", maxSplits: 2).map(String.init)
+            if relative.count >= 2, let id = try? ContainerID(relative[0]), let scope = Self.scopes[relative[1]] {
+                return StorePlace(container: id, scope: scope, path: relative.count == 3 ? "/" + relative[2] : "")
+            }
+            return StorePlace(container: .userDefault, scope: .documents, path: "")
+        }
+        return view.place(of: String(path.dropFirst(mountPoint == "/" ? 0 : mountPoint.count)))
     }
 
-    /// The document's path under the mount root (the default container's documents).
+    private static let scopes: [String: Scope] = ["Documents": .documents, "Data": .data]
+
+    /// Where the document's file lies in the store, for what the mount does not pass on, such
+    /// as the birth time.
+    var backingPath: String {
+        guard mountPoint != nil else { return path }
+        let place = self.place
+        return store.containerDirectory(place.container) + (place.scope == .data ? "/Data" : "/Documents") + place.path
+    }
+
+    /// The document's path under the mount root ("" for the root), as the user view shows it.
     func pathUnderRoot() throws(DocfsError) -> String {
-        let documents = store.documentsDirectory(.userDefault)
-        let backing = backingPath
-        guard backing.hasPrefix(documents + "/") else {
-            throw DocfsError(.invalidArgument, "\(path) is not among the store's documents (\(documents))")
+        let view = UserView(layout: store, catalog: ContainerCatalog(registry: ContainerRegistry(layout: store)))
+        guard let shown = view.path(of: place) else {
+            throw DocfsError(.invalidArgument, "\(path) is in container \(place.container) (\(place.scope.rawValue)), which the user view does not show")
         }
-        return String(backing.dropFirst(documents.count + 1))
+        return String(shown.dropFirst())
     }
 
     /// Finds `path`, or throws an error saying what to do.

@@ -84,11 +84,12 @@ struct QueryCommand: ParsableCommand {
         let query = IndexQuery(predicate: parsed, scope: scope, sort: keys, limit: limit)
         let (layout, mountPoint) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
         let index = try reportingErrors { () throws(DocfsError) in try IndexAccess.open(layout) }
-        if watch { return try QueryWatch(query: query, index: index, mountPoint: mountPoint, json: json, interval: interval).run() }
+        let view = UserView(layout: layout, catalog: ContainerCatalog(registry: ContainerRegistry(layout: layout)))
+        if watch { return try QueryWatch(query: query, index: index, mountPoint: mountPoint, view: view, json: json, interval: interval).run() }
         if let runs = repeatForTiming { return try Self.time(query, on: index, runs: runs) }
         let records = try reportingErrors { () throws(DocfsError) in try index.records(matching: query) }
         if json { return printJSON(records.map(RecordJSON.init)) }
-        for record in records { print(Self.describe(record, mountPoint: mountPoint)) }
+        for record in records { print(Self.describe(record, mountPoint: mountPoint, view: view)) }
     }
 
     /// Runs `query` `runs` times and prints the latency of one run (median and 99th
@@ -108,9 +109,10 @@ struct QueryCommand: ParsableCommand {
 
     /// A record as one line: its path (under the mount point when one was named and the item
     /// shows there), with the container and scope when it is not the mount's own.
-    static func describe(_ record: IndexRecord, mountPoint: String?) -> String {
-        if record.container == ContainerID.userDefault.rawValue && record.scope == "documents" {
-            return (mountPoint.map { $0 == "/" ? "" : $0 } ?? "") + record.path
+    static func describe(_ record: IndexRecord, mountPoint: String?, view: UserView) -> String {
+        if let container = try? ContainerID(record.container), let scope = Scope(rawValue: record.scope),
+           let path = view.path(of: StorePlace(container: container, scope: scope, path: record.path)) {
+            return (mountPoint.map { $0 == "/" ? "" : $0 } ?? "") + path
         }
         return "\(record.container) (\(record.scope)) \(record.path)"
     }

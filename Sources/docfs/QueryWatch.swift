@@ -1,6 +1,7 @@
 import ArgumentParser
 import DocfsCore
 import DocfsIndex
+import DocfsProvider
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -12,6 +13,7 @@ struct QueryWatch {
     let query: IndexQuery
     let index: IndexDatabase
     let mountPoint: String?
+    let view: UserView
     let json: Bool
     let interval: Double
 
@@ -38,7 +40,7 @@ struct QueryWatch {
         if json {
             print(jsonLine(WatchEventJSON(event: event, record: RecordJSON(record))))
         } else {
-            print((event == "result" ? "" : event + " ") + QueryCommand.describe(record, mountPoint: mountPoint))
+            print((event == "result" ? "" : event + " ") + QueryCommand.describe(record, mountPoint: mountPoint, view: view))
         }
     }
 }

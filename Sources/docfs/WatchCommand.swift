@@ -56,7 +56,6 @@ struct WatchCommand: ParsableCommand {
     /// The store and the path under the mount root that `path` names (a folder or a file).
     static func target(_ path: String) throws(DocfsError) -> (StoreLayout, String) {
         let document = try LocatedDocument.locate(path)
-        if document.backingPath == document.store.documentsDirectory(.userDefault) { return (document.store, "") }
         return (document.store, try document.pathUnderRoot())
     }
 

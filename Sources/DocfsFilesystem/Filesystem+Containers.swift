@@ -1,0 +1,144 @@
+import CLinux
+import DocfsCore
+import DocfsProvider
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Public containers as folders at the user view's root (see `ContainerFolders`): looking them
+/// up and listing them, refusing to remove, rename or replace them, and their attributes.
+extension Filesystem {
+    /// The container the root shows as `name` in `parent`, if `parent` is the root.
+    func containerFolder(_ parent: NodeID, _ name: FileName) -> ContainerRecord? {
+        guard parent == rootID else { return nil }
+        return userView.container(shownAs: name.description)
+    }
+
+    /// The entry of a container's documents folder, counting one lookup of it.
+    func containerEntry(_ record: ContainerRecord) throws(DocfsError) -> Entry {
+        let id = try ContainerID(record.id)
+        let fd = Glibc.open(store.layout.documentsDirectory(id), DOCFS_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.system(ENOENT) }  // deleted meanwhile
+        return try entry(of: fd)
+    }
+
+    /// Refuses to make `name` in `parent` while a container's folder shows under it.
+    func refuseTakingContainerName(_ parent: NodeID, _ name: FileName) throws(DocfsError) {
+        if let record = containerFolder(parent, name) {
+            throw DocfsError(.system(.fileExists), "\(name) at the root is container \(record.id)'s folder")
+        }
+    }
+
+    /// Refuses to remove, rename or replace a container's folder.
+    func refuseChangingContainerFolder(_ parent: NodeID, _ name: FileName) throws(DocfsError) {
+        if let record = containerFolder(parent, name) {
+            throw DocfsError(.system(.resourceBusy),
+                             "\(name) at the root is container \(record.id)'s folder: rename it with docfs container rename, delete it with docfs container delete")
+        }
+    }
+
+    /// The root's listing with the container folders in it (made when the root is opened).
+    func rootListing() throws(DocfsError) -> DirectoryHandle {
+        let fd = openat(root.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
+        guard let dir = fdopendir(fd) else {
+            let e = Glibc.errno
+            close(fd)
+            throw DocfsError.system(e)
+        }
+        defer { closedir(dir) }
+        var entries: [(name: FileName, inode: UInt64, type: UInt8)] = []
+        var own = Set<String>()
+        while true {
+            Glibc.errno = 0
+            guard let raw = readdir(dir) else {
+                if Glibc.errno != 0 { throw DocfsError.errno("readdir") }
+                break
+            }
+            var entry = DirectoryHandle.entry(raw)
+            if entry.name == "." || entry.name == ".." { continue }
+            own.insert(entry.name.description)
+            entry.inode = itemID(of: entry, in: root).rawValue
+            entries.append((entry.name, entry.inode, entry.type))
+        }
+        for (name, record) in containerFolders.catalog.shown(ownNames: own.contains) {
+            guard let item = containerFolderItem(record) else { continue }
+            entries.append((FileName(name), item.rawValue, UInt8(DT_DIR)))
+        }
+        return DirectoryHandle(listing: entries, inode: root.item.rawValue, virtualParent: rootID, node: root)
+    }
+
+    /// The item id of a container's documents folder (given one, as a lookup would).
+    private func containerFolderItem(_ record: ContainerRecord) -> ItemID? {
+        guard let id = try? ContainerID(record.id) else { return nil }
+        let fd = Glibc.open(store.layout.documentsDirectory(id), DOCFS_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return nil }
+        return nodes.known(key: BackingKey(st))?.item ?? identity.item(of: fd, st)
+    }
+
+    /// The value of a container folder's attribute `name` for `node`; nil when `node` is no
+    /// container's folder or `name` is none of those attributes.
+    func containerAttribute(_ name: String, of node: Node) -> String? {
+        guard name == ItemAttributes.container || name == ItemAttributes.containerID, node.isDirectory,
+              let record = containerFolders.container(atRoot: node.key) else { return nil }
+        return name == ItemAttributes.container ? record.name : record.id
+    }
+
+    /// The container attributes `node` carries (none unless it is a container's folder).
+    func containerAttributeNames(of node: Node) -> [String] {
+        guard node.isDirectory, containerFolders.container(atRoot: node.key) != nil else { return [] }
+        return [ItemAttributes.container, ItemAttributes.containerID]
+    }
+
+    // MARK: - Changing containers while the store is served
+
+    /// Makes container `id` (see `ContainerRegistry.create`); the root shows it at once when
+    /// it is public.
+    public func createContainer(_ id: ContainerID, name: String, isPublic: Bool) throws(DocfsError) -> (ContainerRecord, KernelInvalidations) {
+        let record = try containerFolders.catalog.registry.create(id, name: name, isPublic: isPublic)
+        return (record, try containersChanged())
+    }
+
+    /// Gives container `id` another display name: its folder in the root takes it, and so do
+    /// its index records.
+    public func renameContainer(_ id: ContainerID, to name: String) throws(DocfsError) -> KernelInvalidations {
+        try containerFolders.catalog.registry.rename(id, to: name)
+        let invalidations = try containersChanged()
+        stitcher?.recordContainer(id, layout: store.layout)
+        return invalidations
+    }
+
+    /// Deletes container `id` (see `ContainerRegistry.delete`) and its index records.
+    public func deleteContainer(_ id: ContainerID, force: Bool) throws(DocfsError) -> KernelInvalidations {
+        try containerFolders.catalog.registry.delete(id, force: force)
+        stitcher?.removeContainer(id)
+        return try containersChanged()
+    }
+
+    /// The registry was read again: the answer says which names at the root the kernel must
+    /// forget (those the containers showed under before and now).
+    func containersChanged() throws(DocfsError) -> KernelInvalidations {
+        let names = try containerFolders.reload(ownNames: userView.rootHolds)
+        var invalidations = KernelInvalidations()
+        invalidations.entries = names.sorted().map { (rootID, FileName($0)) }
+        invalidations.inodes = [rootID]
+        return invalidations
+    }
+
+    // MARK: - Paths in the view
+
+    /// The user view's path of `place` ("/" for the root); nil when the view does not show it.
+    func viewPath(of place: StorePlace) -> String? {
+        userView.path(of: place)
+    }
+
+    /// Opens what the view shows at `path` (relative to the mount root, `/` separated; O_PATH,
+    /// no symbolic link followed); -1 when nothing is there or the path has `.` or `..`.
+    func openViewPath(_ path: String) -> Int32 {
+        if path.split(separator: "/").contains(where: { $0 == "." || $0 == ".." }) { return -1 }
+        return paths.openPlace(userView.place(of: path))
+    }
+}
