@@ -2,6 +2,7 @@
 // them: see docfs_passthrough.h.
 // Kernel structures follow the FUSE protocol 7.40; written here, not taken from newer headers.
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stddef.h>
 #define FUSE_USE_VERSION 314
 #include <fuse3/fuse_lowlevel.h>
@@ -102,20 +103,62 @@ struct docfs_backing_map {
 
 /// Set by the init callback before libfuse answers INIT: whether to ask for passthrough.
 static int docfs_passthrough_wanted;
-/// Whether the INIT reply has gone out (only the first reply is INIT's).
-static int docfs_init_answered;
-/// The flags the kernel offered in its INIT request (libfuse 3.14 does not know them all).
-static uint32_t docfs_kernel_init_flags;
+
+/// The INIT exchange of each mounted session (a daemon serves several: the user view and app
+/// views), by the session's /dev/fuse descriptor: the flags the kernel offered (libfuse 3.14
+/// does not know them all) and whether the INIT reply has gone out (only the first reply is
+/// INIT's). A slot is set up when the session's io is installed, before any traffic.
+struct docfs_init_state {
+    int fd;
+    int answered;
+    uint32_t kernel_flags;
+};
+#define DOCFS_MAX_SESSIONS 64
+static struct docfs_init_state docfs_sessions[DOCFS_MAX_SESSIONS];
+static pthread_mutex_t docfs_sessions_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/// The session state of `fd`; NULL when it has none (no slot was free: its INIT goes unpatched).
+static struct docfs_init_state *docfs_session_state(int fd) {
+    struct docfs_init_state *found = NULL;
+    pthread_mutex_lock(&docfs_sessions_lock);
+    for (int i = 0; i < DOCFS_MAX_SESSIONS; i++) {
+        if (docfs_sessions[i].fd == fd) {
+            found = &docfs_sessions[i];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&docfs_sessions_lock);
+    return found;
+}
+
+/// Gives `fd` a fresh slot (a descriptor number may be reused by a later session).
+static void docfs_session_begin(int fd) {
+    pthread_mutex_lock(&docfs_sessions_lock);
+    struct docfs_init_state *slot = NULL;
+    for (int i = 0; i < DOCFS_MAX_SESSIONS && !slot; i++) {
+        if (docfs_sessions[i].fd == fd) slot = &docfs_sessions[i];
+    }
+    for (int i = 0; i < DOCFS_MAX_SESSIONS && !slot; i++) {
+        if (docfs_sessions[i].fd <= 0 || docfs_sessions[i].answered) slot = &docfs_sessions[i];
+    }
+    if (slot) {
+        slot->fd = fd;
+        __atomic_store_n(&slot->answered, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&slot->kernel_flags, 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&docfs_sessions_lock);
+}
 
 static ssize_t docfs_io_read(int fd, void *buf, size_t len, void *userdata) {
     (void)userdata;
     ssize_t n = read(fd, buf, len);
+    struct docfs_init_state *state;
     if (n >= (ssize_t)(sizeof(struct docfs_in_header) + sizeof(struct docfs_init_in))
-        && !__atomic_load_n(&docfs_init_answered, __ATOMIC_ACQUIRE)) {
+        && (state = docfs_session_state(fd)) && !__atomic_load_n(&state->answered, __ATOMIC_ACQUIRE)) {
         const struct docfs_in_header *header = buf;
         if (header->opcode == DOCFS_FUSE_INIT_OPCODE) {
             const struct docfs_init_in *init = (const void *)((const char *)buf + sizeof *header);
-            __atomic_store_n(&docfs_kernel_init_flags, init->flags, __ATOMIC_RELEASE);
+            __atomic_store_n(&state->kernel_flags, init->flags, __ATOMIC_RELEASE);
         }
     }
     return n;
@@ -123,14 +166,14 @@ static ssize_t docfs_io_read(int fd, void *buf, size_t len, void *userdata) {
 
 static ssize_t docfs_io_writev(int fd, struct iovec *iov, int count, void *userdata) {
     (void)userdata;
-    if (!__atomic_load_n(&docfs_init_answered, __ATOMIC_ACQUIRE)) {
-        __atomic_store_n(&docfs_init_answered, 1, __ATOMIC_RELEASE);
+    struct docfs_init_state *state = docfs_session_state(fd);
+    if (state && !__atomic_exchange_n(&state->answered, 1, __ATOMIC_ACQ_REL)) {
         struct docfs_out_header *header = (struct docfs_out_header *)iov[0].iov_base;
         if (count >= 2 && header->error == 0 && iov[1].iov_len >= sizeof(struct docfs_init_out)) {
             struct docfs_init_out *init = (struct docfs_init_out *)iov[1].iov_base;
             // docfs drops set-id bits itself on writes and truncates (Filesystem+SetID), so the
             // kernel need not ask for security.capability before every write.
-            if (__atomic_load_n(&docfs_kernel_init_flags, __ATOMIC_ACQUIRE) & DOCFS_FUSE_HANDLE_KILLPRIV_V2) {
+            if (__atomic_load_n(&state->kernel_flags, __ATOMIC_ACQUIRE) & DOCFS_FUSE_HANDLE_KILLPRIV_V2) {
                 init->flags |= DOCFS_FUSE_HANDLE_KILLPRIV_V2;
             }
             if (__atomic_load_n(&docfs_passthrough_wanted, __ATOMIC_ACQUIRE)
@@ -157,6 +200,7 @@ int docfs_install_io(struct fuse_session *se) {
         .splice_receive = NULL,
         .splice_send = docfs_io_splice_send,
     };
+    docfs_session_begin(fuse_session_fd(se));
     return fuse_session_custom_io(se, &io, fuse_session_fd(se));
 }
 

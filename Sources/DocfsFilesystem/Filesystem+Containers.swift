@@ -10,7 +10,7 @@ import Glibc
 extension Filesystem {
     /// The container the root shows as `name` in `parent`, if `parent` is the root.
     func containerFolder(_ parent: NodeID, _ name: FileName) -> ContainerRecord? {
-        guard parent == rootID else { return nil }
+        guard parent == rootID, view == .user else { return nil }
         return userView.container(shownAs: name.description)
     }
 
@@ -22,15 +22,19 @@ extension Filesystem {
         return try entry(of: fd)
     }
 
-    /// Refuses to make `name` in `parent` while a container's folder shows under it.
+    /// Refuses to make `name` in `parent` while a container's folder shows under it (and
+    /// anything at an app view's root).
     func refuseTakingContainerName(_ parent: NodeID, _ name: FileName) throws(DocfsError) {
+        try refuseChangingAppRoot(parent, name)
         if let record = containerFolder(parent, name) {
             throw DocfsError(.system(.fileExists), "\(name) at the root is container \(record.id)'s folder")
         }
     }
 
-    /// Refuses to remove, rename or replace a container's folder.
+    /// Refuses to remove, rename or replace a container's folder (or anything at an app
+    /// view's root).
     func refuseChangingContainerFolder(_ parent: NodeID, _ name: FileName) throws(DocfsError) {
+        try refuseChangingAppRoot(parent, name)
         if let record = containerFolder(parent, name) {
             throw DocfsError(.system(.resourceBusy),
                              "\(name) at the root is container \(record.id)'s folder: rename it with docfs container rename, delete it with docfs container delete")
@@ -130,15 +134,21 @@ extension Filesystem {
 
     // MARK: - Paths in the view
 
-    /// The user view's path of `place` ("/" for the root); nil when the view does not show it.
+    /// This view's path of `place` ("/" for the root); nil when the view does not show it.
     func viewPath(of place: StorePlace) -> String? {
-        userView.path(of: place)
+        guard let app = appContainer else { return userView.path(of: place) }
+        guard place.container == app, let folder = StorePaths.scopeFolders.first(where: { $0.scope == place.scope }) else { return nil }
+        return "/" + folder.name + place.path
     }
 
     /// Opens what the view shows at `path` (relative to the mount root, `/` separated; O_PATH,
     /// no symbolic link followed); -1 when nothing is there or the path has `.` or `..`.
     func openViewPath(_ path: String) -> Int32 {
         if path.split(separator: "/").contains(where: { $0 == "." || $0 == ".." }) { return -1 }
-        return paths.openPlace(userView.place(of: path))
+        guard let app = appContainer else { return paths.openPlace(userView.place(of: path)) }
+        guard let place = appPlace(of: path, in: app) else {
+            return path.split(separator: "/").isEmpty ? dup(root.fd) : -1
+        }
+        return paths.openPlace(place)
     }
 }

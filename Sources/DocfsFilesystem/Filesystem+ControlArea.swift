@@ -45,10 +45,10 @@ extension Filesystem {
             throw DocfsError(.notFound, "bookmark token refused: \(error)")
         }
         guard let place = bookmark.place, viewPath(of: place) != nil else {
-            throw DocfsError(.notFound, "the bookmark names an item of \(bookmark.container) (\(bookmark.scope)), which this mount does not show")
+            throw notShown("the bookmark names an item of \(bookmark.container) (\(bookmark.scope))")
         }
         if let scope = bookmark.securityScope {
-            try Self.check(scope, usableBy: caller)
+            try check(scope, usableBy: caller)
             if scope.readOnly {
                 let (_, real) = try locate(bookmark.item, preferring: place)
                 return try virtualEntry(.readOnlyView(real.key), .readOnlyView(real: real))
@@ -60,12 +60,20 @@ extension Filesystem {
 
     /// A security scope is for whom it was issued to (`uid:N`; root may use any); one issued to
     /// an app is used through that app's view.
-    private static func check(_ scope: Bookmark.SecurityScope, usableBy caller: Caller) throws(DocfsError) {
+    private func check(_ scope: Bookmark.SecurityScope, usableBy caller: Caller) throws(DocfsError) {
         if scope.issuedTo.hasPrefix("uid:"), let uid = uid_t(scope.issuedTo.dropFirst(4)) {
             if caller.uid == uid || caller.uid == 0 { return }
             throw DocfsError(.denied, "the bookmark was issued to \(scope.issuedTo); uid \(caller.uid) may not use it")
         }
-        throw DocfsError(.denied, "the bookmark was issued to \(scope.issuedTo); only that app's view may use it")
+        if let app = appContainer, scope.issuedTo == app.rawValue { return }
+        throw DocfsError(.denied, "the bookmark was issued to \(scope.issuedTo); only that app's view may use it (this is \(view))")
+    }
+
+    /// The error for an item this view does not show: in an app view a refusal (EACCES: the
+    /// app was not granted it), in the user view nothing found (ENOENT).
+    func notShown(_ what: String) -> DocfsError {
+        if appContainer != nil { return DocfsError(.denied, "\(what), which \(view) may not reach") }
+        return DocfsError(.notFound, "\(what), which this mount does not show")
     }
 
     /// The link from `.docfs/by-id/` to `path` (a path in the view, "/" its root).
@@ -91,7 +99,7 @@ extension Filesystem {
             return (path, node)
         }
         if let hidden = places.first, !places.contains(where: { viewPath(of: $0) != nil }) {
-            throw DocfsError(.notFound, "item \(item) is in \(hidden.container) (\(hidden.scope.rawValue)), which this mount does not show")
+            throw notShown("item \(item) is in \(hidden.container) (\(hidden.scope.rawValue))")
         }
         throw DocfsError(.notFound, "item \(item) is gone: nothing in the store has that id")
     }

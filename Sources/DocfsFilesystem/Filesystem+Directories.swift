@@ -11,7 +11,10 @@ extension Filesystem {
         if VirtualNodes.isVirtual(id) {
             return UInt64(UInt(bitPattern: Unmanaged.passRetained(try openVirtualDirectory(id)).toOpaque()))
         }
-        if id == rootID && !containerFolders.isEmpty {
+        if id == rootID && appContainer != nil {
+            return UInt64(UInt(bitPattern: Unmanaged.passRetained(appRootListing()).toOpaque()))
+        }
+        if id == rootID && view == .user && !containerFolders.isEmpty {
             return UInt64(UInt(bitPattern: Unmanaged.passRetained(try rootListing()).toOpaque()))
         }
         let node = try nodes.node(id)

@@ -41,6 +41,7 @@ extension Filesystem {
     public func makeSymbolicLink(target: FileName, parent: NodeID, name: FileName, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
+        try refuseEscapingLink(target, in: directory, name: name)
         return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
             try check(symlinkat(target.cString, directory.fd, name.cString))
             ownChanges.changedName(name, in: directory.key)

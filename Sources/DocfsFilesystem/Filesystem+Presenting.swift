@@ -5,7 +5,7 @@ import DocfsCore
 import Glibc
 #endif
 
-/// Telling presenters (C6) what changed, with paths relative to the mount root. Paths are
+/// Telling presenters (C6) what changed, with paths relative to the user view's root. Paths are
 /// worked out only while someone listens.
 extension Filesystem {
     func present(_ kind: PresentedChange.Kind, _ name: FileName, in directory: Node, item: ItemID? = nil,
@@ -19,23 +19,20 @@ extension Filesystem {
         presenters.post(PresentedChange(.moved, path: old, newPath: new, item: item))
     }
 
-    /// A file's new version, at the place the kernel last found it.
-    func presentVersion(of node: Node, version: UInt64, kind: PresentedChange.Kind = .version) {
-        guard presenters.isListened, let place = node.place, let folder = nodes.known(key: place.directory) else { return }
+    /// A file's new version, at the place the kernel last found it; false when this view does
+    /// not know that folder.
+    @discardableResult
+    func presentVersion(of node: Node, version: UInt64, kind: PresentedChange.Kind = .version) -> Bool {
+        guard presenters.isListened else { return true }
+        guard let place = node.place, let folder = nodes.known(key: place.directory) else { return false }
         present(kind, place.name, in: folder, item: node.item, version: version)
+        return true
     }
 
-    /// `name` in the folder `fd` relative to the mount root; nil outside it.
+    /// `name` in the folder `fd` as a path of the user view, relative to its root (presenters
+    /// watch paths there); nil where the user view does not show it.
     func path(of name: FileName, in fd: Int32) -> String? {
-        guard let folder = backingPath(of: fd), let root = backingPath(of: root.fd) else { return nil }
-        let relative: String
-        if folder == root {
-            relative = ""
-        } else if folder.hasPrefix(root + "/") {
-            relative = String(folder.dropFirst(root.count + 1)) + "/"
-        } else {
-            return nil
-        }
-        return relative + name.description
+        guard let folder = paths.place(of: fd), let path = userView.path(of: folder.appending(name.description)) else { return nil }
+        return String(path.dropFirst())
     }
 }

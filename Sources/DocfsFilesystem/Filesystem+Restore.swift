@@ -16,6 +16,13 @@ public struct KernelInvalidations: Sendable {
     public var attributes: [NodeID] = []
 
     public init() {}
+
+    /// Adds what `other` says to forget.
+    public mutating func add(_ other: KernelInvalidations) {
+        entries += other.entries
+        inodes += other.inodes
+        attributes += other.attributes
+    }
 }
 
 /// Restoring a kept version (issue 3 §4): the version's content becomes the document's new

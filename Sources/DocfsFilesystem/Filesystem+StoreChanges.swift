@@ -146,3 +146,29 @@ extension Filesystem {
         }
     }
 }
+
+extension Filesystem {
+    /// What this view's kernel must forget of `changes`, whoever made them: the names that
+    /// came or went in folders it knows, the files it knows that were written or changed. (A
+    /// daemon serving several views tells each of the changes made through the others.)
+    public func invalidations(seeing changes: [StoreWatcher.Change]) -> KernelInvalidations {
+        var invalidations = KernelInvalidations()
+        for change in changes {
+            switch change {
+            case .overflow:
+                invalidations.inodes += nodes.allIDs()
+            case let .name(folder, name, _):
+                if let parent = nodes.known(key: BackingKey(device: folder.device, inode: folder.inode)) {
+                    invalidations.entries.append((parent.id, name))
+                }
+            case let .content(path, _, _), let .modified(path):
+                var st = stat()
+                if lstat(path, &st) == 0, let node = nodes.known(key: BackingKey(st)) { invalidations.inodes.append(node.id) }
+            case let .attributes(path):
+                var st = stat()
+                if lstat(path, &st) == 0, let node = nodes.known(key: BackingKey(st)) { invalidations.attributes.append(node.id) }
+            }
+        }
+        return invalidations
+    }
+}

@@ -39,10 +39,26 @@ public final class Filesystem: Sendable {
         }
     }
 
-    public let store: LocalStore
+    /// Which view of the store a mount shows (DESIGN §2).
+    public enum View: Sendable, Equatable, CustomStringConvertible {
+        /// A plain mount: the default container's documents at the root, public containers
+        /// as folders there.
+        case user
+        /// `docfs mount --app ID`: that container's `Documents/` and `Data/`, nothing else.
+        case app(ContainerID)
+
+        public var description: String {
+            switch self {
+            case .user: "the user view"
+            case .app(let id): "the app view of \(id)"
+            }
+        }
+    }
+
+    /// What every view of the store shares: coordinator, sessions, index, thumbnails.
+    public let shared: ServedStore
+    public let view: View
     public let cachePolicy: CachePolicy
-    /// Generation of every node this daemon hands out; node ids are never reused within it.
-    public let generation: UInt64
     let nodes: NodeTable
     /// docfs's own files and folders the kernel knows (the control area, shared thumbnail
     /// repositories, read-only views).
@@ -50,29 +66,26 @@ public final class Filesystem: Sendable {
     /// The thumbnail names of recently asked folders (`.sh_thumbnails`).
     let sharedThumbnailFolders = SharedThumbnailFolders()
     let root: Node
-    let identity: ItemIdentity
-    let sessions: WriteSessions
-    let safeSaves = SafeSaveTracker()
-    let ownChanges = OwnChanges()
-    /// The arbiter every operation that changes an item claims it from (C1).
-    public let coordinator = Coordinator()
-    /// Whoever wants to hear about changes (C6).
-    public let presenters = Presenters()
-    /// Writes index records as operations change items (S1); nil when serving without an index.
-    let stitcher: IndexStitcher?
-    /// Where items are in the store (for index records and bookmarks).
-    let paths: StorePaths
-    /// The containers the root shows as folders (public ones, in the user view).
-    let containerFolders: ContainerFolders
-    /// How paths in the user view and places in the store correspond.
-    let userView: UserView
-    /// Makes thumbnails in the background; nil when the mount makes none.
-    let thumbnailer: Thumbnailer?
-    /// Checks thumbnails users set (a worker of its own, so a setxattr never waits behind
-    /// the background's jobs).
-    let userThumbnailWorker: ThumbnailWorkerClient?
     /// Where invalidations found outside a request's reply go (the bridge's notifier).
     private let invalidationSink = Mutex<(@Sendable (KernelInvalidations) -> Void)?>(nil)
+
+    public var store: LocalStore { shared.store }
+    /// Generation of every node this daemon hands out; node ids are never reused within it.
+    public var generation: UInt64 { shared.generation }
+    var identity: ItemIdentity { shared.identity }
+    var sessions: WriteSessions { shared.sessions }
+    var safeSaves: SafeSaveTracker { shared.safeSaves }
+    var ownChanges: OwnChanges { shared.ownChanges }
+    /// The arbiter every operation that changes an item claims it from (C1).
+    public var coordinator: Coordinator { shared.coordinator }
+    /// Whoever wants to hear about changes (C6).
+    public var presenters: Presenters { shared.presenters }
+    var stitcher: IndexStitcher? { shared.stitcher }
+    var paths: StorePaths { shared.paths }
+    var containerFolders: ContainerFolders { shared.containerFolders }
+    var userView: UserView { shared.userView }
+    var thumbnailer: Thumbnailer? { shared.thumbnailer }
+    var userThumbnailWorker: ThumbnailWorkerClient? { shared.userThumbnailWorker }
 
     /// Sends what the kernel must forget, for changes made outside a request (a raced save).
     public func onInvalidations(_ sink: @escaping @Sendable (KernelInvalidations) -> Void) {
@@ -83,73 +96,49 @@ public final class Filesystem: Sendable {
         invalidationSink.withLock { $0 }?(invalidations)
     }
 
-    /// Serves the documents scope of the store's default container, stitching records into
-    /// `index` (the store's index, reconciled with the store) when one is given, and making
-    /// thumbnails with worker processes `thumbnailWorker` starts (`docfs thumbnail-worker`)
-    /// when it is given.
-    public init(store: LocalStore, cachePolicy: CachePolicy = CachePolicy(), index: IndexDatabase? = nil,
-                thumbnailWorker: [String]? = nil) throws(DocfsError) {
-        self.store = store
+    /// Serves the user view of `store` on its own (the store's first and only view), stitching
+    /// records into `index` when one is given and making thumbnails with `thumbnailWorker`
+    /// when it is given (see `ServedStore`).
+    public convenience init(store: LocalStore, cachePolicy: CachePolicy = CachePolicy(), index: IndexDatabase? = nil,
+                            thumbnailWorker: [String]? = nil) throws(DocfsError) {
+        try self.init(serving: try ServedStore(store: store, index: index, thumbnailWorker: thumbnailWorker),
+                      view: .user, cachePolicy: cachePolicy)
+    }
+
+    /// Serves `view` of the store `shared` serves.
+    public init(serving shared: ServedStore, view: View, cachePolicy: CachePolicy = CachePolicy()) throws(DocfsError) {
+        self.shared = shared
+        self.view = view
         self.cachePolicy = cachePolicy
-        let fd = try store.openDirectory(store.layout.documentsDirectory(.userDefault))
+        let layout = shared.store.layout
+        let rootPath: String
+        switch view {
+        case .user: rootPath = layout.documentsDirectory(.userDefault)
+        case .app(let id):
+            guard id != .userDefault, shared.containerFolders.catalog.record(of: id) != nil else {
+                throw DocfsError(.invalidArgument, "there is no container \(id) to show (docfs container list shows them)")
+            }
+            rootPath = layout.containerDirectory(id)
+        }
+        let fd = try shared.store.openDirectory(rootPath)
         var st = stat()
         guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else {
             close(fd)
-            throw DocfsError(.storeUnavailable, "cannot stat the documents directory", cause: DocfsError.errno("fstatat"))
+            throw DocfsError(.storeUnavailable, "cannot stat \(rootPath)", cause: DocfsError.errno("fstatat"))
         }
-        identity = ItemIdentity(allocator: store.itemIDs, ownChanges: ownChanges)
-        sessions = WriteSessions(versions: store.versions)
-        root = Node(id: rootID, fd: fd, key: BackingKey(st), type: S_IFDIR, item: identity.item(of: fd, st))
+        root = Node(id: rootID, fd: fd, key: BackingKey(st), type: S_IFDIR, item: shared.identity.item(of: fd, st))
         nodes = NodeTable(root: root)
-        paths = StorePaths(containersPath: try Self.containersPath(of: store))
-        let catalog = ContainerCatalog(registry: ContainerRegistry(layout: store.layout))
-        containerFolders = ContainerFolders(catalog: catalog, layout: store.layout)
-        userView = UserView(layout: store.layout, catalog: catalog)
-        let thumbnails = ThumbnailStore(directory: store.layout.thumbnailsDirectory)
-        if let index {
-            stitcher = IndexStitcher(index: index, paths: paths, containers: catalog, identity: identity,
-                                     thumbnails: thumbnails)
-        } else {
-            stitcher = nil
-        }
-        if let thumbnailWorker {
-            try thumbnails.prepare()
-            let stitcher = self.stitcher
-            thumbnailer = Thumbnailer(store: thumbnails, worker: ThumbnailWorkerClient(command: thumbnailWorker),
-                                      coordinator: coordinator,
-                                      onInstalled: { node in stitcher?.recordFile(node) })
-            userThumbnailWorker = ThumbnailWorkerClient(command: thumbnailWorker)
-            if let index { DetachedThread.start { Self.pruneThumbnails(thumbnails, keepingItemsOf: index) } }
-        } else {
-            thumbnailer = nil
-            userThumbnailWorker = nil
-        }
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        generation = UInt64(now.tv_sec)
-        sessions.onCommit { [unowned self] node, version in presentVersion(of: node, version: version) }
-        sessions.onRollback { [unowned self] node in stitcher?.recordFile(node) }
+        shared.viewStarted(self)
     }
 
     /// Where thumbnail problems are reported (a worker that crashed or ran out of time).
     public func onThumbnailProblem(_ sink: @escaping @Sendable (String) -> Void) {
-        thumbnailer?.onProblem(sink)
+        shared.onThumbnailProblem(sink)
     }
 
     /// Where failed index writes are reported (the operations themselves succeed).
     public func onIndexFailure(_ sink: @escaping @Sendable (DocfsError) -> Void) {
-        stitcher?.onFailure(sink)
-    }
-
-    /// The backing path of the store's containers folder, as the kernel names it (symbolic
-    /// links on the way resolved), so descriptors' /proc links can be compared with it.
-    private static func containersPath(of store: LocalStore) throws(DocfsError) -> String {
-        let fd = try store.openDirectory(store.layout.containersDirectory)
-        defer { close(fd) }
-        guard let path = backingPath(of: fd) else {
-            throw DocfsError(.storeUnavailable, "cannot tell where the containers directory is", cause: DocfsError.errno("readlink"))
-        }
-        return path
+        shared.onIndexFailure(sink)
     }
 
     /// The number of nodes the kernel holds references to (the root included).
@@ -165,6 +154,7 @@ public final class Filesystem: Sendable {
         if VirtualNodes.isVirtual(parent) { return try lookupVirtual(parent: parent, name: name, caller: caller) }
         let directory = try nodes.node(parent)
         if parent == rootID && name == ControlArea.name { return try virtualEntry(.controlArea, .controlArea) }
+        if parent == rootID && appContainer != nil { return try appRootEntry(name) }
         do throws(DocfsError) {
             return try entry(in: directory, name: name)
         } catch where error.systemErrno == ENOENT && name.description == SharedThumbnailNames.repository {
@@ -180,15 +170,12 @@ public final class Filesystem: Sendable {
         nodes.forget(node, count: count)
     }
 
-    /// Unmount: the kernel drops its references without forgets (and the releases of files
-    /// closed just before it: their pending ids are stored now).
+    /// Unmount: the kernel drops its references without forgets. The last view's end stores
+    /// the pending ids of files closed just before it and finishes the shared work.
     public func forgetAll() {
-        identity.pending.storeAll()
-        thumbnailer?.stop()
-        userThumbnailWorker?.shutDown()
-        stitcher?.finish()
         virtualNodes.dropAll()
         nodes.dropAll()
+        shared.viewEnded(self)
     }
 
     /// Looks `name` up in `directory` and counts one lookup of it. `newItem` is the id just
@@ -326,7 +313,10 @@ public final class Filesystem: Sendable {
 
     public func readLink(_ id: NodeID) throws(DocfsError) -> FileName {
         if VirtualNodes.isVirtual(id) { return try readVirtualLink(id) }
-        return try readLink(of: try nodes.node(id))
+        let node = try nodes.node(id)
+        let target = try readLink(of: node)
+        try refuseEscapingTarget(target, of: node)
+        return target
     }
 
     func readLink(of node: Node) throws(DocfsError) -> FileName {

@@ -48,9 +48,9 @@ final class WriteSessions: Sendable {
     }
 
     private struct State {
-        var sessions: [NodeID: Session] = [:]
-        /// Nodes whose session is being started or ended: new writers wait for it.
-        var busy: Set<NodeID> = []
+        var sessions: [BackingKey: Session] = [:]
+        /// Files (backing inodes) whose session is being started or ended: new writers wait for it.
+        var busy: Set<BackingKey> = []
         /// Open handles that write, and the node they write (held: the kernel may forget the
         /// node before the release of its last handle arrives).
         var writerHandles: [UInt64: Node] = [:]
@@ -90,16 +90,16 @@ final class WriteSessions: Sendable {
         enum Arrival { case joined, start, rollOver, wait }
         while true {
             let arrival = state.withLock { state -> Arrival in
-                if state.busy.contains(node.id) { return .wait }
-                guard let session = state.sessions[node.id] else {
-                    state.busy.insert(node.id)
+                if state.busy.contains(node.key) { return .wait }
+                guard let session = state.sessions[node.key] else {
+                    state.busy.insert(node.key)
                     return .start
                 }
                 if session.allWritersClosed {
-                    state.busy.insert(node.id)
+                    state.busy.insert(node.key)
                     return .rollOver
                 }
-                state.sessions[node.id]!.writers += 1
+                state.sessions[node.key]!.writers += 1
                 return .joined
             }
             switch arrival {
@@ -115,11 +115,11 @@ final class WriteSessions: Sendable {
     /// the session and starts the next, which the still-open handles (released later) belong
     /// to; an unchanged file just gains the writer.
     private func rollOver(_ node: Node, caller: Caller) throws(DocfsError) {
-        let session = state.withLock { $0.sessions[node.id]! }
+        let session = state.withLock { $0.sessions[node.key]! }
         guard changed(node, since: session) else {
             state.withLock { state in
-                state.sessions[node.id]!.writers += 1
-                state.busy.remove(node.id)
+                state.sessions[node.key]!.writers += 1
+                state.busy.remove(node.key)
             }
             return
         }
@@ -145,16 +145,16 @@ final class WriteSessions: Sendable {
     /// still be open elsewhere); noted so that a writer arriving next starts a new session.
     func flushed(_ handle: UInt64) {
         let closing = state.withLock { state -> (Node, Session)? in
-            guard let node = state.writerHandles[handle], state.sessions[node.id] != nil else { return nil }
-            state.sessions[node.id]!.closedHandles.insert(handle)
-            let session = state.sessions[node.id]!
+            guard let node = state.writerHandles[handle], state.sessions[node.key] != nil else { return nil }
+            state.sessions[node.key]!.closedHandles.insert(handle)
+            let session = state.sessions[node.key]!
             return session.allWritersClosed && !session.announced ? (node, session) : nil
         }
         guard let (node, session) = closing, changed(node, since: session) else { return }
         let announce = state.withLock { state -> Bool in
-            guard let current = state.sessions[node.id], current.base == session.base, current.allWritersClosed,
+            guard let current = state.sessions[node.key], current.base == session.base, current.allWritersClosed,
                   !current.announced else { return false }
-            state.sessions[node.id]!.announced = true
+            state.sessions[node.key]!.announced = true
             return true
         }
         if announce { committed(node, session) }
@@ -166,7 +166,7 @@ final class WriteSessions: Sendable {
         state.withLock { state in
             var count = 0
             for (id, session) in state.sessions where !session.raced {
-                guard let node = state.writerHandles.values.first(where: { $0.id == id }), node.place == place else { continue }
+                guard let node = state.writerHandles.values.first(where: { $0.key == id }), node.place == place else { continue }
                 state.sessions[id]!.raced = true
                 count += 1
             }
@@ -180,7 +180,7 @@ final class WriteSessions: Sendable {
     func end(_ node: Node, handle: UInt64? = nil) -> Node? {
         guard node.type == S_IFREG, !node.item.isDerived else { return nil }
         guard let session = leave(node, handle: handle) else { return nil }
-        defer { state.withLock { _ = $0.busy.remove(node.id) } }
+        defer { state.withLock { _ = $0.busy.remove(node.key) } }
         if changed(node, since: session) {
             versions.prune(session.item, now: Self.now())
             if !session.announced { committed(node, session) }
@@ -198,16 +198,16 @@ final class WriteSessions: Sendable {
     private func leave(_ node: Node, handle: UInt64?) -> Session? {
         while true {
             let outcome = state.withLock { state -> (wait: Bool, last: Session?) in
-                if state.busy.contains(node.id) { return (true, nil) }  // a session is starting
-                guard var session = state.sessions[node.id] else { return (false, nil) }
+                if state.busy.contains(node.key) { return (true, nil) }  // a session is starting
+                guard var session = state.sessions[node.key] else { return (false, nil) }
                 session.writers -= 1
                 if let handle { session.closedHandles.remove(handle) }
                 if session.writers > 0 {
-                    state.sessions[node.id] = session
+                    state.sessions[node.key] = session
                     return (false, nil)
                 }
-                state.sessions[node.id] = nil
-                state.busy.insert(node.id)
+                state.sessions[node.key] = nil
+                state.busy.insert(node.key)
                 return (false, session)
             }
             if !outcome.wait { return outcome.last }
@@ -247,13 +247,13 @@ final class WriteSessions: Sendable {
         var session: Session? = nil
         defer {
             state.withLock { state in
-                state.busy.remove(node.id)
+                state.busy.remove(node.key)
                 guard var session else { return }
-                if let previous = state.sessions[node.id] {  // rolled over: its open writers carry on in this one
+                if let previous = state.sessions[node.key] {  // rolled over: its open writers carry on in this one
                     session.writers += previous.writers
                     session.closedHandles = previous.closedHandles
                 }
-                state.sessions[node.id] = session
+                state.sessions[node.key] = session
             }
         }
         var st = stat()

@@ -13,6 +13,8 @@ struct ControlRequest: Codable {
     enum Kind: String, Codable {
         case restore, resolve, watch, claims, rebuildIndex, checkIndex
         case createContainer, renameContainer, deleteContainer
+        /// Mount one more view of the served store.
+        case mount
 
         /// Requests about a container rather than an item.
         var isContainerChange: Bool { self == .createContainer || self == .renameContainer || self == .deleteContainer }
@@ -29,14 +31,25 @@ struct ControlRequest: Codable {
     var version: UInt64?
     /// The container to create, rename or delete.
     var container: ContainerChange? = nil
+    /// The mount to add.
+    var mount: MountRequest? = nil
 
-    init(kind: Kind, path: String, item: UInt64? = nil, version: UInt64? = nil, container: ContainerChange? = nil) {
+    init(kind: Kind, path: String, item: UInt64? = nil, version: UInt64? = nil, container: ContainerChange? = nil,
+         mount: MountRequest? = nil) {
         self.kind = kind
         self.path = path
         self.item = item
         self.version = version
         self.container = container
+        self.mount = mount
     }
+}
+
+/// A mount to add to a served store: where, which view (an app's, or the user view), options.
+struct MountRequest: Codable {
+    var mountPoint: String
+    var app: String?
+    var options: [String]
 }
 
 /// What a container request names: the container, and its (new) display name, visibility,

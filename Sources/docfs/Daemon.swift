@@ -5,21 +5,37 @@ import DocfsFilesystem
 import DocfsIndex
 import DocfsProvider
 import Logging
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// The process that serves one store at one mount point: holds the store's lock, runs the
-/// FUSE session on this thread and libfuse's workers, and unmounts cleanly on SIGTERM, SIGINT
-/// or SIGHUP (a signal thread waits for them; they are blocked everywhere else).
-final class Daemon {
-    private let mount: FUSEMount
+/// The process that serves one store (DESIGN §4 C7): holds the store's lock and serves every
+/// mount of it — the user view and app views — each a FUSE session with its own loop threads,
+/// over one `ServedStore` (one coordinator, one index). It starts with one mount; `docfs mount`
+/// of the same store adds more through the control socket. It unmounts everything cleanly on
+/// SIGTERM, SIGINT or SIGHUP (a signal thread waits for them; they are blocked everywhere
+/// else), and exits when its last mount is gone.
+final class Daemon: Sendable {
+    private let shared: ServedStore
+    /// The user view, mounted or not: control requests name documents by its paths.
+    private let primary: Filesystem
     private let lock: StoreLock
-    private let control: ControlServer
     private let logger: Logger
-    private let mountPoint: String
+    private let options: FUSEMount.Options
+    private let timeout: Double
+    private let mounts = Mutex<[ServedMount]>([])
+    /// Signalled each time a mount's session ends.
+    private let ended = ThreadSemaphore()
 
-    init(storePath: String, mountPoint: String, options: FUSEMount.Options, logLevel: Logger.Level) throws(DocfsError) {
+    /// One mount the daemon serves.
+    private struct ServedMount: Sendable {
+        let mountPoint: String
+        let filesystem: Filesystem
+        let mount: FUSEMount
+    }
+
+    init(storePath: String, mountPoint: String, app: ContainerID?, options: FUSEMount.Options, logLevel: Logger.Level) throws(DocfsError) {
         umask(0)  // the kernel already applied the caller's umask
         signal(SIGPIPE, SIG_IGN)  // a launcher or log reader that went away must not kill the daemon
         Self.raiseDescriptorLimit()
@@ -32,7 +48,7 @@ final class Daemon {
         var logger = Logger(label: "docfs")
         logger.logLevel = logLevel
         self.logger = logger
-        self.mountPoint = mountPoint
+        self.options = options
         let store = try LocalStore(path: storePath)
         lock = try StoreLock(store: store, mountPoint: mountPoint)
         store.versions.removeLeftovers()
@@ -40,48 +56,88 @@ final class Daemon {
         // change docfs makes is seen (an unseen own change would leave a record that hides
         // someone else's later one).
         let watcher = Self.makeWatcher(store: store, logger: logger)
-        let timeout = options.cacheTimeout ?? (watcher == nil ? Self.unwatchedCacheTimeout : Self.watchedCacheTimeout)
+        timeout = options.cacheTimeout ?? (watcher == nil ? Self.unwatchedCacheTimeout : Self.watchedCacheTimeout)
         let index = try Self.openIndex(store: store, logger: logger)
-        let filesystem = try Filesystem(store: store, cachePolicy: .init(entryTimeout: timeout, attributeTimeout: timeout,
-                                                                         negativeTimeout: timeout,
-                                                                         writebackCache: options.writebackCache),
-                                        index: index,
-                                        thumbnailWorker: options.thumbnails ? [BackgroundLauncher.executablePath(), "thumbnail-worker"] : nil)
+        shared = try ServedStore(store: store, index: index,
+                                 thumbnailWorker: options.thumbnails ? [BackgroundLauncher.executablePath(), "thumbnail-worker"] : nil)
+        primary = try Filesystem(serving: shared, view: .user, cachePolicy: Self.cachePolicy(timeout, options))
         let indexLogger = logger
         let thumbnailLogger = logger
-        filesystem.onThumbnailProblem { problem in thumbnailLogger.notice("\(problem)") }
-        filesystem.onIndexFailure { error in
+        shared.onThumbnailProblem { problem in thumbnailLogger.notice("\(problem)") }
+        shared.onIndexFailure { error in
             indexLogger.error("the index could not be updated (queries may miss this change until the next mount, or `docfs index rebuild`): \(error)")
         }
         SignalThread.blockTerminationSignals()
-        let mount = try FUSEMount(filesystem: filesystem, mountPoint: mountPoint, options: options, logger: logger)
-        self.mount = mount
+        try addMount(at: mountPoint, app: app)
         let log = logger
-        control = try ControlServer(store: store.layout, handle: { request, caller in
-            Self.handle(request, caller: caller, filesystem: filesystem, mount: mount, logger: log)
+        let primary = self.primary
+        let control = try ControlServer(store: store.layout, handle: { [unowned self] request, caller in
+            handle(request, caller: caller)
         }, stream: { request, connection in
             if request.kind == .watch {
-                WatchStream.serve(request.path, on: connection, presenters: filesystem.presenters)
+                WatchStream.serve(request.path, on: connection, presenters: primary.presenters)
             } else {
-                IndexWalkStream.serve(request.kind == .checkIndex ? .check : .rebuild, on: connection, filesystem: filesystem, logger: log)
+                IndexWalkStream.serve(request.kind == .checkIndex ? .check : .rebuild, on: connection, filesystem: primary, logger: log)
             }
         })
         control.start()
-        if let watcher { Self.watch(watcher, filesystem: filesystem, mount: mount, logger: logger) }
-        MountRegistry.register(mountPoint: mountPoint, store: store.layout.root)
-        if let connection = mount.connectionNumber { DeadMountReaper.start(mountPoint: mountPoint, connection: connection) }
-        logger.notice("serving \(store.layout.root) at \(mountPoint) (pid \(getpid()))")
+        if let watcher { watch(watcher) }
+        logger.notice("serving \(store.layout.root) at \(mountPoint)\(app.map { " (the app view of \($0))" } ?? "") (pid \(getpid()))")
     }
 
-    func serve() {
-        let mount = self.mount
-        let logger = self.logger
-        SignalThread.start { signal in
-            logger.notice("signal \(signal): unmounting")
-            mount.requestExit()
+    private static func cachePolicy(_ timeout: Double, _ options: FUSEMount.Options) -> Filesystem.CachePolicy {
+        .init(entryTimeout: timeout, attributeTimeout: timeout, negativeTimeout: timeout, writebackCache: options.writebackCache)
+    }
+
+    /// Mounts a view of the store at `mountPoint`: the user view, or `app`'s view. Its session
+    /// runs once `serve` has started (at once for mounts added later).
+    private func addMount(at mountPoint: String, app: ContainerID?, options extra: FUSEMount.Options? = nil) throws(DocfsError) {
+        let view: Filesystem.View = app.map { .app($0) } ?? .user
+        let options = extra ?? self.options
+        let reusesPrimary = view == .user && !mounts.withLock { $0.contains { $0.filesystem === primary } }
+        let filesystem = reusesPrimary ? primary : try Filesystem(serving: shared, view: view, cachePolicy: Self.cachePolicy(timeout, options))
+        let mount: FUSEMount
+        do throws(DocfsError) {
+            mount = try FUSEMount(filesystem: filesystem, mountPoint: mountPoint, options: options, logger: logger)
+        } catch {
+            if !reusesPrimary { filesystem.forgetAll() }
+            throw error
         }
-        mount.run()
-        MountRegistry.unregister(mountPoint: mountPoint)
+        let served = ServedMount(mountPoint: mountPoint, filesystem: filesystem, mount: mount)
+        let started = mounts.withLock { mounts -> Bool in
+            mounts.append(served)
+            return mounts.count > 1
+        }
+        MountRegistry.register(mountPoint: mountPoint, store: shared.store.layout.root, app: app?.rawValue)
+        if let connection = mount.connectionNumber { DeadMountReaper.start(mountPoint: mountPoint, connection: connection) }
+        if started { run(served) }
+    }
+
+    /// Runs a mount's session on threads of its own until it is unmounted.
+    private func run(_ served: ServedMount) {
+        DetachedThread.start { [self] in
+            served.mount.run()
+            MountRegistry.unregister(mountPoint: served.mountPoint)
+            mounts.withLock { $0.removeAll { $0.mountPoint == served.mountPoint && $0.mount === served.mount } }
+            ended.signal()
+        }
+    }
+
+    /// Serves until every mount is gone.
+    func serve() {
+        let logger = self.logger
+        SignalThread.start { [self] signal in
+            logger.notice("signal \(signal): unmounting")
+            for served in mounts.withLock({ $0 }) { served.mount.requestExit() }
+        }
+        for served in mounts.withLock({ $0 }) { run(served) }
+        while true {
+            ended.wait()
+            if mounts.withLock({ $0.isEmpty }) { break }
+        }
+        // The user view may never have been mounted (only app views were): its end is the
+        // store's.
+        primary.forgetAll()
         withExtendedLifetime(lock) {}
     }
 
@@ -122,47 +178,77 @@ final class Daemon {
         }
     }
 
-    /// Runs the store watcher on a thread of its own: what it sees, the filesystem sorts out
-    /// and the kernel is told to forget.
-    private static func watch(_ watcher: StoreWatcher, filesystem: Filesystem, mount: FUSEMount, logger: Logger) {
-        DetachedThread.start {
+    /// Runs the store watcher on a thread of its own: what it sees, the user view sorts out
+    /// (index, versions, presenters) and every mount's kernel is told to forget. With several
+    /// mounts, each forgets whatever changed that it knows, even a change docfs made through
+    /// another mount (to that one's kernel it came from outside).
+    private func watch(_ watcher: StoreWatcher) {
+        DetachedThread.start { [self] in
             watcher.run { changes in
-                let effects = filesystem.noticeStoreChanges(changes)
-                mount.invalidate(effects.invalidations)
+                let effects = primary.noticeStoreChanges(changes)
                 for notice in effects.notices { logger.notice("\(notice)") }
+                let served = mounts.withLock { $0 }
+                for mount in served {
+                    var invalidations = mount.filesystem === primary ? effects.invalidations : KernelInvalidations()
+                    if served.count > 1 { invalidations.add(mount.filesystem.invalidations(seeing: changes)) }
+                    mount.mount.invalidate(invalidations)
+                }
             }
         }
     }
 
+    /// The mount serving `filesystem`'s view, if it is mounted.
+    private func mount(of filesystem: Filesystem) -> FUSEMount? {
+        mounts.withLock { $0.first { $0.filesystem === filesystem }?.mount }
+    }
+
     /// Answers a CLI command's request, made through the control socket.
-    private static func handle(_ request: ControlRequest, caller: Caller, filesystem: Filesystem, mount: FUSEMount,
-                               logger: Logger) -> ControlReply {
-        if request.kind.isContainerChange {
-            do {
-                let message = try ContainerCommand.apply(request, filesystem: filesystem) { mount.invalidate($0) }
-                logger.notice("\(message) for pid \(caller.pid)")
-                return ControlReply(ok: true, message: message)
-            } catch {
-                return ControlReply(ok: false, message: error.description)
+    private func handle(_ request: ControlRequest, caller: Caller) -> ControlReply {
+        let invalidate = { [self] (invalidations: KernelInvalidations) -> Void in mount(of: primary)?.invalidate(invalidations) }
+        do throws(DocfsError) {
+            let message: String
+            if request.kind == .mount {
+                message = try mountRequested(request, caller: caller)
+            } else if request.kind.isContainerChange {
+                if request.kind == .deleteContainer, let id = request.container?.id,
+                   let shown = mounts.withLock({ $0.first { $0.filesystem.appContainer?.rawValue == id } }) {
+                    throw DocfsError(.invalidArgument, "container \(id) is mounted as an app view at \(shown.mountPoint): unmount it first")
+                }
+                message = try ContainerCommand.apply(request, filesystem: primary, invalidate: invalidate)
+            } else {
+                guard let number = request.item, let item = ItemID(text: String(number)) else {
+                    throw DocfsError(.invalidArgument, "\(request.item.map(String.init) ?? "none") is not an item id")
+                }
+                if request.kind == .claims {
+                    let coordinator = shared.coordinator
+                    let counts = coordinator.statistics
+                    return ControlReply(ok: true, message: "claims", claims: ClaimReport(
+                        itemClaimed: coordinator.isClaimed(item), claimedItems: coordinator.busyItems,
+                        granted: counts.granted, waited: counts.waited))
+                }
+                message = try DocumentChange.apply(request, item: item, filesystem: primary, caller: caller, invalidate: invalidate)
+                    + " (item \(item))"
             }
-        }
-        guard let number = request.item, let item = ItemID(text: String(number)) else {
-            return ControlReply(ok: false, message: "\(request.item.map(String.init) ?? "none") is not an item id")
-        }
-        if request.kind == .claims {
-            let coordinator = filesystem.coordinator
-            let counts = coordinator.statistics
-            return ControlReply(ok: true, message: "claims", claims: ClaimReport(
-                itemClaimed: coordinator.isClaimed(item), claimedItems: coordinator.busyItems,
-                granted: counts.granted, waited: counts.waited))
-        }
-        do {
-            let message = try DocumentChange.apply(request, item: item, filesystem: filesystem, caller: caller) { mount.invalidate($0) }
-            logger.notice("\(message) (item \(item)) for pid \(caller.pid)")
+            logger.notice("\(message) for pid \(caller.pid)")
             return ControlReply(ok: true, message: message)
         } catch {
-            return ControlReply(ok: false, message: error.description)
+            return ControlReply(ok: false, message: error.message.isEmpty ? error.description : error.message)
         }
+    }
+
+    /// `docfs mount` of a store this daemon serves: one more mount, of the view it asks for.
+    private func mountRequested(_ request: ControlRequest, caller: Caller) throws(DocfsError) -> String {
+        guard caller.uid == getuid() || caller.uid == 0 else {
+            throw DocfsError(.invalidArgument, "the daemon serving this store runs as uid \(getuid()): only that user (or root) may mount it again")
+        }
+        guard let wanted = request.mount else { throw DocfsError(.invalidArgument, "which mount point?") }
+        let app = try wanted.app.map { id throws(DocfsError) in try ContainerID(id) }
+        var options = FUSEMount.Options.parse(wanted.options)
+        let allowNonEmpty = options.fuseOptions.contains("nonempty")
+        options.fuseOptions.removeAll { $0 == "nonempty" }
+        try Preflight.checkMountPoint(wanted.mountPoint, allowNonEmpty: allowNonEmpty)
+        try addMount(at: wanted.mountPoint, app: app, options: options)
+        return "mounted \(app.map { "the app view of \($0)" } ?? "the user view") at \(wanted.mountPoint)"
     }
 
     /// fs.nr_open: the most descriptors a process may have (a /proc file reports no size, so

@@ -35,7 +35,7 @@ enum DocumentChange {
         case .resolve:
             invalidate(try filesystem.resolveConflict(path: request.path, item: item, keep: request.version, caller: caller))
             return "resolved the conflict of \(request.path)" + (request.version.map { ", keeping version \($0)" } ?? "")
-        case .watch, .claims, .rebuildIndex, .checkIndex, .createContainer, .renameContainer, .deleteContainer:
+        case .watch, .claims, .rebuildIndex, .checkIndex, .createContainer, .renameContainer, .deleteContainer, .mount:
             throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request changes nothing")
         }
     }

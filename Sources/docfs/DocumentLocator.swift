@@ -12,6 +12,8 @@ struct LocatedDocument {
     var store: StoreLayout
     /// The mount the path was reached through, nil when it names a file inside the store.
     var mountPoint: String?
+    /// The container whose app view that mount shows; nil for the user view.
+    var app: ContainerID? = nil
     var item: ItemID
     var version: UInt64?
     var attributes: stat
@@ -27,7 +29,11 @@ struct LocatedDocument {
             }
             return StorePlace(container: .userDefault, scope: .documents, path: "")
         }
-        return view.place(of: String(path.dropFirst(mountPoint == "/" ? 0 : mountPoint.count)))
+        let relative = String(path.dropFirst(mountPoint == "/" ? 0 : mountPoint.count))
+        guard let app else { return view.place(of: relative) }
+        let parts = relative.split(separator: "/").map(String.init)
+        let scope = parts.first.flatMap { Self.scopes[$0] } ?? .documents
+        return StorePlace(container: app, scope: scope, path: parts.count > 1 ? "/" + parts.dropFirst().joined(separator: "/") : "")
     }
 
     private static let scopes: [String: Scope] = ["Documents": .documents, "Data": .data]
@@ -58,6 +64,7 @@ struct LocatedDocument {
         }
         let store: StoreLayout
         let mountPoint: String?
+        var app: ContainerID? = nil
         if let mount = MountTable.entries().filter({ $0.type == "fuse.docfs" && isInside(absolute, $0.mountPoint) })
             .max(by: { $0.mountPoint.count < $1.mountPoint.count }) {
             guard let record = MountRegistry.record(for: mount.mountPoint) else {
@@ -66,6 +73,7 @@ struct LocatedDocument {
             }
             store = StoreLayout(root: record.store)
             mountPoint = mount.mountPoint
+            app = record.app.flatMap { try? ContainerID($0) }
         } else if let root = storeRoot(containing: absolute) {
             store = StoreLayout(root: root)
             mountPoint = nil
@@ -80,7 +88,7 @@ struct LocatedDocument {
         }
         let isFile = st.st_mode & S_IFMT == S_IFREG
         let version = isFile ? max(ItemAttributes.version(ofDescriptor: fd), 1) : nil
-        return LocatedDocument(path: absolute, store: store, mountPoint: mountPoint, item: item, version: version,
+        return LocatedDocument(path: absolute, store: store, mountPoint: mountPoint, app: app, item: item, version: version,
                                attributes: st)
     }
 

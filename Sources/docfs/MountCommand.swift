@@ -24,11 +24,18 @@ struct MountCommand: ParsableCommand {
               docfs mount ~/Docs
               docfs mount --store /srv/docs -o allow_other /mnt/docs
               docfs mount --foreground ~/Docs
+              docfs mount --app com.example.Notes ~/NotesApp
+
+            A store is served by one daemon: mounting a store that is mounted already adds the \
+            mount to the daemon serving it (an app view beside the user view, say).
             """
     )
 
     @Option(name: .long, help: ArgumentHelp("The store directory.", valueName: "dir"))
     var store: String?
+
+    @Option(name: .long, help: ArgumentHelp("Show only this container (its Documents/ and Data/): an app view.", valueName: "container-id"))
+    var app: String?
 
     @Flag(name: .long, help: "Stay attached and log to stderr; Ctrl-C unmounts.")
     var foreground = false
@@ -56,24 +63,51 @@ struct MountCommand: ParsableCommand {
         parsed.fuseOptions.removeAll { $0 == "nonempty" }
         let ready = ReadinessPipe(fd: readyFd)
 
-        let checked: Void? = ready.reporting {
-            () throws(DocfsError) in
+        /// What the checks found to do: serve the store, or nothing (a serving daemon added
+        /// the mount).
+        enum Plan { case serve(ContainerID?), added }
+        let plan: Plan? = ready.reporting {
+            () throws(DocfsError) -> Plan in
+            let app = try self.app.map { id throws(DocfsError) in try ContainerID(id) }
             try Preflight.checkFUSEDevice()
             try Preflight.checkFusermount()
             try Preflight.checkMountPoint(mountPoint, allowNonEmpty: allowNonEmpty)
+            if readyFd == nil, let added = try addToServingDaemon(storePath, mountPoint: mountPoint, app: app) {
+                print(added)
+                return .added
+            }
             try Preflight.checkStore(storePath)
+            if let app { try Preflight.checkContainer(app, in: storePath) }
+            return .serve(app)
         }
-        guard checked != nil else { throw ExitCode.failure }
-
+        guard let plan else { throw ExitCode.failure }
+        guard case .serve(let app) = plan else { return }
         if !foreground && readyFd == nil {
             let code = BackgroundLauncher.launch(storePath: storePath, mountPoint: mountPoint)
             throw ExitCode(code)
         }
         guard let daemon = ready.reporting({ () throws(DocfsError) in
-            try Daemon(storePath: storePath, mountPoint: mountPoint, options: parsed, logLevel: logLevel)
+            try Daemon(storePath: storePath, mountPoint: mountPoint, app: app, options: parsed, logLevel: logLevel)
         }) else { throw ExitCode.failure }
         ready.succeed()
         daemon.serve()
+    }
+}
+
+extension MountCommand {
+    /// When a daemon serves the store already, asks it to mount this view too (C7: one daemon
+    /// per store) and answers what it said; nil when none does.
+    private func addToServingDaemon(_ storePath: String, mountPoint: String, app: ContainerID?) throws(DocfsError) -> String? {
+        let layout = StoreLayout(root: storePath.hasPrefix("/") ? storePath : MountTable.canonical(storePath))
+        guard access(layout.formatFile, F_OK) == 0, let holder = StoreLock.holder(of: layout) else { return nil }
+        if foreground {
+            throw DocfsError(.storeBusy, "store \(layout.root) is served by daemon pid \(holder.pid): mount without --foreground to add this mount to it")
+        }
+        let request = ControlRequest(kind: .mount, path: mountPoint,
+                                     mount: MountRequest(mountPoint: mountPoint, app: app?.rawValue, options: options))
+        let reply = try ControlClient.send(request, to: layout)
+        guard reply.ok else { throw DocfsError(.badMountPoint, reply.message) }
+        return reply.message
     }
 }
 

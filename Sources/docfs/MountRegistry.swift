@@ -8,6 +8,8 @@ enum MountRegistry {
     struct Record {
         var pid: pid_t
         var store: String
+        /// The container whose app view the mount shows; nil for the user view.
+        var app: String?
     }
 
     static var directory: String {
@@ -30,9 +32,9 @@ enum MountRegistry {
         return directory
     }
 
-    static func register(mountPoint: String, store: String) {
+    static func register(mountPoint: String, store: String, app: String? = nil) {
         guard ownDirectory() != nil else { return }
-        let text = "\(getpid())\n\(store)\n"
+        let text = "\(getpid())\n\(store)\n" + (app.map { "app \($0)\n" } ?? "")
         let fd = open(file(for: mountPoint), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { return }
         _ = text.withCString { write(fd, $0, strlen($0)) }
@@ -45,12 +47,31 @@ enum MountRegistry {
     }
 
     static func record(for mountPoint: String) -> Record? {
-        guard ownDirectory() != nil, let handle = fopen(file(for: mountPoint), "r") else { return nil }
+        guard ownDirectory() != nil else { return nil }
+        return read(file(for: mountPoint))
+    }
+
+    /// Whether daemon `pid` still has a mount registered (it serves several views).
+    static func serves(pid: pid_t) -> Bool {
+        guard let directory = ownDirectory(), let dir = opendir(directory) else { return false }
+        defer { closedir(dir) }
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: &entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != ".", name != "..", read(directory + "/" + name)?.pid == pid { return true }
+        }
+        return false
+    }
+
+    private static func read(_ path: String) -> Record? {
+        guard let handle = fopen(path, "r") else { return nil }
         defer { fclose(handle) }
         var buffer = [CChar](repeating: 0, count: 8192)
         let n = fread(&buffer, 1, buffer.count - 1, handle)
         let lines = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self).split(separator: "\n")
         guard lines.count >= 2, let pid = pid_t(lines[0]) else { return nil }
-        return Record(pid: pid, store: String(lines[1]))
+        let app = lines.dropFirst(2).first { $0.hasPrefix("app ") }.map { String($0.dropFirst(4)) }
+        return Record(pid: pid, store: String(lines[1]), app: app)
     }
 }

@@ -56,6 +56,17 @@ enum Preflight {
         }
     }
 
+    /// An app view's container exists (and is not the default one, which the user view shows).
+    static func checkContainer(_ id: ContainerID, in storePath: String) throws(DocfsError) {
+        guard id != .userDefault else {
+            throw DocfsError(.invalidArgument, "\(id) is the default container: mount without --app to see it")
+        }
+        let store = try LocalStore(path: storePath)
+        guard try ContainerRegistry(layout: store.layout).record(of: id) != nil else {
+            throw DocfsError(.invalidArgument, "there is no container \(id): create it first (docfs container create \(id) --name NAME)")
+        }
+    }
+
     static func isEmptyDirectory(_ path: String) -> Bool {
         guard let dir = opendir(path) else { return false }
         defer { closedir(dir) }

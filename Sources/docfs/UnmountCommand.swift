@@ -29,7 +29,7 @@ struct UnmountCommand: ParsableCommand {
             printError("docfs: \(path) is busy: close the files and shells using it (fuser -vm \(path)), or use --lazy\n")
             throw ExitCode.failure
         }
-        if let record { waitForExit(record.pid) }
+        if let record { waitForEnd(of: path, servedBy: record.pid) }
     }
 
     private func unmount(_ path: String) -> Bool {
@@ -38,10 +38,13 @@ struct UnmountCommand: ParsableCommand {
         return ProcessRunner.run("fusermount3", ["-u", path]) == 0
     }
 
-    /// The daemon releases the store when it exits; wait (up to 10 s) so a new mount can follow.
-    private func waitForExit(_ pid: pid_t) {
+    /// The daemon releases the store when it exits after its last mount; wait (up to 10 s) for
+    /// that, so a new mount can follow, or, when it serves other mounts still, for it to be done
+    /// with this one.
+    private func waitForEnd(of path: String, servedBy pid: pid_t) {
         for _ in 0..<1000 {
             if kill(pid, 0) != 0 && errno == ESRCH { return }
+            if MountRegistry.record(for: path) == nil && MountRegistry.serves(pid: pid) { return }
             usleep(10_000)
         }
         printError("docfs: the daemon (pid \(pid)) is still finishing; it will exit once its work is done\n")

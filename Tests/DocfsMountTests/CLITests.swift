@@ -117,8 +117,15 @@ import Glibc
         try fixture.start()
         let second = fixture.root + "/second"
         mkdir(second, 0o755)
-        try expectFailure("'\(docfs)' mount \(store) '\(second)'", saying: "already served by daemon pid")
-        try expectFailure("'\(docfs)' mount \(store) '\(second)'", saying: fixture.mountPoint)
+        // A second mount of a served store is served by the same daemon (C7); one that would
+        // need a daemon of its own (--foreground) is refused, naming the daemon.
+        try expectFailure("'\(docfs)' mount --foreground \(store) '\(second)'", saying: "served by daemon pid")
+        let added = try shell("'\(docfs)' mount \(store) '\(second)' 2>&1")
+        #expect(added.status == 0 && added.output.contains("mounted the user view at \(second)"), "\(added.output)")
+        try write("seen twice\n", to: fixture.path("both.txt"))
+        #expect((try? String(contentsOfFile: second + "/both.txt", encoding: .utf8)) == "seen twice\n")
+        #expect(try shell("'\(docfs)' unmount '\(second)'").status == 0)
+        #expect(MountFixture.isMounted(fixture.mountPoint) && !MountFixture.isMounted(second))
         try expectFailure("'\(docfs)' unmount '\(second)'", saying: "is not a docfs mount")
         try expectFailure("'\(docfs)' mount --store '\(fixture.root)/other' -o no_such_option '\(second)'",
                           saying: "mount options")

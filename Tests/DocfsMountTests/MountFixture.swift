@@ -11,6 +11,8 @@ final class MountFixture: @unchecked Sendable {
     let store: String
     let mountPoint: String
     private(set) var daemon: Process?
+    /// App views mounted beside the user view (served by the same daemon).
+    private(set) var appMountPoints: [String] = []
 
     static var binary: String {
         if let path = ProcessInfo.processInfo.environment["DOCFS_BIN"] { return path }
@@ -96,8 +98,23 @@ final class MountFixture: @unchecked Sendable {
         try start()
     }
 
+    /// Mounts the app view of container `id` (which must exist) through the serving daemon;
+    /// answers its mount point.
+    func mountApp(_ id: String, options: [String] = MountFixture.defaultOptions) throws -> String {
+        let point = root + "/app-" + id
+        try FileManager.default.createDirectory(atPath: point, withIntermediateDirectories: true)
+        let mounted = try shell("'\(Self.binary)' mount --store '\(store)' --app \(id) -o \(options.joined(separator: ",")) '\(point)' 2>&1")
+        guard mounted.status == 0, Self.isMounted(point) else { throw FixtureError("cannot mount the app view of \(id): \(mounted.output)") }
+        appMountPoints.append(point)
+        return point
+    }
+
     /// Unmounts and waits for the daemon; safe to call more than once.
     func stop() {
+        for point in appMountPoints where Self.isMounted(point) {
+            if umount2(point, 0) != 0 { _ = umount2(point, MNT_DETACH_VALUE) }
+        }
+        appMountPoints = []
         if Self.isMounted(mountPoint) {
             if umount2(mountPoint, 0) != 0 { _ = umount2(mountPoint, MNT_DETACH_VALUE) }
         }

@@ -39,6 +39,14 @@ import Glibc
             #expect(options.output.contains("allow_other"))
             #expect(FileManager.default.createFile(atPath: fixture.path("hello"), contents: Data("hi".utf8)))
             #expect(FileManager.default.fileExists(atPath: fixture.documents + "/hello"))
+            // app=ID makes an app view, served by the same daemon.
+            #expect(try shell("'\(MountFixture.binary)' container create com.example.Notes --name Notes --store '\(fixture.store)'").status == 0)
+            let app = fixture.root + "/notes"
+            try FileManager.default.createDirectory(atPath: app, withIntermediateDirectories: true)
+            let appMounted = try shell("mount -t fuse.docfs -o app=com.example.Notes,nofail '\(fixture.store)' '\(app)' 2>&1", environment: env)
+            #expect(appMounted.status == 0, "\(appMounted.output)")
+            #expect((try? FileManager.default.contentsOfDirectory(atPath: app).sorted()) == ["Data", "Documents"])
+            #expect(try shell("umount '\(app)'").status == 0)
             let unmounted = try shell("umount '\(fixture.mountPoint)'")
             #expect(unmounted.status == 0, "\(unmounted.output)")
             #expect(!MountFixture.isMounted(fixture.mountPoint))

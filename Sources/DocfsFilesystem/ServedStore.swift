@@ -1,0 +1,139 @@
+import CLinux
+import DocfsCoordination
+import DocfsCore
+import DocfsIndex
+import DocfsProvider
+import DocfsThumbnails
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What every view of a served store shares (DESIGN §4 C7: one daemon serves a store, and a
+/// second mount of it — an app view beside the user view — is served by that same daemon):
+/// the one coordinator, the write sessions, item identity, the index stitcher, presenters,
+/// thumbnails and the containers. Each view (`Filesystem`) keeps its own nodes (the node ids
+/// one kernel mount knows); whatever concerns a file rather than a mount lives here, keyed by
+/// backing inode or item id, so two views of one file share one session and one version.
+///
+/// Lock order: `views` is a leaf lock, held for a copy of the list only.
+public final class ServedStore: Sendable {
+    public let store: LocalStore
+    /// Generation of every node the daemon hands out; node ids are never reused within it.
+    public let generation: UInt64
+    let identity: ItemIdentity
+    let sessions: WriteSessions
+    let safeSaves = SafeSaveTracker()
+    let ownChanges = OwnChanges()
+    /// The arbiter every operation that changes an item claims it from (C1).
+    public let coordinator = Coordinator()
+    /// Whoever wants to hear about changes (C6).
+    public let presenters = Presenters()
+    /// Writes index records as operations change items (S1); nil when serving without an index.
+    let stitcher: IndexStitcher?
+    /// Where items are in the store (for index records and bookmarks).
+    let paths: StorePaths
+    /// The containers, and each one's documents folder by backing inode.
+    let containerFolders: ContainerFolders
+    /// How paths in the user view and places in the store correspond.
+    let userView: UserView
+    /// Makes thumbnails in the background; nil when the store is served without them.
+    let thumbnailer: Thumbnailer?
+    /// Checks thumbnails users set (a worker of its own, so a setxattr never waits behind
+    /// the background's jobs).
+    let userThumbnailWorker: ThumbnailWorkerClient?
+    /// The views being served, weakly (a view leaves when it is unmounted).
+    private let views = Mutex<[WeakView]>([])
+
+    private struct WeakView {
+        weak var view: Filesystem?
+    }
+
+    /// Serves `store`, stitching records into `index` (the store's index, reconciled with the
+    /// store) when one is given, and making thumbnails with worker processes `thumbnailWorker`
+    /// starts (`docfs thumbnail-worker`) when it is given.
+    public init(store: LocalStore, index: IndexDatabase? = nil, thumbnailWorker: [String]? = nil) throws(DocfsError) {
+        self.store = store
+        identity = ItemIdentity(allocator: store.itemIDs, ownChanges: ownChanges)
+        sessions = WriteSessions(versions: store.versions)
+        paths = StorePaths(containersPath: try Self.containersPath(of: store))
+        let catalog = ContainerCatalog(registry: ContainerRegistry(layout: store.layout))
+        containerFolders = ContainerFolders(catalog: catalog, layout: store.layout)
+        userView = UserView(layout: store.layout, catalog: catalog)
+        let thumbnails = ThumbnailStore(directory: store.layout.thumbnailsDirectory)
+        if let index {
+            stitcher = IndexStitcher(index: index, paths: paths, containers: catalog, identity: identity,
+                                     thumbnails: thumbnails)
+        } else {
+            stitcher = nil
+        }
+        if let thumbnailWorker {
+            try thumbnails.prepare()
+            let stitcher = self.stitcher
+            thumbnailer = Thumbnailer(store: thumbnails, worker: ThumbnailWorkerClient(command: thumbnailWorker),
+                                      coordinator: coordinator,
+                                      onInstalled: { node in stitcher?.recordFile(node) })
+            userThumbnailWorker = ThumbnailWorkerClient(command: thumbnailWorker)
+            if let index { DetachedThread.start { Filesystem.pruneThumbnails(thumbnails, keepingItemsOf: index) } }
+        } else {
+            thumbnailer = nil
+            userThumbnailWorker = nil
+        }
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        generation = UInt64(now.tv_sec)
+        sessions.onCommit { [unowned self] node, version in
+            for view in servedViews() where view.presentVersion(of: node, version: version) { break }
+        }
+        sessions.onRollback { [unowned self] node in stitcher?.recordFile(node) }
+    }
+
+    /// The backing path of the store's containers folder, as the kernel names it (symbolic
+    /// links on the way resolved), so descriptors' /proc links can be compared with it.
+    private static func containersPath(of store: LocalStore) throws(DocfsError) -> String {
+        let fd = try store.openDirectory(store.layout.containersDirectory)
+        defer { close(fd) }
+        guard let path = backingPath(of: fd) else {
+            throw DocfsError(.storeUnavailable, "cannot tell where the containers directory is", cause: DocfsError.errno("readlink"))
+        }
+        return path
+    }
+
+    // MARK: - Views
+
+    func viewStarted(_ view: Filesystem) {
+        views.withLock { $0.append(WeakView(view: view)) }
+    }
+
+    /// `view` is done (unmounted); the last view's end finishes the shared work: what waits
+    /// in the index's journal is committed, the thumbnail workers stop.
+    func viewEnded(_ view: Filesystem) {
+        let remaining = views.withLock { views -> Int in
+            views.removeAll { $0.view == nil || $0.view === view }
+            return views.count
+        }
+        if remaining == 0 { finish() }
+    }
+
+    /// The views served now.
+    public func servedViews() -> [Filesystem] {
+        views.withLock { $0.compactMap(\.view) }
+    }
+
+    private func finish() {
+        identity.pending.storeAll()
+        thumbnailer?.stop()
+        userThumbnailWorker?.shutDown()
+        stitcher?.finish()
+    }
+
+    /// Where thumbnail problems are reported (a worker that crashed or ran out of time).
+    public func onThumbnailProblem(_ sink: @escaping @Sendable (String) -> Void) {
+        thumbnailer?.onProblem(sink)
+    }
+
+    /// Where failed index writes are reported (the operations themselves succeed).
+    public func onIndexFailure(_ sink: @escaping @Sendable (DocfsError) -> Void) {
+        stitcher?.onFailure(sink)
+    }
+}
