@@ -21,9 +21,13 @@ enum ExtendedAttributePolicy {
     static let computed: Set<String> = [ItemAttributes.bookmark]
     /// Names docfs serves from its own state, listed only when the item has them; whatever the
     /// store holds under them is not shown.
-    static let served: Set<String> = Set([ItemAttributes.thumbnail]).union(containerNames)
+    static let served: Set<String> = Set([ItemAttributes.thumbnail]).union(containerNames).union(externalNames)
+        .union([ReferenceStub.attribute])
     /// The names a container's folder carries (DESIGN §6, issue 6 §1).
     static let containerNames: Set<String> = [ItemAttributes.container, ItemAttributes.containerID]
+    /// The names a reference carries (DESIGN §6, §8).
+    static let externalNames: Set<String> = [ItemAttributes.external, ItemAttributes.container,
+                                             ItemAttributes.original, ItemAttributes.localPath]
 
     /// Refuses a write (`value`) or removal (nil) of a name docfs keeps itself, and values a
     /// writable docfs name does not take.

@@ -44,7 +44,8 @@ extension Filesystem {
         } catch {
             throw DocfsError(.notFound, "bookmark token refused: \(error)")
         }
-        guard let place = bookmark.place, viewPath(of: place) != nil else {
+        guard let place = bookmark.place,
+              viewPath(of: place) != nil || appContainer.flatMap({ existingReference(to: bookmark.item, in: $0) }) != nil else {
             throw notShown("the bookmark names an item of \(bookmark.container) (\(bookmark.scope))")
         }
         if let scope = bookmark.securityScope {
@@ -98,6 +99,12 @@ extension Filesystem {
             guard let path = viewPath(of: place), let node = node(at: place), node.item == item else { continue }
             return (path, node)
         }
+        // An app reaches another container's document through the reference it was granted:
+        // the reference's path, the original's content.
+        if let app = appContainer, let local = existingReference(to: item, in: app), let path = viewPath(of: local),
+           let (_, original) = original(item) {
+            return (path, original)
+        }
         if let hidden = places.first, !places.contains(where: { viewPath(of: $0) != nil }) {
             throw notShown("item \(item) is in \(hidden.container) (\(hidden.scope.rawValue))")
         }
@@ -115,6 +122,9 @@ extension Filesystem {
             return nil
         }
         let key = BackingKey(st)
+        if let original = ReferenceStub.target(ofDescriptor: fd, st) {
+            return Node(id: 0, fd: fd, key: key, type: S_IFREG, item: original, isReference: true)
+        }
         let item = nodes.known(key: key)?.item ?? identity.item(of: fd, st)
         return Node(id: 0, fd: fd, key: key, type: st.st_mode & S_IFMT, item: item)
     }

@@ -20,8 +20,17 @@ extension Filesystem {
         try ExtendedAttributePolicy.checkName(name)
         // Asked before every write (security.capability): answered without touching anything.
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(ENODATA) }
-        guard let node = try readableNode(id) else { throw DocfsError.system(ENODATA) }
+        guard var node = try readableNode(id) else { throw DocfsError.system(ENODATA) }
         if node.isSymlink { throw DocfsError.system(ENODATA) }
+        if node.isReference {
+            if ExtendedAttributePolicy.externalNames.contains(name) {
+                guard let value = externalAttribute(name, of: node) else { throw DocfsError.system(ENODATA) }
+                return try fit(Array(value.utf8), into: size)
+            }
+            // A reference whose original is gone still says which item it stood for.
+            if name == ItemAttributes.id, (try? contentNode(node)) == nil { return try fit(Array(node.item.description.utf8), into: size) }
+            node = try contentNode(node)
+        }
         // A read-only view's item gives no bookmark: it would grant more than the view does.
         if name == ItemAttributes.bookmark && VirtualNodes.isVirtual(id) { throw DocfsError.system(ENODATA) }
         if name == ItemAttributes.bookmark { return try fit(Array(try bookmarkToken(of: node).utf8), into: size) }
@@ -52,6 +61,18 @@ extension Filesystem {
     public func listExtendedAttributes(_ id: NodeID, size: Int) throws(DocfsError) -> AttributeValue {
         guard let node = try readableNode(id) else { return try fit([], into: size) }
         if node.isSymlink { return try fit([], into: size) }
+        if node.isReference {
+            let external: [UInt8] = externalAttributeNames(of: node).flatMap { Array($0.utf8) + [UInt8(0)] }
+            guard let original = try? contentNode(node) else { return try fit(external, into: size) }
+            let names = try listExtendedAttributes(of: original, virtual: VirtualNodes.isVirtual(id))
+            return try fit(names + external, into: size)
+        }
+        return try fit(try listExtendedAttributes(of: node, virtual: VirtualNodes.isVirtual(id)), into: size)
+    }
+
+    /// The names `node` lists (`virtual`: reached through a read-only view, which gives no
+    /// bookmark).
+    private func listExtendedAttributes(of node: Node, virtual: Bool) throws(DocfsError) -> [UInt8] {
         let path = node.procPath
         var length = docfs_listxattr(path, nil, 0) as Int
         guard length >= 0 else { throw DocfsError.system(Glibc.errno) }
@@ -79,14 +100,14 @@ extension Filesystem {
             }
             if !hasVersion && hasVersions(node) { names += Array(ItemAttributes.version.utf8) + [0] }
             if !hasID && unstoredID(of: node) != nil { names += Array(ItemAttributes.id.utf8) + [0] }
-            for computed in ExtendedAttributePolicy.computed.sorted() where !VirtualNodes.isVirtual(id) {
+            for computed in ExtendedAttributePolicy.computed.sorted() where !virtual {
                 names += Array(computed.utf8) + [0]
             }
             if currentThumbnail(of: node) != nil { names += Array(ItemAttributes.thumbnail.utf8) + [0] }
             for name in containerAttributeNames(of: node) { names += Array(name.utf8) + [0] }
             break
         }
-        return try fit(names, into: size)
+        return names
     }
 
     /// docfs_setxattr(2); `flags` may hold XATTR_CREATE or XATTR_REPLACE.
@@ -98,6 +119,7 @@ extension Filesystem {
         if node.isSymlink { throw DocfsError.system(EPERM) }
         if name == ItemAttributes.thumbnail { return try setThumbnailAttribute(of: node, png: value, flags: flags) }
         try ExtendedAttributePolicy.checkWritable(name, value: value)
+        defer { shared.changed(by: self, files: [node.key]) }
         try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
             try check(value.withUnsafeBytes { docfs_setxattr(node.procPath, name, $0.baseAddress, $0.count, flags) })
             ownChanges.changedFile(at: node.fd)
@@ -112,6 +134,7 @@ extension Filesystem {
         if node.isSymlink { throw DocfsError.system(EPERM) }
         if name == ItemAttributes.thumbnail { return try removeThumbnailAttribute(of: node) }
         try ExtendedAttributePolicy.checkWritable(name, value: nil)
+        defer { shared.changed(by: self, files: [node.key]) }
         try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
             try check(docfs_removexattr(node.procPath, name))
             ownChanges.changedFile(at: node.fd)

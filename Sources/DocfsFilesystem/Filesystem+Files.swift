@@ -32,7 +32,8 @@ extension Filesystem {
     /// starting it if it is the first (see `WriteSessions`).
     public func open(_ id: NodeID, flags: Int32, caller: Caller) throws(DocfsError) -> OpenFile {
         if VirtualNodes.isVirtual(id) { return try openVirtual(id, flags: flags) }
-        let node = try nodes.node(id)
+        let reached = try nodes.node(id)
+        let node = try contentNode(reached)  // a reference opens its original
         if node.isDirectory && flags & O_ACCMODE != O_RDONLY { throw DocfsError.system(EISDIR) }
         let writes = node.type == S_IFREG && (flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0)
         return try coordinator.withClaims([(node.item, writes ? .write : .read)]) { () throws(DocfsError) -> OpenFile in
@@ -63,14 +64,17 @@ extension Filesystem {
                 if dropped != 0 && fchmod(fd, st.st_mode & 0o7777 & ~dropped) == 0 { st.st_mode &= ~dropped }
                 mayPassThrough = !Self.hasSetIDBits(st.st_mode)
             }
-            return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
-                            mayPassThrough: mayPassThrough)
+            // A reference's pages are its own node's in the kernel, the original's another's:
+            // they are not kept, and I/O goes through docfs to the original's file.
+            return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: !reached.isReference,
+                            mayPassThrough: mayPassThrough && !reached.isReference)
         }
     }
 
     public func create(parent: NodeID, name: FileName, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
+        defer { shared.changed(by: self, names: [(directory.key, name)]) }
         let made = try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> (Entry, OpenFile)? in
             try createExclusively(in: directory, name: name, mode: mode, flags: flags, caller: caller)
         }
@@ -186,7 +190,10 @@ extension Filesystem {
         guard copy >= 0 else { throw DocfsError.system(Glibc.errno) }
         try check(close(copy))
         sessions.flushed(handle)
-        if let written = stitcher?.closed(handle) { contentChanged(written) }
+        if let written = stitcher?.closed(handle) {
+            contentChanged(written)
+            shared.changed(by: self, files: [written.key])  // close-to-open for the other mounts
+        }
     }
 
     /// The last close of an open file; the last writer of a file ends its write session.
@@ -220,7 +227,10 @@ extension Filesystem {
         let fd = backingDescriptor(of: handle)
         storePendingID(createdAs: handle, fd: fd)
         try check(dataOnly ? fdatasync(fd) : Glibc.fsync(fd))
-        if let written = stitcher?.closed(handle) { contentChanged(written) }
+        if let written = stitcher?.closed(handle) {
+            contentChanged(written)
+            shared.changed(by: self, files: [written.key])
+        }
     }
 
     /// fallocate(2) with any mode (keep-size, punch-hole, zero-range, collapse/insert range).

@@ -11,6 +11,7 @@ extension Filesystem {
     public func makeDirectory(parent: NodeID, name: FileName, mode: mode_t, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
+        defer { shared.changed(by: self, names: [(directory.key, name)]) }
         return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
             try check(mkdirat(directory.fd, name.cString, mode & 0o7777))
             ownChanges.changedName(name, in: directory.key)
@@ -27,6 +28,7 @@ extension Filesystem {
     public func makeNode(parent: NodeID, name: FileName, mode: mode_t, device: dev_t, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
+        defer { shared.changed(by: self, names: [(directory.key, name)]) }
         return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
             try check(mknodat(directory.fd, name.cString, mode, device))
             ownChanges.changedName(name, in: directory.key)
@@ -41,6 +43,7 @@ extension Filesystem {
     public func makeSymbolicLink(target: FileName, parent: NodeID, name: FileName, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
+        defer { shared.changed(by: self, names: [(directory.key, name)]) }
         try refuseEscapingLink(target, in: directory, name: name)
         return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
             try check(symlinkat(target.cString, directory.fd, name.cString))
@@ -58,6 +61,11 @@ extension Filesystem {
         let node = try nodes.node(id)
         let directory = try nodes.node(newParent)
         try refuseTakingContainerName(newParent, newName)
+        defer { shared.changed(by: self, names: [(directory.key, newName)], files: [node.key]) }
+        if node.isReference {
+            throw DocfsError(.refused,
+                             "\(newName): a reference cannot be hard-linked (link the original, or pick it again)")
+        }
         return try coordinator.withClaims([(directory.item, .write), (node.item, .metadata)]) { () throws(DocfsError) -> Entry in
             // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; a daemon without it links through /proc.
             if linkat(node.fd, "", directory.fd, newName.cString, DOCFS_AT_EMPTY_PATH) != 0 {
@@ -79,11 +87,13 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         try refuseControlArea(parent, name)
         try refuseChangingContainerFolder(parent, name)
+        defer { shared.changed(by: self, names: [(directory.key, name)]) }
         try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
             let victim = knownNode(at: name, in: directory)
+            let wasReference = victim?.isReference ?? (reference(at: name, in: directory) != nil)
             ownChanges.changedName(name, in: directory.key)
             try check(unlinkat(directory.fd, name.cString, 0))
-            stitcher?.removeName(name, in: directory.fd)
+            stitcher?.removeName(name, in: directory.fd, wasReference: wasReference)
             victim?.found(at: nil)  // gone by docfs's hand: no writer raced for it
             if let victim { removedLastName(of: victim) }
             present(.deleted, name, in: directory, item: victim?.item)
@@ -94,6 +104,7 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         try refuseControlArea(parent, name)
         try refuseChangingContainerFolder(parent, name)
+        defer { shared.changed(by: self, names: [(directory.key, name)]) }
         try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
             ownChanges.changedName(name, in: directory.key)
             try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
@@ -115,6 +126,8 @@ extension Filesystem {
         try refuseControlArea(newParent, newName)
         try refuseChangingContainerFolder(parent, name)
         try refuseChangingContainerFolder(newParent, newName)
+        var changedNames = [(folder: from.key, name: name), (folder: to.key, name: newName)]
+        defer { shared.changed(by: self, names: changedNames) }
         // A move claims both ends and both folders.
         var claims = self.claims(writing: [from, to], deleting: newName, in: to)
         if let moved = itemAt(name, in: from) { claims.append((moved, .move)) }
@@ -127,6 +140,16 @@ extension Filesystem {
             // Whatever the target name held leaves by docfs's hand (an exchange moves it).
             if flags & DOCFS_RENAME_EXCHANGE == 0 { knownNode(at: newName, in: to)?.found(at: nil) }
             let exchange = flags & DOCFS_RENAME_EXCHANGE != 0
+            if !exchange, let original = reference(at: newName, in: to) {
+                // A save onto a reference saves the original (in its own place). The kernel
+                // moved the saved file's node to the reference's name: it must look again.
+                let (retagged, saved) = try replaceOriginal(original, from: from, name: name, caller: caller)
+                changedNames.append(saved)
+                var forget = KernelInvalidations()
+                forget.entries = [(to.id, newName)]
+                invalidateAfterReply(forget)
+                return retagged
+            }
             if let retagged = try renameAsReplace(from: from, name: name, to: to, newName: newName, flags: flags, caller: caller) {
                 stitcher?.recordReplace(name, in: from.fd, by: newName, in: to.fd, exchange: exchange)
                 if let document = knownNode(at: newName, in: to) { contentChanged(document) }
@@ -142,7 +165,7 @@ extension Filesystem {
             noteMoved(to: newName, in: to)
             if flags & DOCFS_RENAME_EXCHANGE != 0 { noteMoved(to: name, in: from) }
             if flags & DOCFS_RENAME_EXCHANGE == 0, from.key == to.key, SafeSaveTracker.isBackupName(newName, of: name),
-               let moved = replaceSide(in: to, name: newName) {
+               reference(at: newName, in: to) == nil, let moved = replaceSide(in: to, name: newName) {
                 // Perhaps an editor's backup step: the new content may follow under the old name.
                 safeSaves.noteRenamedAway(item: moved.item, from: from.key, name: name, to: to.key, newName: newName)
                 close(moved.fd)
@@ -200,10 +223,15 @@ extension Filesystem {
     /// caller, and the caller's group unless the folder is setgid (the store already gave the
     /// folder's group then: gid_t.max leaves it). Nil when the daemon's own ids already fit.
     func ownership(for caller: Caller, in directory: Node) throws(DocfsError) -> (uid: uid_t, gid: gid_t)? {
+        try ownership(for: caller, inFolder: directory.fd)
+    }
+
+    /// The same, for the folder `folderFD` (any descriptor of it).
+    func ownership(for caller: Caller, inFolder folderFD: Int32) throws(DocfsError) -> (uid: uid_t, gid: gid_t)? {
         let me = Caller.daemon
         if caller.uid == me.uid && caller.gid == me.gid { return nil }
         var parent = stat()
-        try check(fstatat(directory.fd, "", &parent, DOCFS_AT_EMPTY_PATH))
+        try check(fstatat(folderFD, "", &parent, DOCFS_AT_EMPTY_PATH))
         let inheritsGroup = parent.st_mode & S_ISGID != 0
         if caller.uid == me.uid && inheritsGroup { return nil }
         return (caller.uid, inheritsGroup ? gid_t.max : caller.gid)

@@ -172,3 +172,17 @@ extension Filesystem {
         return invalidations
     }
 }
+
+extension Filesystem {
+    /// What this view's kernel must forget of names and files another view changed.
+    func invalidations(names: [(folder: BackingKey, name: FileName)], files: [BackingKey]) -> KernelInvalidations {
+        var invalidations = KernelInvalidations()
+        for (folder, name) in names {
+            if let parent = nodes.known(key: folder) { invalidations.entries.append((parent.id, name)) }
+        }
+        for file in files {
+            if let node = nodes.known(key: file) { invalidations.inodes.append(node.id) }
+        }
+        return invalidations
+    }
+}

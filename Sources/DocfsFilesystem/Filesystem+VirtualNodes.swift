@@ -206,6 +206,6 @@ extension Filesystem {
         if VirtualNodes.isVirtual(id), case .readOnlyView(let real)? = try? virtualNodes.node(id) {
             throw DocfsError(.denied, "item \(real.item) was reached through a read-only bookmark: it may only be read")
         }
-        return try nodes.node(id)
+        return try contentNode(try nodes.node(id))  // a reference changes its original
     }
 }

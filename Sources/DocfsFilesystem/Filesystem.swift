@@ -96,6 +96,12 @@ public final class Filesystem: Sendable {
         invalidationSink.withLock { $0 }?(invalidations)
     }
 
+    /// The same, for a request whose reply the kernel waits for with the folders locked (a
+    /// rename): sent from a thread of its own, so it goes out once the reply has.
+    func invalidateAfterReply(_ invalidations: KernelInvalidations) {
+        DetachedThread.start { [self] in invalidate(invalidations) }
+    }
+
     /// Serves the user view of `store` on its own (the store's first and only view), stitching
     /// records into `index` when one is given and making thumbnails with `thumbnailWorker`
     /// when it is given (see `ServedStore`).
@@ -210,8 +216,13 @@ public final class Filesystem: Sendable {
             close(fd)
             node = known
         } else {
-            node = nodes.reference(key: key, fd: fd, type: st.st_mode & S_IFMT, item: newItem ?? identity.item(of: fd, st))
+            if let original = ReferenceStub.target(ofDescriptor: fd, st) {
+                node = nodes.reference(key: key, fd: fd, type: S_IFREG, item: original, isReference: true)
+            } else {
+                node = nodes.reference(key: key, fd: fd, type: st.st_mode & S_IFMT, item: newItem ?? identity.item(of: fd, st))
+            }
         }
+        if node.isReference, let original = try? referenceAttributes(of: node) { st = original }
         st.st_ino = ino_t(node.item.rawValue)
         return (node, st)
     }
@@ -222,6 +233,7 @@ public final class Filesystem: Sendable {
         if VirtualNodes.isVirtual(id) { return try virtualAttributes(id, try virtualNodes.node(id), handle: handle) }
         let node = try nodes.node(id)
         var st = try backingAttributes(of: node, handle: handle)
+        if node.isReference, handle == nil, let original = try? referenceAttributes(of: node) { st = original }
         st.st_ino = ino_t(node.item.rawValue)
         return st
     }
@@ -242,6 +254,7 @@ public final class Filesystem: Sendable {
 
     public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
         let node = try changeableNode(id)
+        defer { shared.changed(by: self, files: [node.key]) }
         return try coordinator.withClaims([(node.item, changes.size == nil ? .metadata : .write)]) { () throws(DocfsError) -> stat in
             var st = try setAttributes(of: node, handle: handle, changes, caller: caller)
             // The watcher knows backing inodes; the kernel is shown the item id.

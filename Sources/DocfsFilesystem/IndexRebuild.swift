@@ -138,11 +138,11 @@ public enum IndexRebuild {
                 guard fstatat(fd, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }  // gone meanwhile
                 summary.items += 1
                 let path = relative + "/" + name.description
-                let location = builder.location(path)
+                let location = builder.location(path, isReference: ReferenceStub.isReference(name, in: fd, st))
                 let indexed = fingerprints.take(location)
                 if st.st_mode & S_IFMT == S_IFDIR { subfolders.append((directory + "/" + name.description, path)) }
                 if mode == .check {
-                    try compare(name, in: fd, st, location: location, indexed: indexed != nil, builder: builder)
+                    try compare(name, in: fd, st, path: path, location: location, indexed: indexed != nil, builder: builder)
                     continue
                 }
                 let (id, assigned) = IndexRebuild.identity(of: name, in: fd, &st, indexed: indexed, allocator: store.itemIDs)
@@ -161,7 +161,9 @@ public enum IndexRebuild {
         }
 
         /// A check of one name: its record as the store says it should be, against the index's.
-        private mutating func compare(_ name: FileName, in directoryFD: Int32, _ st: stat, location: IndexLocation,
+        /// `path` is the name's path in its scope, `location` where its record is (a reference's
+        /// is in the external scope).
+        private mutating func compare(_ name: FileName, in directoryFD: Int32, _ st: stat, path: String, location: IndexLocation,
                                       indexed: Bool, builder: IndexRecordBuilder) throws(DocfsError) {
             guard indexed, let recorded = try index.record(at: location) else {
                 summary.differences.append(Difference(location: location, kind: .missing, detail: ""))
@@ -174,7 +176,7 @@ public enum IndexRebuild {
             let id = type == S_IFREG || type == S_IFDIR
                 ? ItemAttributes.id(ofDescriptor: fd) ?? pendingIDs?(fd, st)
                 : ItemID.derived(fromBackingInode: UInt64(st.st_ino))
-            let expected = builder.record(item: id ?? ItemID(rawValue: 0), file: fd, path: location.path, st: st)
+            let expected = builder.record(item: id ?? ItemID(rawValue: 0), file: fd, path: path, st: st)
             let differing = recorded.differences(from: expected)
             guard !differing.isEmpty else { return }
             let detail = differing.map { attribute -> String in

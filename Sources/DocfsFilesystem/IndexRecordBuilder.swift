@@ -88,7 +88,21 @@ struct IndexRecordBuilder: Sendable {
             conflict: text(Filesystem.conflictAttribute) == "1")
         record.backingInode = UInt64(st.st_ino)
         record.statusChanged = Self.seconds(st.st_ctim)
+        if type == S_IFREG && st.st_size == 0 && carried.contains(ReferenceStub.attribute) { makeExternal(&record) }
         return record
+    }
+
+    /// A reference's record (DESIGN §5 S2, §8): in the container's external scope, at its path
+    /// in the container (`/Documents/a`), which is also its local path. Where the original is
+    /// changes without the reference changing, so queries fill that in when they answer.
+    private func makeExternal(_ record: inout IndexRecord) {
+        let external = location(record.path, isReference: true)
+        record.scope = external.scope
+        record.path = external.path
+        record.localPath = record.path
+        record.isExternal = true
+        record.version = 0
+        record.hasThumbnail = false
     }
 
     /// A descriptor for reading the file `name` in the folder `directoryFD`, when that name is
@@ -111,8 +125,10 @@ struct IndexRecordBuilder: Sendable {
     }
 
     /// Where `path` is in the index.
-    func location(_ path: String) -> IndexLocation {
-        IndexLocation(container: container.rawValue, scope: scope, path: path)
+    func location(_ path: String, isReference: Bool = false) -> IndexLocation {
+        guard isReference else { return IndexLocation(container: container.rawValue, scope: scope, path: path) }
+        let folder = StorePaths.scopeFolders.first { $0.scope.rawValue == scope }?.name ?? scope
+        return IndexLocation(container: container.rawValue, scope: Scope.external.rawValue, path: "/" + folder + path)
     }
 
     /// A descriptor for reading the file `file` (any descriptor of it) refers to, opened

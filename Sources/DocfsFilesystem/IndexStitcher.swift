@@ -153,10 +153,12 @@ final class IndexStitcher: Sendable {
     }
 
     /// `name` in the folder `directoryFD` left (unlink, rmdir), with whatever was under it.
-    func removeName(_ name: FileName, in directoryFD: Int32) {
+    /// `name` in the folder `directoryFD` left (unlink, rmdir), with whatever was under it;
+    /// `wasReference` when it was a reference (whose record is in the external scope).
+    func removeName(_ name: FileName, in directoryFD: Int32, wasReference: Bool = false) {
         stitch { () -> [IndexChange] in
             guard let place = self.place(of: name, in: directoryFD) else { return [] }
-            return [.remove(location(place))] + folderChanges(directoryFD)
+            return [.remove(wasReference ? externalLocation(place) : location(place))] + folderChanges(directoryFD)
         }
     }
 
@@ -175,7 +177,15 @@ final class IndexStitcher: Sendable {
                 changes = [.exchange(location(old), location(new))]
                 if let record = record(of: name, in: from) { changes.append(.put(record)) }
             } else {
-                changes = [.remove(location(new)), .move(from: location(old), to: location(new))]
+                changes = [.remove(location(new))]
+                var moved = stat()
+                if fstatat(to, newName.cString, &moved, AT_SYMLINK_NOFOLLOW) == 0, ReferenceStub.isReference(newName, in: to, moved) {
+                    changes.append(.remove(externalLocation(old)))  // a reference's record is put anew below
+                } else {
+                    changes.append(.move(from: location(old), to: location(new)))
+                    // References in a moved folder move with it.
+                    if moved.st_mode & S_IFMT == S_IFDIR { changes.append(.move(from: externalLocation(old), to: externalLocation(new))) }
+                }
             }
             if let record = record(of: newName, in: to) { changes.append(.put(record)) }
             // What a folder holds moved with it: into another container, its records take that
@@ -213,11 +223,12 @@ final class IndexStitcher: Sendable {
             guard let place = paths.place(ofBacking: path), !place.isScopeRoot else { return [] }
             let slash = path.lastIndex(of: "/")!
             let folder = open(String(path[..<slash]), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            guard folder >= 0 else { return [.remove(location(place))] }
+            let gone: [IndexChange] = [.remove(location(place)), .remove(externalLocation(place))]
+            guard folder >= 0 else { return gone }
             defer { close(folder) }
             let parent = nameChanged ? folderChanges(folder) : []
             let name = FileName(String(path[path.index(after: slash)...]))
-            guard let record = record(of: name, in: folder) else { return [.remove(location(place))] + parent }
+            guard let record = record(of: name, in: folder) else { return gone + parent }
             var changes: [IndexChange] = [.put(record)]
             if nameChanged && record.kind == "folder" { changes += recordsUnder(name, in: folder) }
             return changes + parent
@@ -346,5 +357,10 @@ final class IndexStitcher: Sendable {
     /// Where the index keeps the record of `place`.
     private func location(_ place: StorePlace) -> IndexLocation {
         IndexLocation(container: place.container.rawValue, scope: place.scope.rawValue, path: place.path)
+    }
+
+    /// Where the index keeps the record of a reference at `place` (the external scope).
+    private func externalLocation(_ place: StorePlace) -> IndexLocation {
+        builder(place).location(place.path, isReference: true)
     }
 }

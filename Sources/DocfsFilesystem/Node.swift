@@ -36,6 +36,9 @@ final class Node: Sendable {
     let key: BackingKey
     /// S_IFMT bits: a backing inode never changes type.
     let type: mode_t
+    /// This file is a reference (see `ReferenceStub`): it stands for the document `item`, which
+    /// lives elsewhere; its content and attributes are the original's.
+    let isReference: Bool
     private let itemStorage: Atomic<UInt64>
     /// Where the kernel last found this file: the folder and the name (for telling a write
     /// session that someone replaced the file it writes).
@@ -60,11 +63,12 @@ final class Node: Sendable {
 
     func found(at place: Place?) { placeStorage.withLock { $0 = place } }
 
-    init(id: NodeID, fd: Int32, key: BackingKey, type: mode_t, item: ItemID) {
+    init(id: NodeID, fd: Int32, key: BackingKey, type: mode_t, item: ItemID, isReference: Bool = false) {
         self.id = id
         self.fd = fd
         self.key = key
         self.type = type
+        self.isReference = isReference
         self.itemStorage = Atomic(item.rawValue)
     }
 
@@ -145,7 +149,7 @@ final class NodeTable: Sendable {
     /// Counts one more lookup of the backing file `key`, making a node for it (holding `fd`, an
     /// O_PATH descriptor of that file) if the kernel did not know it. When another lookup made
     /// the node meanwhile, `fd` is closed and that node counted.
-    func reference(key: BackingKey, fd: Int32, type: mode_t, item: ItemID) -> Node {
+    func reference(key: BackingKey, fd: Int32, type: mode_t, item: ItemID, isReference: Bool = false) -> Node {
         let (node, duplicate) = state.withLock { state -> (Node, Bool) in
             if let id = state.byKey[key], var slot = state.slots[id] {
                 slot.lookups += 1
@@ -154,7 +158,7 @@ final class NodeTable: Sendable {
             }
             let id = state.nextID
             state.nextID += 1
-            let node = Node(id: id, fd: fd, key: key, type: type, item: item)
+            let node = Node(id: id, fd: fd, key: key, type: type, item: item, isReference: isReference)
             state.slots[id] = Slot(node: node, lookups: 1)
             state.byKey[key] = id
             return (node, false)

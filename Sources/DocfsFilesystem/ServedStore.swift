@@ -36,7 +36,7 @@ public final class ServedStore: Sendable {
     /// The containers, and each one's documents folder by backing inode.
     let containerFolders: ContainerFolders
     /// How paths in the user view and places in the store correspond.
-    let userView: UserView
+    public let userView: UserView
     /// Makes thumbnails in the background; nil when the store is served without them.
     let thumbnailer: Thumbnailer?
     /// Checks thumbnails users set (a worker of its own, so a setxattr never waits behind
@@ -118,6 +118,18 @@ public final class ServedStore: Sendable {
     /// The views served now.
     public func servedViews() -> [Filesystem] {
         views.withLock { $0.compactMap(\.view) }
+    }
+
+    /// `origin` changed these names (folder, name) and files: every other view's kernel is told
+    /// to forget what it knows of them, now (to those mounts the change came from outside).
+    /// Called after the change's claims are released: a kernel may wait for a folder lock that
+    /// one of its own requests holds while waiting for a claim.
+    func changed(by origin: Filesystem, names: [(folder: BackingKey, name: FileName)] = [], files: [BackingKey] = []) {
+        let others = views.withLock { views in views.count > 1 ? views.compactMap(\.view).filter { $0 !== origin } : [] }
+        for view in others {
+            let invalidations = view.invalidations(names: names, files: files)
+            if !invalidations.entries.isEmpty || !invalidations.inodes.isEmpty { view.invalidate(invalidations) }
+        }
     }
 
     private func finish() {

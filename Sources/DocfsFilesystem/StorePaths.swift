@@ -15,7 +15,7 @@ import Glibc
 /// name, are remembered (a file with several names may have been reached by another).
 ///
 /// Lock order: `known` is a leaf lock, held for a dictionary access only.
-final class StorePaths: Sendable {
+public final class StorePaths: Sendable {
     /// The backing path of the store's containers folder.
     let containersPath: String
     private let containersFD: Int32
@@ -23,6 +23,8 @@ final class StorePaths: Sendable {
     private static let remembered = 4096
     /// The folder of each scope inside a container's folder.
     static let scopeFolders: [(name: String, scope: Scope)] = [("Documents", .documents), ("Data", .data)]
+    /// The same, by folder name.
+    public static let scopeFolderNames: [String: Scope] = ["Documents": .documents, "Data": .data]
 
     init(containersPath: String) {
         self.containersPath = containersPath

@@ -41,6 +41,9 @@ public struct IndexRecord: Sendable, Equatable {
     /// For references (external documents): where the document lives, and where it shows.
     public var originalPath: String
     public var localPath: String
+    /// For a reference: the display name of the container holding the original, where a
+    /// query's answer fills it in (not stored).
+    public var originalContainerName = ""
     public var conflict: Bool
     /// Reserved for syncing with other machines (DESIGN §9); empty until then.
     public var downloadState: String

@@ -21,6 +21,12 @@ public enum ItemAttributes {
     public static let container = "user.docfs.container"
     /// On a container's folder: the container's id.
     public static let containerID = "user.docfs.container-id"
+    /// On a reference: 1.
+    public static let external = "user.docfs.external"
+    /// On a reference: where the original is, as a path of the user view.
+    public static let original = "user.docfs.original"
+    /// On a reference: its own path in its container (`/Documents/report.odt`).
+    public static let localPath = "user.docfs.local-path"
 
     /// The id stored on the file an O_PATH descriptor refers to; nil when it has none.
     public static func id(ofDescriptor fd: Int32) -> ItemID? {

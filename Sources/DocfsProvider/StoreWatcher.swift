@@ -58,7 +58,7 @@ public final class StoreWatcher: @unchecked Sendable {
 
     /// Names of docfs's own working files (a restore or a raced save in progress): a daemon
     /// that died in the middle leaves them; the first walk of the tree removes them.
-    public static let workingFilePrefixes = [".docfs-restore-", ".docfs-conflict-"]
+    public static let workingFilePrefixes = [".docfs-restore-", ".docfs-conflict-", ".docfs-pick-"]
 
     /// Starts watching every folder under `root`.
     public init(root: String) throws(DocfsError) {
@@ -123,6 +123,8 @@ public final class StoreWatcher: @unchecked Sendable {
             // for the root, which has no watched parent.
             return event.mask & UInt32(IN_ATTRIB) != 0 && path == root ? [.attributes(path: path)] : []
         }
+        // docfs's own working files (a copy or restore being made) are nobody's change.
+        if Self.workingFilePrefixes.contains(where: name.description.hasPrefix) { return [] }
         if event.mask & UInt32(IN_ATTRIB) != 0 {
             return [.attributes(path: path + "/" + name.description)]
         }

@@ -1,7 +1,6 @@
 import ArgumentParser
 import DocfsCore
 import DocfsFilesystem
-import DocfsIndex
 import DocfsProvider
 #if canImport(Glibc)
 import Glibc
@@ -101,21 +100,10 @@ struct ContainerCommand: ParsableCommand {
     static func run(_ kind: ControlRequest.Kind, _ change: ContainerChange, _ location: StoreLocation) throws(DocfsError) -> String {
         let (layout, _) = try location.resolve()
         let request = ControlRequest(kind: kind, path: "", container: change)
-        if access(layout.formatFile, F_OK) == 0, StoreLock.holder(of: layout) != nil {
-            let reply = try ControlClient.send(request, to: layout)
-            guard reply.ok else { throw DocfsError(.invalidArgument, reply.message) }
-            return reply.message
+        if kind != .createContainer, StoreLock.holder(of: layout) == nil { _ = try registry(location) }  // the store must exist
+        return try StoreRequest.perform(request, on: layout, purpose: "docfs container") { filesystem throws(DocfsError) in
+            try apply(request, filesystem: filesystem) { _ in }
         }
-        if kind != .createContainer { _ = try registry(location) }  // the store must exist
-        let store = try LocalStore(path: layout.root)
-        let lock = try StoreLock(store: store, mountPoint: "(docfs container)")
-        defer { withExtendedLifetime(lock) {} }
-        // Records are changed as the daemon would (when the index is usable; otherwise the
-        // next mount reconciles it anyway).
-        let index = try? IndexDatabase.open(path: store.layout.indexFile)
-        let filesystem = try Filesystem(store: store, index: index?.1 == .ready ? index?.0 : nil)
-        defer { filesystem.forgetAll() }
-        return try apply(request, filesystem: filesystem) { _ in }
     }
 
     /// Carries a container request out in the daemon, telling the kernel what to forget.

@@ -1,5 +1,6 @@
 import CLinux
 import DocfsCore
+import DocfsFilesystem
 import DocfsProvider
 import FoundationEssentials
 #if canImport(Glibc)
@@ -15,6 +16,8 @@ struct ControlRequest: Codable {
         case createContainer, renameContainer, deleteContainer
         /// Mount one more view of the served store.
         case mount
+        /// A picker mode: open, import, move or export a document.
+        case pick
 
         /// Requests about a container rather than an item.
         var isContainerChange: Bool { self == .createContainer || self == .renameContainer || self == .deleteContainer }
@@ -33,16 +36,28 @@ struct ControlRequest: Codable {
     var container: ContainerChange? = nil
     /// The mount to add.
     var mount: MountRequest? = nil
+    /// The picker mode to carry out.
+    var pick: PickRequest? = nil
 
     init(kind: Kind, path: String, item: UInt64? = nil, version: UInt64? = nil, container: ContainerChange? = nil,
-         mount: MountRequest? = nil) {
+         mount: MountRequest? = nil, pick: PickRequest? = nil) {
         self.kind = kind
         self.path = path
         self.item = item
         self.version = version
         self.container = container
         self.mount = mount
+        self.pick = pick
     }
+}
+
+/// A picker mode to carry out on a document (the request's item): into which folder, as a
+/// place (container, scope, path).
+struct PickRequest: Codable {
+    var mode: Filesystem.PickMode
+    var container: String
+    var scope: Scope
+    var path: String
 }
 
 /// A mount to add to a served store: where, which view (an app's, or the user view), options.

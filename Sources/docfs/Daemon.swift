@@ -209,6 +209,8 @@ final class Daemon: Sendable {
             let message: String
             if request.kind == .mount {
                 message = try mountRequested(request, caller: caller)
+            } else if request.kind == .pick {
+                message = try Picker.apply(request, filesystem: primary, caller: caller, invalidate: invalidate)
             } else if request.kind.isContainerChange {
                 if request.kind == .deleteContainer, let id = request.container?.id,
                    let shown = mounts.withLock({ $0.first { $0.filesystem.appContainer?.rawValue == id } }) {

@@ -15,7 +15,8 @@ struct Docfs: ParsableCommand {
             Stop with:   docfs unmount ~/Docs
             """,
         subcommands: [MountCommand.self, UnmountCommand.self, StatusCommand.self, VersionsCommand.self, WatchCommand.self,
-                      QueryCommand.self, IndexCommand.self, BookmarkCommand.self, ContainerCommand.self, ReapMountCommand.self,
+                      QueryCommand.self, IndexCommand.self, BookmarkCommand.self, ContainerCommand.self, PickCommand.self,
+                      MoveCommand.self, ExportCommand.self, ReapMountCommand.self,
                       ThumbnailWorkerCommand.self]
     )
 }

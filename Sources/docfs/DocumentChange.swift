@@ -9,19 +9,9 @@ import DocfsProvider
 enum DocumentChange {
     static func run(_ kind: ControlRequest.Kind, _ document: LocatedDocument, version: UInt64?) throws(DocfsError) -> String {
         let request = ControlRequest(kind: kind, path: try document.pathUnderRoot(), item: document.item.rawValue, version: version)
-        if StoreLock.holder(of: document.store) != nil {
-            let reply = try ControlClient.send(request, to: document.store)
-            guard reply.ok else { throw DocfsError(.invalidArgument, reply.message) }
-            return reply.message
+        return try StoreRequest.perform(request, on: document.store, purpose: "docfs versions") { filesystem throws(DocfsError) in
+            try apply(request, item: document.item, filesystem: filesystem, caller: .daemon) { _ in }
         }
-        let store = try LocalStore(path: document.store.root)
-        let lock = try StoreLock(store: store, mountPoint: "(docfs versions)")
-        defer { withExtendedLifetime(lock) {} }
-        // The change is stitched into the index as the daemon would (when the index is usable;
-        // otherwise the next query or mount makes it again anyway).
-        let index = try? IndexDatabase.open(path: store.layout.indexFile)
-        let filesystem = try Filesystem(store: store, index: index?.1 == .ready ? index?.0 : nil)
-        return try apply(request, item: document.item, filesystem: filesystem, caller: .daemon) { _ in }
     }
 
     /// Carries the request out (in the daemon, or here when no daemon serves the store).
@@ -35,7 +25,7 @@ enum DocumentChange {
         case .resolve:
             invalidate(try filesystem.resolveConflict(path: request.path, item: item, keep: request.version, caller: caller))
             return "resolved the conflict of \(request.path)" + (request.version.map { ", keeping version \($0)" } ?? "")
-        case .watch, .claims, .rebuildIndex, .checkIndex, .createContainer, .renameContainer, .deleteContainer, .mount:
+        case .watch, .claims, .rebuildIndex, .checkIndex, .createContainer, .renameContainer, .deleteContainer, .mount, .pick:
             throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request changes nothing")
         }
     }

@@ -36,6 +36,8 @@ struct StatusCommand: ParsableCommand {
         var container: String
         var containerName: String
         var scope: String
+        /// For a reference: where its original is now (nil when it was deleted).
+        var reference: ReferenceReport?
         /// The serving daemon's claims; nil when no daemon serves the store.
         var claims: ClaimReport?
     }
@@ -51,7 +53,8 @@ struct StatusCommand: ParsableCommand {
                             size: Int64(st.st_size), created: birthTime(document.backingPath),
                             modified: seconds(st.st_mtim), keptVersions: kept.count,
                             conflict: kept.contains { $0.kind == .conflict }, container: place.container.rawValue,
-                            containerName: containerName, scope: place.scope.rawValue, claims: claims(on: document))
+                            containerName: containerName, scope: place.scope.rawValue,
+                            reference: ReferenceReport(document), claims: claims(on: document))
         if json { return printJSON(report) }
         var lines = [("path", report.path), ("item id", String(report.item)), ("kind", report.kind)]
         if let version = report.version { lines.append(("version", String(version))) }
@@ -61,6 +64,10 @@ struct StatusCommand: ParsableCommand {
         lines.append(("versions", "\(report.keptVersions) kept (docfs versions \(file))"))
         lines.append(("conflict", report.conflict ? "yes: see docfs versions \(file)" : "none"))
         lines.append(("container", "\(report.containerName) (\(report.container)), \(report.scope) scope"))
+        if let reference = report.reference {
+            lines.append(("reference", reference.original.map { "to \($0) (in \(reference.originalContainer ?? "?"))" }
+                          ?? "its original (item \(report.item)) was deleted: the reference cannot be opened; remove it"))
+        }
         lines.append(("store", report.store))
         if let claims = report.claims {
             lines.append(("claims", (claims.itemClaimed ? "held on this item now" : "none on this item")
@@ -199,4 +206,23 @@ func birthTime(_ path: String) -> Double? {
 
 extension String {
     func padding(_ width: Int) -> String { count >= width ? self : self + String(repeating: " ", count: width - count) }
+}
+
+/// What `docfs status` says of a reference (DESIGN §8): where the original is, from the
+/// reference's external-document attributes (nil when the original was deleted).
+struct ReferenceReport: Encodable {
+    var original: String?
+    var originalContainer: String?
+
+    /// The report for `document`, nil when it is no reference.
+    init?(_ document: LocatedDocument) {
+        let read = { (name: String) -> String? in
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let n = buffer.withUnsafeMutableBytes { docfs_getxattr(document.path, name, $0.baseAddress, $0.count) }
+            return n < 0 ? nil : String(decoding: buffer[0..<n], as: UTF8.self)
+        }
+        guard read(ItemAttributes.external) == "1" || read(ReferenceStub.attribute) != nil else { return nil }
+        original = read(ItemAttributes.original)
+        originalContainer = read(ItemAttributes.container)
+    }
 }

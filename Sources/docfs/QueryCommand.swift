@@ -88,6 +88,7 @@ struct QueryCommand: ParsableCommand {
         if watch { return try QueryWatch(query: query, index: index, mountPoint: mountPoint, view: view, json: json, interval: interval).run() }
         if let runs = repeatForTiming { return try Self.time(query, on: index, runs: runs) }
         let records = try reportingErrors { () throws(DocfsError) in try index.records(matching: query) }
+            .map { Self.withOriginal($0, index: index, view: view) }
         if json { return printJSON(records.map(RecordJSON.init)) }
         for record in records { print(Self.describe(record, mountPoint: mountPoint, view: view)) }
     }
@@ -110,11 +111,35 @@ struct QueryCommand: ParsableCommand {
     /// A record as one line: its path (under the mount point when one was named and the item
     /// shows there), with the container and scope when it is not the mount's own.
     static func describe(_ record: IndexRecord, mountPoint: String?, view: UserView) -> String {
+        if record.isExternal {
+            let original = record.originalPath.isEmpty ? "(its original was deleted)" : "\(record.originalPath) (in \(record.originalContainerName))"
+            return "\(record.container) \(record.localPath) -> \(original)"
+        }
         if let container = try? ContainerID(record.container), let scope = Scope(rawValue: record.scope),
            let path = view.path(of: StorePlace(container: container, scope: scope, path: record.path)) {
             return (mountPoint.map { $0 == "/" ? "" : $0 } ?? "") + path
         }
         return "\(record.container) (\(record.scope)) \(record.path)"
+    }
+}
+
+extension QueryCommand {
+    /// A reference's record with where its original is now (from the original's own record;
+    /// the reference's record does not change when the original moves): `originalPath` is the
+    /// original's path in the user view, `originalContainerName` its container's display name.
+    static func withOriginal(_ record: IndexRecord, index: IndexDatabase, view: UserView) -> IndexRecord {
+        guard record.isExternal else { return record }
+        var record = record
+        record.originalPath = ""
+        let originals = (try? index.records(id: record.id)) ?? []
+        for original in originals where !original.isExternal {
+            guard let container = try? ContainerID(original.container), let scope = Scope(rawValue: original.scope) else { continue }
+            let place = StorePlace(container: container, scope: scope, path: original.path)
+            record.originalPath = view.path(of: place) ?? "\(original.container) (\(original.scope)) \(original.path)"
+            record.originalContainerName = original.containerName
+            break
+        }
+        return record
     }
 }
 
@@ -125,13 +150,14 @@ struct RecordJSON: Encodable {
     let id: Int64, name: String, path: String, container: String, containerName: String, scope: String, kind: String
     let size: Int64, created: Double, modified: Double, contentType: String, uti: String, version: Int64
     let tags: [String], comment: String, hasThumbnail: Bool, isExternal: Bool, originalPath: String
-    let localPath: String, conflict: Bool
+    let originalContainerName: String?, localPath: String, conflict: Bool
 
     init(_ r: IndexRecord) {
         id = r.id; name = r.name; path = r.path; container = r.container; containerName = r.containerName
         scope = r.scope; kind = r.kind; size = r.size; created = r.created; modified = r.modified
         contentType = r.contentType; uti = r.uti; version = r.version; tags = r.tags; comment = r.comment
         hasThumbnail = r.hasThumbnail; isExternal = r.isExternal; originalPath = r.originalPath
+        originalContainerName = r.isExternal ? r.originalContainerName : nil
         localPath = r.localPath; conflict = r.conflict
     }
 }

@@ -40,6 +40,7 @@ struct QueryWatch {
         if json {
             print(jsonLine(WatchEventJSON(event: event, record: RecordJSON(record))))
         } else {
+            let record = QueryCommand.withOriginal(record, index: index, view: view)
             print((event == "result" ? "" : event + " ") + QueryCommand.describe(record, mountPoint: mountPoint, view: view))
         }
     }

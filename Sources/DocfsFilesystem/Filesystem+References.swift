@@ -1,0 +1,121 @@
+import CLinux
+import DocfsCore
+import DocfsProvider
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// References (DESIGN §8, open mode): an entry in one container that stands for a document
+/// living in another. Its node is its own (so it carries the external-document attributes of
+/// its own place), but its content, attributes and extended attributes are the original's,
+/// found by item id wherever the original now lives; opening it opens the original, under the
+/// same claims and write sessions as any open of the original. A reference whose original was
+/// deleted still lists (so it can be removed) but cannot be opened: ENOENT, and `docfs
+/// status` says why.
+extension Filesystem {
+    /// The original document `item`: its place and a node of it (this view's, when the kernel
+    /// knows it here, so sessions and places are shared); nil when it is gone.
+    func original(_ item: ItemID) -> (place: StorePlace, node: Node)? {
+        guard let stitcher, let records = try? stitcher.index.records(id: Int64(bitPattern: item.rawValue)) else { return nil }
+        for record in records where record.scope != Scope.external.rawValue {
+            guard let container = try? ContainerID(record.container), let scope = Scope(rawValue: record.scope) else { continue }
+            let place = StorePlace(container: container, scope: scope, path: record.path)
+            guard let found = node(at: place), found.item == item, !found.isReference else { continue }
+            if let known = nodes.known(key: found.key) { return (place, known) }
+            return (place, found)
+        }
+        return nil
+    }
+
+    /// What reads and writes of `node` reach: the node itself, or a reference's original.
+    func contentNode(_ node: Node) throws(DocfsError) -> Node {
+        guard node.isReference else { return node }
+        guard let (_, original) = original(node.item) else {
+            throw DocfsError(.notFound, "the original of this reference (item \(node.item)) was deleted: docfs status on the reference says so; remove the reference")
+        }
+        return original
+    }
+
+    /// A reference's attributes: its original's (the item id is given by the caller).
+    func referenceAttributes(of node: Node) throws(DocfsError) -> stat {
+        let original = try contentNode(node)
+        var st = stat()
+        try check(fstatat(original.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+        return st
+    }
+
+    /// The external-document attribute `name` of a reference (DESIGN §6): `user.docfs.external`
+    /// is 1, `.container` the display name of the container holding the original, `.original`
+    /// its path in the user view, `.local-path` the reference's own path in its container.
+    /// Nil for another name, or a node that is no reference.
+    func externalAttribute(_ name: String, of node: Node) -> String? {
+        guard node.isReference, ExtendedAttributePolicy.externalNames.contains(name) else { return nil }
+        switch name {
+        case ItemAttributes.external: return "1"
+        case ItemAttributes.localPath: return paths.place(of: node.fd).map(Self.localPath)
+        default:
+            guard let (place, _) = original(node.item) else { return nil }
+            if name == ItemAttributes.container { return containerFolders.catalog.displayName(of: place.container) }
+            return userView.path(of: place) ?? "\(place.container) (\(place.scope.rawValue)) \(place.path)"
+        }
+    }
+
+    /// The external-document attributes a reference carries (all four, or only the two of its
+    /// own place when its original is gone).
+    func externalAttributeNames(of node: Node) -> [String] {
+        guard node.isReference else { return [] }
+        let own = [ItemAttributes.external, ItemAttributes.localPath]
+        return original(node.item) == nil ? own : own + [ItemAttributes.container, ItemAttributes.original]
+    }
+
+    /// A place's path within its container, as references name their own (`/Documents/a`).
+    public static func localPath(_ place: StorePlace) -> String {
+        "/" + (StorePaths.scopeFolders.first { $0.scope == place.scope }?.name ?? place.scope.rawValue) + place.path
+    }
+}
+
+extension Filesystem {
+    /// The original `name` in `directory` stands for, when it is a reference.
+    func reference(at name: FileName, in directory: Node) -> ItemID? {
+        let fd = openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return nil }
+        return ReferenceStub.target(ofDescriptor: fd, st)
+    }
+
+    /// A rename of the file `name` in `from` onto a reference to `item` (an editor's save
+    /// through the reference): the file becomes the original's new content, in the original's
+    /// place, as a replace (the original keeps its id, its previous content is kept as a
+    /// version); the reference stays. Answers the nodes whose attributes changed, and the
+    /// original's name (its folder, its name) that now holds the new content.
+    func replaceOriginal(_ item: ItemID, from: Node, name: FileName,
+                         caller: Caller) throws(DocfsError) -> ([NodeID], (folder: BackingKey, name: FileName)) {
+        guard let (place, _) = original(item), let slash = place.path.lastIndex(of: "/") else {
+            throw DocfsError(.notFound, "the original of this reference (item \(item)) was deleted: nothing to save into")
+        }
+        guard let source = replaceSide(in: from, name: name) else {
+            throw DocfsError(.refused, "only a file (with one name) can be saved onto a reference")
+        }
+        defer { close(source.fd) }
+        let folderPlace = StorePlace(container: place.container, scope: place.scope, path: String(place.path[..<slash]))
+        let folder = paths.openPlace(folderPlace)
+        guard folder >= 0 else { throw DocfsError.system(ENOENT) }
+        defer { close(folder) }
+        let originalName = FileName(String(place.path[place.path.index(after: slash)...]))
+        guard let document = replaceSide(inDirectory: folder, name: originalName), document.item == item else {
+            throw DocfsError(.system(.noSuchFileOrDirectory), "the original of item \(item) moved meanwhile: save again")
+        }
+        defer { close(document.fd) }
+        var st = stat()
+        try check(fstat(folder, &st))
+        ownChanges.changedName(originalName, in: BackingKey(st))
+        let retagged = try replace(document: document, with: source, keepingOldAs: nil, caller: caller) { () throws(DocfsError) in
+            try check(docfs_renameat2(from.fd, name.cString, folder, originalName.cString, 0))
+        }
+        stitcher?.recordReplace(name, in: from.fd, by: originalName, in: folder, exchange: false)
+        if let written = nodes.known(key: BackingKey(source.st)) { contentChanged(written) }
+        return (retagged, (BackingKey(st), originalName))
+    }
+}
