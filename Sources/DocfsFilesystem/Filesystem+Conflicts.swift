@@ -73,10 +73,11 @@ extension Filesystem {
 
     /// Clears the conflict of the document at `path`: its conflict versions are dropped; with
     /// `keep`, that version first becomes the current content (a restore).
-    public func resolveConflict(path: String, item: ItemID, keep: UInt64?, caller: Caller) throws(DocfsError) -> KernelInvalidations {
+    public func resolveConflict(path: String, place: StorePlace? = nil, item: ItemID, keep: UInt64?,
+                                caller: Caller) throws(DocfsError) -> KernelInvalidations {
         var invalidations = KernelInvalidations()
-        if let keep { invalidations = try restore(path: path, item: item, version: keep, caller: caller) }
-        let (directory, name) = try openParent(of: path)
+        if let keep { invalidations = try restore(path: path, place: place, item: item, version: keep, caller: caller) }
+        let (directory, name) = try openParent(of: path, place: place)
         defer { close(directory) }
         try coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
             guard let document = replaceSide(inDirectory: directory, name: name), document.item == item else {

@@ -30,10 +30,12 @@ public struct KernelInvalidations: Sendable {
 /// never a mix), the document keeps its id and attributes, and the restore is itself a new
 /// version whose predecessor is kept.
 extension Filesystem {
-    /// Restores `version` of the document at `path` (relative to the mount root), which must be
-    /// item `item` (so a document renamed since the caller looked is not mistaken for another).
-    public func restore(path: String, item: ItemID, version: UInt64, caller: Caller) throws(DocfsError) -> KernelInvalidations {
-        let (directory, name) = try openParent(of: path)
+    /// Restores `version` of the document at `path` (relative to the mount root; or at `place`,
+    /// for one the user view does not show), which must be item `item` (so a document renamed
+    /// since the caller looked is not mistaken for another).
+    public func restore(path: String, place: StorePlace? = nil, item: ItemID, version: UInt64,
+                        caller: Caller) throws(DocfsError) -> KernelInvalidations {
+        let (directory, name) = try openParent(of: path, place: place)
         defer { close(directory) }
         var claims: [(ItemID, ClaimIntent)] = [(item, .replace)]
         if let folder = ItemAttributes.id(ofDescriptor: directory) { claims.append((folder, .write)) }
@@ -90,8 +92,14 @@ extension Filesystem {
         return invalidations
     }
 
-    /// Opens the folder holding `path` (relative to the mount root, no `..`) and names its last part.
-    func openParent(of path: String) throws(DocfsError) -> (Int32, FileName) {
+    /// Opens the folder holding `path` (relative to the mount root, no `..`; or `place`, when
+    /// given) and names its last part.
+    func openParent(of path: String, place: StorePlace? = nil) throws(DocfsError) -> (Int32, FileName) {
+        if let place, let slash = place.path.lastIndex(of: "/") {
+            let directory = paths.openPlace(StorePlace(container: place.container, scope: place.scope, path: String(place.path[..<slash])))
+            guard directory >= 0 else { throw DocfsError(.system(.noSuchFileOrDirectory), "\(path) does not exist") }
+            return (directory, FileName(String(place.path[place.path.index(after: slash)...])))
+        }
         let parts = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         guard let last = parts.last, !parts.contains(".."), !parts.contains(".") else {
             throw DocfsError(.invalidArgument, "\"\(path)\" does not name a document under the mount root")

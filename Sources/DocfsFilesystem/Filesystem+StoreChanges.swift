@@ -181,7 +181,15 @@ extension Filesystem {
             if let parent = nodes.known(key: folder) { invalidations.entries.append((parent.id, name)) }
         }
         for file in files {
-            if let node = nodes.known(key: file) { invalidations.inodes.append(node.id) }
+            guard let node = nodes.known(key: file) else { continue }
+            invalidations.inodes.append(node.id)
+            // The kernel owns the sizes of files under the writeback cache: the file is given a
+            // fresh inode, found at its name by the next lookup.
+            if cachePolicy.writebackCache && node.type == S_IFREG, let place = node.place,
+               let parent = nodes.known(key: place.directory) {
+                nodes.detach(key: file)
+                invalidations.entries.append((parent.id, place.name))
+            }
         }
         return invalidations
     }

@@ -172,6 +172,14 @@ final class NodeTable: Sendable {
         state.withLock { state in state.byKey[key].flatMap { state.slots[$0]?.node } }
     }
 
+    /// Lets the backing file `key` be found anew: the next lookup of it makes a new node (a new
+    /// inode to the kernel), while the kernel's references to the old one stay valid until
+    /// forgotten. (With the writeback cache the kernel keeps a file's size as its own, so a
+    /// file changed through another mount gets a fresh inode.)
+    func detach(key: BackingKey) {
+        state.withLock { _ = $0.byKey.removeValue(forKey: key) }
+    }
+
     /// Counts one more lookup of a node already known (hard link, readdirplus of a known file).
     func reference(_ node: Node) {
         state.withLock { state in

@@ -38,6 +38,8 @@ struct ControlRequest: Codable {
     var mount: MountRequest? = nil
     /// The picker mode to carry out.
     var pick: PickRequest? = nil
+    /// Where the document is, when the user view does not show it (`path` then only names it).
+    var place: PlaceRequest? = nil
 
     init(kind: Kind, path: String, item: UInt64? = nil, version: UInt64? = nil, container: ContainerChange? = nil,
          mount: MountRequest? = nil, pick: PickRequest? = nil) {
@@ -51,13 +53,27 @@ struct ControlRequest: Codable {
     }
 }
 
-/// A picker mode to carry out on a document (the request's item): into which folder, as a
-/// place (container, scope, path).
+/// A picker mode to carry out on a document (the request's item): into which folder.
 struct PickRequest: Codable {
     var mode: Filesystem.PickMode
+    var folder: PlaceRequest
+}
+
+/// A place in the store (container, scope, path), as requests carry it.
+struct PlaceRequest: Codable {
     var container: String
     var scope: Scope
     var path: String
+
+    init(_ place: StorePlace) {
+        container = place.container.rawValue
+        scope = place.scope
+        path = place.path
+    }
+
+    func place() throws(DocfsError) -> StorePlace {
+        StorePlace(container: try ContainerID(container), scope: scope, path: path)
+    }
 }
 
 /// A mount to add to a served store: where, which view (an app's, or the user view), options.

@@ -8,7 +8,14 @@ import DocfsProvider
 /// daemon starts meanwhile.
 enum DocumentChange {
     static func run(_ kind: ControlRequest.Kind, _ document: LocatedDocument, version: UInt64?) throws(DocfsError) -> String {
-        let request = ControlRequest(kind: kind, path: try document.pathUnderRoot(), item: document.item.rawValue, version: version)
+        // A document the user view does not show (an app's data, a private container) is named
+        // by its place.
+        let shown = try? document.pathUnderRoot()
+        var request = ControlRequest(kind: kind, path: shown ?? document.path, item: document.item.rawValue, version: version)
+        if shown == nil {
+            let place = document.place
+            request.place = PlaceRequest(place)
+        }
         return try StoreRequest.perform(request, on: document.store, purpose: "docfs versions") { filesystem throws(DocfsError) in
             try apply(request, item: document.item, filesystem: filesystem, caller: .daemon) { _ in }
         }
@@ -20,10 +27,11 @@ enum DocumentChange {
         switch request.kind {
         case .restore:
             guard let version = request.version else { throw DocfsError(.invalidArgument, "which version to restore?") }
-            invalidate(try filesystem.restore(path: request.path, item: item, version: version, caller: caller))
+            invalidate(try filesystem.restore(path: request.path, place: try request.place?.place(), item: item, version: version, caller: caller))
             return "restored version \(version) of \(request.path)"
         case .resolve:
-            invalidate(try filesystem.resolveConflict(path: request.path, item: item, keep: request.version, caller: caller))
+            invalidate(try filesystem.resolveConflict(path: request.path, place: try request.place?.place(), item: item,
+                                                      keep: request.version, caller: caller))
             return "resolved the conflict of \(request.path)" + (request.version.map { ", keeping version \($0)" } ?? "")
         case .watch, .claims, .rebuildIndex, .checkIndex, .createContainer, .renameContainer, .deleteContainer, .mount, .pick:
             throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request changes nothing")

@@ -113,7 +113,7 @@ struct ExportCommand: ParsableCommand {
 enum Picker {
     static func run(_ mode: Filesystem.PickMode, _ document: LocatedDocument, into folder: StorePlace) throws(DocfsError) -> String {
         let request = ControlRequest(kind: .pick, path: document.path, item: document.item.rawValue,
-                                     pick: PickRequest(mode: mode, container: folder.container.rawValue, scope: folder.scope, path: folder.path))
+                                     pick: PickRequest(mode: mode, folder: PlaceRequest(folder)))
         return try StoreRequest.perform(request, on: document.store, purpose: "docfs \(mode.rawValue)") { filesystem throws(DocfsError) in
             try apply(request, filesystem: filesystem, caller: .daemon) { _ in }
         }
@@ -125,7 +125,7 @@ enum Picker {
         guard let pick = request.pick, let number = request.item, let item = ItemID(text: String(number)) else {
             throw DocfsError(.invalidArgument, "which document, and where to?")
         }
-        let folder = StorePlace(container: try ContainerID(pick.container), scope: pick.scope, path: pick.path)
+        let folder = try pick.folder.place()
         let picked = try filesystem.pick(pick.mode, item: item, into: folder, caller: caller)
         invalidate(picked.invalidations)
         let local = Filesystem.localPath(picked.place)

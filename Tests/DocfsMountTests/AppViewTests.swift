@@ -56,6 +56,12 @@ import Glibc
         #expect(ControlAreaTests.contents(app + "/.docfs/by-id/\(id)") == "a note\n")
         let status = try docfs("status '\(app)/Data/cache/state.json'").output
         #expect(status.contains("container: Notes (com.example.Notes), data scope"), "\(status)")
+        // Its documents' versions are restored through the app view too (the user view does not
+        // show them: the daemon is told their place).
+        try write("state 2\n", to: app + "/Data/cache/state.json")
+        let restored = try docfs("versions '\(app)/Data/cache/state.json' --restore 1")
+        #expect(restored.status == 0, "\(restored.output)")
+        #expect(ControlAreaTests.contents(app + "/Data/cache/state.json") == "state\n")
     }
 
     @Test func everyWayOutIsRefusedAndLogged() throws {
