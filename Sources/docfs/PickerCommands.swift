@@ -69,15 +69,11 @@ struct MoveCommand: ParsableCommand {
             """
     )
 
-    @Option(name: .long, help: ArgumentHelp("The folder to move it to.", valueName: "dest"))
-    var to: String
-
-    @Argument(help: ArgumentHelp("The document (in an app's container).", valueName: "file"))
-    var file: String
+    @OptionGroup var target: PickerTarget
 
     func run() throws {
         print(try reportingErrors { () throws(DocfsError) -> String in
-            try Picker.run(.move, try LocatedDocument.locate(file), into: try Picker.folder(to))
+            try Picker.run(.move, try LocatedDocument.locate(target.file), into: try Picker.folder(target.to))
         })
     }
 }
@@ -93,19 +89,25 @@ struct ExportCommand: ParsableCommand {
             """
     )
 
-    @Option(name: .long, help: ArgumentHelp("The folder to copy it to.", valueName: "dest"))
-    var to: String
-
-    @Argument(help: ArgumentHelp("The document.", valueName: "file"))
-    var file: String
+    @OptionGroup var target: PickerTarget
 
     func run() throws {
         print(try reportingErrors { () throws(DocfsError) -> String in
+            let (file, to) = (target.file, target.to)
             let document = try LocatedDocument.locate(file)
             guard let folder = try? Picker.folder(to) else { return try Picker.copyOut(file, to: to) }
             return try Picker.run(.export, document, into: folder)
         })
     }
+}
+
+/// The document and the folder `docfs move` and `docfs export` take.
+struct PickerTarget: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("The folder to put it in.", valueName: "dest"))
+    var to: String
+
+    @Argument(help: ArgumentHelp("The document.", valueName: "file"))
+    var file: String
 }
 
 /// What the picker commands share: the request to the daemon (or to the store), and what

@@ -10,10 +10,6 @@ import Glibc
 /// reachable through it, and every attempt is refused with the errno a permission check gives
 /// (or the kernel's EXDEV between mounts), and logged.
 @Suite struct AppViewTests {
-    func docfs(_ arguments: String) throws -> (status: Int32, output: String) {
-        try shell("'\(MountFixture.binary)' \(arguments) 2>&1")
-    }
-
     func names(_ path: String) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: path).sorted()
     }
@@ -22,8 +18,8 @@ import Glibc
     /// and Notes' app view mounted.
     func notesView(_ fixture: MountFixture) throws -> String {
         try write("secret\n", to: fixture.path("secret.txt"))
-        #expect(try docfs("container create com.example.Notes --name Notes --store '\(fixture.store)'").status == 0)
-        #expect(try docfs("container create com.example.Other --name Other --public --store '\(fixture.store)'").status == 0)
+        #expect(try runDocfs("container create com.example.Notes --name Notes --store '\(fixture.store)'").status == 0)
+        #expect(try runDocfs("container create com.example.Other --name Other --public --store '\(fixture.store)'").status == 0)
         try write("theirs\n", to: fixture.path("Other/o.txt"))
         return try fixture.mountApp("com.example.Notes")
     }
@@ -45,7 +41,7 @@ import Glibc
         let container = fixture.store + "/containers/com.example.Notes"
         #expect((try? String(contentsOfFile: container + "/Documents/a.txt", encoding: .utf8)) == "a note\n")
         #expect((try? String(contentsOfFile: container + "/Data/cache/state.json", encoding: .utf8)) == "state\n")
-        let json = try docfs("query 'container == \"com.example.Notes\"' --scope all --sort path --json --store '\(fixture.store)'").output
+        let json = try runDocfs("query 'container == \"com.example.Notes\"' --scope all --sort path --json --store '\(fixture.store)'").output
         let records = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]], "\(json)")
         #expect(records.map { "\($0["scope"] ?? "")\($0["path"] ?? "")" }.sorted() == ["data/cache", "data/cache/state.json", "documents/a.txt"])
         // The container is private: the user view does not show it.
@@ -54,12 +50,12 @@ import Glibc
         let id = try #require(itemID(app + "/Documents/a.txt"))
         #expect(ControlAreaTests.link(app + "/.docfs/by-id/\(id)") == "../../Documents/a.txt")
         #expect(ControlAreaTests.contents(app + "/.docfs/by-id/\(id)") == "a note\n")
-        let status = try docfs("status '\(app)/Data/cache/state.json'").output
+        let status = try runDocfs("status '\(app)/Data/cache/state.json'").output
         #expect(status.contains("container: Notes (com.example.Notes), data scope"), "\(status)")
         // Its documents' versions are restored through the app view too (the user view does not
         // show them: the daemon is told their place).
         try write("state 2\n", to: app + "/Data/cache/state.json")
-        let restored = try docfs("versions '\(app)/Data/cache/state.json' --restore 1")
+        let restored = try runDocfs("versions '\(app)/Data/cache/state.json' --restore 1")
         #expect(restored.status == 0, "\(restored.output)")
         #expect(ControlAreaTests.contents(app + "/Data/cache/state.json") == "state\n")
     }
@@ -111,10 +107,10 @@ import Glibc
 
         // Bookmark tokens: one issued to another app is refused; one issued to this app opens
         // its item; the user's token to an item outside the view finds nothing it may reach.
-        let foreign = try docfs("bookmark create --issued-to com.example.Other '\(app)/Documents/a.txt'").output
+        let foreign = try runDocfs("bookmark create --issued-to com.example.Other '\(app)/Documents/a.txt'").output
             .trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(errnoOf(lstat(app + "/.docfs/by-id/" + foreign, &st)) == EACCES, "\(foreign)")
-        let own = try docfs("bookmark create --issued-to com.example.Notes '\(app)/Documents/a.txt'").output
+        let own = try runDocfs("bookmark create --issued-to com.example.Notes '\(app)/Documents/a.txt'").output
             .trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(ControlAreaTests.contents(app + "/.docfs/by-id/" + own) == "a note\n", "\(own)")
         let users = try #require(attribute(fixture.path("secret.txt"), "user.docfs.bookmark"))
@@ -131,10 +127,10 @@ import Glibc
     @Test func oneDaemonServesEveryViewAndChangesCrossBetweenThem() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
-        #expect(try docfs("container create com.example.Notes --name Notes --public '\(fixture.mountPoint)'").status == 0)
+        #expect(try runDocfs("container create com.example.Notes --name Notes --public '\(fixture.mountPoint)'").status == 0)
         let app = try fixture.mountApp("com.example.Notes")
         let pid = try #require(fixture.daemon?.processIdentifier)
-        #expect(try docfs("status '\(fixture.mountPoint)'").output.contains("store:"))
+        #expect(try runDocfs("status '\(fixture.mountPoint)'").output.contains("store:"))
 
         // Written in one view, read in the other at once — including what the other had
         // cached (its attributes, its open file's size).
@@ -156,21 +152,21 @@ import Glibc
         #expect(attribute(app + "/Documents/shared.txt", "user.docfs.version") == "2")
 
         // A mounted container cannot be deleted; an app view of a missing container is refused.
-        let refused = try docfs("container delete com.example.Notes --force '\(fixture.mountPoint)'")
+        let refused = try runDocfs("container delete com.example.Notes --force '\(fixture.mountPoint)'")
         #expect(refused.status == 1 && refused.output.contains("mounted as an app view"), "\(refused.output)")
         let elsewhere = fixture.root + "/elsewhere"
         try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
-        let missing = try docfs("mount --store '\(fixture.store)' --app com.example.Missing '\(elsewhere)'")
+        let missing = try runDocfs("mount --store '\(fixture.store)' --app com.example.Missing '\(elsewhere)'")
         #expect(missing.status != 0 && missing.output.contains("no container com.example.Missing"), "\(missing.output)")
         #expect(!MountFixture.isMounted(elsewhere))
 
         // Unmounting the user view leaves the app view served by the same daemon; unmounting
         // the last view ends it.
-        #expect(try docfs("unmount '\(fixture.mountPoint)'").status == 0)
+        #expect(try runDocfs("unmount '\(fixture.mountPoint)'").status == 0)
         #expect(!MountFixture.isMounted(fixture.mountPoint) && MountFixture.isMounted(app))
         #expect(kill(pid, 0) == 0)
         #expect(ControlAreaTests.contents(app + "/Documents/shared.txt") == "one\ntwo\n")
-        #expect(try docfs("unmount '\(app)'").status == 0)
+        #expect(try runDocfs("unmount '\(app)'").status == 0)
         fixture.daemon?.waitUntilExit()
         #expect(fixture.daemon?.isRunning == false)
     }

@@ -172,6 +172,11 @@ func shell(_ command: String, in directory: String? = nil, environment: [String:
 }
 
 /// errno of a system call that answered -1, or 0 when it worked.
+/// Runs the docfs command with `arguments` (shell words), its stderr with its stdout.
+func runDocfs(_ arguments: String) throws -> (status: Int32, output: String) {
+    try shell("'\(MountFixture.binary)' \(arguments) 2>&1")
+}
+
 func errnoOf(_ result: Int32) -> Int32 { result < 0 ? errno : 0 }
 func errnoOf(_ result: Int) -> Int32 { result < 0 ? errno : 0 }
 

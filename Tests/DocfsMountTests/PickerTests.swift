@@ -11,16 +11,12 @@ import Glibc
 /// reference behind; export copies out. References carry the external-document attributes
 /// and are the index's external scope.
 @Suite struct PickerTests {
-    func docfs(_ arguments: String) throws -> (status: Int32, output: String) {
-        try shell("'\(MountFixture.binary)' \(arguments) 2>&1")
-    }
-
     func contents(_ path: String) -> String? { try? String(contentsOfFile: path, encoding: .utf8) }
 
     /// The user's report.txt, a private container Notes with its app view mounted.
     func setUp(_ fixture: MountFixture) throws -> String {
         try write("report v1\n", to: fixture.path("report.txt"))
-        #expect(try docfs("container create com.example.Notes --name Notes '\(fixture.mountPoint)'").status == 0)
+        #expect(try runDocfs("container create com.example.Notes --name Notes '\(fixture.mountPoint)'").status == 0)
         return try fixture.mountApp("com.example.Notes")
     }
 
@@ -29,14 +25,14 @@ import Glibc
         defer { fixture.tearDown() }
         let app = try setUp(fixture)
         let id = try #require(itemID(fixture.path("report.txt")))
-        let opened = try docfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))'")
+        let opened = try runDocfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))'")
         #expect(opened.status == 0 && opened.output.contains("as /Documents/report.txt (a reference to item \(id))"), "\(opened.output)")
         let reference = app + "/Documents/report.txt"
         #expect(contents(reference) == "report v1\n")
         #expect(itemID(reference) == id)
         #expect(try directoryInodes(app + "/Documents")["report.txt"] == id)
         // Picking it again gives the same reference.
-        #expect(try docfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))'").output.contains("/Documents/report.txt"))
+        #expect(try runDocfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))'").output.contains("/Documents/report.txt"))
         #expect((try? FileManager.default.contentsOfDirectory(atPath: app + "/Documents")) == ["report.txt"])
 
         // Writing it writes the original: a new version of the same item.
@@ -49,7 +45,7 @@ import Glibc
         #expect(contents(fixture.path("report.txt")) == "report v3\n")
         #expect(itemID(fixture.path("report.txt")) == id)
         #expect(attribute(fixture.path("report.txt"), "user.docfs.version") == "3")
-        #expect(try docfs("versions '\(fixture.path("report.txt"))'").output.contains("report") == false)  // a table, no error
+        #expect(try runDocfs("versions '\(fixture.path("report.txt"))'").output.contains("report") == false)  // a table, no error
         #expect(contents(reference) == "report v3\n")
         #expect(FileManager.default.fileExists(atPath: fixture.store + "/containers/com.example.Notes/Documents/report.txt"))
 
@@ -71,22 +67,22 @@ import Glibc
         // Deleted, the original is gone for the reference: ENOENT, and status says why.
         #expect(unlink(fixture.path("archive/q3.txt")) == 0)
         #expect(errnoOf(open(reference, O_RDONLY)) == ENOENT)
-        let status = try docfs("status '\(reference)'").output
+        let status = try runDocfs("status '\(reference)'").output
         #expect(status.contains("reference: its original (item \(id)) was deleted"), "\(status)")
         #expect(fixture.log.contains("the original of this reference (item \(id)) was deleted"))
         #expect(unlink(reference) == 0)  // and it can be removed
-        #expect(try docfs("query --scope external '*' --store '\(fixture.store)'").output == "")
+        #expect(try runDocfs("query --scope external '*' --store '\(fixture.store)'").output == "")
     }
 
     @Test func referencesCarryTheExternalDocumentAttributes() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
         let app = try setUp(fixture)
-        #expect(try docfs("container create com.example.Shared --name Shared --public '\(fixture.mountPoint)'").status == 0)
+        #expect(try runDocfs("container create com.example.Shared --name Shared --public '\(fixture.mountPoint)'").status == 0)
         try write("theirs\n", to: fixture.path("Shared/plan.txt"))
         #expect(mkdir(app + "/Documents/picked", 0o755) == 0)
-        #expect(try docfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))' --into Documents/picked").status == 0)
-        #expect(try docfs("pick --app com.example.Notes --open '\(fixture.path("Shared/plan.txt"))' --into Data").status == 0)
+        #expect(try runDocfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))' --into Documents/picked").status == 0)
+        #expect(try runDocfs("pick --app com.example.Notes --open '\(fixture.path("Shared/plan.txt"))' --into Data").status == 0)
         let reference = app + "/Documents/picked/report.txt"
         #expect(attribute(reference, "user.docfs.external") == "1")
         #expect(attribute(reference, "user.docfs.container") == "Documents")
@@ -116,14 +112,14 @@ import Glibc
         #expect(attribute(fixture.path("report.txt"), "user.xdg.comment") == "seen")
 
         // The external scope of the index: each reference, where its original is now.
-        let listedRefs = try docfs("query --scope external '*' --sort path --store '\(fixture.store)'").output
+        let listedRefs = try runDocfs("query --scope external '*' --sort path --store '\(fixture.store)'").output
         #expect(listedRefs == """
             com.example.Notes /Data/plan.txt -> /Shared/plan.txt (in Shared)
             com.example.Notes /Documents/picked/report.txt -> /report.txt (in Documents)
 
             """, "\(listedRefs)")
         #expect(rename(fixture.path("report.txt"), fixture.path("final.txt")) == 0)
-        let json = try docfs("query --scope external 'name == \"report.txt\"' --json --store '\(fixture.store)'").output
+        let json = try runDocfs("query --scope external 'name == \"report.txt\"' --json --store '\(fixture.store)'").output
         let records = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]], "\(json)")
         #expect(records.count == 1)
         #expect(records.first?["isExternal"] as? Bool == true)
@@ -132,14 +128,14 @@ import Glibc
         #expect(records.first?["localPath"] as? String == "/Documents/picked/report.txt")
         #expect(records.first?["scope"] as? String == "external")
         // The index agrees with the store, references included, and a rebuild keeps them.
-        #expect(try docfs("index check --store '\(fixture.store)'").status == 0)
-        #expect(try docfs("index rebuild --store '\(fixture.store)'").status == 0)
-        #expect(try docfs("query --scope external '*' --store '\(fixture.store)'").output.split(separator: "\n").count == 2)
+        #expect(try runDocfs("index check --store '\(fixture.store)'").status == 0)
+        #expect(try runDocfs("index rebuild --store '\(fixture.store)'").status == 0)
+        #expect(try runDocfs("query --scope external '*' --store '\(fixture.store)'").output.split(separator: "\n").count == 2)
         // Renaming a reference moves its record; removing it removes it.
         #expect(rename(reference, app + "/Documents/picked/r.txt") == 0)
-        #expect(try docfs("query --scope external 'name == \"r.txt\"' --store '\(fixture.store)'").output
+        #expect(try runDocfs("query --scope external 'name == \"r.txt\"' --store '\(fixture.store)'").output
                 == "com.example.Notes /Documents/picked/r.txt -> /final.txt (in Documents)\n")
-        #expect(try docfs("index check --store '\(fixture.store)'").status == 0)
+        #expect(try runDocfs("index check --store '\(fixture.store)'").status == 0)
     }
 
     @Test func importGivesTheAppItsOwnCopy() throws {
@@ -148,7 +144,7 @@ import Glibc
         let app = try setUp(fixture)
         #expect(docfs_setxattr(fixture.path("report.txt"), "user.xdg.comment", "draft", 5, 0) == 0)
         let id = try #require(itemID(fixture.path("report.txt")))
-        let imported = try docfs("pick --app com.example.Notes --import '\(fixture.path("report.txt"))'")
+        let imported = try runDocfs("pick --app com.example.Notes --import '\(fixture.path("report.txt"))'")
         #expect(imported.status == 0, "\(imported.output)")
         let copy = app + "/Documents/report.txt"
         #expect(contents(copy) == "report v1\n")
@@ -162,9 +158,9 @@ import Glibc
         try write("the app's own\n", to: copy)
         #expect(contents(fixture.path("report.txt")) == "report v1\n")
         // Imported again: another copy, under a free name.
-        #expect(try docfs("pick --app com.example.Notes --import '\(fixture.path("report.txt"))'").output.contains("/Documents/report 2.txt"))
+        #expect(try runDocfs("pick --app com.example.Notes --import '\(fixture.path("report.txt"))'").output.contains("/Documents/report 2.txt"))
         #expect(contents(app + "/Documents/report 2.txt") == "report v1\n")
-        let json = try docfs("query 'container == \"com.example.Notes\"' --json --store '\(fixture.store)'").output
+        let json = try runDocfs("query 'container == \"com.example.Notes\"' --json --store '\(fixture.store)'").output
         #expect(json.contains("\"id\" : \(copyID)"), "\(json)")
     }
 
@@ -175,7 +171,7 @@ import Glibc
         try write("the app's notes\n", to: app + "/Documents/notes.txt")
         let id = try #require(itemID(app + "/Documents/notes.txt"))
         #expect(mkdir(fixture.path("From apps"), 0o755) == 0)
-        let moved = try docfs("move '\(app)/Documents/notes.txt' --to '\(fixture.path("From apps"))'")
+        let moved = try runDocfs("move '\(app)/Documents/notes.txt' --to '\(fixture.path("From apps"))'")
         #expect(moved.status == 0 && moved.output.contains("to /From apps/notes.txt"), "\(moved.output)")
         // The document is the user's now, same item; the app reaches it through a reference.
         #expect(contents(fixture.path("From apps/notes.txt")) == "the app's notes\n")
@@ -184,24 +180,24 @@ import Glibc
         #expect(attribute(app + "/Documents/notes.txt", "user.docfs.original") == "/From apps/notes.txt")
         try write("edited by the app\n", to: app + "/Documents/notes.txt")
         #expect(contents(fixture.path("From apps/notes.txt")) == "edited by the app\n")
-        #expect(try docfs("query --scope external '*' --store '\(fixture.store)'").output
+        #expect(try runDocfs("query --scope external '*' --store '\(fixture.store)'").output
                 == "com.example.Notes /Documents/notes.txt -> /From apps/notes.txt (in Documents)\n")
-        #expect(try docfs("index check --store '\(fixture.store)'").status == 0)
+        #expect(try runDocfs("index check --store '\(fixture.store)'").status == 0)
         // Only an app's document can be moved out, and only into the user view.
-        let own = try docfs("move '\(fixture.path("report.txt"))' --to '\(fixture.path("From apps"))'")
+        let own = try runDocfs("move '\(fixture.path("report.txt"))' --to '\(fixture.path("From apps"))'")
         #expect(own.status == 1 && own.output.contains("among your own documents already"), "\(own.output)")
         try write("data\n", to: app + "/Data/d.txt")
-        let inward = try docfs("move '\(app)/Data/d.txt' --to '\(app)/Documents'")
+        let inward = try runDocfs("move '\(app)/Data/d.txt' --to '\(app)/Documents'")
         #expect(inward.status == 1 && inward.output.contains("not in the user view"), "\(inward.output)")
 
         // Export: a copy goes out, the source stays.
-        let exported = try docfs("export '\(app)/Data/d.txt' --to '\(fixture.mountPoint)'")
+        let exported = try runDocfs("export '\(app)/Data/d.txt' --to '\(fixture.mountPoint)'")
         #expect(exported.status == 0 && exported.output.contains("to /d.txt"), "\(exported.output)")
         #expect(contents(fixture.path("d.txt")) == "data\n" && contents(app + "/Data/d.txt") == "data\n")
         #expect(itemID(fixture.path("d.txt")) != itemID(app + "/Data/d.txt"))
         let outside = fixture.root + "/outside"
         try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
-        #expect(try docfs("export '\(app)/Data/d.txt' --to '\(outside)'").output.contains("a plain copy"))
+        #expect(try runDocfs("export '\(app)/Data/d.txt' --to '\(outside)'").output.contains("a plain copy"))
         #expect(contents(outside + "/d.txt") == "data\n")
     }
 
@@ -225,7 +221,7 @@ import Glibc
         }
         reader.start()
         for n in 0..<count {
-            #expect(try docfs("move '\(app)/Documents/d\(n).txt' --to '\(fixture.mountPoint)'").status == 0)
+            #expect(try runDocfs("move '\(app)/Documents/d\(n).txt' --to '\(fixture.mountPoint)'").status == 0)
         }
         stop.set()
         while !reader.isFinished { usleep(1000) }
@@ -242,7 +238,7 @@ import Glibc
         let app = try setUp(fixture)
         func version(_ n: Int) -> String { String(repeating: "version \(n) of the report, a line of it\n", count: 2000) }
         try write(version(0), to: fixture.path("report.txt"))
-        #expect(try docfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))'").status == 0)
+        #expect(try runDocfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))'").status == 0)
         let stop = ManagedAtomicFlag()
         let torn = ManagedCounter()
         let reads = ManagedCounter()
@@ -285,14 +281,14 @@ import Glibc
             ("pick --app com.example.Notes --open '\(fixture.path("report.txt"))' --into Elsewhere", "starting with Documents or Data"),
             ("pick --app com.example.Notes --open '\(fixture.path("report.txt"))' --into Documents/none", "does not exist"),
         ] {
-            let refused = try docfs(arguments)
+            let refused = try runDocfs(arguments)
             #expect(refused.status != 0 && refused.output.contains(says), "\(arguments): \(refused.output)")
         }
         // With no daemon, the command works on the store itself, and the mount finds it after.
         for point in fixture.appMountPoints { _ = umount2(point, 0) }
         fixture.stop()
         let stored = fixture.documents + "/report.txt"
-        let opened = try docfs("pick --app com.example.Notes --open '\(stored)'")
+        let opened = try runDocfs("pick --app com.example.Notes --open '\(stored)'")
         #expect(opened.status == 0, "\(opened.output)")
         try fixture.start()
         let app = try fixture.mountApp("com.example.Notes")

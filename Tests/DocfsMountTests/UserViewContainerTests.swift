@@ -11,10 +11,6 @@ import Glibc
 /// they collide; the folders cannot be removed, renamed or replaced through the mount; and
 /// container commands made while the store is served show at once.
 @Suite struct UserViewContainerTests {
-    func docfs(_ arguments: String) throws -> (status: Int32, output: String) {
-        try shell("'\(MountFixture.binary)' \(arguments) 2>&1")
-    }
-
     func names(_ path: String) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: path).sorted()
     }
@@ -23,8 +19,8 @@ import Glibc
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
         try write("mine\n", to: fixture.path("own.txt"))
-        #expect(try docfs("container create com.example.Notes --name Notes --public '\(fixture.mountPoint)'").status == 0)
-        #expect(try docfs("container create com.example.Secret --name Secret '\(fixture.mountPoint)'").status == 0)
+        #expect(try runDocfs("container create com.example.Notes --name Notes --public '\(fixture.mountPoint)'").status == 0)
+        #expect(try runDocfs("container create com.example.Secret --name Secret '\(fixture.mountPoint)'").status == 0)
 
         // Shown at once (the command went through the daemon), the private one not at all.
         #expect(try names(fixture.mountPoint) == ["Notes", "own.txt"])
@@ -50,21 +46,21 @@ import Glibc
         // under its id and name; the user view's path finds them.
         try write("a note\n", to: fixture.path("Notes/n1.txt"))
         #expect((try? String(contentsOfFile: fixture.store + "/containers/com.example.Notes/Documents/n1.txt", encoding: .utf8)) == "a note\n")
-        let json = try docfs("query 'name == \"n1.txt\"' --json --store '\(fixture.store)'").output
+        let json = try runDocfs("query 'name == \"n1.txt\"' --json --store '\(fixture.store)'").output
         let records = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]], "\(json)")
         #expect(records.count == 1)
         #expect(records.first?["container"] as? String == "com.example.Notes")
         #expect(records.first?["containerName"] as? String == "Notes")
         #expect(records.first?["path"] as? String == "/n1.txt")
-        #expect(try docfs("query 'name == \"n1.txt\"' '\(fixture.mountPoint)'").output == fixture.path("Notes/n1.txt") + "\n")
+        #expect(try runDocfs("query 'name == \"n1.txt\"' '\(fixture.mountPoint)'").output == fixture.path("Notes/n1.txt") + "\n")
         let id = try #require(itemID(fixture.path("Notes/n1.txt")))
         #expect(ControlAreaTests.link(fixture.path(".docfs/by-id/\(id)")) == "../../Notes/n1.txt")
-        let status = try docfs("status '\(fixture.path("Notes/n1.txt"))'").output
+        let status = try runDocfs("status '\(fixture.path("Notes/n1.txt"))'").output
         #expect(status.contains("container: Notes (com.example.Notes), documents scope"), "\(status)")
 
         // Moving a file from the user's own files into the container makes it the container's.
         #expect(rename(fixture.path("own.txt"), fixture.path("Notes/own.txt")) == 0)
-        let moved = try docfs("query 'name == \"own.txt\"' --json --store '\(fixture.store)'").output
+        let moved = try runDocfs("query 'name == \"own.txt\"' --json --store '\(fixture.store)'").output
         #expect(moved.contains("\"container\" : \"com.example.Notes\""), "\(moved)")
         #expect(FileManager.default.fileExists(atPath: fixture.store + "/containers/com.example.Notes/Documents/own.txt"))
 
@@ -79,7 +75,7 @@ import Glibc
     @Test func containerFoldersCannotBeRemovedRenamedOrReplaced() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
-        #expect(try docfs("container create com.example.Notes --name Notes --public '\(fixture.mountPoint)'").status == 0)
+        #expect(try runDocfs("container create com.example.Notes --name Notes --public '\(fixture.mountPoint)'").status == 0)
         try write("x\n", to: fixture.path("file"))
         #expect(mkdir(fixture.path("dir"), 0o755) == 0)
         #expect(errnoOf(rmdir(fixture.path("Notes"))) == EBUSY)
@@ -102,7 +98,7 @@ import Glibc
         defer { fixture.tearDown() }
         #expect(mkdir(fixture.path("Notes"), 0o755) == 0)
         try write("mine\n", to: fixture.path("Notes/mine.txt"))
-        #expect(try docfs("container create com.example.Notes --name Notes --public '\(fixture.mountPoint)'").status == 0)
+        #expect(try runDocfs("container create com.example.Notes --name Notes --public '\(fixture.mountPoint)'").status == 0)
         try write("theirs\n", to: fixture.store + "/containers/com.example.Notes/Documents/theirs.txt")
         // The user's folder keeps its name; the container's shows qualified by its id.
         #expect(try names(fixture.mountPoint) == ["Notes", "Notes (com.example.Notes)"])
@@ -122,14 +118,14 @@ import Glibc
     @Test func renamesAndDeletionsWhileServedShowAtOnce() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
-        #expect(try docfs("container create com.example.Notes --name Notes --public '\(fixture.mountPoint)'").status == 0)
+        #expect(try runDocfs("container create com.example.Notes --name Notes --public '\(fixture.mountPoint)'").status == 0)
         try write("a\n", to: fixture.path("Notes/a.txt"))
         #expect(mkdir(fixture.path("Notes/sub"), 0o755) == 0)
         try write("b\n", to: fixture.path("Notes/sub/b.txt"))
         let id = try #require(itemID(fixture.path("Notes/sub/b.txt")))
         #expect(try names(fixture.mountPoint) == ["Notes"])  // the kernel has it cached now
 
-        let renamed = try docfs("container rename com.example.Notes Jottings '\(fixture.mountPoint)'")
+        let renamed = try runDocfs("container rename com.example.Notes Jottings '\(fixture.mountPoint)'")
         #expect(renamed.status == 0, "\(renamed.output)")
         #expect(try names(fixture.mountPoint) == ["Jottings"])
         var st = stat()
@@ -137,17 +133,17 @@ import Glibc
         #expect(attribute(fixture.path("Jottings"), "user.docfs.container") == "Jottings")
         #expect(ControlAreaTests.link(fixture.path(".docfs/by-id/\(id)")) == "../../Jottings/sub/b.txt")
         // Every record of the container carries its new name.
-        let json = try docfs("query 'container == \"com.example.Notes\"' --json --store '\(fixture.store)'").output
+        let json = try runDocfs("query 'container == \"com.example.Notes\"' --json --store '\(fixture.store)'").output
         let records = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]], "\(json)")
         #expect(records.count == 3 && records.allSatisfy { $0["containerName"] as? String == "Jottings" }, "\(json)")
 
         // Deleting: refused while it holds files, then forced; its records go with it.
-        let refused = try docfs("container delete com.example.Notes '\(fixture.mountPoint)'")
+        let refused = try runDocfs("container delete com.example.Notes '\(fixture.mountPoint)'")
         #expect(refused.status == 1 && refused.output.contains("--force"), "\(refused.output)")
-        #expect(try docfs("container delete com.example.Notes --force '\(fixture.mountPoint)'").status == 0)
+        #expect(try runDocfs("container delete com.example.Notes --force '\(fixture.mountPoint)'").status == 0)
         #expect(try names(fixture.mountPoint) == [])
         #expect(errnoOf(lstat(fixture.path("Jottings"), &st)) == ENOENT)
-        #expect(try docfs("query 'container == \"com.example.Notes\"' --store '\(fixture.store)'").output == "")
-        #expect(try docfs("index check --store '\(fixture.store)'").status == 0)
+        #expect(try runDocfs("query 'container == \"com.example.Notes\"' --store '\(fixture.store)'").output == "")
+        #expect(try runDocfs("index check --store '\(fixture.store)'").status == 0)
     }
 }
