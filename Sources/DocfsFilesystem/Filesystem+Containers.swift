@@ -43,13 +43,7 @@ extension Filesystem {
 
     /// The root's listing with the container folders in it (made when the root is opened).
     func rootListing() throws(DocfsError) -> DirectoryHandle {
-        let fd = openat(root.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
-        guard let dir = fdopendir(fd) else {
-            let e = Glibc.errno
-            close(fd)
-            throw DocfsError.system(e)
-        }
+        let dir = try Self.stream(of: root)
         defer { closedir(dir) }
         var entries: [(name: FileName, inode: UInt64, type: UInt8)] = []
         var own = Set<String>()

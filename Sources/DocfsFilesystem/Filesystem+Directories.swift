@@ -18,15 +18,20 @@ extension Filesystem {
             return UInt64(UInt(bitPattern: Unmanaged.passRetained(try rootListing()).toOpaque()))
         }
         let node = try nodes.node(id)
-        let fd = openat(node.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let handle = DirectoryHandle(node: node, dir: try Self.stream(of: node))
+        return UInt64(UInt(bitPattern: Unmanaged.passRetained(handle).toOpaque()))
+    }
+
+    /// A directory stream of the folder `folder` (for readdir; the caller closes it).
+    static func stream(of folder: Node) throws(DocfsError) -> OpaquePointer {
+        let fd = openat(folder.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
         guard let dir = fdopendir(fd) else {
             let e = Glibc.errno
             close(fd)
             throw DocfsError.system(e)
         }
-        let handle = DirectoryHandle(node: node, dir: dir)
-        return UInt64(UInt(bitPattern: Unmanaged.passRetained(handle).toOpaque()))
+        return dir
     }
 
     public func releaseDirectory(_ handle: UInt64) {

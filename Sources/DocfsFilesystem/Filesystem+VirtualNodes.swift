@@ -167,14 +167,7 @@ extension Filesystem {
                                    inode: id, virtualParent: id)
         case .readOnlyView(let real):
             guard real.isDirectory else { throw DocfsError.system(ENOTDIR) }
-            let fd = openat(real.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
-            guard let dir = fdopendir(fd) else {
-                let e = Glibc.errno
-                close(fd)
-                throw DocfsError.system(e)
-            }
-            return DirectoryHandle(node: real, dir: dir, virtualParent: id)
+            return DirectoryHandle(node: real, dir: try Self.stream(of: real), virtualParent: id)
         case .itemLink, .thumbnailImage, .sharedThumbnail:
             throw DocfsError.system(ENOTDIR)
         }
