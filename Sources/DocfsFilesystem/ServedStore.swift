@@ -108,11 +108,12 @@ public final class ServedStore: Sendable {
     /// `view` is done (unmounted); the last view's end finishes the shared work: what waits
     /// in the index's journal is committed, the thumbnail workers stop.
     func viewEnded(_ view: Filesystem) {
-        let remaining = views.withLock { views -> Int in
+        let last = views.withLock { views -> Bool in
+            guard views.contains(where: { $0.view === view }) else { return false }  // ended before
             views.removeAll { $0.view == nil || $0.view === view }
-            return views.count
+            return views.isEmpty
         }
-        if remaining == 0 { finish() }
+        if last { finish() }
     }
 
     /// The views served now.
