@@ -15,6 +15,7 @@ import Glibc
 /// Copies appear whole (made under a working name, then renamed into place), and a move
 /// never leaves its old name empty: the reference takes the document's place in one step.
 extension Filesystem {
+    /// Which of the four modes a pick is (the CLI's `pick --open|--import`, `move`, `export`).
     public enum PickMode: String, Sendable, Codable, CaseIterable {
         case open, `import`, move, export
     }

@@ -216,7 +216,8 @@ public final class Filesystem: Sendable {
             close(fd)
             node = known
         } else {
-            if let original = ReferenceStub.target(ofDescriptor: fd, st) {
+            // A file made just now (`newItem`) is no reference: its create costs no extra read.
+            if newItem == nil, let original = ReferenceStub.target(ofDescriptor: fd, st) {
                 node = nodes.reference(key: key, fd: fd, type: S_IFREG, item: original, isReference: true)
             } else {
                 node = nodes.reference(key: key, fd: fd, type: st.st_mode & S_IFMT, item: newItem ?? identity.item(of: fd, st))

@@ -16,6 +16,9 @@ import Glibc
 /// of the same store adds more through the control socket. It unmounts everything cleanly on
 /// SIGTERM, SIGINT or SIGHUP (a signal thread waits for them; they are blocked everywhere
 /// else), and exits when its last mount is gone.
+///
+/// Lock order: `mounts` is a leaf lock, held to change or copy the list only — never across a
+/// mount's session, a reply to the kernel or an invalidation.
 final class Daemon: Sendable {
     private let shared: ServedStore
     /// The user view, mounted or not: control requests name documents by its paths.
