@@ -37,6 +37,11 @@ extension Filesystem {
                         caller: Caller) throws(DocfsError) -> KernelInvalidations {
         let (directory, name) = try openParent(of: path, place: place)
         defer { close(directory) }
+        defer {
+            // The name holds new content now: the other mounts look it up again.
+            var folder = stat()
+            if fstat(directory, &folder) == 0 { shared.changed(by: self, names: [(BackingKey(folder), name)]) }
+        }
         var claims: [(ItemID, ClaimIntent)] = [(item, .replace)]
         if let folder = ItemAttributes.id(ofDescriptor: directory) { claims.append((folder, .write)) }
         return try coordinator.withClaims(claims) { () throws(DocfsError) -> KernelInvalidations in

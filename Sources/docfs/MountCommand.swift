@@ -91,6 +91,9 @@ struct MountCommand: ParsableCommand {
         }) else { throw ExitCode.failure }
         ready.succeed()
         daemon.serve()
+        // Everything is done and stored: leave without the exit-time destructors of the C and
+        // C++ libraries (one flushes stderr, whose lock a thread gone since may still hold).
+        _exit(0)
     }
 }
 

@@ -167,7 +167,6 @@ import Glibc
         #expect(kill(pid, 0) == 0)
         #expect(ControlAreaTests.contents(app + "/Documents/shared.txt") == "one\ntwo\n")
         #expect(try runDocfs("unmount '\(app)'").status == 0)
-        fixture.daemon?.waitUntilExit()
-        #expect(fixture.daemon?.isRunning == false)
+        #expect(waitForExit(try #require(fixture.daemon)), "the daemon did not end with its last mount")
     }
 }

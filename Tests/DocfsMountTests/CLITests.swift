@@ -44,7 +44,7 @@ import Glibc
         defer { fixture.tearDown() }
         let daemon = try #require(fixture.daemon)
         kill(daemon.processIdentifier, signal)
-        daemon.waitUntilExit()
+        #expect(waitForExit(daemon), "the daemon did not end after signal \(signal)")
         #expect(daemon.terminationStatus == 0)
         #expect(!MountFixture.isMounted(fixture.mountPoint))
     }
@@ -66,7 +66,7 @@ import Glibc
         var buffer = [UInt8](repeating: 0, count: 32)
         #expect(pread(fd, &buffer, 32, 0) == 10)
         close(fd)
-        daemon.waitUntilExit()
+        #expect(waitForExit(daemon), "the daemon did not end once the file was closed")
         #expect(daemon.terminationStatus == 0)
     }
 

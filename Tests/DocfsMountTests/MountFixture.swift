@@ -172,6 +172,18 @@ func shell(_ command: String, in directory: String? = nil, environment: [String:
 }
 
 /// errno of a system call that answered -1, or 0 when it worked.
+/// Waits up to `seconds` for `process` to end; a process still running then is killed (so a
+/// hung daemon fails its test instead of stalling the suite). Answers whether it ended by itself.
+@discardableResult
+func waitForExit(_ process: Process, seconds: Double = 30) -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while process.isRunning && Date() < deadline { usleep(10_000) }
+    guard process.isRunning else { return true }
+    kill(process.processIdentifier, SIGKILL)
+    process.waitUntilExit()
+    return false
+}
+
 /// Runs the docfs command with `arguments` (shell words), its stderr with its stdout.
 func runDocfs(_ arguments: String) throws -> (status: Int32, output: String) {
     try shell("'\(MountFixture.binary)' \(arguments) 2>&1")
