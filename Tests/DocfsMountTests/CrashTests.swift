@@ -115,25 +115,34 @@ import Glibc
         #expect(try String(contentsOfFile: f, encoding: .utf8) == "start\n")
     }
 
+    /// Writes, renames, tags and removes files until the mount fails. Everything goes through
+    /// a descriptor of the mount's root, so once the daemon is killed every call fails
+    /// (ENOTCONN) even after the dead mount is detached: nothing lands in the folder beneath.
     static let churner = """
     import os, sys
-    root = sys.argv[1]
+    root = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
     i = 0
     try:
         while True:
-            d = os.path.join(root, f"d{i % 7}")
-            os.makedirs(d, exist_ok=True)
-            p = os.path.join(d, f"f{i}.txt")
-            with open(p, "w") as f:
-                f.write("x" * (i % 5000))
+            d = f"d{i % 7}"
+            try:
+                os.mkdir(d, dir_fd=root)
+            except FileExistsError:
+                pass
+            p = f"{d}/f{i}.txt"
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=root)
+            try:
+                os.write(fd, b"x" * (i % 5000))
+                if i % 5 == 0 and i % 3 != 0:
+                    os.setxattr(fd, "user.xdg.tags", f"t{i % 4}".encode())
+            finally:
+                os.close(fd)
             if i % 3 == 0:
-                os.rename(p, os.path.join(root, f"moved{i}.md"))
-            elif i % 5 == 0:
-                os.setxattr(p, "user.xdg.tags", f"t{i % 4}".encode())
-            elif i % 7 == 0:
-                os.unlink(p)
+                os.rename(p, f"moved{i}.md", src_dir_fd=root, dst_dir_fd=root)
+            elif i % 7 == 0 and i % 5 != 0:
+                os.unlink(p, dir_fd=root)
             if i % 50 == 49:
-                os.rename(d, os.path.join(root, f"renamed{i}"))
+                os.rename(d, f"renamed{i}", src_dir_fd=root, dst_dir_fd=root)
             print(i, flush=True)
             i += 1
     except OSError as error:
