@@ -25,23 +25,14 @@ extension Filesystem {
         // many writers made it (the first close, judged by the later state, would count twice).
         // Likewise a file's attribute changes and writes without a close, each looked at once
         // (a file closed in the batch needs no look at its writes), one lstat per path.
-        let states = Self.statesToSortOut(changes)
-        let events = zip(changes, states).compactMap { change, st -> OwnChanges.Event? in
-            switch change {
-            case .overflow: return nil
-            case let .name(folder, name, _): return .name(name, in: BackingKey(device: folder.device, inode: folder.inode))
-            case .content, .modified: return st.map { .content($0) }
-            case .attributes: return st.map { .attributes($0) }
-            }
-        }
-        var own = ownChanges.areOwn(events).makeIterator()
-        for (change, st) in zip(changes, states) {
+        let (own, states) = sortOutOwnChanges(changes, sampled: Self.statesToSortOut(changes))
+        for ((change, st), isOwn) in zip(zip(changes, states), own) {
             switch change {
             case .overflow:
                 effects.invalidations.inodes += nodes.allIDs()
                 effects.notices.append("the store watcher lost events: the kernel forgets every cached attribute and page")
             case let .name(folder, name, path):
-                if own.next() == true { continue }
+                if isOwn { continue }
                 stitcher?.recordUncoordinated(path, nameChanged: true)
                 let key = BackingKey(device: folder.device, inode: folder.inode)
                 if let parent = nodes.known(key: key) {
@@ -54,23 +45,67 @@ extension Filesystem {
                     effects.notices.append("an uncoordinated writer changed \(name) while it was being written through the mount: both contents will be kept")
                 }
             case let .content(path, folder, name):
-                guard let st, own.next() == false else { continue }
+                guard let st, !isOwn else { continue }
                 noticeContentChange(path, st, folder: folder, name: name, into: &effects)
                 stitcher?.recordUncoordinated(path, nameChanged: false)
             case let .modified(path):
                 // Not a version yet (that is the close): the kernel forgets size and pages.
-                guard let st, own.next() == false else { continue }
+                guard let st, !isOwn else { continue }
                 stitcher?.recordUncoordinated(path, nameChanged: false)
                 guard let node = nodes.known(key: BackingKey(st)) else { continue }
                 effects.invalidations.inodes.append(node.id)
             case let .attributes(path):
-                guard let st, own.next() == false else { continue }
+                guard let st, !isOwn else { continue }
                 stitcher?.recordUncoordinated(path, nameChanged: false)
                 guard let node = nodes.known(key: BackingKey(st)) else { continue }
                 effects.invalidations.attributes.append(node.id)
             }
         }
         return effects
+    }
+
+    /// Which of `changes` are docfs's own, and the file states they were judged by. A state
+    /// is sampled before the judgment, and docfs may finish a write in between: its record then
+    /// shows a newer state than the sample, and its own change would look like someone else's.
+    /// So a file judged foreign is looked at again, and when it changed since it was sampled it
+    /// is judged again by its state now; only a change whose file stayed as sampled is foreign.
+    func sortOutOwnChanges(_ changes: [StoreWatcher.Change], sampled: [stat?]) -> (own: [Bool], states: [stat?]) {
+        var states = sampled
+        var own = [Bool](repeating: false, count: changes.count)
+        func event(_ index: Int) -> OwnChanges.Event? {
+            switch changes[index] {
+            case .overflow: return nil
+            case let .name(folder, name, _): return .name(name, in: BackingKey(device: folder.device, inode: folder.inode))
+            case .content, .modified: return states[index].map { .content($0) }
+            case .attributes: return states[index].map { .attributes($0) }
+            }
+        }
+        var judging = changes.indices.filter { event($0) != nil }
+        for round in 1...Self.judgingRounds {
+            let verdicts = ownChanges.areOwn(judging.map { event($0)! })
+            var again: [Int] = []
+            for (index, isOwn) in zip(judging, verdicts) {
+                own[index] = isOwn
+                guard !isOwn, round < Self.judgingRounds, let path = changes[index].filePath, let sample = states[index] else { continue }
+                var now = stat()
+                guard lstat(path, &now) == 0, now.st_mode & S_IFMT == sample.st_mode & S_IFMT,
+                      Self.changedSince(sample, now) else { continue }
+                states[index] = now
+                again.append(index)
+            }
+            if again.isEmpty { break }
+            judging = again
+        }
+        return (own, states)
+    }
+
+    /// How many times a file that keeps changing is judged (a writer still at work).
+    static let judgingRounds = 3
+
+    private static func changedSince(_ a: stat, _ b: stat) -> Bool {
+        a.st_ino != b.st_ino || a.st_size != b.st_size || a.st_mtim.tv_sec != b.st_mtim.tv_sec
+            || a.st_mtim.tv_nsec != b.st_mtim.tv_nsec || a.st_ctim.tv_sec != b.st_ctim.tv_sec
+            || a.st_ctim.tv_nsec != b.st_ctim.tv_nsec
     }
 
     /// The state of each file a change of the batch needs sorting out (nil for the others): the

@@ -34,6 +34,14 @@ public final class StoreWatcher: @unchecked Sendable {
         case attributes(path: String)
         /// Events were lost (the kernel's queue overflowed): anything may have changed.
         case overflow
+
+        /// The file a content or attribute change is about (nil for names and overflows).
+        public var filePath: String? {
+            switch self {
+            case let .content(path, _, _), let .modified(path), let .attributes(path): path
+            case .name, .overflow: nil
+            }
+        }
     }
 
     private let fd: Int32

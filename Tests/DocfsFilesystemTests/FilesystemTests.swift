@@ -1,5 +1,5 @@
 import DocfsCore
-import DocfsProvider
+@testable import DocfsProvider
 import Foundation
 import Testing
 @testable import DocfsFilesystem
@@ -167,5 +167,37 @@ import Glibc
         #expect(own.areOwn([.content(chmodded)]) == [true])  // the content itself is unchanged
         own.willWrite(BackingKey(file))
         #expect(own.areOwn([.attributes(chmodded)]) == [true])
+    }
+
+    /// The watcher samples a file's state before it judges whose change it was. A write through
+    /// docfs that ends in between leaves a record newer than the sample: the change is still
+    /// docfs's own, judged again by the file's state now. A write behind docfs's back is not.
+    @Test func aStateSampledBeforeDocfsFinishedWritingIsStillItsOwnChange() throws {
+        defer { cleanUp() }
+        let (entry, created) = try filesystem.create(parent: 1, name: "doc", mode: 0o644, flags: O_WRONLY, caller: .daemon)
+        _ = try filesystem.write(created.handle, bytes: Array("save 1".utf8), offset: 0)
+        try filesystem.flush(created.handle)
+        filesystem.release(created.handle)
+        let path = StoreLayout(root: directory).documentsDirectory(.userDefault) + "/doc"
+        var folderState = stat()
+        #expect(lstat(StoreLayout(root: directory).documentsDirectory(.userDefault), &folderState) == 0)
+        let folder = StoreWatcher.Folder(device: UInt64(folderState.st_dev), inode: UInt64(folderState.st_ino))
+        let closed = StoreWatcher.Change.content(path: path, folder: folder, name: "doc")
+
+        let writer = try filesystem.open(entry.node, flags: O_WRONLY | O_TRUNC, caller: .daemon)
+        var midWrite = stat()
+        #expect(lstat(path, &midWrite) == 0 && midWrite.st_size == 0)
+        _ = try filesystem.write(writer.handle, bytes: Array("save 2, longer".utf8), offset: 0)
+        try filesystem.flush(writer.handle)
+        filesystem.release(writer.handle)
+        #expect(filesystem.sortOutOwnChanges([closed], sampled: [midWrite]).own == [true])
+
+        let outside = open(path, O_WRONLY | O_APPEND)
+        #expect(outside >= 0)
+        #expect(Glibc.write(outside, "!", 1) == 1)
+        close(outside)
+        var afterOutside = stat()
+        #expect(lstat(path, &afterOutside) == 0)
+        #expect(filesystem.sortOutOwnChanges([closed], sampled: [afterOutside]).own == [false])
     }
 }

@@ -111,7 +111,8 @@ import Glibc
         let f = fixture.path("doc")
         for i in 1...5 { try write("save \(i)", to: f) }
         #expect(attribute(f, "user.docfs.version") == "5")
-        #expect(eventually { (try? versionsJSON(fixture, f).map(\.version)) == [5, 4, 3] })
+        let settled = eventually { (try? versionsJSON(fixture, f).map(\.version)) == [5, 4, 3] }
+        #expect(settled, "kept: \((try? versionsJSON(fixture, f)).map { "\($0)" } ?? "no listing")\ndaemon log:\n\(fixture.log)")
         // Larger than maximumFileMiB: written in place, versions counted, nothing kept.
         let big = fixture.path("big")
         try write(String(repeating: "x", count: 2 << 20), to: big)
