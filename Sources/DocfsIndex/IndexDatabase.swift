@@ -539,14 +539,21 @@ public final class IndexDatabase: Sendable {
     }
 
     /// The journal's frames the snapshot `db` does not hold, over the rows they reach.
-    private static func overlay(_ db: Database, _ journal: [IndexJournal.Frame]) throws -> IndexOverlay {
-        let applied = try appliedSequence(db)
-        guard let newest = journal.last?.sequence, newest > applied else { return .empty }
+    /// The journal's frames after sequence `applied` with their changes decoded, up to the
+    /// first that does not decode (a frame a writer was cut off in).
+    private static func decoded(_ journal: [IndexJournal.Frame], after applied: Int64) -> [IndexOverlay.Frame] {
         var frames: [IndexOverlay.Frame] = []
         for frame in journal where frame.sequence > applied {
             guard let changes = try? frame.changes() else { break }
             frames.append(IndexOverlay.Frame(sequence: frame.sequence, entryBase: frame.entryBase, changes: changes))
         }
+        return frames
+    }
+
+    private static func overlay(_ db: Database, _ waiting: [IndexOverlay.Frame]) throws -> IndexOverlay {
+        let applied = try appliedSequence(db)
+        guard let newest = waiting.last?.sequence, newest > applied else { return .empty }
+        let frames = waiting.filter { $0.sequence > applied }
         let reach = IndexOverlay.reach(of: frames)
         var base: [IndexLocation: IndexOverlay.Row] = [:]
         func load(_ rows: [Row]) {
@@ -644,10 +651,18 @@ public final class IndexDatabase: Sendable {
     /// Runs `body` on a snapshot of the database and the journal's frames it lacks. The
     /// journal is read first: a frame committed and cleared from the journal meanwhile is in
     /// the snapshot taken after.
+    /// Runs `body` on a snapshot of the database with the stitched changes it does not hold yet
+    /// laid over it: the writer's own waiting frames (taken before the snapshot, so a frame
+    /// committed meanwhile is in the snapshot and skipped), or, in another process, the frames
+    /// its journal holds.
     private func read<T>(_ body: (Database, IndexOverlay) throws -> T) throws(DocfsError) -> T {
-        let journal = IndexJournal.read(journalPath)
+        let waiting: [IndexOverlay.Frame]? = writer.withLock { $0?.pending }
+        let journal = waiting == nil ? IndexJournal.read(journalPath) : []
         do {
-            return try pool.read { db in try body(db, try Self.overlay(db, journal)) }
+            return try pool.read { db in
+                let frames = try waiting ?? Self.decoded(journal, after: Self.appliedSequence(db))
+                return try body(db, try Self.overlay(db, frames))
+            }
         } catch {
             throw DocfsError(.internalFailure, "reading the index at \(path) failed", cause: DocfsError(.internalFailure, String(describing: error)))
         }
