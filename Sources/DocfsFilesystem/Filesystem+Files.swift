@@ -75,33 +75,55 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
         defer { shared.changed(by: self, names: [(directory.key, name)]) }
-        let made = try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> (Entry, OpenFile)? in
+        let made = try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Creation in
             try createExclusively(in: directory, name: name, mode: mode, flags: flags, caller: caller)
         }
-        // If a file appeared in the store since the kernel looked (and the caller did not ask
-        // for O_EXCL), open it as it is, as a local filesystem would.
-        if let made { return made }
-        return try openExisting(in: directory, name: name, flags: flags, caller: caller)
+        switch made {
+        case let .made(entry, file):
+            return (entry, file)
+        case .existing:
+            // A file appeared in the store since the kernel looked (and the caller did not ask
+            // for O_EXCL): it is opened as it is, as a local filesystem would.
+            return try openExisting(in: directory, name: name, flags: flags, caller: caller)
+        case let .savingThroughReference(vacated):
+            try turnIntoBackup(vacated.newName, of: vacated.item, in: directory)
+            return try openExisting(in: directory, name: name, flags: flags | O_TRUNC, caller: caller)
+        }
     }
 
-    /// Creates `name` exclusively, so only a file made here is given to the caller; nil when
-    /// one is there already and the caller did not ask for O_EXCL.
+    /// What an exclusive create came to.
+    private enum Creation {
+        case made(Entry, OpenFile)
+        /// The name was taken already, and the caller did not ask for O_EXCL.
+        case existing
+        /// The name is a reference again, whose original the caller is about to save (an
+        /// editor renamed the reference to a backup name and makes the file anew).
+        case savingThroughReference(SafeSaveTracker.Vacated)
+    }
+
+    /// Creates `name` exclusively, so only a file made here is given to the caller.
     private func createExclusively(in directory: Node, name: FileName, mode: mode_t, flags: Int32,
-                                   caller: Caller) throws(DocfsError) -> (Entry, OpenFile)? {
+                                   caller: Caller) throws(DocfsError) -> Creation {
         let openFlags = backingFlags(flags & ~(O_NOCTTY | DOCFS_O_DIRECT)) | O_CREAT | O_CLOEXEC | O_NOFOLLOW
         ownChanges.changedName(name, in: directory.key)
         let fd = openat(directory.fd, name.cString, openFlags | O_EXCL, mode & 0o7777)
         guard fd >= 0 else {
-            if errno == EEXIST && flags & O_EXCL == 0 { return nil }
+            if errno == EEXIST && flags & O_EXCL == 0 { return .existing }
             throw DocfsError.system(Glibc.errno)
         }
         do throws(DocfsError) {
             var st = stat()
             try check(fstat(fd, &st))
+            let vacated = safeSaves.takeVacated(directory: directory.key, name: name)
+            if let vacated, vacated.isReference, vacated.newDirectory == directory.key {
+                try makeReference(fd, st, to: vacated.item, named: name, in: directory)
+                close(fd)
+                return .savingThroughReference(vacated)
+            }
             safeSaves.noteCreated(BackingKey(st))
             ownChanges.openedForWriting(UInt64(fd), file: BackingKey(st))
             let item: ItemID
-            if let document = takeOverVacatedDocument(createdIn: directory, name: name, newFile: fd, caller: caller) {
+            if let vacated, let document = takeOverVacatedDocument(vacated, createdIn: directory, name: name, newFile: fd, caller: caller) {
                 item = document
             } else {
                 item = try identity.assignNew(to: BackingKey(st), createdAs: UInt64(fd))
@@ -113,8 +135,8 @@ extension Filesystem {
             let entry = try self.entry(in: directory, name: name, newItem: item)
             if let stitcher { stitcher.opened(UInt64(fd), writing: try nodes.node(entry.node), createdAs: name, in: directory) }
             present(.created, name, in: directory, item: item)
-            return (entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
-                                    mayPassThrough: !Self.hasSetIDBits(mode)))
+            return .made(entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
+                                         mayPassThrough: !Self.hasSetIDBits(mode)))
         } catch {
             identity.pending.drop(createdAs: UInt64(fd))
             close(fd)

@@ -140,9 +140,11 @@ extension Filesystem {
             // Whatever the target name held leaves by docfs's hand (an exchange moves it).
             if flags & DOCFS_RENAME_EXCHANGE == 0 { knownNode(at: newName, in: to)?.found(at: nil) }
             let exchange = flags & DOCFS_RENAME_EXCHANGE != 0
-            if !exchange, let original = reference(at: newName, in: to) {
+            if !exchange, reference(at: name, in: from) == nil, let original = reference(at: newName, in: to) {
                 // A save onto a reference saves the original (in its own place). The kernel
                 // moved the saved file's node to the reference's name: it must look again.
+                // (A reference renamed over another just takes its name: references carry no
+                // content to save.)
                 let (retagged, saved) = try replaceOriginal(original, from: from, name: name, caller: caller)
                 changedNames.append(saved)
                 var forget = KernelInvalidations()
@@ -164,11 +166,14 @@ extension Filesystem {
             presentMove(name, in: from, to: newName, in: to, item: itemAt(newName, in: to))
             noteMoved(to: newName, in: to)
             if flags & DOCFS_RENAME_EXCHANGE != 0 { noteMoved(to: name, in: from) }
-            if flags & DOCFS_RENAME_EXCHANGE == 0, from.key == to.key, SafeSaveTracker.isBackupName(newName, of: name),
-               reference(at: newName, in: to) == nil, let moved = replaceSide(in: to, name: newName) {
+            if flags & DOCFS_RENAME_EXCHANGE == 0, from.key == to.key, SafeSaveTracker.isBackupName(newName, of: name) {
                 // Perhaps an editor's backup step: the new content may follow under the old name.
-                safeSaves.noteRenamedAway(item: moved.item, from: from.key, name: name, to: to.key, newName: newName)
-                close(moved.fd)
+                if let original = reference(at: newName, in: to) {
+                    safeSaves.noteRenamedAway(item: original, isReference: true, from: from.key, name: name, to: to.key, newName: newName)
+                } else if let moved = replaceSide(in: to, name: newName) {
+                    safeSaves.noteRenamedAway(item: moved.item, from: from.key, name: name, to: to.key, newName: newName)
+                    close(moved.fd)
+                }
             }
             return []
         }

@@ -119,3 +119,68 @@ extension Filesystem {
         return (retagged, (BackingKey(st), originalName))
     }
 }
+
+/// Editors that save by renaming the file to a backup name and writing a new one (vim, emacs)
+/// save through a reference too: the new file at the reference's name becomes the reference
+/// again, and its content the original's (a write session of the original, truncated as a new
+/// file is empty); the renamed reference becomes the backup the editor meant, a copy of the
+/// original's content before the save, a document of the app's own.
+extension Filesystem {
+    /// Makes the file `fd` (in state `st`), just created at `name` in `directory`, a reference
+    /// to `original`.
+    func makeReference(_ fd: Int32, _ st: stat, to original: ItemID, named name: FileName, in directory: Node) throws(DocfsError) {
+        let key = BackingKey(st)
+        ownChanges.willWrite(key)
+        try ReferenceStub.mark(fd, target: original)
+        var marked = stat()
+        ownChanges.abandon(key, now: fstat(fd, &marked) == 0 ? marked : nil)
+        stitcher?.recordName(name, in: directory.fd, item: original)
+        present(.created, name, in: directory, item: original)
+    }
+
+    /// The reference to `original` at `backupName` in `directory` becomes a copy of the
+    /// original's content as it is now, with a new item id: the editor's backup. Nothing
+    /// changes when the name holds something else by now, or the original is gone.
+    func turnIntoBackup(_ backupName: FileName, of original: ItemID, in directory: Node) throws(DocfsError) {
+        guard let (_, source) = self.original(original) else { return }
+        let changed = try coordinator.withClaims([(directory.item, .write), (original, .read)]) { () throws(DocfsError) -> Bool in
+            guard reference(at: backupName, in: directory) == original else { return false }
+            let target = openat(directory.fd, backupName.cString, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+            guard target >= 0 else { throw DocfsError.errno("opening the backup \(backupName)") }
+            defer { close(target) }
+            var st = stat()
+            try check(fstat(target, &st))
+            let key = BackingKey(st)
+            ownChanges.willWrite(key)
+            var after: stat? = nil
+            defer { ownChanges.abandon(key, now: after) }
+            let content = Glibc.open(source.procPath, O_RDONLY | O_CLOEXEC)
+            guard content >= 0 else { throw DocfsError.errno("reading the original of the backup \(backupName)") }
+            defer { close(content) }
+            try copyAll(from: content, to: target)
+            var originalStat = stat()
+            if fstat(content, &originalStat) == 0 { fchmod(target, originalStat.st_mode & 0o7777) }
+            for attribute in ExtendedAttributeCopy.userNames(of: source.fd) where !attribute.hasPrefix(ExtendedAttributePolicy.docfsPrefix)
+                || ExtendedAttributePolicy.userWritableDocfsNames.contains(attribute) {
+                ExtendedAttributeCopy.copyIfMissing(attribute, from: source.fd, to: target)
+            }
+            guard docfs_removexattr("/proc/self/fd/\(target)", ReferenceStub.attribute) == 0 else { throw DocfsError.errno("unmarking the backup \(backupName)") }
+            let item = try identity.allocator.allocate()
+            try ItemAttributes.setID(item, onDescriptor: target)
+            try ItemAttributes.setVersion(1, onDescriptor: target)
+            var made = stat()
+            if fstat(target, &made) == 0 { after = made }
+            // The kernel knows the backup as the reference it was: it finds a new node at the name.
+            nodes.detach(key: key)
+            stitcher?.removeName(backupName, in: directory.fd, wasReference: true)
+            stitcher?.recordName(backupName, in: directory.fd, item: item)
+            present(.changed, backupName, in: directory, item: item)
+            return true
+        }
+        guard changed else { return }
+        var forget = KernelInvalidations()
+        forget.entries = [(directory.id, backupName)]
+        invalidateAfterReply(forget)
+        shared.changed(by: self, names: [(directory.key, backupName)])
+    }
+}

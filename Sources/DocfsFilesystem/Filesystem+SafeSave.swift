@@ -68,9 +68,9 @@ extension Filesystem {
     /// A file created where a document was renamed away moments ago (vim's and emacs's backup
     /// step): the new file becomes the document, and the renamed file (the backup) a new item.
     /// Answers the id the new file takes, nil when this create is not such a save.
-    func takeOverVacatedDocument(createdIn directory: Node, name: FileName, newFile fd: Int32, caller: Caller) -> ItemID? {
-        guard let vacated = safeSaves.takeVacated(directory: directory.key, name: name),
-              vacated.newDirectory == directory.key else { return nil }
+    func takeOverVacatedDocument(_ vacated: SafeSaveTracker.Vacated, createdIn directory: Node, name: FileName, newFile fd: Int32,
+                                 caller: Caller) -> ItemID? {
+        guard vacated.newDirectory == directory.key, !vacated.isReference else { return nil }
         guard let backup = replaceSide(in: directory, name: vacated.newName) else { return nil }
         defer { close(backup.fd) }
         guard backup.item == vacated.item else { return nil }

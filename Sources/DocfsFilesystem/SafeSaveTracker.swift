@@ -18,7 +18,10 @@ final class SafeSaveTracker: Sendable {
 
     /// A document renamed away from a name, possibly to make room for its new content.
     struct Vacated {
+        /// The document; for a reference, the original it stands for.
         let item: ItemID
+        /// A reference was renamed away (the save is meant for its original).
+        let isReference: Bool
         let newDirectory: BackingKey
         let newName: FileName
         let time: Double
@@ -62,13 +65,14 @@ final class SafeSaveTracker: Sendable {
     /// A regular file `item` was renamed from `name` in `directory` to `newName` in `newDirectory`:
     /// remembered when that looks like a backup of it (same folder, a name that contains the
     /// old one: `doc~`, `.doc.bak`, `#doc#`), not for a file put in place (`x.lock` to `x`).
-    func noteRenamedAway(item: ItemID, from directory: BackingKey, name: FileName, to newDirectory: BackingKey, newName: FileName) {
+    func noteRenamedAway(item: ItemID, isReference: Bool = false, from directory: BackingKey, name: FileName,
+                         to newDirectory: BackingKey, newName: FileName) {
         guard directory == newDirectory, Self.isBackupName(newName, of: name) else { return }
         let now = Self.now()
         state.withLock { state in
             if state.vacated.count >= Self.capacity { state.vacated = state.vacated.filter { now - $0.value.time < Self.vacancy } }
             if state.vacated.count >= Self.capacity { state.vacated.removeAll() }
-            state.vacated[Place(directory: directory, name: name)] = Vacated(item: item, newDirectory: newDirectory,
+            state.vacated[Place(directory: directory, name: name)] = Vacated(item: item, isReference: isReference, newDirectory: newDirectory,
                                                                             newName: newName, time: now)
         }
     }

@@ -37,14 +37,20 @@ public enum ReferenceStub {
         let fd = openat(directoryFD, name.cString, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw DocfsError.errno("making the reference \(name)") }
         defer { close(fd) }
+        do throws(DocfsError) {
+            try mark(fd, target: target)
+        } catch {
+            unlinkat(directoryFD, name.cString, 0)
+            throw error
+        }
+    }
+
+    /// Makes the empty file `fd` a reference to `target`.
+    public static func mark(_ fd: Int32, target: ItemID) throws(DocfsError) {
         let text = Array(target.description.utf8)
         for marker in [attribute, ItemAttributes.id] {
             let r = text.withUnsafeBytes { docfs_fd_setxattr(fd, marker, $0.baseAddress, $0.count, 0) }
-            guard r == 0 else {
-                let failure = DocfsError.errno("marking the reference")
-                unlinkat(directoryFD, name.cString, 0)
-                throw failure
-            }
+            guard r == 0 else { throw DocfsError.errno("marking the reference") }
         }
     }
 }

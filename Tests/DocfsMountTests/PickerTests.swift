@@ -232,6 +232,61 @@ import Glibc
         }
     }
 
+    /// vim (backupcopy=no) and emacs save by renaming the file to a backup name and writing it
+    /// anew: through a reference that saves the original, the reference stays, and a backup
+    /// that is kept is the app's own copy of what the original held before.
+    @Test func vimSavesThroughAReferenceIntoTheOriginal() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let app = try setUp(fixture)
+        let original = fixture.path("report.txt")
+        let id = try #require(itemID(original))
+        #expect(try runDocfs("pick --app com.example.Notes --open '\(original)'").status == 0)
+        let reference = app + "/Documents/report.txt"
+        let vim = "vim -u NONE -N -n -es -c 'set backupskip= backupcopy=no"
+
+        var result = try shell(vim + " writebackup nobackup' -c '%s/v1/v2/' -c 'wq' '\(reference)'")
+        #expect(result.status == 0, "\(result.output)")
+        #expect(contents(original) == "report v2\n")
+        #expect(itemID(original) == id)
+        #expect(attribute(original, "user.docfs.version") == "2")
+        #expect(try versionsJSON(fixture, original).map(\.version) == [2, 1])
+        #expect(attribute(reference, "user.docfs.external") == "1")
+        #expect(itemID(reference) == id)
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: app + "/Documents")) == ["report.txt"])
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: fixture.mountPoint))?.filter { !$0.hasPrefix(".") } == ["report.txt"])
+
+        result = try shell(vim + " backup' -c '%s/v2/v3/' -c 'wq' '\(reference)'")
+        #expect(result.status == 0, "\(result.output)")
+        #expect(contents(original) == "report v3\n")
+        #expect(itemID(original) == id)
+        #expect(contents(reference) == "report v3\n")
+        let backup = app + "/Documents/report.txt~"
+        #expect(contents(backup) == "report v2\n")
+        let backupID = try #require(itemID(backup))
+        #expect(backupID != id)
+        #expect(try directoryInodes(app + "/Documents")["report.txt~"] == backupID)
+        #expect(attribute(backup, "user.docfs.external") == nil)
+        let external = try runDocfs("query --scope external '*' --store '\(fixture.store)'").output
+        #expect(external.split(separator: "\n").count == 1 && external.contains("report.txt"), "\(external)")
+        // The backup is a document of its own: changing it leaves the original alone.
+        try write("scribbled\n", to: backup)
+        #expect(contents(original) == "report v3\n")
+
+        // A reference renamed over another takes its name; no original's content changes.
+        try write("other\n", to: fixture.path("other.txt"))
+        #expect(try runDocfs("pick --app com.example.Notes --open '\(fixture.path("other.txt"))' --into Data").status == 0)
+        #expect(rename(app + "/Data/other.txt", reference) == 0)
+        #expect(contents(reference) == "other\n")
+        #expect(itemID(reference) == itemID(fixture.path("other.txt")))
+        #expect(contents(original) == "report v3\n" && itemID(original) == id)
+        #expect(contents(fixture.path("other.txt")) == "other\n")
+        let references = try runDocfs("query --scope external '*' --store '\(fixture.store)'").output
+        #expect(references.split(separator: "\n") == ["com.example.Notes /Documents/report.txt -> /other.txt (in Documents)"], "\(references)")
+        let check = try runDocfs("index check --store '\(fixture.store)'")
+        #expect(check.status == 0, "\(check.output)")
+    }
+
     @Test func editsThroughAReferenceNeverTearAReadInTheUserView() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
