@@ -95,8 +95,8 @@ class Target:
 
 
 def build_baseline(revision, repository):
-    """docfs as it was at `revision` (before coordination, by default), built once into
-    /var/tmp, to measure what coordination costs: same machine, same run."""
+    """docfs as it was at `revision`, built once into /var/tmp, to measure what came since:
+    same machine, same run."""
     commit = subprocess.check_output(["git", "-C", repository, "rev-parse", "--short", revision], text=True).strip()
     tree = f"/var/tmp/docfs-baseline-{commit}"
     binary = os.path.join(tree, ".build", "release", "docfs")
@@ -104,7 +104,7 @@ def build_baseline(revision, repository):
         if not os.path.isdir(tree):
             run(["git", "-C", repository, "worktree", "add", "--detach", "--force", tree, commit],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        print(f"bench: building docfs at {commit} (without coordination), once", file=sys.stderr)
+        print(f"bench: building docfs at {commit}, once", file=sys.stderr)
         run(["swift", "build", "-c", "release", "--product", "docfs"], cwd=tree, stdout=subprocess.DEVNULL)
     return binary, commit
 
@@ -126,7 +126,7 @@ def make_targets(root, docfs, docfs_options, baseline=None):
                Target("passthrough_ll+", root, passthrough(",default_permissions,xattr")),
                Target("docfs", root, docfs_mount(docfs))]
     if baseline:
-        targets.append(Target("docfs-uncoordinated", root, docfs_mount(baseline)))
+        targets.append(Target("docfs-baseline", root, docfs_mount(baseline)))
     return targets
 
 
@@ -334,8 +334,8 @@ def main():
           f"cold reads {'drop the page cache' if can_drop else 'could not drop the page cache'})")
     extra = baseline is not None
     header = (f"{'workload':34} {'unit':>5} {'raw disk':>9} {'passthru':>9} {'pt+perm':>9} {'docfs':>9}"
-              + (f" {'uncoord':>9}" if extra else "")
-              + f" {'vs raw':>7} {'vs pt':>7} {'vs pt+':>7}" + (f" {'vs unc':>7}" if extra else "") + "  target")
+              + (f" {'baseline':>9}" if extra else "")
+              + f" {'vs raw':>7} {'vs pt':>7} {'vs pt+':>7}" + (f" {'vs base':>7}" if extra else "") + "  target")
     print(header)
     print("-" * len(header))
     for name, unit, size, _, _ in workloads:
@@ -347,10 +347,10 @@ def main():
             target, ok = ">= 0.90x raw", vs_raw >= 0.9
         else:
             target, ok = ">= 1.00x pt", vs_pt >= 1.0
-        uncoordinated = f" {figure(name, unit, size, 'docfs-uncoordinated'):9.2f}" if extra else ""
-        vs_unc = f" {speed_ratio(name, unit, size, 'docfs', 'docfs-uncoordinated'):6.2f}x" if extra else ""
-        print(f"{name:34} {unit:>5} {raw:9.2f} {pt:9.2f} {ptp:9.2f} {dfs:9.2f}{uncoordinated} {vs_raw:6.2f}x {vs_pt:6.2f}x"
-              f" {vs_ptp:6.2f}x{vs_unc}  {target} {'ok' if ok else 'MISSED'}")
+        baseline_figure = f" {figure(name, unit, size, 'docfs-baseline'):9.2f}" if extra else ""
+        vs_base = f" {speed_ratio(name, unit, size, 'docfs', 'docfs-baseline'):6.2f}x" if extra else ""
+        print(f"{name:34} {unit:>5} {raw:9.2f} {pt:9.2f} {ptp:9.2f} {dfs:9.2f}{baseline_figure} {vs_raw:6.2f}x {vs_pt:6.2f}x"
+              f" {vs_ptp:6.2f}x{vs_base}  {target} {'ok' if ok else 'MISSED'}")
     creates = [w[0] for w in workloads if w[4] == "create"]
     if creates:
         ratio = speed_ratio(creates[0], "s", None, "docfs", "passthrough_ll")
@@ -358,8 +358,8 @@ def main():
     print("\nvs raw / vs pt / vs pt+: docfs's speed relative to the raw disk, to passthrough_ll, and to")
     print("passthrough_ll with default_permissions,xattr (the checks and attributes docfs always has).")
     if extra:
-        print(f"vs unc: docfs's speed relative to docfs at {baseline_commit}, before coordination (ids, write")
-        print("sessions and versions, safe-save recognition, claims, the store watcher): what coordination costs.")
+        print(f"vs base: docfs's speed relative to docfs built at {baseline_commit} in the same run: what came")
+        print("since costs (below 1.00x) or gains (above).")
     print("Higher is better; 1.00x is as fast.")
     shutil.rmtree(args.dir, ignore_errors=True)
 

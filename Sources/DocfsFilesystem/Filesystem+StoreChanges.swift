@@ -33,6 +33,7 @@ extension Filesystem {
                 effects.notices.append("the store watcher lost events: the kernel forgets every cached attribute and page")
             case let .name(folder, name, path):
                 if isOwn { continue }
+                separateCopies(atBackingPath: path, andContents: true, into: &effects)
                 stitcher?.recordUncoordinated(path, nameChanged: true)
                 let key = BackingKey(device: folder.device, inode: folder.inode)
                 if let parent = nodes.known(key: key) {
@@ -46,6 +47,7 @@ extension Filesystem {
                 }
             case let .content(path, folder, name):
                 guard let st, !isOwn else { continue }
+                separateCopies(atBackingPath: path, andContents: false, into: &effects)
                 noticeContentChange(path, st, folder: folder, name: name, into: &effects)
                 stitcher?.recordUncoordinated(path, nameChanged: false)
             case let .modified(path):

@@ -229,7 +229,10 @@ final class IndexStitcher: Sendable {
             let parent = nameChanged ? folderChanges(folder) : []
             let name = FileName(String(path[path.index(after: slash)...]))
             guard let record = record(of: name, in: folder) else { return gone + parent }
-            var changes: [IndexChange] = [.put(record)]
+            // A reference written into is a document now (and a reference made in the store
+            // stands where a document was): the record in the other scope goes.
+            let other = record.scope == Scope.external.rawValue ? location(place) : externalLocation(place)
+            var changes: [IndexChange] = [.remove(other), .put(record)]
             if nameChanged && record.kind == "folder" { changes += recordsUnder(name, in: folder) }
             return changes + parent
         }

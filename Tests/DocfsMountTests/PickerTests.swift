@@ -287,6 +287,25 @@ import Glibc
         #expect(check.status == 0, "\(check.output)")
     }
 
+    /// A reference's file written into in the store behind docfs's back is a document of the
+    /// app's own from then on (an id of its own, no reference); the original is untouched.
+    @Test func aReferenceWrittenIntoInTheStoreBecomesADocumentOfItsOwn() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let app = try setUp(fixture)
+        let id = try #require(itemID(fixture.path("report.txt")))
+        #expect(try runDocfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))'").status == 0)
+        let stub = fixture.store + "/containers/com.example.Notes/Documents/report.txt"
+        #expect(try shell("echo scribbled >> '\(stub)'").status == 0)
+        #expect(eventually(seconds: 20) { itemID(app + "/Documents/report.txt").map { $0 != id } ?? false })
+        #expect(eventually(seconds: 20) { contents(app + "/Documents/report.txt") == "scribbled\n" })
+        #expect(attribute(app + "/Documents/report.txt", "user.docfs.external") == nil)
+        #expect(attribute(app + "/Documents/report.txt", "user.docfs.reference") == nil)
+        #expect(contents(fixture.path("report.txt")) == "report v1\n")
+        #expect(itemID(fixture.path("report.txt")) == id)
+        #expect(try runDocfs("query --scope external '*' --store '\(fixture.store)'").output == "")
+    }
+
     @Test func editsThroughAReferenceNeverTearAReadInTheUserView() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }

@@ -105,6 +105,76 @@ import Glibc
         #expect(eventually(seconds: 20) { attribute(f, "user.docfs.version") == "2" })
     }
 
+    /// Copies made in the store behind docfs's back (`cp -a` keeps extended attributes) carry
+    /// the ids of what they copy: each gets an id of its own, the originals keep theirs, and no
+    /// two files show one inode number (tar would store one as a hard link of the other).
+    @Test func copiesMadeInTheStoreGetIdsOfTheirOwn() throws {
+        let fixture = try MountFixture(options: Self.options)
+        defer { fixture.tearDown() }
+        try write("report\n", to: fixture.path("report.txt"))
+        #expect(mkdir(fixture.path("project"), 0o755) == 0)
+        try write("a\n", to: fixture.path("project/a.txt"))
+        let originals = ["report.txt", "project", "project/a.txt"]
+        let ids = try originals.map { try #require(itemID(fixture.path($0))) }
+
+        let copied = try shell("cp -a '\(fixture.documents)/report.txt' '\(fixture.documents)/copy.txt' && "
+                               + "cp -a '\(fixture.documents)/project' '\(fixture.documents)/project 2'")
+        #expect(copied.status == 0, "\(copied.output)")
+        let copies = ["copy.txt", "project 2", "project 2/a.txt"]
+        for (copy, original) in zip(copies, ids) {
+            #expect(eventually(seconds: 20) { itemID(fixture.path(copy)).map { $0 != original } ?? false }, "\(copy)")
+        }
+        #expect(originals.map { itemID(fixture.path($0)) } == ids)
+        var inodes = Set<UInt64>()
+        for name in originals + copies {
+            var st = stat()
+            #expect(stat(fixture.path(name), &st) == 0)
+            inodes.insert(UInt64(st.st_ino))
+        }
+        #expect(inodes.count == 6)
+        let archive = try shell("tar cf - -C '\(fixture.mountPoint)' report.txt copy.txt project 'project 2' | tar tvf -")
+        #expect(archive.status == 0 && !archive.output.contains("link to"), "\(archive.output)")
+        #expect(try String(contentsOfFile: fixture.path("project 2/a.txt"), encoding: .utf8) == "a\n")
+        #expect(fixture.log.contains("copy.txt is a copy of /report.txt"), "\(fixture.log)")
+        let check = try runDocfs("index check --store '\(fixture.store)'")
+        #expect(check.status == 0, "\(check.output)")
+    }
+
+    /// A document put back into the store with its id (restored from a backup, the way rsync
+    /// does: a temporary file with the attributes, renamed over the document; or after the
+    /// document was deleted) keeps the id: no other file carries it.
+    @Test func aDocumentRestoredWithItsIdKeepsIt() throws {
+        let fixture = try MountFixture(options: Self.options)
+        defer { fixture.tearDown() }
+        try write("first\n", to: fixture.path("report.txt"))
+        let id = try #require(itemID(fixture.path("report.txt")))
+        let backup = fixture.root + "/report.backup"
+        #expect(try shell("cp -a '\(fixture.documents)/report.txt' '\(backup)'").status == 0)
+        try write("second\n", to: fixture.path("report.txt"))
+
+        let script = """
+            import os, sys
+            backup, target = sys.argv[1], sys.argv[2]
+            temporary = os.path.join(os.path.dirname(target), ".report.txt.Xa9")
+            with open(backup, "rb") as source, open(temporary, "wb") as out:
+                out.write(source.read())
+            os.setxattr(temporary, "user.docfs.id", os.getxattr(backup, "user.docfs.id"))
+            os.rename(temporary, target)
+            """
+        let restored = try shell("python3 -c \"$SCRIPT\" '\(backup)' '\(fixture.documents)/report.txt'", environment: ["SCRIPT": script])
+        #expect(restored.status == 0, "\(restored.output)")
+        #expect(eventually(seconds: 20) { (try? String(contentsOfFile: fixture.path("report.txt"), encoding: .utf8)) == "first\n" })
+        usleep(300_000)  // the watcher's batches after the rename
+        #expect(itemID(fixture.path("report.txt")) == id)
+
+        #expect(unlink(fixture.path("report.txt")) == 0)
+        #expect(try shell("cp -a '\(backup)' '\(fixture.documents)/report.txt'").status == 0)
+        #expect(eventually(seconds: 20) { access(fixture.path("report.txt"), F_OK) == 0 })
+        usleep(300_000)
+        #expect(itemID(fixture.path("report.txt")) == id)
+        #expect(!fixture.log.contains("is a copy of"), "\(fixture.log)")
+    }
+
     @Test func docfsOwnChangesAreNotTakenForSomeoneElses() throws {
         let fixture = try MountFixture(options: Self.options)
         defer { fixture.tearDown() }
