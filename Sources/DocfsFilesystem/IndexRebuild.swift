@@ -61,6 +61,17 @@ public enum IndexRebuild {
         public var removed = 0
         /// Items that had no id and were given one.
         public var identified = 0
+        /// Copies that carried another file's id and were given their own.
+        public var separated = 0
+
+        /// What the walk did about copies, for its report ("" when there were none).
+        public var separatedReport: String {
+            switch separated {
+            case 0: ""
+            case 1: ", 1 copy given an id of its own"
+            default: ", \(separated) copies given ids of their own"
+            }
+        }
         /// What a check found.
         public var differences: [Difference] = []
     }
@@ -71,7 +82,7 @@ public enum IndexRebuild {
     /// counts the names first; a reconcile calls it not at all).
     public static func run(store: LocalStore, index: IndexDatabase, mode: Mode = .rebuild,
                            serialized: (() throws(DocfsError) -> Void) throws(DocfsError) -> Void = { body throws(DocfsError) in try body() },
-                           pendingIDs: IDLookup? = nil,
+                           pendingIDs: IDLookup? = nil, separatingCopies: Bool = false,
                            progress: ((Int, Int) -> Void)? = nil) throws(DocfsError) -> Summary {
         var walk = Walk(store: store, index: index, mode: mode, fingerprints: try index.fingerprints())
         walk.pendingIDs = pendingIDs
@@ -103,8 +114,55 @@ public enum IndexRebuild {
                 walk.summary.removed = gone.count
             }
         }
+        if separatingCopies && mode != .check {
+            walk.summary.separated = try separateCopies(store: store, index: index, catalog: catalog)
+        }
         progress?(walk.total, walk.total)
         return walk.summary
+    }
+
+    /// Gives copies made while no daemon watched the store (see Filesystem+Copies) ids of their
+    /// own: of the files that carry one id, the one born first keeps it (a copy is younger than
+    /// what it copies), and the others get new ids, their records with them. Only while no
+    /// operation runs (the walk at a daemon's start, or a rebuild without a daemon): a replace
+    /// in progress carries its document's id on the new content too. Answers how many files.
+    private static func separateCopies(store: LocalStore, index: IndexDatabase, catalog: ContainerCatalog) throws(DocfsError) -> Int {
+        var separated = 0
+        for shared in try index.sharedIDs() {
+            let id = ItemID(rawValue: UInt64(bitPattern: shared))
+            let holders = Dictionary(grouping: try index.records(id: shared).filter { $0.scope != Scope.external.rawValue }, by: \.backingInode)
+            let byAge = holders.values.sorted { ($0.map(\.created).min() ?? 0, $0[0].entry) < ($1.map(\.created).min() ?? 0, $1[0].entry) }
+            for names in byAge.dropFirst() {
+                var changes: [IndexChange] = []
+                var fresh: ItemID? = nil
+                for record in names {
+                    guard let container = try? ContainerID(record.container), let scope = Scope(rawValue: record.scope),
+                          let slash = record.path.lastIndex(of: "/") else { continue }
+                    let scopeFolder = scope == .data ? store.layout.dataDirectory(container) : store.layout.documentsDirectory(container)
+                    let folder = open(scopeFolder + record.path[..<slash], O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                    guard folder >= 0 else { continue }
+                    defer { close(folder) }
+                    let name = FileName(String(record.path[record.path.index(after: slash)...]))
+                    let fd = openat(folder, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+                    guard fd >= 0 else { continue }
+                    defer { close(fd) }
+                    var st = stat()
+                    guard fstat(fd, &st) == 0, UInt64(st.st_ino) == record.backingInode, ItemAttributes.id(ofDescriptor: fd) == id
+                            || fresh != nil else { continue }
+                    if fresh == nil {
+                        fresh = try ItemAttributes.setID(try store.itemIDs.allocate(), onDescriptor: fd)
+                        _ = docfs_removexattr("/proc/self/fd/\(fd)", ReferenceStub.attribute)
+                        _ = fstat(fd, &st)
+                        separated += 1
+                    }
+                    let builder = IndexRecordBuilder(container: container, containerName: catalog.displayName(of: container), scope: scope.rawValue,
+                                                     thumbnails: ThumbnailStore(directory: store.layout.thumbnailsDirectory))
+                    changes.append(.put(builder.record(item: fresh!, directoryFD: folder, name: name, path: record.path, st: st)))
+                }
+                try index.apply(changes)
+            }
+        }
+        return separated
     }
 
     /// The walk's state as it goes from folder to folder.

@@ -433,6 +433,27 @@ public final class IndexDatabase: Sendable {
         try read { db, overlay in try Self.merged(db, overlay, where: "id = ?", [id]) { $0.id == id } }
     }
 
+    /// The item ids that records of more than one backing file carry, outside the external
+    /// scope (where references carry their originals' ids): copies that took their original's
+    /// id along.
+    public func sharedIDs() throws(DocfsError) -> [Int64] {
+        try read { db, overlay in
+            var holders: [Int64: Set<UInt64>] = [:]
+            let stored = try Row.fetchAll(db, sql: """
+                SELECT id, backingInode FROM items WHERE id IN (
+                    SELECT id FROM items WHERE scope != 'external' GROUP BY id HAVING COUNT(DISTINCT backingInode) > 1
+                ) AND scope != 'external'
+                """)
+            for row in stored { holders[row["id"], default: []].insert(UInt64(bitPattern: row["backingInode"])) }
+            guard !overlay.isEmpty else { return holders.keys.sorted() }
+            // Laid over: the waiting changes may have made more ids shared, or fewer.
+            let records = try Self.merged(db, overlay, where: "scope != 'external'", []) { $0.scope != "external" }
+            holders = [:]
+            for record in records { holders[record.id, default: []].insert(record.backingInode) }
+            return holders.filter { $0.value.count > 1 }.keys.sorted()
+        }
+    }
+
     /// The records `query` selects, in its order.
     public func records(matching query: IndexQuery) throws(DocfsError) -> [IndexRecord] {
         try read { db, overlay in try Self.records(matching: query, db, overlay) }
@@ -538,7 +559,6 @@ public final class IndexDatabase: Sendable {
         return records
     }
 
-    /// The journal's frames the snapshot `db` does not hold, over the rows they reach.
     /// The journal's frames after sequence `applied` with their changes decoded, up to the
     /// first that does not decode (a frame a writer was cut off in).
     private static func decoded(_ journal: [IndexJournal.Frame], after applied: Int64) -> [IndexOverlay.Frame] {
@@ -550,6 +570,7 @@ public final class IndexDatabase: Sendable {
         return frames
     }
 
+    /// The waiting frames the snapshot `db` does not hold, over the rows they reach.
     private static func overlay(_ db: Database, _ waiting: [IndexOverlay.Frame]) throws -> IndexOverlay {
         let applied = try appliedSequence(db)
         guard let newest = waiting.last?.sequence, newest > applied else { return .empty }

@@ -155,11 +155,11 @@ final class Daemon: Sendable {
         }
         var started = timespec()
         clock_gettime(CLOCK_MONOTONIC, &started)
-        let summary = try IndexRebuild.run(store: store, index: index, mode: mode)
+        let summary = try IndexRebuild.run(store: store, index: index, mode: mode, separatingCopies: true)
         var ended = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ended)
         let seconds = Double(ended.tv_sec - started.tv_sec) + Double(ended.tv_nsec - started.tv_nsec) / 1e9
-        logger.notice("index \(mode == .rebuild ? "rebuilt" : "reconciled"): \(summary.items) items, \(summary.written) records written, \(summary.removed) removed, \(summary.identified) given an id, in \(String(format: "%.2f", seconds)) s")
+        logger.notice("index \(mode == .rebuild ? "rebuilt" : "reconciled"): \(summary.items) items, \(summary.written) records written, \(summary.removed) removed, \(summary.identified) given an id\(summary.separatedReport), in \(String(format: "%.2f", seconds)) s")
         return index
     }
 

@@ -86,7 +86,8 @@ enum IndexAccess {
                 index = opened
             }
             let store = try LocalStore(path: layout.root)
-            let summary = try IndexRebuild.run(store: store, index: index, mode: mode, progress: { bar.show($0, of: $1) })
+            let summary = try IndexRebuild.run(store: store, index: index, mode: mode, separatingCopies: true,
+                                               progress: { bar.show($0, of: $1) })
             outcome = IndexWalkOutcome(summary, mode: mode)
         }
         bar.finish()
@@ -126,7 +127,7 @@ struct IndexWalkOutcome: Codable {
         case .check:
             self.summary = "checked \(summary.items) items: \(summary.differences.isEmpty ? "index and store agree" : "\(summary.differences.count) differences")"
         case .rebuild, .reconcile:
-            self.summary = "indexed \(summary.items) items (\(summary.written) records written, \(summary.removed) removed, \(summary.identified) items given an id)"
+            self.summary = "indexed \(summary.items) items (\(summary.written) records written, \(summary.removed) removed, \(summary.identified) items given an id\(summary.separatedReport))"
         }
         differences = summary.differences.map(\.description)
     }

@@ -117,7 +117,7 @@ import Glibc
             com.example.Notes /Data/plan.txt -> /Shared/plan.txt (in Shared)
             com.example.Notes /Documents/picked/report.txt -> /report.txt (in Documents)
 
-            """, "\(listedRefs)")
+            """, "\(listedRefs)\nLOG: \(fixture.log)")
         #expect(rename(fixture.path("report.txt"), fixture.path("final.txt")) == 0)
         let json = try runDocfs("query --scope external 'name == \"report.txt\"' --json --store '\(fixture.store)'").output
         let records = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]], "\(json)")

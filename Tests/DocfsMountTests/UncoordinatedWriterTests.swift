@@ -140,6 +140,33 @@ import Glibc
         #expect(check.status == 0, "\(check.output)")
     }
 
+    /// Copies made while no daemon watched the store are separated when one next starts (the
+    /// file born first keeps the id), and by a rebuild without a daemon.
+    @Test func copiesMadeWhileNothingWatchedAreSeparatedAtTheNextStart() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        try write("report\n", to: fixture.path("report.txt"))
+        let id = try #require(itemID(fixture.path("report.txt")))
+        fixture.stop()
+        let store = fixture.documents
+        #expect(try shell("cp -a '\(store)/report.txt' '\(store)/copy.txt' && cp -a '\(store)/report.txt' '\(store)/second.txt'").status == 0)
+        try fixture.start()
+        #expect(itemID(fixture.path("report.txt")) == id)
+        let copies = [itemID(fixture.path("copy.txt")), itemID(fixture.path("second.txt"))]
+        #expect(!copies.contains(id) && !copies.contains(nil) && Set(copies).count == 2, "\(copies)")
+        #expect(fixture.log.contains("2 copies given ids of their own"), "\(fixture.log)")
+        let check = try runDocfs("index check --store '\(fixture.store)'")
+        #expect(check.status == 0, "\(check.output)")
+
+        fixture.stop()
+        #expect(try shell("cp -a '\(store)/report.txt' '\(store)/third.txt'").status == 0)
+        let rebuilt = try runDocfs("index rebuild --store '\(fixture.store)'")
+        #expect(rebuilt.status == 0 && rebuilt.output.contains("1 copy given an id of its own"), "\(rebuilt.output)")
+        let third = try shell("getfattr --absolute-names --only-values -n user.docfs.id '\(store)/third.txt'").output
+        #expect(!third.isEmpty && third != "\(id)", "\(third)")
+        #expect(try shell("getfattr --absolute-names --only-values -n user.docfs.id '\(store)/report.txt'").output == "\(id)")
+    }
+
     /// A document put back into the store with its id (restored from a backup, the way rsync
     /// does: a temporary file with the attributes, renamed over the document; or after the
     /// document was deleted) keeps the id: no other file carries it.
