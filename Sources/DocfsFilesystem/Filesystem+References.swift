@@ -30,10 +30,19 @@ extension Filesystem {
     /// What reads and writes of `node` reach: the node itself, or a reference's original.
     func contentNode(_ node: Node) throws(DocfsError) -> Node {
         guard node.isReference else { return node }
-        guard let (_, original) = original(node.item) else {
-            throw DocfsError(.notFound, "the original of this reference (item \(node.item)) was deleted: docfs status on the reference says so; remove the reference")
-        }
-        return original
+        if let (_, original) = original(node.item) { return original }
+        // Being moved (a move holds the original's claim until the index knows its new place,
+        // and the reference already stands where it was): looked for again once that is over.
+        if waitWhileClaimed(node.item), let (_, original) = original(node.item) { return original }
+        throw DocfsError(.notFound, "the original of this reference (item \(node.item)) was deleted: docfs status on the reference says so; remove the reference")
+    }
+
+    /// Waits while `item` is claimed, up to two seconds (the caller may hold the claim itself);
+    /// answers whether it was claimed at all.
+    private func waitWhileClaimed(_ item: ItemID) -> Bool {
+        guard coordinator.isClaimed(item) else { return false }
+        for _ in 0..<2000 where coordinator.isClaimed(item) { usleep(1000) }
+        return true
     }
 
     /// A reference's attributes: its original's (the item id is given by the caller).
