@@ -230,9 +230,13 @@ final class IndexStitcher: Sendable {
             let name = FileName(String(path[path.index(after: slash)...]))
             guard let record = record(of: name, in: folder) else { return gone + parent }
             // A reference written into is a document now (and a reference made in the store
-            // stands where a document was): the record in the other scope goes.
-            let other = record.scope == Scope.external.rawValue ? location(place) : externalLocation(place)
-            var changes: [IndexChange] = [.remove(other), .put(record)]
+            // stands where a document was): the file's record in the other scope goes. (Only a
+            // file's: removing a folder's location removes everything under it.)
+            var changes: [IndexChange] = []
+            if record.kind != "folder" {
+                changes.append(.remove(record.scope == Scope.external.rawValue ? location(place) : externalLocation(place)))
+            }
+            changes.append(.put(record))
             if nameChanged && record.kind == "folder" { changes += recordsUnder(name, in: folder) }
             return changes + parent
         }

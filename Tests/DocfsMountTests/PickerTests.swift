@@ -304,6 +304,16 @@ import Glibc
         #expect(contents(fixture.path("report.txt")) == "report v1\n")
         #expect(itemID(fixture.path("report.txt")) == id)
         #expect(try runDocfs("query --scope external '*' --store '\(fixture.store)'").output == "")
+
+        // A change behind docfs's back to a folder holding a reference leaves its record be.
+        #expect(mkdir(app + "/Documents/picked", 0o755) == 0)
+        #expect(try runDocfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))' --into Documents/picked").status == 0)
+        #expect(chmod(fixture.store + "/containers/com.example.Notes/Documents/picked", 0o700) == 0)
+        var st = stat()
+        #expect(eventually(seconds: 20) { stat(app + "/Documents/picked", &st) == 0 && st.st_mode & 0o777 == 0o700 })
+        usleep(200_000)  // the watcher's batch is handled whole
+        let references = try runDocfs("query --scope external '*' --store '\(fixture.store)'").output
+        #expect(references == "com.example.Notes /Documents/picked/report.txt -> /report.txt (in Documents)\n", "\(references)")
     }
 
     @Test func editsThroughAReferenceNeverTearAReadInTheUserView() throws {
