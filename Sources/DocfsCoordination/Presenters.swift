@@ -1,8 +1,9 @@
 import DocfsCore
 import Synchronization
 
-/// A change presenters hear about (C6): what happened, to which path (relative to the mount
-/// root), and whether docfs made it or found it made behind its back.
+/// A change presenters hear about (C6): what happened, to which path (relative to the user
+/// view's root; "" where the user view does not show it) and place, and whether docfs made it
+/// or found it made behind its back.
 public struct PresentedChange: Sendable, Codable, Equatable {
     public enum Kind: String, Sendable, Codable {
         case created, changed, moved, deleted, version, conflict
@@ -17,15 +18,25 @@ public struct PresentedChange: Sendable, Codable, Equatable {
     public var version: UInt64?
     /// Made in the store behind docfs (found by the store watcher).
     public var uncoordinated: Bool
+    /// Where it happened in the store (and where a move went), so each view can say it with
+    /// paths of its own; not part of what is sent to watchers.
+    public var place: StorePlace?
+    public var newPlace: StorePlace?
+
+    private enum CodingKeys: String, CodingKey {
+        case kind, path, newPath, item, version, uncoordinated
+    }
 
     public init(_ kind: Kind, path: String, newPath: String? = nil, item: ItemID? = nil, version: UInt64? = nil,
-                uncoordinated: Bool = false) {
+                uncoordinated: Bool = false, place: StorePlace? = nil, newPlace: StorePlace? = nil) {
         self.kind = kind
         self.path = path
         self.newPath = newPath
         self.item = item?.rawValue
         self.version = version
         self.uncoordinated = uncoordinated
+        self.place = place
+        self.newPlace = newPlace
     }
 
     /// Whether the change concerns `path` or something under it ("" is everything).

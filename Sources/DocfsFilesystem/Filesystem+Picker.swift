@@ -85,6 +85,7 @@ extension Filesystem {
                 ownChanges.changedName(free, in: BackingKey(st))
                 try ReferenceStub.make(in: into, name: free, target: item)
                 stitcher?.recordName(free, in: into, item: item)
+                present(.created, free, inFolder: into, item: item)
                 return Picked(place: folder.appending(free.description), item: item, invalidations: forget(free, in: st),
                               names: [(BackingKey(st), free)])
             }
@@ -140,6 +141,7 @@ extension Filesystem {
             ownChanges.changedName(free, in: BackingKey(folderStat))
             try check(docfs_renameat2(into, working.cString, into, free.cString, DOCFS_RENAME_NOREPLACE))
             stitcher?.recordName(free, in: into, item: item)
+            present(.created, free, inFolder: into, item: item)
             return Picked(place: folder.appending(free.description), item: item, invalidations: forget(free, in: folderStat),
                           names: [(BackingKey(folderStat), free)])
         } catch {
@@ -184,6 +186,8 @@ extension Filesystem {
             stitcher?.removeName(name, in: from)
             stitcher?.recordName(free, in: into, item: document.item)
             stitcher?.recordName(name, in: from, item: document.item)
+            presentMove(from: source, to: folder.appending(free.description), item: document.item)
+            present(.created, name, inFolder: from, item: document.item)
             var invalidations = forget(free, in: folderStat)
             invalidations.add(forget(name, in: fromStat))
             return Picked(place: folder.appending(free.description), item: document.item, invalidations: invalidations,

@@ -5,18 +5,32 @@ import DocfsCore
 import Glibc
 #endif
 
-/// Telling presenters (C6) what changed, with paths relative to the user view's root. Paths are
+/// Telling presenters (C6) what changed, by place, with the path the user view shows it at ("" for
+/// places it does not show: an app view's watcher says them with paths of its own). Places are
 /// worked out only while someone listens.
 extension Filesystem {
     func present(_ kind: PresentedChange.Kind, _ name: FileName, in directory: Node, item: ItemID? = nil,
                  version: UInt64? = nil, uncoordinated: Bool = false) {
-        guard presenters.isListened, let location = path(of: name, in: directory.fd) else { return }
-        presenters.post(PresentedChange(kind, path: location, item: item, version: version, uncoordinated: uncoordinated))
+        present(kind, name, inFolder: directory.fd, item: item, version: version, uncoordinated: uncoordinated)
+    }
+
+    /// The same, for `name` in the folder `fd`.
+    func present(_ kind: PresentedChange.Kind, _ name: FileName, inFolder fd: Int32, item: ItemID? = nil,
+                 version: UInt64? = nil, uncoordinated: Bool = false) {
+        guard presenters.isListened, let place = place(of: name, in: fd) else { return }
+        presenters.post(PresentedChange(kind, path: userPath(place), item: item, version: version, uncoordinated: uncoordinated,
+                                        place: place))
     }
 
     func presentMove(_ name: FileName, in from: Node, to newName: FileName, in to: Node, item: ItemID?) {
-        guard presenters.isListened, let old = path(of: name, in: from.fd), let new = path(of: newName, in: to.fd) else { return }
-        presenters.post(PresentedChange(.moved, path: old, newPath: new, item: item))
+        guard presenters.isListened, let old = place(of: name, in: from.fd), let new = place(of: newName, in: to.fd) else { return }
+        presentMove(from: old, to: new, item: item)
+    }
+
+    /// A move between two places (the picker's move out of a container).
+    func presentMove(from old: StorePlace, to new: StorePlace, item: ItemID?) {
+        guard presenters.isListened else { return }
+        presenters.post(PresentedChange(.moved, path: userPath(old), newPath: userPath(new), item: item, place: old, newPlace: new))
     }
 
     /// A file's new version, at the place the kernel last found it; false when this view does
@@ -29,10 +43,13 @@ extension Filesystem {
         return true
     }
 
-    /// `name` in the folder `fd` as a path of the user view, relative to its root (presenters
-    /// watch paths there); nil where the user view does not show it.
-    func path(of name: FileName, in fd: Int32) -> String? {
-        guard let folder = paths.place(of: fd), let path = userView.path(of: folder.appending(name.description)) else { return nil }
-        return String(path.dropFirst())
+    /// The place of `name` in the folder `fd`; nil outside every scope.
+    private func place(of name: FileName, in fd: Int32) -> StorePlace? {
+        paths.place(of: fd)?.appending(name.description)
+    }
+
+    /// `place` as a path of the user view relative to its root; "" where it does not show it.
+    private func userPath(_ place: StorePlace) -> String {
+        userView.path(of: place).map { String($0.dropFirst()) } ?? ""
     }
 }

@@ -85,9 +85,8 @@ extension Filesystem {
         }
         stitcher?.recordName(name, in: directory, item: item)
         if let folder = backingPath(of: directory) { contentChanged(atBackingPath: folder + "/" + name.description) }
-        if presenters.isListened, let location = self.path(of: name, in: directory) {
-            presenters.post(PresentedChange(.version, path: location, item: item,
-                                            version: max(ItemAttributes.version(ofDescriptor: document.fd), 1) + 1))
+        if presenters.isListened {
+            present(.version, name, inFolder: directory, item: item, version: max(ItemAttributes.version(ofDescriptor: document.fd), 1) + 1)
         }
         var invalidations = KernelInvalidations()
         var st = stat()

@@ -40,9 +40,12 @@ struct ControlRequest: Codable {
     var pick: PickRequest? = nil
     /// Where the document is, when the user view does not show it (`path` then only names it).
     var place: PlaceRequest? = nil
+    /// The app whose view a watch's `path` is in; nil for the user view.
+    var view: String? = nil
 
     init(kind: Kind, path: String, item: UInt64? = nil, version: UInt64? = nil, container: ContainerChange? = nil,
-         mount: MountRequest? = nil, pick: PickRequest? = nil) {
+         mount: MountRequest? = nil, pick: PickRequest? = nil, view: String? = nil) {
+        self.view = view
         self.kind = kind
         self.path = path
         self.item = item

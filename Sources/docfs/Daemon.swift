@@ -78,7 +78,8 @@ final class Daemon: Sendable {
             handle(request, caller: caller)
         }, stream: { request, connection in
             if request.kind == .watch {
-                WatchStream.serve(request.path, on: connection, presenters: primary.presenters)
+                WatchStream.serve(request.path, app: request.view.flatMap { try? ContainerID($0) }, on: connection,
+                                  presenters: primary.presenters, userView: primary.shared.userView)
             } else {
                 IndexWalkStream.serve(request.kind == .checkIndex ? .check : .rebuild, on: connection, filesystem: primary, logger: log)
             }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import DocfsCoordination
 import DocfsCore
+import DocfsFilesystem
 import DocfsProvider
 import FoundationEssentials
 #if canImport(Glibc)
@@ -27,7 +28,7 @@ struct WatchCommand: ParsableCommand {
 
     func run() throws {
         allowInterruption()
-        let (store, relative) = try reportingErrors { () throws(DocfsError) in try Self.target(path) }
+        let (store, relative, app) = try reportingErrors { () throws(DocfsError) in try Self.target(path) }
         guard StoreLock.holder(of: store) != nil else {
             printError("docfs: no daemon serves \(store.root): mount it (docfs mount) to watch its changes\n")
             throw ExitCode.failure
@@ -36,7 +37,7 @@ struct WatchCommand: ParsableCommand {
         defer { close(fd) }
         let reader = LineReader(fd)
         let reply = try reportingErrors { () throws(DocfsError) in
-            try ControlClient.exchange(ControlRequest(kind: .watch, path: relative), on: fd, store: store, reader: reader)
+            try ControlClient.exchange(ControlRequest(kind: .watch, path: relative, view: app?.rawValue), on: fd, store: store, reader: reader)
         }
         guard reply.ok else {
             printError("docfs: \(reply.message)\n")
@@ -53,10 +54,17 @@ struct WatchCommand: ParsableCommand {
         }
     }
 
-    /// The store and the path under the mount root that `path` names (a folder or a file).
-    static func target(_ path: String) throws(DocfsError) -> (StoreLayout, String) {
+    /// The store, the path under a view's root that `path` names (a folder or a file), and the
+    /// app whose view that is (nil for the user view): the app view `path` is on, or for a
+    /// path in the store that the user view does not show, its container's.
+    static func target(_ path: String) throws(DocfsError) -> (StoreLayout, String, ContainerID?) {
         let document = try LocatedDocument.locate(path)
-        return (document.store, try document.pathUnderRoot())
+        if let app = document.app, let mountPoint = document.mountPoint {
+            return (document.store, String(document.path.dropFirst(mountPoint.count).drop { $0 == "/" }), app)
+        }
+        if let shown = try? document.pathUnderRoot() { return (document.store, shown, nil) }
+        let place = document.place
+        return (document.store, String(Filesystem.localPath(place).dropFirst()), place.container)
     }
 
     static func describe(_ change: PresentedChange) -> String {

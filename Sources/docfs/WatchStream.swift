@@ -1,4 +1,7 @@
 import DocfsCoordination
+import DocfsCore
+import DocfsFilesystem
+import DocfsProvider
 import FoundationEssentials
 import Synchronization
 #if canImport(Glibc)
@@ -9,10 +12,12 @@ import Glibc
 /// the client goes away. Presenters post from the operations' own threads; this queue takes
 /// them at once and a thread of the connection's own writes them out.
 enum WatchStream {
-    static func serve(_ path: String, on connection: Int32, presenters: Presenters) {
+    /// Streams the changes under `path` of a view: the user view, or with `app` that app's view
+    /// (paths relative to the view's root).
+    static func serve(_ path: String, app: ContainerID?, on connection: Int32, presenters: Presenters, userView: UserView) {
         let queue = ChangeQueue()
         let token = presenters.subscribe { change in
-            if change.concerns(path) { queue.push(change) }
+            if let shown = shown(change, app: app, userView: userView), shown.concerns(path) { queue.push(shown) }
         }
         defer {
             presenters.unsubscribe(token)
@@ -32,6 +37,38 @@ enum WatchStream {
                 guard let line = try? encoder.encode(change), ControlLine.write(Array(line), to: connection) else { return }
             }
         }
+    }
+
+    /// `change` as the view says it (its paths there); nil when the view shows none of it. A
+    /// move out of the view is a deletion there, one into it a creation.
+    static func shown(_ change: PresentedChange, app: ContainerID?, userView: UserView) -> PresentedChange? {
+        func pathInView(_ place: StorePlace) -> String? {
+            guard let app else { return userView.path(of: place).map { String($0.dropFirst()) } }
+            guard place.container == app, place.scope != .external else { return nil }
+            return String(Filesystem.localPath(place).dropFirst())
+        }
+        guard let place = change.place else { return app == nil ? change : nil }
+        var shown = change
+        let old = pathInView(place)
+        let new = change.newPlace.flatMap(pathInView)
+        switch (old, new) {
+        case (let old?, let new?):
+            shown.path = old
+            shown.newPath = new
+        case (let old?, nil):
+            shown.path = old
+            if change.kind == .moved {
+                shown.kind = .deleted
+                shown.newPath = nil
+            }
+        case (nil, let new?) where change.kind == .moved:
+            shown.kind = .created
+            shown.path = new
+            shown.newPath = nil
+        default:
+            return nil
+        }
+        return shown
     }
 
     /// Whether the client closed its end (nothing more will be read from it).

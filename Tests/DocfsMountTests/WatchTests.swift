@@ -72,6 +72,54 @@ import Glibc
         #expect(watcher.events == expected)
     }
 
+    /// An app's view is watched with paths of its own: its container's Documents and Data,
+    /// picks into it, and the picker's move out of it (gone from the view, a reference in its
+    /// place); nothing of the user's own. The user view's watcher sees the moved document
+    /// arrive, and nothing of the private container.
+    @Test func anAppViewIsWatchedWithPathsOfItsOwn() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        #expect(try runDocfs("container create com.example.Notes --name Notes '\(fixture.mountPoint)'").status == 0)
+        let app = try fixture.mountApp("com.example.Notes")
+        try write("report\n", to: fixture.path("report.txt"))
+        let appWatcher = try Watcher(app, in: fixture)
+        defer { appWatcher.stop() }
+        let userWatcher = try Watcher(fixture.mountPoint, in: fixture)
+        defer { userWatcher.stop() }
+        try write("one\n", to: app + "/Documents/a.txt")
+        try write("state\n", to: app + "/Data/state.json")
+        try write("mine\n", to: fixture.path("user.txt"))
+        #expect(rename(app + "/Documents/a.txt", app + "/Documents/b.txt") == 0)
+        #expect(try runDocfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))'").status == 0)
+        #expect(try runDocfs("move '\(app)/Documents/b.txt' --to '\(fixture.mountPoint)'").status == 0)
+        let expected = [
+            Event(kind: "created", path: "Documents/a.txt", newPath: nil, version: nil, uncoordinated: false),
+            Event(kind: "created", path: "Data/state.json", newPath: nil, version: nil, uncoordinated: false),
+            Event(kind: "moved", path: "Documents/a.txt", newPath: "Documents/b.txt", version: nil, uncoordinated: false),
+            Event(kind: "created", path: "Documents/report.txt", newPath: nil, version: nil, uncoordinated: false),
+            Event(kind: "deleted", path: "Documents/b.txt", newPath: nil, version: nil, uncoordinated: false),
+            Event(kind: "created", path: "Documents/b.txt", newPath: nil, version: nil, uncoordinated: false),
+        ]
+        #expect(eventually(seconds: 20) { appWatcher.events.count >= expected.count })
+        usleep(200_000)
+        #expect(appWatcher.events == expected)
+        #expect(userWatcher.events == [
+            Event(kind: "created", path: "user.txt", newPath: nil, version: nil, uncoordinated: false),
+            Event(kind: "created", path: "b.txt", newPath: nil, version: nil, uncoordinated: false),
+        ])
+        // A folder of the app's view, and a path in the store the user view does not show.
+        let data = try Watcher(app + "/Data", in: fixture)
+        defer { data.stop() }
+        let inStore = try Watcher(fixture.store + "/containers/com.example.Notes/Documents", in: fixture)
+        defer { inStore.stop() }
+        try write("two\n", to: app + "/Data/state.json")
+        try write("note\n", to: app + "/Documents/note.txt")
+        #expect(eventually(seconds: 20) { data.events.count >= 1 && inStore.events.count >= 1 })
+        usleep(200_000)
+        #expect(data.events == [Event(kind: "version", path: "Data/state.json", newPath: nil, version: 2, uncoordinated: false)])
+        #expect(inStore.events == [Event(kind: "created", path: "Documents/note.txt", newPath: nil, version: nil, uncoordinated: false)])
+    }
+
     @Test func changesByTheCLIAndBehindTheMount() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
