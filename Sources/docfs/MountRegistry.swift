@@ -10,6 +10,8 @@ enum MountRegistry {
         var store: String
         /// The container whose app view the mount shows; nil for the user view.
         var app: String?
+        /// The mount point (records of older daemons do not say).
+        var mountPoint: String? = nil
     }
 
     static var directory: String {
@@ -34,7 +36,7 @@ enum MountRegistry {
 
     static func register(mountPoint: String, store: String, app: String? = nil) {
         guard ownDirectory() != nil else { return }
-        let text = "\(getpid())\n\(store)\n" + (app.map { "app \($0)\n" } ?? "")
+        let text = "\(getpid())\n\(store)\n" + (app.map { "app \($0)\n" } ?? "") + "mount \(mountPoint)\n"
         let fd = open(file(for: mountPoint), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { return }
         _ = text.withCString { write(fd, $0, strlen($0)) }
@@ -51,7 +53,9 @@ enum MountRegistry {
         return read(file(for: mountPoint))
     }
 
-    /// Whether daemon `pid` still has a mount registered (it serves several views).
+    /// Whether daemon `pid` still serves a mount (it serves several views): a record of it
+    /// names a mount point that is mounted. (Records a killed daemon left behind name mounts
+    /// long gone, and their pid may have been given to another process since.)
     static func serves(pid: pid_t) -> Bool {
         guard let directory = ownDirectory(), let dir = opendir(directory) else { return false }
         defer { closedir(dir) }
@@ -59,7 +63,9 @@ enum MountRegistry {
             let name = withUnsafePointer(to: &entry.pointee.d_name) {
                 $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
             }
-            if name != ".", name != "..", read(directory + "/" + name)?.pid == pid { return true }
+            guard name != ".", name != "..", let record = read(directory + "/" + name), record.pid == pid,
+                  let mountPoint = record.mountPoint, MountTable.entry(at: mountPoint) != nil else { continue }
+            return true
         }
         return false
     }
@@ -72,6 +78,7 @@ enum MountRegistry {
         let lines = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self).split(separator: "\n")
         guard lines.count >= 2, let pid = pid_t(lines[0]) else { return nil }
         let app = lines.dropFirst(2).first { $0.hasPrefix("app ") }.map { String($0.dropFirst(4)) }
-        return Record(pid: pid, store: String(lines[1]), app: app)
+        let mountPoint = lines.dropFirst(2).first { $0.hasPrefix("mount ") }.map { String($0.dropFirst(6)) }
+        return Record(pid: pid, store: String(lines[1]), app: app, mountPoint: mountPoint)
     }
 }

@@ -171,7 +171,16 @@ func shell(_ command: String, in directory: String? = nil, environment: [String:
     return (process.terminationStatus, String(decoding: data, as: UTF8.self))
 }
 
-/// errno of a system call that answered -1, or 0 when it worked.
+/// Whether process `pid` is gone or has exited and waits to be reaped (a zombie: a daemon
+/// started in the background is adopted by whoever reaps orphans, whenever it gets to it).
+func hasEnded(_ pid: pid_t) -> Bool {
+    if kill(pid, 0) != 0 && errno == ESRCH { return true }
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")") else { return true }
+    let state = stat[stat.index(after: close)...].drop { $0 == " " }.first
+    return state == "Z" || state == "X"
+}
+
 /// Waits up to `seconds` for `process` to end; a process still running then is killed (so a
 /// hung daemon fails its test instead of stalling the suite). Answers whether it ended by itself.
 @discardableResult
@@ -189,6 +198,7 @@ func runDocfs(_ arguments: String) throws -> (status: Int32, output: String) {
     try shell("'\(MountFixture.binary)' \(arguments) 2>&1")
 }
 
+/// errno of a system call that answered -1, or 0 when it worked.
 func errnoOf(_ result: Int32) -> Int32 { result < 0 ? errno : 0 }
 func errnoOf(_ result: Int) -> Int32 { result < 0 ? errno : 0 }
 
