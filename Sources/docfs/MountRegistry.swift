@@ -35,7 +35,8 @@ enum MountRegistry {
     }
 
     static func register(mountPoint: String, store: String, app: String? = nil) {
-        guard ownDirectory() != nil else { return }
+        guard let directory = ownDirectory() else { return }
+        removeRecordsOfEndedDaemons(in: directory)
         let text = "\(getpid())\n\(store)\n" + (app.map { "app \($0)\n" } ?? "") + "mount \(mountPoint)\n"
         let fd = open(file(for: mountPoint), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { return }
@@ -57,17 +58,45 @@ enum MountRegistry {
     /// names a mount point that is mounted. (Records a killed daemon left behind name mounts
     /// long gone, and their pid may have been given to another process since.)
     static func serves(pid: pid_t) -> Bool {
-        guard let directory = ownDirectory(), let dir = opendir(directory) else { return false }
+        guard let directory = ownDirectory() else { return false }
+        return records(in: directory).contains { _, record in
+            guard record.pid == pid, let mountPoint = record.mountPoint else { return false }
+            return MountTable.entry(at: mountPoint) != nil
+        }
+    }
+
+    /// Removes the records of daemons that ended without removing them (killed).
+    private static func removeRecordsOfEndedDaemons(in directory: String) {
+        for (path, record) in records(in: directory) where hasEnded(record.pid) { unlink(path) }
+    }
+
+    /// The records in the registry's `directory`, with their files' paths.
+    private static func records(in directory: String) -> [(path: String, record: Record)] {
+        guard let dir = opendir(directory) else { return [] }
         defer { closedir(dir) }
+        var found: [(path: String, record: Record)] = []
         while let entry = readdir(dir) {
             let name = withUnsafePointer(to: &entry.pointee.d_name) {
                 $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
             }
-            guard name != ".", name != "..", let record = read(directory + "/" + name), record.pid == pid,
-                  let mountPoint = record.mountPoint, MountTable.entry(at: mountPoint) != nil else { continue }
-            return true
+            if name != ".", name != "..", let record = read(directory + "/" + name) { found.append((directory + "/" + name, record)) }
         }
-        return false
+        return found
+    }
+
+    /// Whether process `pid` is gone, or has exited and only waits to be reaped (a zombie holds
+    /// no mounts, locks or files; whoever adopted the daemon reaps it when it gets to it).
+    static func hasEnded(_ pid: pid_t) -> Bool {
+        if kill(pid, 0) != 0 && errno == ESRCH { return true }
+        guard let file = fopen("/proc/\(pid)/stat", "r") else { return true }
+        defer { fclose(file) }
+        var line = [CChar](repeating: 0, count: 512)
+        guard fgets(&line, 512, file) != nil else { return true }
+        let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        // "pid (comm) S ...": the state follows the last ')' (comm may hold any character).
+        guard let close = text.lastIndex(of: ")") else { return false }
+        let state = text[text.index(after: close)...].drop { $0 == " " }.first
+        return state == "Z" || state == "X"
     }
 
     private static func read(_ path: String) -> Record? {

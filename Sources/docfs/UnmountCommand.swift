@@ -43,25 +43,10 @@ struct UnmountCommand: ParsableCommand {
     /// with this one.
     private func waitForEnd(of path: String, servedBy pid: pid_t) {
         for _ in 0..<1000 {
-            if Self.hasEnded(pid) { return }
+            if MountRegistry.hasEnded(pid) { return }
             if MountRegistry.record(for: path) == nil && MountRegistry.serves(pid: pid) { return }
             usleep(10_000)
         }
         printError("docfs: the daemon (pid \(pid)) is still finishing; it will exit once its work is done\n")
-    }
-
-    /// Whether process `pid` is gone, or has exited and only waits to be reaped (a zombie holds
-    /// no mounts, locks or files; whoever adopted the daemon reaps it when it gets to it).
-    static func hasEnded(_ pid: pid_t) -> Bool {
-        if kill(pid, 0) != 0 && errno == ESRCH { return true }
-        guard let file = fopen("/proc/\(pid)/stat", "r") else { return true }
-        defer { fclose(file) }
-        var line = [CChar](repeating: 0, count: 512)
-        guard fgets(&line, 512, file) != nil else { return true }
-        let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        // "pid (comm) S ...": the state follows the last ')' (comm may hold any character).
-        guard let close = text.lastIndex(of: ")") else { return false }
-        let state = text[text.index(after: close)...].drop { $0 == " " }.first
-        return state == "Z" || state == "X"
     }
 }
