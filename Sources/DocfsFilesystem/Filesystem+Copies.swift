@@ -69,7 +69,22 @@ extension Filesystem {
             return (fresh, holder)
         }
         guard let (fresh, holder) = separated ?? nil else { return }
+        forgetStaleNode(of: BackingKey(st), carrying: fresh)
         result.notices.append("\(path) is a copy of \(holder), made behind docfs's back with its item id \(id): it is item \(fresh) now")
+    }
+
+    /// A lookup that read the copy's old id just before it changed may have made a node of it
+    /// just after: looked for again a moment later, such a node is let go too.
+    private func forgetStaleNode(of key: BackingKey, carrying fresh: ItemID) {
+        DetachedThread.start { [self] in
+            usleep(100_000)
+            guard let node = nodes.known(key: key), node.item != fresh else { return }
+            var forget = KernelInvalidations()
+            forget.inodes = [node.id]
+            if let place = node.place, let parent = nodes.known(key: place.directory) { forget.entries = [(parent.id, place.name)] }
+            nodes.detach(key: key)
+            invalidate(forget)
+        }
     }
 
     /// The store path of a file other than the one in state `st` that carries `id` and is no
