@@ -140,7 +140,7 @@ extension Filesystem {
             // Whatever the target name held leaves by docfs's hand (an exchange moves it).
             if flags & DOCFS_RENAME_EXCHANGE == 0 { knownNode(at: newName, in: to)?.found(at: nil) }
             let exchange = flags & DOCFS_RENAME_EXCHANGE != 0
-            if !exchange, reference(at: name, in: from) == nil, let original = reference(at: newName, in: to) {
+            if !exchange, let original = reference(at: newName, in: to), reference(at: name, in: from) == nil {
                 // A save onto a reference saves the original (in its own place). The kernel
                 // moved the saved file's node to the reference's name: it must look again.
                 // (A reference renamed over another just takes its name: references carry no

@@ -22,10 +22,11 @@ public enum ThumbnailRenderer {
         public var pngs: [ThumbnailSize: [UInt8]]
     }
 
-    /// Starts libvips in this process (once).
-    public static func start() -> Bool {
-        docfs_vips_start("docfs-thumbnail-worker", 1) == 0
-    }
+    /// Starts libvips in this process, once however many threads ask (starting it, and setting
+    /// its cache and concurrency, while another thread renders crashed the tests' process).
+    public static func start() -> Bool { started }
+
+    private static let started: Bool = docfs_vips_start("docfs-thumbnail-worker", 1) == 0
 
     /// The renditions of the file at `path` (a document's content). A PDF, and a JPEG that
     /// decodes at a smaller scale for 512 pixels than for 1024, are done in steps when `early`
