@@ -59,13 +59,7 @@ extension Filesystem {
             // Written into, a reference's file is a document of its own: no reference any more.
             _ = docfs_removexattr("/proc/self/fd/\(fd)", ReferenceStub.attribute)
             if fstat(fd, &now) == 0 { after = now }
-            if let node = nodes.known(key: key) {
-                result.invalidations.inodes.append(node.id)
-                if let place = node.place, let parent = nodes.known(key: place.directory) {
-                    result.invalidations.entries.append((parent.id, place.name))
-                }
-                nodes.detach(key: key)
-            }
+            if let node = nodes.known(key: key) { result.invalidations.add(letGo(node)) }
             return (fresh, holder)
         }
         guard let (fresh, holder) = separated ?? nil else { return }
@@ -79,12 +73,18 @@ extension Filesystem {
         DetachedThread.start { [self] in
             usleep(100_000)
             guard let node = nodes.known(key: key), node.item != fresh else { return }
-            var forget = KernelInvalidations()
-            forget.inodes = [node.id]
-            if let place = node.place, let parent = nodes.known(key: place.directory) { forget.entries = [(parent.id, place.name)] }
-            nodes.detach(key: key)
-            invalidate(forget)
+            invalidate(letGo(node))
         }
+    }
+
+    /// Lets the node of a separated copy go (the next lookup makes one with its new id): what
+    /// the kernel must forget of it.
+    private func letGo(_ node: Node) -> KernelInvalidations {
+        var forget = KernelInvalidations()
+        forget.inodes = [node.id]
+        if let place = node.place, let parent = nodes.known(key: place.directory) { forget.entries = [(parent.id, place.name)] }
+        nodes.detach(key: node.key)
+        return forget
     }
 
     /// The store path of a file other than the one in state `st` that carries `id` and is no
