@@ -14,16 +14,24 @@ import Glibc
 /// finds (uncoordinated writers) are recorded the same way, within its batching delay.
 ///
 /// Each call looks at the item's backing file and stitches what it found (one append to the
-/// index's journal, `IndexDatabase.stitch`), under `lock`: two operations on one item (two writers closing at once) write their records in the
-/// order they looked, so the newer look always wins, and a rebuild while the store is served
-/// (which takes the same lock folder by folder) never writes over a newer record.
+/// index's journal, `IndexDatabase.stitch`), so that the records follow the order in which the
+/// store changed, the newer look always winning:
+/// - A change of names (create, link, unlink, rename, replace, an uncoordinated change) and a
+///   rebuild's walk (folder by folder) look and append under `namespace`, and move `epoch` on.
+/// - A file's new content or attributes (a close, fsync, setattr, setxattr: the stream a busy
+///   mount makes) are looked at outside it, under the file's own lock (`files`, so two writers of
+///   one file closing at once append in the order they looked), and only the append takes
+///   `namespace`; a look that a change of names may have overtaken (`epoch` moved meanwhile) is
+///   made again there. Unrelated closes thus wait for each other's append, not their looks.
+///   A folder's times only move forward in the index (`touch`), whichever of two creates in it
+///   appends first.
 ///
 /// A failed index write does not fail the operation (the store changed; the index is derived
 /// state): it is reported (`onFailure`), and the daemon's next start reconciles the index.
 ///
-/// Lock order: `lock` is taken inside coordination claims and outside the index's own locks
-/// (`IndexDatabase`'s commit and journal locks, SQLite's); no other docfs lock is taken while
-/// it is held.
+/// Lock order: a `files` lock, then `namespace`, both taken inside coordination claims and
+/// outside the index's own locks (`IndexDatabase`'s commit and journal locks, SQLite's); no
+/// other docfs lock is taken while they are held.
 final class IndexStitcher: Sendable {
     let index: IndexDatabase
     private let identity: ItemIdentity
@@ -32,7 +40,15 @@ final class IndexStitcher: Sendable {
     /// The containers' display names, which records carry.
     private let containers: ContainerCatalog
     private let thumbnails: ThumbnailStore
-    private let lock = Mutex(())
+    private let namespace = Mutex(())
+    /// Moved on by every change of names looked at under `namespace`.
+    private let epoch = Atomic<UInt64>(0)
+    /// Locks for files' looks, by backing inode (striped: unrelated files rarely share one).
+    private let files: [FileLock] = (0..<64).map { _ in FileLock() }
+
+    private final class FileLock: Sendable {
+        let mutex = Mutex(())
+    }
     private let failureSink = Mutex<(@Sendable (DocfsError) -> Void)?>(nil)
     /// Handles open for writing (or made by a create), the node each writes, and for a create
     /// the folder it was made in (whose modification time the create moved): their close and
@@ -106,7 +122,7 @@ final class IndexStitcher: Sendable {
         // A superseded file is a kept version now, out of the namespace, though it still has
         // the document's id: the document's records are not its to write.
         if node.isSuperseded { return }
-        stitch { () -> [IndexChange] in
+        stitch(file: node.key) { () -> [IndexChange] in
             // Where a create made the file: the folder's path is found once, for both records.
             let hinted = place.flatMap { place in folderState(place.folder.fd).map { (place: place, folder: $0) } }
             let folder: [IndexChange]
@@ -245,16 +261,39 @@ final class IndexStitcher: Sendable {
     /// Runs a walk of the store (a rebuild while it is served) folder by folder under the
     /// stitching lock.
     func serialized(_ body: () throws(DocfsError) -> Void) throws(DocfsError) {
-        try lock.withLock { _ throws(DocfsError) in try body() }
+        try namespace.withLock { _ throws(DocfsError) in
+            epoch.add(1, ordering: .sequentiallyConsistent)
+            try body()
+        }
     }
 
     // MARK: - Records
 
+    /// A change of names: looked at and appended under `namespace`.
     private func stitch(_ changes: () -> [IndexChange]) {
         do throws(DocfsError) {
-            try lock.withLock { _ throws(DocfsError) in try index.stitch(changes()) }
+            try namespace.withLock { _ throws(DocfsError) in
+                epoch.add(1, ordering: .sequentiallyConsistent)
+                try index.stitch(changes())
+            }
         } catch {
             report(error)
+        }
+    }
+
+    /// A file's new content or attributes: looked at under the file's lock, appended under
+    /// `namespace`, looked at again there if names changed meanwhile.
+    private func stitch(file key: BackingKey, _ changes: () -> [IndexChange]) {
+        files[Int(truncatingIfNeeded: key.inode % 64)].mutex.withLock { _ in
+            let seen = epoch.load(ordering: .sequentiallyConsistent)
+            let found = changes()
+            do throws(DocfsError) {
+                try namespace.withLock { _ throws(DocfsError) in
+                    try index.stitch(epoch.load(ordering: .sequentiallyConsistent) == seen ? found : changes())
+                }
+            } catch {
+                report(error)
+            }
         }
     }
 

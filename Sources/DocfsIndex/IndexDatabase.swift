@@ -2,6 +2,9 @@ import DocfsCore
 import Foundation
 import GRDB
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The store's metadata index (DESIGN §5): one SQLite database in WAL mode under
 /// `STORE/index/`, written by the daemon (stitching) and read by `docfs query` in other
@@ -17,8 +20,12 @@ import Synchronization
 ///
 /// Stitched changes (`stitch`) reach the database through the journal (`IndexJournal`): the
 /// caller waits for one append to it, and a background commit (`startCommitting`) moves them
-/// into SQLite in batches. Every read lays the journal's uncommitted frames over its snapshot
-/// (`IndexOverlay`), so readers see a stitched change as soon as `stitch` returns. WAL with
+/// into SQLite in batches, as fast as they come (it never waits while changes wait). Every
+/// read lays the changes its snapshot lacks over it (`IndexOverlay`), so readers see a stitched
+/// change as soon as `stitch` returns: the daemon keeps one overlay, applied a frame at a time
+/// and pruned as frames are committed, and reads it under its lock after its snapshot (a read
+/// costs the same however many changes wait); another process reads the journal from the end
+/// of the last committed frame (`meta`'s `journalOffset`), not from its start. WAL with
 /// synchronous=NORMAL and an unsynced journal: a process crash loses nothing (the next writer
 /// replays the journal), a machine crash may lose the last changes, which the daemon's
 /// reconciling walk at its start puts back.
@@ -27,9 +34,12 @@ public final class IndexDatabase: Sendable {
     public let path: String
     /// Where the journal is (beside the database).
     public let journalPath: String
-    /// The writer's journal, numbers and uncommitted frames; nil in a read-only index.
-    /// Lock order: `commits` before `writer`; `writer` is held for one append, never across a
-    /// SQLite transaction, so a stitching caller never waits for SQLite.
+    /// The writer's journal, numbers, uncommitted frames and their overlay; nil in a read-only
+    /// index. Lock order: `commits` before `writer`. `writer` is held for one append and the
+    /// overlay's update (point reads of the rows the frame reaches, on a connection of its
+    /// own), and by a read for its merge with the overlay; never across a SQLite write
+    /// transaction, so a stitching caller never waits for SQLite, except for `apply`'s (a
+    /// rebuild's batch, which no stitch may read half done).
     private let writer: Mutex<Writer?>
     /// Held by whoever commits to SQLite (the background commit, a direct `apply`): frames are
     /// committed in order, once.
@@ -42,7 +52,13 @@ public final class IndexDatabase: Sendable {
         var sequence: Int64
         var entry: Int64
         /// Frames appended to the journal and not yet committed, oldest first.
-        var pending: [IndexOverlay.Frame] = []
+        var pending: [Waiting] = []
+        /// The pending frames laid over the database.
+        var overlay = IndexOverlay()
+        /// Where the overlay reads the rows a frame reaches (used only under the lock).
+        let base: DatabaseQueue
+        /// The journal's size past which it starts again with just the waiting frames.
+        let restartSize: Int
 
         /// The numbers for a new frame of `changes`.
         mutating func number(_ changes: [IndexChange]) -> IndexOverlay.Frame {
@@ -51,13 +67,55 @@ public final class IndexDatabase: Sendable {
             for change in changes { if case .put = change { entry += 1 } }
             return frame
         }
+
+        /// Appends `frame` to the journal and the overlay. A failed append is committed with
+        /// the others all the same (readers in other processes see it once it is).
+        mutating func add(_ frame: IndexOverlay.Frame) -> DocfsError? {
+            let bytes = IndexJournal.frame(sequence: frame.sequence, entryBase: frame.entryBase, changes: frame.changes)
+            var failure: DocfsError? = nil
+            do throws(DocfsError) { try journal.append(bytes) } catch { failure = error }
+            pending.append(Waiting(frame: frame, bytes: bytes, end: journal.size))
+            do {
+                let base = self.base
+                try base.read { db in try overlay.apply(frame, base: SnapshotBase(db: db)) }
+            } catch {
+                failure = failure ?? DocfsError(.internalFailure, "reading the index for a stitched change failed",
+                                                cause: DocfsError(.internalFailure, String(describing: error)))
+            }
+            return failure
+        }
+
+        /// The first `count` waiting frames, up to `sequence`, are in the database: they stop
+        /// waiting, the overlay drops what only they reached, and a journal grown past
+        /// `restartSize` starts again with just the frames still waiting.
+        mutating func committed(_ count: Int, through sequence: Int64) {
+            pending.removeFirst(min(count, pending.count))
+            overlay.prune(through: sequence)
+            let waitingBytes = pending.reduce(0) { $0 + $1.bytes.count }
+            guard journal.size > restartSize, waitingBytes < journal.size / 2 else { return }
+            guard (try? journal.restart(carrying: pending.map(\.bytes))) != nil else { return }  // else it grows until the next try
+            var end = IndexJournal.header.count
+            for i in pending.indices {
+                end += pending[i].bytes.count
+                pending[i].end = end
+            }
+        }
+    }
+
+    /// A frame waiting to be committed: decoded, as the journal holds it, and where it ends there.
+    private struct Waiting {
+        var frame: IndexOverlay.Frame
+        var bytes: [UInt8]
+        var end: Int
     }
 
     /// Opens (creating when `readOnly` is false) the index at `path`, migrating it to the
     /// current schema. A writer takes the journal's lock (waiting up to `patience` seconds for
     /// another writer to let go of it) and first commits what a killed predecessor left in the
     /// journal.
-    public init(path: String, readOnly: Bool = false, waitingForWriter patience: Double = 10) throws(DocfsError) {
+    /// `journalRestartSize`: the journal's size past which it starts again (tests make it small).
+    public init(path: String, readOnly: Bool = false, waitingForWriter patience: Double = 10,
+                journalRestartSize: Int = 1 << 20) throws(DocfsError) {
         self.path = path
         journalPath = IndexJournal.path(forDatabase: path)
         var configuration = Configuration()
@@ -88,8 +146,12 @@ public final class IndexDatabase: Sendable {
         var journal = try IndexJournal.Writer.open(journalPath, waitingUpTo: patience)
         do {
             let (sequence, entry) = try Self.replay(IndexJournal.read(journalPath), into: pool)
-            try journal.restart()
-            writer = Mutex(Writer(journal: journal, sequence: sequence, entry: entry))
+            try journal.restart(carrying: [])
+            var base = Configuration()
+            base.readonly = true
+            base.busyMode = .timeout(10)
+            writer = Mutex(Writer(journal: journal, sequence: sequence, entry: entry,
+                                  base: try DatabaseQueue(path: path, configuration: base), restartSize: journalRestartSize))
         } catch {
             journal.close()
             throw DocfsError(.storeUnavailable, "cannot bring the index at \(path) up to date with its journal: run `docfs index rebuild`",
@@ -113,7 +175,7 @@ public final class IndexDatabase: Sendable {
                     guard let changes = try? frame.changes() else { break }
                     decoded.append(IndexOverlay.Frame(sequence: frame.sequence, entryBase: frame.entryBase, changes: changes))
                 }
-                try commit(decoded, db)
+                try commit(decoded, journal: nil, db)
                 return .commit
             }
             let entry = try Int64.fetchOne(db, sql: """
@@ -192,7 +254,7 @@ public final class IndexDatabase: Sendable {
 
     /// Whether a whole rebuild has filled the index.
     public func isBuilt() throws(DocfsError) -> Bool {
-        try read { db, _ in try Int.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'built'") == 1 }
+        try read({ db, _ in try Int.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'built'") == 1 }, merge: { built, _ in built })
     }
 
     // MARK: - Writing
@@ -201,19 +263,11 @@ public final class IndexDatabase: Sendable {
     /// every reader sees it; the background commit writes it to SQLite.
     public func stitch(_ changes: [IndexChange]) throws(DocfsError) {
         guard !changes.isEmpty else { return }
-        let (first, failure) = try writer.withLock { writer throws(DocfsError) -> (Bool, DocfsError?) in
+        let failure = try writer.withLock { writer throws(DocfsError) -> DocfsError? in
             guard writer != nil else { throw Self.readOnlyFailure(path) }
-            let frame = writer!.number(changes)
-            writer!.pending.append(frame)
-            do throws(DocfsError) {
-                try writer!.journal.append(IndexJournal.frame(sequence: frame.sequence, entryBase: frame.entryBase, changes: changes))
-                return (writer!.pending.count == 1, nil)
-            } catch {
-                // Still committed with the others; readers see it once it is.
-                return (writer!.pending.count == 1, error)
-            }
+            return writer!.add(writer!.number(changes))
         }
-        if first { committing.withLock { $0?.wake() } }
+        committing.withLock { $0?.wake() }
         if let failure { throw failure }
     }
 
@@ -223,41 +277,36 @@ public final class IndexDatabase: Sendable {
     public func apply(_ changes: [IndexChange], built: Bool = false) throws(DocfsError) {
         guard !changes.isEmpty || built else { return }
         try commits.withLock { _ throws(DocfsError) in
-            let (waiting, frame) = try writer.withLock { writer throws(DocfsError) in
+            try writer.withLock { writer throws(DocfsError) in
                 guard writer != nil else { throw Self.readOnlyFailure(path) }
-                return (writer!.pending, writer!.number(changes))
+                let waiting = writer!.pending.map(\.frame) + [writer!.number(changes)]
+                let mark = (inode: writer!.journal.inode, end: writer!.journal.size)
+                try write { db in
+                    try Self.commit(waiting, journal: mark, db)
+                    if built { try db.execute(sql: "UPDATE meta SET value = 1 WHERE key = 'built'") }
+                }
+                writer!.committed(writer!.pending.count, through: waiting.last!.sequence)
             }
-            try write { db in
-                try Self.commit(waiting + [frame], db)
-                if built { try db.execute(sql: "UPDATE meta SET value = 1 WHERE key = 'built'") }
-            }
-            committed(waiting.count)
         }
     }
 
     /// Commits the stitched changes waiting in the journal now.
     public func flush() throws(DocfsError) {
         try commits.withLock { _ throws(DocfsError) in
-            let waiting = writer.withLock { $0?.pending ?? [] }
-            guard !waiting.isEmpty else { return }
-            try write { db in try Self.commit(waiting, db) }
-            committed(waiting.count)
+            guard let (waiting, mark) = writer.withLock({ writer -> ([IndexOverlay.Frame], (inode: UInt64, end: Int))? in
+                guard let last = writer?.pending.last else { return nil }
+                return (writer!.pending.map(\.frame), (writer!.journal.inode, last.end))
+            }) else { return }
+            try write { db in try Self.commit(waiting, journal: mark, db) }
+            writer.withLock { $0?.committed(waiting.count, through: waiting.last!.sequence) }
         }
     }
 
-    /// The first `count` waiting frames are in the database: they stop waiting, and a journal
-    /// grown past `journalRestartSize` with nothing left waiting starts again empty.
-    private func committed(_ count: Int) {
-        writer.withLock { writer in
-            guard writer != nil else { return }
-            writer!.pending.removeFirst(min(count, writer!.pending.count))
-            if writer!.pending.isEmpty && writer!.journal.size > Self.journalRestartSize {
-                try? writer!.journal.restart()  // else it grows until the next try
-            }
-        }
-    }
+    /// How many stitched frames wait to be committed.
+    var waitingFrames: Int { writer.withLock { $0?.pending.count ?? 0 } }
 
-    static let journalRestartSize = 1 << 20
+    /// The places the overlay visited so far (tests bound the cost of reads and stitches by it).
+    var overlaySteps: Int { writer.withLock { $0?.overlay.steps ?? 0 } }
 
     private static func readOnlyFailure(_ path: String) -> DocfsError {
         DocfsError(.internalFailure, "the index at \(path) was opened read-only")
@@ -265,17 +314,22 @@ public final class IndexDatabase: Sendable {
 
     /// Applies `frames` in order, each under its own sequence and entry numbers, and notes
     /// the last as applied (the journal's frames up to it are in the database).
-    private static func commit(_ frames: [IndexOverlay.Frame], _ db: Database) throws {
+    /// `journal` is where the last frame ends in the journal, so readers in other processes
+    /// read only what follows it.
+    private static func commit(_ frames: [IndexOverlay.Frame], journal: (inode: UInt64, end: Int)?, _ db: Database) throws {
         guard let last = frames.last else { return }
         for frame in frames {
             var entries = frame.entryBase
             for change in frame.changes { try apply(change, sequence: frame.sequence, entries: &entries, db) }
             if frame.sequence % removalsPruningPeriod == 0 { try pruneRemovals(db) }
         }
-        try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta(key, value) VALUES ('applied', ?)").execute(arguments: [last.sequence])
+        let note = try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)")
+        try note.execute(arguments: ["applied", last.sequence])
+        try note.execute(arguments: ["journalInode", Int64(bitPattern: journal?.inode ?? 0)])
+        try note.execute(arguments: ["journalOffset", journal?.end ?? 0])
     }
 
-    private static func appliedSequence(_ db: Database) throws -> Int64 {
+    static func appliedSequence(_ db: Database) throws -> Int64 {
         try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'applied'") ?? 0
     }
 
@@ -313,22 +367,33 @@ public final class IndexDatabase: Sendable {
         try? flush()
     }
 
-    /// The background commit's wake-ups.
+    /// The background commit's wake-ups: the first stitch after the commit started its wait
+    /// wakes it (once, however many follow), so every change is committed by a flush that
+    /// begins after it was stitched.
     private final class CommitLoop: Sendable {
         private let work = DispatchSemaphore(value: 0)
         let finished = DispatchSemaphore(value: 0)
-        private let running = Mutex(true)
+        private let state = Mutex((running: true, woken: false))
 
-        func wake() { work.signal() }
+        func wake() {
+            let first = state.withLock { state -> Bool in
+                defer { state.woken = true }
+                return !state.woken
+            }
+            if first { work.signal() }
+        }
 
         /// Waits for stitched changes; false once stopped.
         func waitForWork() -> Bool {
             work.wait()
-            return running.withLock { $0 }
+            return state.withLock { state in
+                state.woken = false
+                return state.running
+            }
         }
 
         func stop() {
-            running.withLock { $0 = false }
+            state.withLock { $0.running = false }
             work.signal()
             finished.wait()
         }
@@ -343,7 +408,8 @@ public final class IndexDatabase: Sendable {
             try db.cachedStatement(sql: upsertSQL).execute(arguments: arguments(record, entry: entries, sequence: sequence))
         case .touch(let location, let modified, let statusChanged):
             try db.cachedStatement(sql: """
-                UPDATE items SET modified = ?, statusChanged = ?, sequence = ? WHERE container = ? AND scope = ? AND path = ?
+                UPDATE items SET modified = max(modified, ?), statusChanged = max(statusChanged, ?), sequence = ?
+                WHERE container = ? AND scope = ? AND path = ?
                 """).execute(arguments: [modified, statusChanged, sequence, location.container, location.scope, location.path])
         case .remove(let location):
             // Two statements: with an OR, SQLite would scan the table instead of the index.
@@ -398,204 +464,11 @@ public final class IndexDatabase: Sendable {
             """, arguments: [removalsKept])
     }
 
-    private static func lastSequence(_ db: Database) throws -> Int64 {
+    static func lastSequence(_ db: Database) throws -> Int64 {
         try Int64.fetchOne(db, sql: """
             SELECT max(coalesce((SELECT max(sequence) FROM items), 0), coalesce((SELECT max(sequence) FROM removals), 0),
                        coalesce((SELECT value FROM meta WHERE key = 'applied'), 0))
             """) ?? 0
-    }
-
-    // MARK: - Reading
-
-    /// The record at `location`, if the index has one.
-    public func record(at location: IndexLocation) throws(DocfsError) -> IndexRecord? {
-        try read { db, overlay in
-            if let row = overlay.rows[location] { return row.record }
-            if overlay.replaced.contains(location) { return nil }
-            return try Row.fetchOne(db, sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path = ?",
-                                    arguments: [location.container, location.scope, location.path]).map(Self.record)
-        }
-    }
-
-    /// The records held by `entries` (those still there).
-    public func records(entries: [Int64]) throws(DocfsError) -> [IndexRecord] {
-        guard !entries.isEmpty else { return [] }
-        let wanted = Set(entries)
-        return try read { db, overlay in
-            try Self.merged(db, overlay, where: "entry IN (SELECT value FROM json_each(?))", [Self.encodeNumbers(entries)]) {
-                wanted.contains($0.entry)
-            }
-        }
-    }
-
-    /// The records of item `id` (one per name).
-    public func records(id: Int64) throws(DocfsError) -> [IndexRecord] {
-        try read { db, overlay in try Self.merged(db, overlay, where: "id = ?", [id]) { $0.id == id } }
-    }
-
-    /// The item ids that records of more than one backing file carry, outside the external
-    /// scope (where references carry their originals' ids): copies that took their original's
-    /// id along.
-    public func sharedIDs() throws(DocfsError) -> [Int64] {
-        try read { db, overlay in
-            var holders: [Int64: Set<UInt64>] = [:]
-            let stored = try Row.fetchAll(db, sql: """
-                SELECT id, backingInode FROM items WHERE id IN (
-                    SELECT id FROM items WHERE scope != 'external' GROUP BY id HAVING COUNT(DISTINCT backingInode) > 1
-                ) AND scope != 'external'
-                """)
-            for row in stored { holders[row["id"], default: []].insert(UInt64(bitPattern: row["backingInode"])) }
-            guard !overlay.isEmpty else { return holders.keys.sorted() }
-            // Laid over: the waiting changes may have made more ids shared, or fewer.
-            let records = try Self.merged(db, overlay, where: "scope != 'external'", []) { $0.scope != "external" }
-            holders = [:]
-            for record in records { holders[record.id, default: []].insert(record.backingInode) }
-            return holders.filter { $0.value.count > 1 }.keys.sorted()
-        }
-    }
-
-    /// The records `query` selects, in its order.
-    public func records(matching query: IndexQuery) throws(DocfsError) -> [IndexRecord] {
-        try read { db, overlay in try Self.records(matching: query, db, overlay) }
-    }
-
-    /// The records `query` selects and the sequence of the last change they reflect, read
-    /// together (a watcher's starting point).
-    public func recordsAndSequence(matching query: IndexQuery) throws(DocfsError) -> (records: [IndexRecord], sequence: Int64) {
-        try read { db, overlay in
-            (try Self.records(matching: query, db, overlay), max(try Self.lastSequence(db), overlay.newestSequence))
-        }
-    }
-
-    private static func records(matching query: IndexQuery, _ db: Database, _ overlay: IndexOverlay) throws -> [IndexRecord] {
-        let (condition, arguments) = query.whereClause()
-        var sql = "SELECT * FROM items WHERE \(condition) ORDER BY \(query.orderClause())"
-        if let limit = query.limit { sql += " LIMIT \(max(limit, 0) + overlay.replaced.count)" }
-        let stored = try Row.fetchAll(db, sql: sql, arguments: arguments).map(record)
-        guard !overlay.isEmpty else { return stored }
-        var records = stored.filter { !overlay.replaced.contains($0.location) }
-        records += overlay.rows.values.map(\.record).filter(query.matches)
-        records.sort(by: query.areInOrder)
-        if let limit = query.limit { records = Array(records.prefix(max(limit, 0))) }
-        return records
-    }
-
-    /// Every record, by container, scope and path.
-    public func allRecords() throws(DocfsError) -> [IndexRecord] {
-        try read { db, overlay in try Self.merged(db, overlay, where: "1", []) { _ in true } }
-    }
-
-    /// How many records the index holds.
-    public func count() throws(DocfsError) -> Int {
-        try read { db, overlay in
-            (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items") ?? 0) - overlay.replaced.count + overlay.rows.count
-        }
-    }
-
-    /// What changed after sequence `after`, for a watcher: records written since, entries
-    /// removed since, and the newest sequence. `complete` is false when removals that old were
-    /// pruned (read the whole result set again).
-    public struct Changes: Sendable {
-        public var written: [IndexRecord]
-        public var removed: [Int64]
-        public var sequence: Int64
-        public var complete: Bool
-    }
-
-    public func changes(after: Int64) throws(DocfsError) -> Changes {
-        try read { db, overlay in
-            let newest = max(try Self.lastSequence(db), overlay.newestSequence)
-            guard newest > after else { return Changes(written: [], removed: [], sequence: after, complete: true) }
-            var written = try Row.fetchAll(db, sql: "SELECT * FROM items WHERE sequence > ? ORDER BY sequence, entry", arguments: [after])
-                .map { (record: Self.record($0), sequence: $0["sequence"] as Int64) }
-            var removed = try Row.fetchAll(db, sql: "SELECT sequence, entry FROM removals WHERE sequence > ? ORDER BY sequence, entry",
-                                           arguments: [after]).map { (sequence: $0[0] as Int64, entry: $0[1] as Int64) }
-            if !overlay.isEmpty {
-                written = written.filter { !overlay.replaced.contains($0.record.location) }
-                    + overlay.rows.values.filter { $0.sequence > after }.map { ($0.record, $0.sequence) }
-                written.sort { ($0.sequence, $0.record.entry) < ($1.sequence, $1.record.entry) }
-                removed += overlay.removals.filter { $0.sequence > after }
-                removed.sort { ($0.sequence, $0.entry) < ($1.sequence, $1.entry) }
-            }
-            let oldestKept = try Int64.fetchOne(db, sql: "SELECT min(sequence) FROM removals") ?? 0
-            let pruned = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM removals") ?? 0 >= Self.removalsKept
-            return Changes(written: written.map(\.record), removed: removed.map(\.entry), sequence: newest,
-                           complete: !(pruned && oldestKept > after + 1))
-        }
-    }
-
-    /// The newest change sequence.
-    public func latestSequence() throws(DocfsError) -> Int64 {
-        try read { db, overlay in max(try Self.lastSequence(db), overlay.newestSequence) }
-    }
-
-    /// Every entry's place and fingerprint, for a reconciling walk.
-    public func fingerprints() throws(DocfsError) -> IndexFingerprints {
-        try read { db, overlay in
-            var rows: [(location: IndexLocation, print: UInt64, entry: Int64, id: Int64)] = []
-            func add(_ record: IndexRecord) {
-                rows.append((record.location, IndexFingerprints.print(of: record), record.entry, record.id))
-            }
-            let cursor = try Row.fetchCursor(db, sql: "SELECT * FROM items")
-            while let row = try cursor.next() {
-                let record = Self.record(row)
-                if !overlay.replaced.contains(record.location) { add(record) }
-            }
-            for row in overlay.rows.values { add(row.record) }
-            return IndexFingerprints(rows)
-        }
-    }
-
-    /// The rows `condition` selects, with the journal's uncommitted frames laid over them
-    /// (`keep` is the condition in Swift, for the overlay's rows), by container, scope and path.
-    private static func merged(_ db: Database, _ overlay: IndexOverlay, where condition: String, _ arguments: StatementArguments,
-                               keep: (IndexRecord) -> Bool) throws -> [IndexRecord] {
-        let stored = try Row.fetchAll(db, sql: "SELECT * FROM items WHERE \(condition) ORDER BY container, scope, path",
-                                      arguments: arguments).map(record)
-        guard !overlay.isEmpty else { return stored }
-        var records = stored.filter { !overlay.replaced.contains($0.location) }
-        records += overlay.rows.values.map(\.record).filter(keep)
-        records.sort { IndexQuery.precedes($0.location, $1.location) }
-        return records
-    }
-
-    /// The journal's frames after sequence `applied` with their changes decoded, up to the
-    /// first that does not decode (a frame a writer was cut off in).
-    private static func decoded(_ journal: [IndexJournal.Frame], after applied: Int64) -> [IndexOverlay.Frame] {
-        var frames: [IndexOverlay.Frame] = []
-        for frame in journal where frame.sequence > applied {
-            guard let changes = try? frame.changes() else { break }
-            frames.append(IndexOverlay.Frame(sequence: frame.sequence, entryBase: frame.entryBase, changes: changes))
-        }
-        return frames
-    }
-
-    /// The waiting frames the snapshot `db` does not hold, over the rows they reach.
-    private static func overlay(_ db: Database, _ waiting: [IndexOverlay.Frame]) throws -> IndexOverlay {
-        let applied = try appliedSequence(db)
-        guard let newest = waiting.last?.sequence, newest > applied else { return .empty }
-        let frames = waiting.filter { $0.sequence > applied }
-        let reach = IndexOverlay.reach(of: frames)
-        var base: [IndexLocation: IndexOverlay.Row] = [:]
-        func load(_ rows: [Row]) {
-            for row in rows {
-                let stored = record(row)
-                base[stored.location] = IndexOverlay.Row(record: stored, sequence: row["sequence"])
-            }
-        }
-        let exact = try db.cachedStatement(sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path = ?")
-        let under = try db.cachedStatement(sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path > ? AND path < ?")
-        for place in reach.places.union(reach.folders) {
-            load(try Row.fetchAll(exact, arguments: [place.container, place.scope, place.path]))
-        }
-        for folder in reach.folders {
-            load(try Row.fetchAll(under, arguments: [folder.container, folder.scope, folder.path + "/", folder.path + "0"]))
-        }
-        if !reach.entries.isEmpty {
-            load(try Row.fetchAll(db, sql: "SELECT * FROM items WHERE entry IN (SELECT value FROM json_each(?))",
-                                  arguments: [encodeNumbers(Array(reach.entries))]))
-        }
-        return IndexOverlay(base: Array(base.values), frames: frames)
     }
 
     // MARK: - Rows
@@ -669,23 +542,100 @@ public final class IndexDatabase: Sendable {
         }
     }
 
-    /// Runs `body` on a snapshot of the database and the journal's frames it lacks. The
-    /// journal is read first: a frame committed and cleared from the journal meanwhile is in
-    /// the snapshot taken after.
-    /// Runs `body` on a snapshot of the database with the stitched changes it does not hold yet
-    /// laid over it: the writer's own waiting frames (taken before the snapshot, so a frame
-    /// committed meanwhile is in the snapshot and skipped), or, in another process, the frames
-    /// its journal holds.
-    private func read<T>(_ body: (Database, IndexOverlay) throws -> T) throws(DocfsError) -> T {
-        let waiting: [IndexOverlay.Frame]? = writer.withLock { $0?.pending }
-        let journal = waiting == nil ? IndexJournal.read(journalPath) : []
+
+    /// Runs a read in two steps: `stored` on a snapshot of the database (told how many rows the
+    /// waiting changes may hide, for a limit), then `merge` of its answer with the changes the
+    /// snapshot lacks. In the daemon, the merge runs under the writer's lock on its overlay, and
+    /// the read starts again (at most twice, then holding the lock throughout) when a commit
+    /// dropped from the overlay what the snapshot predates, or `merge` asks for it (nil). In
+    /// another process, the overlay is made from the journal's frames after the snapshot's.
+    func read<Stored: Sendable, T: Sendable>(_ stored: (Database, _ hidden: Int) throws -> Stored,
+                                             merge: @Sendable (Stored, IndexOverlay) throws -> T?) throws(DocfsError) -> T {
         do {
-            return try pool.read { db in
-                let frames = try waiting ?? Self.decoded(journal, after: Self.appliedSequence(db))
-                return try body(db, try Self.overlay(db, frames))
+            guard writer.withLock({ $0 != nil }) else {
+                let journal = Glibc.open(journalPath, O_RDONLY | O_CLOEXEC)
+                defer { if journal >= 0 { Glibc.close(journal) } }
+                return try pool.read { db in
+                    let overlay = try Self.overlay(journal: journal, db)
+                    guard let result = try merge(try stored(db, overlay.heldCount), overlay) else { throw Self.unmergeable }
+                    return result
+                }
             }
+            for _ in 0..<3 {
+                let hidden = writer.withLock { $0!.overlay.heldCount }
+                let (answer, applied) = try pool.read { db in (try stored(db, hidden), try Self.appliedSequence(db)) }
+                let merged = try writer.withLock { writer -> T? in
+                    guard writer!.overlay.prunedThrough <= applied else { return nil }
+                    return try merge(answer, writer!.overlay)
+                }
+                if let merged { return merged }
+            }
+            return try writer.withLock { writer -> T in
+                try pool.read { db in
+                    guard let result = try merge(try stored(db, writer!.overlay.heldCount), writer!.overlay) else { throw Self.unmergeable }
+                    return result
+                }
+            }
+        } catch let error as DocfsError {
+            throw error
         } catch {
             throw DocfsError(.internalFailure, "reading the index at \(path) failed", cause: DocfsError(.internalFailure, String(describing: error)))
         }
+    }
+
+    /// Runs `body` on a snapshot of the database and the changes it lacks, holding the writer's
+    /// lock throughout in the daemon (stitches wait): for rare reads that need both at once.
+    func lockedRead<T: Sendable>(_ body: @Sendable (Database, IndexOverlay) throws -> T) throws -> T {
+        if let result = try writer.withLock({ writer -> T? in
+            guard writer != nil else { return nil }
+            return try pool.read { db in try body(db, writer!.overlay) }
+        }) {
+            return result
+        }
+        let journal = Glibc.open(journalPath, O_RDONLY | O_CLOEXEC)
+        defer { if journal >= 0 { Glibc.close(journal) } }
+        return try pool.read { db in try body(db, try Self.overlay(journal: journal, db)) }
+    }
+
+    private static let unmergeable = DocfsError(.internalFailure, "the index changed under a read holding its writer's lock")
+
+    /// The journal's frames the snapshot `db` lacks, read from where the last committed frame
+    /// ends, laid over the rows they reach.
+    private static func overlay(journal fd: Int32, _ db: Database) throws -> IndexOverlay {
+        var overlay = IndexOverlay()
+        guard fd >= 0 else { return overlay }
+        let applied = try appliedSequence(db)
+        let inode = try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'journalInode'") ?? 0
+        let offset = try Int.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'journalOffset'") ?? 0
+        let base = SnapshotBase(db: db)
+        for frame in IndexJournal.read(fd, from: offset, ifInode: UInt64(bitPattern: inode)) where frame.sequence > applied {
+            guard let changes = try? frame.changes() else { break }
+            try overlay.apply(IndexOverlay.Frame(sequence: frame.sequence, entryBase: frame.entryBase, changes: changes), base: base)
+        }
+        return overlay
+    }
+}
+
+/// The rows a stitched change reaches, read from a snapshot of the database.
+struct SnapshotBase: IndexOverlay.Base {
+    let db: Database
+
+    func row(at location: IndexLocation) throws -> IndexOverlay.Row? {
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path = ?"),
+                         arguments: [location.container, location.scope, location.path]).map(Self.row)
+    }
+
+    func rows(under location: IndexLocation) throws -> [IndexOverlay.Row] {
+        try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path > ? AND path < ?"),
+                         arguments: [location.container, location.scope, location.path + "/", location.path + "0"]).map(Self.row)
+    }
+
+    func rows(entries: [Int64]) throws -> [IndexOverlay.Row] {
+        try Row.fetchAll(db, sql: "SELECT * FROM items WHERE entry IN (SELECT value FROM json_each(?))",
+                         arguments: [IndexDatabase.encodeNumbers(entries)]).map(Self.row)
+    }
+
+    private static func row(_ row: Row) -> IndexOverlay.Row {
+        IndexOverlay.Row(record: IndexDatabase.record(row), sequence: row["sequence"])
     }
 }

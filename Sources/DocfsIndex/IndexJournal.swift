@@ -19,9 +19,10 @@ import Glibc
 /// daemon replaying a journal its killed predecessor left) writes exactly the same rows. A torn
 /// last frame (a crash mid-append) fails its checksum and ends the journal.
 ///
-/// The journal is replaced by an empty one only when every frame in it has been committed, so a
-/// reader that opened the old file misses nothing: what it did not read is in the database it
-/// reads next.
+/// Past `IndexDatabase.journalRestartSize` the journal is replaced by one holding only the
+/// frames still waiting for their commit, so a reader that opens the journal after a stitch
+/// returned finds every frame its snapshot lacks. The database notes where the last committed
+/// frame ends (and in which journal, by inode): a reader reads only what follows.
 enum IndexJournal {
     static let header: [UInt8] = Array("docfs index journal 1\n".utf8)
     static let frameHeaderLength = 24
@@ -66,13 +67,26 @@ enum IndexJournal {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return [] }
         defer { close(fd) }
-        return frames(in: readAll(fd))
+        return frames(in: readAll(fd, from: 0))
     }
 
-    static func frames(in bytes: [UInt8]) -> [Frame] {
-        guard bytes.starts(with: header) else { return [] }
+    /// The frames of the open journal `fd` from byte `offset` (where a frame begins) when the
+    /// file is the journal `inode`, else from its start.
+    static func read(_ fd: Int32, from offset: Int, ifInode inode: UInt64) -> [Frame] {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return [] }
+        guard UInt64(st.st_ino) == inode, offset >= header.count, offset <= Int(st.st_size) else {
+            return frames(in: readAll(fd, from: 0))
+        }
+        return frames(in: readAll(fd, from: offset), startingAt: 0)
+    }
+
+    /// The frames in `bytes`, a whole journal (`startingAt` nil: after its header) or frames
+    /// from a frame's start.
+    static func frames(in bytes: [UInt8], startingAt start: Int? = nil) -> [Frame] {
+        if start == nil { guard bytes.starts(with: header) else { return [] } }
         var frames: [Frame] = []
-        var at = header.count
+        var at = start ?? header.count
         while bytes.count - at >= frameHeaderLength {
             var r = IndexChangeCoding.Reader(bytes: bytes[at...])
             guard let length = try? r.u32(), let sum = try? r.u32(), let sequence = try? r.i64(),
@@ -85,16 +99,18 @@ enum IndexJournal {
         return frames
     }
 
-    private static func readAll(_ fd: Int32) -> [UInt8] {
+    private static func readAll(_ fd: Int32, from offset: Int) -> [UInt8] {
         var bytes: [UInt8] = []
         var st = stat()
-        if fstat(fd, &st) == 0 { bytes.reserveCapacity(Int(st.st_size)) }
+        if fstat(fd, &st) == 0 { bytes.reserveCapacity(max(Int(st.st_size) - offset, 0)) }
         var chunk = [UInt8](repeating: 0, count: 1 << 16)
+        var at = offset
         while true {
-            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            let n = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(at)) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { break }
             bytes.append(contentsOf: chunk[0..<n])
+            at += n
         }
         return bytes
     }
@@ -117,6 +133,8 @@ enum IndexJournal {
         private(set) var fd: Int32
         /// Bytes in the file.
         private(set) var size: Int
+        /// The file's inode number (which journal this is).
+        private(set) var inode: UInt64 = 0
 
         /// Opens the journal at `path` for appending, making it when there is none; waits up
         /// to `patience` seconds for another writer to close it.
@@ -129,7 +147,7 @@ enum IndexJournal {
                     // The writer that had it may have put a new journal in its place meanwhile.
                     var held = stat(), named = stat()
                     if fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_ino == named.st_ino && held.st_dev == named.st_dev {
-                        var writer = Writer(path: path, fd: fd, size: Int(held.st_size))
+                        var writer = Writer(path: path, fd: fd, size: Int(held.st_size), inode: UInt64(held.st_ino))
                         do {
                             if writer.size == 0 { try writer.append(header) }
                         } catch {
@@ -164,18 +182,20 @@ enum IndexJournal {
             size += bytes.count
         }
 
-        /// Replaces the journal with an empty one (every frame in it is in the database).
-        mutating func restart() throws(DocfsError) {
+        /// Replaces the journal with one holding only `frames` (those not in the database yet).
+        mutating func restart(carrying frames: [[UInt8]]) throws(DocfsError) {
             let fresh = path + ".new"
             let newFD = Glibc.open(fresh, O_RDWR | O_APPEND | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
             guard newFD >= 0 else { throw Self.failure("cannot make a new index journal at \(fresh)", errno) }
-            var replacement = Writer(path: path, fd: newFD, size: 0)
+            var st = stat()
+            _ = fstat(newFD, &st)
+            var replacement = Writer(path: path, fd: newFD, size: 0, inode: UInt64(st.st_ino))
             guard flock(newFD, LOCK_EX | LOCK_NB) == 0 else {
                 Glibc.close(newFD)
                 throw Self.failure("cannot lock the new index journal at \(fresh)", errno)
             }
             do {
-                try replacement.append(IndexJournal.header)
+                try replacement.append(IndexJournal.header + frames.joined())
             } catch {
                 replacement.close()
                 throw error

@@ -1,111 +1,167 @@
-/// The journal's frames that the database does not hold yet, laid over the database rows they
-/// touch: what a reader in any process adds to its SQLite snapshot so it sees every stitched
-/// change (`IndexJournal`). `apply` does in memory exactly what `IndexDatabase` does in SQL, so
-/// a row reads the same before and after its frame is committed.
-struct IndexOverlay {
+/// The stitched changes the database does not hold yet, kept as the places they reached and
+/// what those places hold now: what a reader lays over its SQLite snapshot so it sees every
+/// stitched change (`IndexJournal`). `apply` does in memory exactly what `IndexDatabase` does in
+/// SQL, so a row reads the same before and after its frame is committed.
+///
+/// It is incremental, so its cost follows the work and not the number of changes waiting
+/// (issue 20 §0): a frame is applied once, when it is stitched, loading from the database only
+/// the rows it reaches that the overlay does not hold yet (`Base`); a lookup is a dictionary
+/// read; a commit drops what it made durable (`prune`), oldest first, in time proportional to
+/// what it committed. The daemon keeps one for its whole life; a reader in another process
+/// makes one from the frames after its snapshot.
+///
+/// A place the overlay *holds* is answered from it, present or absent; any other place reads as
+/// the database says. Held places are linked to their folders (`links`), so a folder's removal
+/// or move visits only what is under it.
+struct IndexOverlay: Sendable {
     /// A row as the frames leave it, with the sequence that last wrote it.
-    struct Row {
+    struct Row: Sendable {
         var record: IndexRecord
         var sequence: Int64
     }
 
     /// A journal frame, decoded.
-    struct Frame {
+    struct Frame: Sendable {
         var sequence: Int64
         var entryBase: Int64
         var changes: [IndexChange]
     }
 
-    /// The database rows the frames may touch, by place: their places are answered from
-    /// `rows` instead (where the frames may have moved, changed or removed them).
-    private(set) var replaced: Set<IndexLocation> = []
-    /// The replaced rows and those the frames made, as the frames leave them.
-    private(set) var rows: [IndexLocation: Row] = [:]
-    /// Entries the frames removed, with the sequence of each removal.
-    private(set) var removals: [(sequence: Int64, entry: Int64)] = []
-    /// The last frame's sequence (0 when there are none).
+    /// Where the database's rows come from when a change reaches a place the overlay does not
+    /// hold: a snapshot that holds every frame the overlay has dropped.
+    protocol Base {
+        func row(at location: IndexLocation) throws -> Row?
+        /// The rows strictly under the folder at `location`.
+        func rows(under location: IndexLocation) throws -> [Row]
+        func rows(entries: [Int64]) throws -> [Row]
+    }
+
+    /// What the overlay says of a place.
+    enum Lookup {
+        /// Not held: the database answers.
+        case notHeld
+        case absent
+        case present(Row)
+    }
+
+    private struct Place: Sendable {
+        var row: Row?
+        /// The sequence of the frame that last reached the place: it is dropped once that
+        /// frame is committed.
+        var reachedBy: Int64
+    }
+
+    private var places: [IndexLocation: Place] = [:]
+    /// For each folder location, the names under it that lead to held places, with how many
+    /// held places each leads to.
+    private var links: [IndexLocation: [String: Int]] = [:]
+    private var byID: [Int64: Set<IndexLocation>] = [:]
+    private var byEntry: [Int64: IndexLocation] = [:]
+    /// Places in the order frames reached them, for `prune`.
+    private var reached = FIFO<(sequence: Int64, location: IndexLocation)>()
+    /// Entries the frames removed, with the sequence of each removal, oldest first.
+    private var removed = FIFO<(sequence: Int64, entry: Int64)>()
+    /// The last frame's sequence (0 when none was applied).
     private(set) var newestSequence: Int64 = 0
+    /// Frames up to this sequence were dropped (committed): a snapshot older than that lacks them.
+    private(set) var prunedThrough: Int64 = 0
+    /// Places visited by `apply`, `prune` and lookups, for tests that bound the cost of a read.
+    private(set) var steps = 0
 
-    var isEmpty: Bool { newestSequence == 0 }
+    init() {}
 
-    static let empty = IndexOverlay()
+    /// Whether the overlay holds nothing (every frame applied is committed, or none was).
+    var isEmpty: Bool { places.isEmpty && removed.isEmpty }
 
-    private init() {}
+    /// How many places it holds (it hides at most that many database rows).
+    var heldCount: Int { places.count }
 
-    /// What the database must be asked for: the places the frames name, the folders whose
-    /// contents they move or remove, and entries they remove by number.
-    struct Reach {
-        var places: Set<IndexLocation> = []
-        var folders: Set<IndexLocation> = []
-        var entries: Set<Int64> = []
+    // MARK: - Reading
+
+    func lookup(_ location: IndexLocation) -> Lookup {
+        guard let place = places[location] else { return .notHeld }
+        return place.row.map(Lookup.present) ?? .absent
     }
 
-    static func reach(of frames: [Frame]) -> Reach {
-        var reach = Reach()
-        for frame in frames {
-            for change in frame.changes {
-                switch change {
-                case .put(let record): reach.places.insert(record.location)
-                case .touch(let location, _, _): reach.places.insert(location)
-                case .remove(let location): reach.folders.insert(location)
-                case .removeEntries(let entries): reach.entries.formUnion(entries)
-                case .move(let from, let to), .exchange(let from, let to):
-                    reach.folders.insert(from)
-                    reach.folders.insert(to)
-                }
-            }
-        }
-        return reach
+    func holds(_ location: IndexLocation) -> Bool { places[location] != nil }
+
+    /// The held places (present or absent).
+    var heldLocationList: [IndexLocation] { Array(places.keys) }
+
+    /// Every present row.
+    var rows: [Row] { places.values.compactMap(\.row) }
+
+    func rows(id: Int64) -> [Row] {
+        (byID[id] ?? []).compactMap { places[$0]?.row }
     }
 
-    /// `base` (the database rows within the frames' reach) with `frames` applied in order.
-    init(base: [Row], frames: [Frame]) {
-        for row in base {
-            replaced.insert(row.record.location)
-            rows[row.record.location] = row
-        }
-        for frame in frames {
-            var entries = frame.entryBase
-            for change in frame.changes { apply(change, sequence: frame.sequence, entries: &entries) }
-            newestSequence = max(newestSequence, frame.sequence)
-        }
+    func rows(entries: Set<Int64>) -> [Row] {
+        entries.compactMap { byEntry[$0].flatMap { places[$0]?.row } }
     }
 
-    private mutating func apply(_ change: IndexChange, sequence: Int64, entries: inout Int64) {
+    /// Entries removed after `sequence`, oldest first.
+    func removals(after sequence: Int64) -> [(sequence: Int64, entry: Int64)] {
+        removed.elements.filter { $0.sequence > sequence }
+    }
+
+    // MARK: - Applying
+
+    /// Applies `frame`, loading from `base` the rows it reaches that are not held.
+    mutating func apply(_ frame: Frame, base: some Base) throws {
+        var entries = frame.entryBase
+        for change in frame.changes { try apply(change, sequence: frame.sequence, entries: &entries, base) }
+        newestSequence = max(newestSequence, frame.sequence)
+    }
+
+    private mutating func apply(_ change: IndexChange, sequence: Int64, entries: inout Int64, _ base: some Base) throws {
         switch change {
         case .put(var record):
             entries += 1
-            record.entry = rows[record.location]?.record.entry ?? entries
-            rows[record.location] = Row(record: record, sequence: sequence)
+            let location = record.location
+            try hold(location, sequence: sequence, base)
+            record.entry = places[location]?.row?.record.entry ?? entries
+            set(location, Row(record: record, sequence: sequence), sequence: sequence)
         case .touch(let location, let modified, let statusChanged):
-            guard var row = rows[location] else { return }
-            row.record.modified = modified
-            row.record.statusChanged = statusChanged
+            try hold(location, sequence: sequence, base)
+            guard var row = places[location]?.row else { return }
+            row.record.modified = max(row.record.modified, modified)
+            row.record.statusChanged = max(row.record.statusChanged, statusChanged)
             row.sequence = sequence
-            rows[location] = row
+            set(location, row, sequence: sequence)
         case .remove(let location):
-            for place in rows.keys where Self.isSelfOrUnder(place, location) {
-                removals.append((sequence, rows.removeValue(forKey: place)!.record.entry))
+            for (place, row) in try subtree(location, sequence: sequence, base) {
+                removed.append((sequence, row.record.entry))
+                set(place, nil, sequence: sequence)
             }
         case .removeEntries(let gone):
-            let gone = Set(gone)
-            for (place, row) in rows where gone.contains(row.record.entry) {
-                rows.removeValue(forKey: place)
-                removals.append((sequence, row.record.entry))
+            let unheld = gone.filter { byEntry[$0] == nil }
+            if !unheld.isEmpty {
+                for row in try base.rows(entries: unheld) where places[row.record.location] == nil {
+                    steps += 1
+                    set(row.record.location, row, sequence: sequence)
+                }
+            }
+            for entry in gone {
+                guard let place = byEntry[entry] else { continue }
+                removed.append((sequence, entry))
+                set(place, nil, sequence: sequence)
             }
         case .move(let from, let to):
-            move(from, to, sequence: sequence)
+            try move(from, to, sequence: sequence, base)
         case .exchange(let a, let b):
             let aside = IndexLocation(container: a.container, scope: a.scope, path: "\u{1}exchange")
-            move(a, aside, sequence: sequence)
-            move(b, a, sequence: sequence)
-            move(aside, b, sequence: sequence)
+            try move(a, aside, sequence: sequence, base)
+            try move(b, a, sequence: sequence, base)
+            try move(aside, b, sequence: sequence, base)
         }
     }
 
-    private mutating func move(_ from: IndexLocation, _ to: IndexLocation, sequence: Int64) {
-        let moving = rows.filter { Self.isSelfOrUnder($0.key, from) }
-        for place in moving.keys { rows.removeValue(forKey: place) }
+    private mutating func move(_ from: IndexLocation, _ to: IndexLocation, sequence: Int64, _ base: some Base) throws {
+        let moving = try subtree(from, sequence: sequence, base)
+        // What the destination held is taken over (the SQL's update would fail on it; a
+        // rename removes it first).
+        _ = try subtree(to, sequence: sequence, base)
+        for (place, _) in moving { set(place, nil, sequence: sequence) }
         let depth = from.path.unicodeScalars.count
         for (place, var row) in moving {
             row.record.container = to.container
@@ -117,8 +173,91 @@ struct IndexOverlay {
                 row.record.path = to.path + String(String.UnicodeScalarView(place.path.unicodeScalars.dropFirst(depth)))
             }
             row.sequence = sequence
-            rows[row.record.location] = row
+            set(row.record.location, row, sequence: sequence)
         }
+    }
+
+    /// The present rows at and under `location`, after holding every database row there.
+    private mutating func subtree(_ location: IndexLocation, sequence: Int64, _ base: some Base) throws -> [(IndexLocation, Row)] {
+        try hold(location, sequence: sequence, base)
+        for row in try base.rows(under: location) where places[row.record.location] == nil {
+            steps += 1
+            set(row.record.location, row, sequence: sequence)
+        }
+        var found: [(IndexLocation, Row)] = []
+        var folders = [location]
+        if let row = places[location]?.row { found.append((location, row)) }
+        while let folder = folders.popLast() {
+            for name in (links[folder] ?? [:]).keys {
+                steps += 1
+                let child = IndexLocation(container: folder.container, scope: folder.scope, path: folder.path + "/" + name)
+                if let row = places[child]?.row { found.append((child, row)) }
+                if links[child] != nil { folders.append(child) }
+            }
+        }
+        return found
+    }
+
+    /// Makes `location` held, with the database's row there (if any).
+    private mutating func hold(_ location: IndexLocation, sequence: Int64, _ base: some Base) throws {
+        steps += 1
+        guard places[location] == nil else { return }
+        set(location, try base.row(at: location), sequence: sequence)
+    }
+
+    /// Sets what `location` holds, reached by the frame `sequence`.
+    private mutating func set(_ location: IndexLocation, _ row: Row?, sequence: Int64) {
+        let old = places.updateValue(Place(row: row, reachedBy: sequence), forKey: location)
+        if old == nil {
+            link(location, by: 1)
+        }
+        if let old = old?.row { unindex(old.record, at: location) }
+        if let row { index(row.record, at: location) }
+        if old?.reachedBy != sequence { reached.append((sequence, location)) }
+    }
+
+    private mutating func index(_ record: IndexRecord, at location: IndexLocation) {
+        byID[record.id, default: []].insert(location)
+        byEntry[record.entry] = location
+    }
+
+    private mutating func unindex(_ record: IndexRecord, at location: IndexLocation) {
+        if byID[record.id]?.remove(location) != nil, byID[record.id]!.isEmpty { byID[record.id] = nil }
+        if byEntry[record.entry] == location { byEntry[record.entry] = nil }
+    }
+
+    /// Counts a held place in (or out of) the links of each folder above it.
+    private mutating func link(_ location: IndexLocation, by delta: Int) {
+        var path = Substring(location.path)
+        while let slash = path.lastIndex(of: "/") {
+            let name = String(path[path.index(after: slash)...])
+            path = path[..<slash]
+            let folder = IndexLocation(container: location.container, scope: location.scope, path: String(path))
+            let count = (links[folder]?[name] ?? 0) + delta
+            if count > 0 {
+                links[folder, default: [:]][name] = count
+            } else {
+                links[folder]?[name] = nil
+                if links[folder]?.isEmpty == true { links[folder] = nil }
+            }
+        }
+    }
+
+    // MARK: - Dropping what is committed
+
+    /// Frames up to `sequence` are in the database: the places only they reached, and their
+    /// removals, are dropped.
+    mutating func prune(through sequence: Int64) {
+        prunedThrough = max(prunedThrough, sequence)
+        while let first = reached.first, first.sequence <= sequence {
+            reached.removeFirst()
+            steps += 1
+            guard let place = places[first.location], place.reachedBy == first.sequence else { continue }
+            places[first.location] = nil
+            if let row = place.row { unindex(row.record, at: first.location) }
+            link(first.location, by: -1)
+        }
+        while let first = removed.first, first.sequence <= sequence { removed.removeFirst() }
     }
 
     /// Whether `place` is `folder` or under it (as the SQL's `path > 'f/' AND path < 'f0'`).
@@ -130,3 +269,29 @@ struct IndexOverlay {
             && place.path.utf8.dropFirst(prefix).first == UInt8(ascii: "/")
     }
 }
+
+/// A first-in first-out queue whose `removeFirst` costs the same however long it is (the
+/// standard library's array shifts every element).
+struct FIFO<Element> {
+    private var storage: [Element] = []
+    private var head = 0
+
+    var isEmpty: Bool { head == storage.count }
+    var first: Element? { isEmpty ? nil : storage[head] }
+    var elements: ArraySlice<Element> { storage[head...] }
+
+    mutating func append(_ element: Element) { storage.append(element) }
+
+    mutating func removeFirst() {
+        head += 1
+        if head == storage.count {
+            storage.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head >= 1024 && head * 2 >= storage.count {
+            storage.removeFirst(head)
+            head = 0
+        }
+    }
+}
+
+extension FIFO: Sendable where Element: Sendable {}

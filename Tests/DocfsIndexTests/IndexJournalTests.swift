@@ -61,7 +61,8 @@ import Testing
         let directory = NSTemporaryDirectory() + "docfs-journal-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: directory) }
         var direct: IndexDatabase! = try IndexDatabase(path: directory + "/direct.sqlite")
-        var journaled: IndexDatabase? = try IndexDatabase(path: directory + "/journaled.sqlite")
+        // A small journal: it starts again often, carrying the frames still waiting.
+        var journaled: IndexDatabase? = try IndexDatabase(path: directory + "/journaled.sqlite", journalRestartSize: 2048)
         let reader = try IndexDatabase(path: directory + "/journaled.sqlite", readOnly: true)
         var rng = SplitMix(seed: seed)
         var commits = 0
@@ -78,7 +79,7 @@ import Testing
             if step % 97 == 96 {
                 // Killed before committing: the next writer finds the frames in the journal.
                 journaled = nil
-                journaled = try IndexDatabase(path: directory + "/journaled.sqlite")
+                journaled = try IndexDatabase(path: directory + "/journaled.sqlite", journalRestartSize: 2048)
                 // Both count on from the numbers their database holds.
                 direct = nil
                 direct = try IndexDatabase(path: directory + "/direct.sqlite")
@@ -96,6 +97,76 @@ import Testing
         #expect(commits > 30 && overlaid > 100, "commits \(commits), steps read through the journal \(overlaid)")
         try journaled!.flush()
         #expect(try Self.view(reader, since: 0) == Self.view(direct, since: 0))
+    }
+
+    /// Issue 20 §0: what a read or a stitch costs does not grow with the changes waiting for
+    /// their commit. Counted in places the overlay visits, not timed: a read rebuilding the
+    /// overlay from every waiting frame (as docfs did) visits them all.
+    @Test func readsAndStitchesCostTheSameHoweverManyChangesWait() throws {
+        let directory = NSTemporaryDirectory() + "docfs-journal-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let index = try IndexDatabase(path: directory + "/index.sqlite")  // no background commit: frames wait
+        func put(_ n: Int) throws {
+            var record = IndexQueryTests.record(Int64(n), "f\(n)", size: 1, modified: 1_773_000_000)
+            record.path = "/dir/f\(n)"
+            try index.stitch([.put(record), .touch(Self.location("/dir"), modified: 1_773_000_000, statusChanged: 1_773_000_000)])
+        }
+        func cost(_ body: () throws -> Void) rethrows -> Int {
+            let before = index.overlaySteps
+            try body()
+            return index.overlaySteps - before
+        }
+        var costs: [Int: (stitch: Int, read: Int)] = [:]
+        var n = 0
+        for waiting in [10, 20_000] {
+            while n < waiting { try put(n); n += 1 }
+            #expect(index.waitingFrames == waiting)
+            let stitch = try cost { () throws in try put(n); n += 1 }
+            let read = try cost { () throws in
+                #expect(try index.record(at: Self.location("/dir/f7"))?.id == 7)
+                #expect(try index.records(id: 5).map(\.path) == ["/dir/f5"])
+                #expect(try index.records(entries: [3]).map(\.path) == ["/dir/f2"])
+                #expect(try index.record(at: Self.location("/dir/none")) == nil)
+            }
+            costs[waiting] = (stitch, read)
+        }
+        #expect(costs[10]!.stitch == costs[20_000]!.stitch && costs[10]!.read == costs[20_000]!.read,
+                "10 waiting: \(costs[10]!), 20,000 waiting: \(costs[20_000]!)")
+        // Committing them drops them from the overlay, in one pass.
+        let commit = try cost { try index.flush() }
+        #expect(index.waitingFrames == 0 && commit <= 3 * n, "commit visited \(commit) places for \(n) frames")
+        #expect(try index.record(at: Self.location("/dir/f7"))?.id == 7)
+        #expect(try index.count() == n + 0)  // "/dir" itself was never put
+    }
+
+    /// The background commit keeps up with a stream of stitches: it never waits while changes
+    /// wait (docfs once stopped committing when a stitch arrived during a commit, and every
+    /// change after that waited in the journal until the daemon ended).
+    @Test func theBackgroundCommitKeepsUpWithAStream() throws {
+        let directory = NSTemporaryDirectory() + "docfs-journal-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let index = try IndexDatabase(path: directory + "/index.sqlite")
+        index.startCommitting(every: .milliseconds(1))
+        defer { index.stopCommitting() }
+        let reader = try IndexDatabase(path: directory + "/index.sqlite", readOnly: true)
+        var mostWaiting = 0
+        for n in 0..<6_000 {
+            var record = IndexQueryTests.record(Int64(n), "f\(n)", size: 1, modified: 1_773_000_000)
+            record.path = "/s/f\(n)"
+            try index.stitch([.put(record)])
+            if n % 500 == 0 { mostWaiting = max(mostWaiting, index.waitingFrames) }
+        }
+        var waited = 0
+        while index.waitingFrames > 0 && waited < 200 {
+            usleep(10_000)
+            waited += 1
+        }
+        #expect(index.waitingFrames == 0, "frames still waiting 2 s after the stream: \(index.waitingFrames)")
+        #expect(try reader.count() == 6_000)
+        // The journal started again behind the commit: it holds a fraction of the stream.
+        let size = (try FileManager.default.attributesOfItem(atPath: index.journalPath)[.size] as? Int) ?? 0
+        #expect(size < 1 << 20 + 64 << 10, "journal \(size) bytes")
+        #expect(mostWaiting < 6_000)
     }
 
     /// A torn last frame (a crash mid-append) ends the journal; garbage never crashes a reader.

@@ -1,0 +1,174 @@
+import DocfsCore
+import GRDB
+
+/// The index's answers: each reads its rows from a snapshot of the database, then lays the
+/// stitched changes the snapshot lacks over them (`IndexDatabase.read`), so a change is seen
+/// the moment its `stitch` returned (S1).
+extension IndexDatabase {
+    /// The record at `location`, if the index has one.
+    public func record(at location: IndexLocation) throws(DocfsError) -> IndexRecord? {
+        try read({ db, _ in
+            try Row.fetchOne(db, sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path = ?",
+                             arguments: [location.container, location.scope, location.path]).map(Self.record)
+        }, merge: { stored, overlay in
+            switch overlay.lookup(location) {
+            case .notHeld: return .some(stored)
+            case .absent: return .some(nil)
+            case .present(let row): return .some(row.record)
+            }
+        })
+    }
+
+    /// The records held by `entries` (those still there).
+    public func records(entries: [Int64]) throws(DocfsError) -> [IndexRecord] {
+        guard !entries.isEmpty else { return [] }
+        let wanted = Set(entries)
+        return try merged(where: "entry IN (SELECT value FROM json_each(?))", [Self.encodeNumbers(entries)]) { overlay in
+            overlay.rows(entries: wanted)
+        }
+    }
+
+    /// The records of item `id` (one per name).
+    public func records(id: Int64) throws(DocfsError) -> [IndexRecord] {
+        try merged(where: "id = ?", [id]) { overlay in overlay.rows(id: id) }
+    }
+
+    /// Every record, by container, scope and path.
+    public func allRecords() throws(DocfsError) -> [IndexRecord] {
+        try merged(where: "1", []) { overlay in overlay.rows }
+    }
+
+    /// The item ids that records of more than one backing file carry, outside the external
+    /// scope (where references carry their originals' ids): copies that took their original's
+    /// id along.
+    public func sharedIDs() throws(DocfsError) -> [Int64] {
+        // Shared in the database, or carried by a waiting change: each is looked at as merged.
+        let candidates = try read({ db, _ in
+            try Int64.fetchAll(db, sql: """
+                SELECT id FROM items WHERE scope != 'external' GROUP BY id HAVING COUNT(DISTINCT backingInode) > 1
+                """)
+        }, merge: { stored, overlay in Set(stored).union(overlay.rows.map(\.record.id)) })
+        var shared: [Int64] = []
+        for id in candidates.sorted() where Set(try records(id: id).filter { $0.scope != "external" }.map(\.backingInode)).count > 1 {
+            shared.append(id)
+        }
+        return shared
+    }
+
+    /// The records `query` selects, in its order.
+    public func records(matching query: IndexQuery) throws(DocfsError) -> [IndexRecord] {
+        try recordsAndSequence(matching: query).records
+    }
+
+    /// The records `query` selects and the sequence of the last change they reflect, read
+    /// together (a watcher's starting point).
+    public func recordsAndSequence(matching query: IndexQuery) throws(DocfsError) -> (records: [IndexRecord], sequence: Int64) {
+        try read({ db, hidden in
+            let (condition, arguments) = query.whereClause()
+            var sql = "SELECT * FROM items WHERE \(condition) ORDER BY \(query.orderClause())"
+            // The waiting changes may hide up to `hidden` of the rows a limit keeps.
+            if let limit = query.limit { sql += " LIMIT \(max(limit, 0) + hidden)" }
+            return (try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.record), hidden, try Self.lastSequence(db))
+        }, merge: { stored, overlay in
+            let (rows, hidden, sequence) = stored
+            if query.limit != nil && overlay.heldCount > hidden { return nil }  // read again with a larger limit
+            let newest = max(sequence, overlay.newestSequence)
+            guard !overlay.isEmpty else { return (rows, newest) }
+            var records = rows.filter { !overlay.holds($0.location) }
+            records += overlay.rows.map(\.record).filter(query.matches)
+            records.sort(by: query.areInOrder)
+            if let limit = query.limit { records = Array(records.prefix(max(limit, 0))) }
+            return (records, newest)
+        })
+    }
+
+    /// How many records the index holds.
+    public func count() throws(DocfsError) -> Int {
+        do {
+            return try lockedRead { db, overlay in
+                var count = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM items") ?? 0
+                let exists = try db.cachedStatement(sql: "SELECT 1 FROM items WHERE container = ? AND scope = ? AND path = ?")
+                for location in overlay.heldLocationList {
+                    if try Int.fetchOne(exists, arguments: [location.container, location.scope, location.path]) != nil { count -= 1 }
+                    if case .present = overlay.lookup(location) { count += 1 }
+                }
+                return count
+            }
+        } catch {
+            throw DocfsError(.internalFailure, "counting the index's records at \(path) failed",
+                             cause: DocfsError(.internalFailure, String(describing: error)))
+        }
+    }
+
+    /// What changed after sequence `after`, for a watcher: records written since, entries
+    /// removed since, and the newest sequence. `complete` is false when removals that old were
+    /// pruned (read the whole result set again).
+    public struct Changes: Sendable {
+        public var written: [IndexRecord]
+        public var removed: [Int64]
+        public var sequence: Int64
+        public var complete: Bool
+    }
+
+    public func changes(after: Int64) throws(DocfsError) -> Changes {
+        try read({ db, _ in
+            let written = try Row.fetchAll(db, sql: "SELECT * FROM items WHERE sequence > ? ORDER BY sequence, entry", arguments: [after])
+                .map { (record: Self.record($0), sequence: $0["sequence"] as Int64) }
+            let removed = try Row.fetchAll(db, sql: "SELECT sequence, entry FROM removals WHERE sequence > ? ORDER BY sequence, entry",
+                                           arguments: [after]).map { (sequence: $0[0] as Int64, entry: $0[1] as Int64) }
+            let oldestKept = try Int64.fetchOne(db, sql: "SELECT min(sequence) FROM removals") ?? 0
+            let pruned = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM removals") ?? 0 >= Self.removalsKept
+            return (written, removed, try Self.lastSequence(db), !(pruned && oldestKept > after + 1))
+        }, merge: { stored, overlay in
+            var (written, removed, newest, complete) = stored
+            newest = max(newest, overlay.newestSequence)
+            if !overlay.isEmpty {
+                written = written.filter { !overlay.holds($0.record.location) }
+                    + overlay.rows.filter { $0.sequence > after }.map { ($0.record, $0.sequence) }
+                written.sort { ($0.sequence, $0.record.entry) < ($1.sequence, $1.record.entry) }
+                // A removal the snapshot holds may still be in the overlay (committed meanwhile).
+                var seen = Set(removed.map(\.entry))
+                removed += overlay.removals(after: after).filter { seen.insert($0.entry).inserted }
+                removed.sort { ($0.sequence, $0.entry) < ($1.sequence, $1.entry) }
+            }
+            guard newest > after else { return Changes(written: [], removed: [], sequence: after, complete: true) }
+            return Changes(written: written.map(\.record), removed: removed.map(\.entry), sequence: newest, complete: complete)
+        })
+    }
+
+    /// The newest change sequence.
+    public func latestSequence() throws(DocfsError) -> Int64 {
+        try read({ db, _ in try Self.lastSequence(db) }, merge: { stored, overlay in max(stored, overlay.newestSequence) })
+    }
+
+    /// Every entry's place and fingerprint, for a reconciling walk.
+    public func fingerprints() throws(DocfsError) -> IndexFingerprints {
+        typealias Print = (location: IndexLocation, print: UInt64, entry: Int64, id: Int64)
+        @Sendable func print(_ record: IndexRecord) -> Print { (record.location, IndexFingerprints.print(of: record), record.entry, record.id) }
+        return try read({ db, _ in
+            var rows: [Print] = []
+            let cursor = try Row.fetchCursor(db, sql: "SELECT * FROM items")
+            while let row = try cursor.next() { rows.append(print(Self.record(row))) }
+            return rows
+        }, merge: { stored, overlay in
+            guard !overlay.isEmpty else { return IndexFingerprints(stored) }
+            return IndexFingerprints(stored.filter { !overlay.holds($0.location) } + overlay.rows.map { print($0.record) })
+        })
+    }
+
+    /// The rows `condition` selects, with the waiting changes laid over them (`overlaid`: the
+    /// overlay's rows the condition would select), by container, scope and path.
+    private func merged(where condition: String, _ arguments: StatementArguments,
+                        overlaid: @escaping @Sendable (IndexOverlay) -> [IndexOverlay.Row]) throws(DocfsError) -> [IndexRecord] {
+        try read({ db, _ in
+            try Row.fetchAll(db, sql: "SELECT * FROM items WHERE \(condition) ORDER BY container, scope, path",
+                             arguments: arguments).map(Self.record)
+        }, merge: { stored, overlay in
+            guard !overlay.isEmpty else { return stored }
+            var records = stored.filter { !overlay.holds($0.location) }
+            records += overlaid(overlay).map(\.record)
+            records.sort { IndexQuery.precedes($0.location, $1.location) }
+            return records
+        })
+    }
+}
