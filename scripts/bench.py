@@ -130,7 +130,10 @@ def make_targets(root, docfs, docfs_options, baseline=None):
     return targets
 
 
-def run_on_fresh_filesystem(target, work, root, scratch, size_mb):
+def run_on_fresh_filesystem(target, work, root, scratch, size_mb, after_stop=None):
+    """`work(directory, scratch)` on `target` serving a filesystem made for it; its result.
+    `after_stop(backing)`, if given, sees the backing directory once the target has stopped
+    (what a FUSE server left there), before the filesystem goes."""
     fs = Filesystem(root, size_mb)
     try:
         path = target.start(fs.path)
@@ -138,6 +141,8 @@ def run_on_fresh_filesystem(target, work, root, scratch, size_mb):
             return work(path, scratch)
         finally:
             target.stop()
+            if after_stop is not None:
+                after_stop(fs.path)
     finally:
         fs.remove()
 

@@ -64,7 +64,7 @@ extension Operations {
         ops.write_buf = { req, _, input, offset, fi in
             let ctx = BridgeContext.of(req)
             do {
-                try ctx.filesystem.prepareWrite(fi!.pointee.fh, caller: caller(of: req))
+                try ctx.filesystem.prepareWrite(fi!.pointee.fh, at: offset, caller: caller(of: req))
             } catch {
                 return ctx.fail(req, error, "write")
             }

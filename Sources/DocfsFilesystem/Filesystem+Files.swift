@@ -38,7 +38,7 @@ extension Filesystem {
         let writes = node.type == S_IFREG && (flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0)
         return try coordinator.withClaims([(node.item, writes ? .write : .read)]) { () throws(DocfsError) -> OpenFile in
             if writes {
-                try sessions.begin(node, caller: caller)
+                try sessions.begin(node, caller: caller, appending: flags & O_APPEND != 0 && flags & O_TRUNC == 0)
                 ownChanges.changedFile(at: node.fd)
             }
             if writes { ownChanges.willWrite(node.key) }
@@ -198,8 +198,17 @@ extension Filesystem {
         return buffer
     }
 
+    /// Before `caller` changes the content of the open file `handle` from `offset` on (a write
+    /// or fallocate through docfs): a prefix the write session kept and this would change gets
+    /// its copy (see `WriteSessions`); set-id bits go as a write drops them.
+    @inline(__always)
+    public func prepareWrite(_ handle: UInt64, at offset: off_t, caller: Caller) throws(DocfsError) {
+        try sessions.willChange(handle, from: Int64(offset))
+        try dropSetIDBitsBeforeWrite(handle, caller: caller)
+    }
+
     public func write(_ handle: UInt64, bytes: [UInt8], offset: off_t, caller: Caller = .daemon) throws(DocfsError) -> Int {
-        try prepareWrite(handle, caller: caller)
+        try prepareWrite(handle, at: offset, caller: caller)
         let n = bytes.withUnsafeBytes { pwrite(backingDescriptor(of: handle), $0.baseAddress, bytes.count, offset) }
         guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
         return n
@@ -257,7 +266,7 @@ extension Filesystem {
 
     /// fallocate(2) with any mode (keep-size, punch-hole, zero-range, collapse/insert range).
     public func allocate(_ handle: UInt64, mode: Int32, offset: off_t, length: off_t, caller: Caller) throws(DocfsError) {
-        try prepareWrite(handle, caller: caller)
+        try prepareWrite(handle, at: offset, caller: caller)
         try check(docfs_fallocate(backingDescriptor(of: handle), mode, offset, length))
     }
 
@@ -270,7 +279,7 @@ extension Filesystem {
 
     public func copyRange(from source: UInt64, at sourceOffset: off_t, to target: UInt64, at targetOffset: off_t,
                           length: Int, flags: UInt32, caller: Caller) throws(DocfsError) -> Int {
-        try prepareWrite(target, caller: caller)
+        try prepareWrite(target, at: targetOffset, caller: caller)
         var inOffset = sourceOffset
         var outOffset = targetOffset
         let n = docfs_copy_file_range(backingDescriptor(of: source), &inOffset, backingDescriptor(of: target),

@@ -58,10 +58,10 @@ extension Filesystem {
         guard document.item == item else {
             throw DocfsError(.invalidArgument, "\(path) is no longer item \(item) (it was replaced or renamed meanwhile): look again")
         }
-        let source = Glibc.open(store.versions.contentPath(item, version), O_RDONLY | O_CLOEXEC)
-        guard source >= 0 else {
+        guard store.versions.versions(of: item).contains(where: { $0.version == version }) else {
             throw DocfsError(.invalidArgument, "version \(version) of \(path) is not kept: see docfs versions for the ones that are")
         }
+        let (source, length) = try store.versions.openContent(item, version: version, current: "/proc/self/fd/\(document.fd)")
         defer { close(source) }
 
         let working = try WorkingFile(prefix: ".docfs-restore-", in: directory, replacing: name, mode: document.st.st_mode,
@@ -70,7 +70,7 @@ extension Filesystem {
         let fd = working.fd
         let temporary = working.name
         do throws(DocfsError) {
-            try copyAll(from: source, to: fd)
+            try copy(length, from: source, to: fd)
             try check(fchown(fd, document.st.st_uid, document.st.st_gid))
             try check(fchmod(fd, document.st.st_mode & 0o7777))  // chown cleared set-id bits
             var st = stat()
@@ -121,6 +121,19 @@ extension Filesystem {
                 throw DocfsError.errno("copying the kept version")
             }
             if n == 0 { return }
+        }
+    }
+
+    /// Copies the first `length` bytes of `source` to `target`.
+    func copy(_ length: Int64, from source: Int32, to target: Int32) throws(DocfsError) {
+        var offset: off_t = 0
+        while Int64(offset) < length {
+            let n = docfs_copy_file_range(source, &offset, target, nil, Int(min(length - Int64(offset), 1 << 30)), 0)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw DocfsError.errno("copying the kept version")
+            }
+            if n == 0 { throw DocfsError(.storeUnavailable, "the kept version ended early (changed behind docfs's back?)") }
         }
     }
 }

@@ -28,9 +28,8 @@ extension Filesystem {
         return bits
     }
 
-    /// Before `caller` changes the content of the open file `handle`.
-    @inline(__always)
-    public func prepareWrite(_ handle: UInt64, caller: Caller) throws(DocfsError) {
+    /// Drops the set-id bits a write by `caller` to the open file `handle` drops.
+    func dropSetIDBitsBeforeWrite(_ handle: UInt64, caller: Caller) throws(DocfsError) {
         guard caller.uid != 0 else { return }
         try dropSetIDBits(ofOpen: backingDescriptor(of: handle), for: caller)
     }

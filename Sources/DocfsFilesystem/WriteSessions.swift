@@ -24,6 +24,17 @@ import Glibc
 /// the kernel sends the first handle's release later. Presenters hear of a session's version at
 /// that close, before close(2) returns, so they see it before whatever the writer does next.
 ///
+/// What a session keeps of the content it supersedes costs about what it changes (issue 20 §1):
+/// - a session that only appends (its writers opened the file O_APPEND, without O_TRUNC) keeps
+///   its predecessor as a prefix of the new content: a record, nothing copied;
+/// - a session starting within the policy's thinning window of the item's last copy keeps
+///   nothing: a burst of rewrites costs one copy, and the state before the burst is kept;
+/// - any other session keeps a copy, as does a file over the policy's size limit nothing.
+/// Before anything but an append reaches content an append-only session's prefix relies on (a
+/// writer that may write anywhere joins, a truncate or a write through docfs below the old end),
+/// the prefix gets a copy of its own. Whatever keeps nothing first makes sure the newest prefix
+/// of the item has its copy.
+///
 /// Lock order: `state` is a leaf lock; the content copy and xattr writes of a session that starts
 /// or ends happen outside it, while new writers of the same file wait for them (`busy`).
 final class WriteSessions: Sendable {
@@ -33,8 +44,8 @@ final class WriteSessions: Sendable {
         let baseSize: Int64
         let baseModified: timespec
         var writers: Int
-        /// The base content was kept as a version (so a rollback removes it).
-        var keptBase: Bool
+        /// How the base content was kept as a version (a rollback removes it).
+        var kept: Kept
         /// An uncoordinated writer replaced or removed the file meanwhile (C4).
         var raced = false
         /// Writer handles closed at least once (FLUSH), until their writer leaves (`end`).
@@ -56,6 +67,17 @@ final class WriteSessions: Sendable {
         var writerHandles: [UInt64: Node] = [:]
         /// Who made the current version of recently written items (bounded).
         var authors: [ItemID: (version: UInt64, author: Author)] = [:]
+        /// When items' content was last kept as a copy, while that copy is their newest previous
+        /// version (for thinning; bounded).
+        var lastCopied: [ItemID: Double] = [:]
+    }
+
+    /// How a session kept the content it supersedes.
+    enum Kept {
+        case nothing
+        case copy
+        /// A record saying the content is a prefix of the new content (the session appends).
+        case prefix
     }
 
     private let state = Mutex(State())
@@ -84,10 +106,11 @@ final class WriteSessions: Sendable {
 
     /// A writer of `node` arrives (an open for writing or a truncate, before it touches the
     /// content). Starts the session if it is the first, or a new one if every writer of the
-    /// current session has been closed and the file changed.
-    func begin(_ node: Node, caller: Caller) throws(DocfsError) {
+    /// current session has been closed and the file changed. `appending`: the writer can only
+    /// append (O_APPEND without O_TRUNC).
+    func begin(_ node: Node, caller: Caller, appending: Bool = false) throws(DocfsError) {
         guard node.type == S_IFREG, !node.item.isDerived, !node.isSuperseded else { return }
-        enum Arrival { case joined, start, rollOver, wait }
+        enum Arrival { case joined, start, rollOver, wait, copyPrefix }
         while true {
             let arrival = state.withLock { state -> Arrival in
                 if state.busy.contains(node.key) { return .wait }
@@ -99,22 +122,65 @@ final class WriteSessions: Sendable {
                     state.busy.insert(node.key)
                     return .rollOver
                 }
+                if session.kept == .prefix && !appending {
+                    state.busy.insert(node.key)
+                    return .copyPrefix
+                }
                 state.sessions[node.key]!.writers += 1
                 return .joined
             }
             switch arrival {
             case .joined: return
-            case .start: return try start(node, caller: caller)
-            case .rollOver: return try rollOver(node, caller: caller)
+            case .start: return try start(node, caller: caller, appending: appending)
+            case .rollOver: return try rollOver(node, caller: caller, appending: appending)
+            case .copyPrefix: return try copyPrefix(node, joining: true)
             case .wait: usleep(200)  // a session is starting or ending: wait for it
             }
         }
     }
 
+    /// Something other than an append is about to reach the content of `handle`'s file from
+    /// `offset` on (a write or fallocate through docfs, a truncate through the handle): when
+    /// its session kept its base as a prefix that this would change, the prefix gets its copy.
+    func willChange(_ handle: UInt64, from offset: Int64) throws(DocfsError) {
+        while true {
+            let outcome = state.withLock { state -> (node: Node?, wait: Bool) in
+                guard let node = state.writerHandles[handle] else { return (nil, false) }
+                if state.busy.contains(node.key) { return (nil, true) }
+                guard let session = state.sessions[node.key], session.kept == .prefix, offset < session.baseSize else {
+                    return (nil, false)
+                }
+                state.busy.insert(node.key)
+                return (node, false)
+            }
+            if let node = outcome.node { return try copyPrefix(node, joining: false) }
+            if !outcome.wait { return }
+            usleep(200)
+        }
+    }
+
+    /// Gives the prefix `node`'s session kept its own copy (the node is busy); the session then
+    /// holds a copy, and a `joining` writer joins it.
+    private func copyPrefix(_ node: Node, joining: Bool) throws(DocfsError) {
+        defer { state.withLock { _ = $0.busy.remove(node.key) } }
+        try copyNewestPrefix(of: node)
+        state.withLock { state in
+            state.sessions[node.key]!.kept = .copy
+            if joining { state.sessions[node.key]!.writers += 1 }
+        }
+    }
+
+    private func copyNewestPrefix(of node: Node) throws(DocfsError) {
+        let fd = open("/proc/self/fd/\(node.fd)", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.errno("opening item \(node.item) to keep a version") }
+        defer { close(fd) }
+        try versions.materializeNewestPrefix(of: node.item, from: fd)
+    }
+
     /// A writer arrives after every writer of the session was closed: a changed file commits
     /// the session and starts the next, which the still-open handles (released later) belong
     /// to; an unchanged file just gains the writer.
-    private func rollOver(_ node: Node, caller: Caller) throws(DocfsError) {
+    private func rollOver(_ node: Node, caller: Caller, appending: Bool) throws(DocfsError) {
         let session = state.withLock { $0.sessions[node.key]! }
         guard changed(node, since: session) else {
             state.withLock { state in
@@ -125,7 +191,7 @@ final class WriteSessions: Sendable {
         }
         versions.prune(session.item, now: Self.now())
         if !session.announced { committed(node, session) }
-        try start(node, caller: caller)
+        try start(node, caller: caller, appending: appending)
     }
 
     /// Registers `handle` as a writer of `node` (call after `begin` once the open succeeded).
@@ -188,7 +254,10 @@ final class WriteSessions: Sendable {
         }
         // Nothing written: as if the session never was (a racing writer's content simply wins).
         try? ItemAttributes.setVersion(session.base, onDescriptor: node.fd)
-        if session.keptBase { versions.remove(session.item, version: session.base) }
+        if session.kept != .nothing {
+            versions.remove(session.item, version: session.base)
+            state.withLock { _ = $0.lastCopied.removeValue(forKey: session.item) }
+        }
         rollbackHandler.withLock { $0 }?(node)
         return nil
     }
@@ -216,13 +285,14 @@ final class WriteSessions: Sendable {
     }
 
     /// Whether the session changed the file. Size and mtime tell most changes; mtime ticks
-    /// coarsely, so when they look the same the content is compared with the kept copy.
+    /// coarsely, so when they look the same the content is compared with the kept copy (a
+    /// session that kept a prefix only appended: the same size is the same content).
     private func changed(_ node: Node, since session: Session) -> Bool {
         var st = stat()
         guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else { return true }
         if Int64(st.st_size) != session.baseSize || st.st_mtim.tv_sec != session.baseModified.tv_sec
             || st.st_mtim.tv_nsec != session.baseModified.tv_nsec { return true }
-        guard session.keptBase else { return false }
+        guard session.kept == .copy else { return false }
         return !versions.sameContent(session.item, version: session.base, as: "/proc/self/fd/\(node.fd)")
     }
 
@@ -243,7 +313,7 @@ final class WriteSessions: Sendable {
         }
     }
 
-    private func start(_ node: Node, caller: Caller) throws(DocfsError) {
+    private func start(_ node: Node, caller: Caller, appending: Bool) throws(DocfsError) {
         var session: Session? = nil
         defer {
             state.withLock { state in
@@ -259,26 +329,48 @@ final class WriteSessions: Sendable {
         var st = stat()
         try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH))
         let base = max(ItemAttributes.version(ofDescriptor: node.fd), 1)
-        var kept = false
-        if st.st_size > 0 && Int64(st.st_size) <= versions.policy.maximumFileSize {
-            let fd = open("/proc/self/fd/\(node.fd)", O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw DocfsError.errno("opening item \(node.item) to keep version \(base)") }
-            defer { close(fd) }
-            let record = VersionRecord(version: base, kind: .previous, modified: Self.seconds(st.st_mtim),
-                                       kept: Self.now(), size: Int64(st.st_size),
-                                       author: self.author(of: node.item, version: base))
-            try versions.keepCopy(of: fd, item: node.item, record: record)
-            kept = true
-        }
+        let kept = try keep(node, base: base, st, appending: appending)
         do throws(DocfsError) {
             try ItemAttributes.setVersion(base + 1, onDescriptor: node.fd)
         } catch {
-            if kept { versions.remove(node.item, version: base) }
+            if kept != .nothing { versions.remove(node.item, version: base) }
             throw error
         }
         noteAuthor(of: node.item, version: base + 1, caller: caller)
         session = Session(item: node.item, base: base, baseSize: Int64(st.st_size), baseModified: st.st_mtim,
-                          writers: 1, keptBase: kept)
+                          writers: 1, kept: kept)
+    }
+
+    /// Keeps the content a session starting on `node` supersedes (`base`, whose attributes are
+    /// `st`), as the session's kind and the policy say (see the type's comment).
+    private func keep(_ node: Node, base: UInt64, _ st: stat, appending: Bool) throws(DocfsError) -> Kept {
+        let size = Int64(st.st_size)
+        let now = Self.now()
+        guard size > 0 else { return .nothing }
+        guard size <= versions.policy.maximumFileSize else {
+            if !appending { try copyNewestPrefix(of: node) }
+            return .nothing
+        }
+        let record = VersionRecord(version: base, kind: .previous, modified: Self.seconds(st.st_mtim), kept: now,
+                                   size: size, author: self.author(of: node.item, version: base))
+        if appending {
+            try versions.keepPrefix(item: node.item, record: record)
+            state.withLock { _ = $0.lastCopied.removeValue(forKey: node.item) }
+            return .prefix
+        }
+        let thinned = state.withLock { state in
+            state.lastCopied[node.item].map { now - $0 < versions.policy.thinningWindow && now >= $0 } ?? false
+        }
+        if thinned { return .nothing }  // the item's newest previous version is a copy: no prefix relies on this content
+        let fd = open("/proc/self/fd/\(node.fd)", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.errno("opening item \(node.item) to keep version \(base)") }
+        defer { close(fd) }
+        try versions.keepCopy(of: fd, item: node.item, record: record)
+        state.withLock { state in
+            if state.lastCopied.count > 65536 { state.lastCopied.removeAll(keepingCapacity: true) }
+            state.lastCopied[node.item] = now
+        }
+        return .copy
     }
 
     /// The command name of a process (/proc/PID/comm), empty when it is gone.

@@ -3,7 +3,8 @@ import FoundationEssentials
 
 /// How many previous versions a store keeps, and of what (issue 3 §4). Read from the store's
 /// `settings.json` (`{"versions": {"keep": 32, "maximumAgeDays": 30, "maximumTotalMiB": 2048,
-/// "maximumFileMiB": 64}}`, every key optional); the defaults suit documents.
+/// "maximumFileMiB": 64, "thinningWindowSeconds": 60}}`, every key optional); the defaults suit
+/// documents.
 public struct VersionPolicy: Sendable, Equatable {
     /// Previous versions kept per item; older ones are dropped first.
     public var maximumCount: Int
@@ -14,15 +15,22 @@ public struct VersionPolicy: Sendable, Equatable {
     /// Files larger than this are written in place without keeping what they held (copying a
     /// disk image on every open for writing would cost more than it saves).
     public var maximumFileSize: Int64
+    /// Seconds after an item's content was last kept as a copy during which further write
+    /// sessions keep nothing (thinning, as macOS does with document versions): a burst of saves
+    /// costs one copy, and the state before the burst is kept. 0 keeps every session's
+    /// predecessor. The newest state is the current file, never thinned away.
+    public var thinningWindow: Double
 
     public static let defaults = VersionPolicy(maximumCount: 32, maximumAge: 30 * 86400, maximumTotalSize: 2 << 30,
-                                               maximumFileSize: 64 << 20)
+                                               maximumFileSize: 64 << 20, thinningWindow: 60)
 
-    public init(maximumCount: Int, maximumAge: Double, maximumTotalSize: Int64, maximumFileSize: Int64) {
+    public init(maximumCount: Int, maximumAge: Double, maximumTotalSize: Int64, maximumFileSize: Int64,
+                thinningWindow: Double = 0) {
         self.maximumCount = maximumCount
         self.maximumAge = maximumAge
         self.maximumTotalSize = maximumTotalSize
         self.maximumFileSize = maximumFileSize
+        self.thinningWindow = thinningWindow
     }
 
     private struct Settings: Decodable {
@@ -31,6 +39,7 @@ public struct VersionPolicy: Sendable, Equatable {
             var maximumAgeDays: Double?
             var maximumTotalMiB: Int64?
             var maximumFileMiB: Int64?
+            var thinningWindowSeconds: Double?
         }
         var versions: Versions?
     }
@@ -49,7 +58,9 @@ public struct VersionPolicy: Sendable, Equatable {
         if let days = versions?.maximumAgeDays { policy.maximumAge = days * 86400 }
         if let mib = versions?.maximumTotalMiB { policy.maximumTotalSize = mib << 20 }
         if let mib = versions?.maximumFileMiB { policy.maximumFileSize = mib << 20 }
-        guard policy.maximumCount >= 0, policy.maximumAge >= 0, policy.maximumTotalSize >= 0, policy.maximumFileSize >= 0 else {
+        if let seconds = versions?.thinningWindowSeconds { policy.thinningWindow = seconds }
+        guard policy.maximumCount >= 0, policy.maximumAge >= 0, policy.maximumTotalSize >= 0, policy.maximumFileSize >= 0,
+              policy.thinningWindow >= 0, policy.thinningWindow.isFinite else {
             throw DocfsError(.storeUnavailable, "\(settings): version limits cannot be negative")
         }
         return policy

@@ -36,15 +36,27 @@ public struct VersionRecord: Codable, Sendable, Equatable {
     public var kept: Double
     public var size: Int64
     public var author: Author?
+    /// Set for a previous version an append-only session superseded: nothing was copied; its
+    /// content is the first `size` bytes of the next newer previous version's content, or of
+    /// the current file when it is the newest (see `VersionStore`).
+    public var prefix: Bool?
 
-    public init(version: UInt64, kind: Kind, modified: Double, kept: Double, size: Int64, author: Author?) {
+    public init(version: UInt64, kind: Kind, modified: Double, kept: Double, size: Int64, author: Author?,
+                prefix: Bool = false) {
         self.version = version
         self.kind = kind
         self.modified = modified
         self.kept = kept
         self.size = size
         self.author = author
+        self.prefix = prefix ? true : nil
     }
+
+    /// Whether the content is a prefix of the next newer state's (nothing of its own on disk).
+    public var isPrefix: Bool { prefix == true }
+
+    /// The bytes the version takes in the store: none for a prefix.
+    public var storedSize: Int64 { isPrefix ? 0 : size }
 }
 
 /// The previous and conflict versions of items, kept by the local provider as plain files:
@@ -52,6 +64,13 @@ public struct VersionRecord: Codable, Sendable, Equatable {
 /// Content arrives either as a copy (a write session in place) or as the superseded file itself,
 /// linked in (a safe-save replace), so nobody ever sees a version half written: it appears under
 /// its final name complete.
+///
+/// A version an append-only session superseded is kept as a *prefix*: a record alone, whose
+/// content is the first `size` bytes of the next newer previous version of the item (or of the
+/// current file, when it is the newest). The sessions between two previous versions of an item
+/// only ever append to a prefix, because whoever is about to change the content otherwise makes
+/// the newest prefix a copy first (`materializeNewestPrefix`), and pruning removes an item's
+/// versions oldest first, so a prefix never loses what it points to.
 ///
 /// Lock order: `usage` is a leaf lock, never held across file operations.
 public final class VersionStore: Sendable {
@@ -85,7 +104,10 @@ public final class VersionStore: Sendable {
                 }
             }
             for entry in entries where entry.hasSuffix(".json") && !entries.contains(String(entry.dropLast(5))) {
-                unlink(folder + "/" + entry)
+                guard let version = UInt64(entry.dropLast(5)), (try? readRecord(item, version))?.isPrefix == true else {
+                    unlink(folder + "/" + entry)
+                    continue
+                }
             }
         }
     }
@@ -99,15 +121,25 @@ public final class VersionStore: Sendable {
     /// Keeps a copy of what `fd` (open for reading) holds as `record.version` of `item`.
     public func keepCopy(of fd: Int32, item: ItemID, record: VersionRecord) throws(DocfsError) {
         let incoming = try makeIncoming(item)
+        let copied = try copy(fd, length: record.size, to: incoming, what: "version \(record.version) of item \(item)")
+        var kept = record
+        kept.size = copied
+        try publish(incoming, item: item, record: kept)
+        account(copied)
+    }
+
+    /// Copies the first `length` bytes of `fd` (fewer if it is shorter) into a new file at
+    /// `incoming`; answers how many. Removes the file when it fails.
+    private func copy(_ fd: Int32, length: Int64, to incoming: String, what: String) throws(DocfsError) -> Int64 {
         let out = open(incoming, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard out >= 0 else { throw failure("cannot create \(incoming)") }
         var inOffset: off_t = 0
         var copied: Int64 = 0
-        while copied < record.size {
-            let n = docfs_copy_file_range(fd, &inOffset, out, nil, Int(min(record.size - copied, 1 << 30)), 0)
+        while copied < length {
+            let n = docfs_copy_file_range(fd, &inOffset, out, nil, Int(min(length - copied, 1 << 30)), 0)
             if n < 0 {
                 if errno == EINTR { continue }
-                let error = failure("cannot copy version \(record.version) of item \(item) into \(incoming)")
+                let error = failure("cannot copy \(what) into \(incoming)")
                 close(out)
                 unlink(incoming)
                 throw error
@@ -116,10 +148,7 @@ public final class VersionStore: Sendable {
             copied += Int64(n)
         }
         close(out)
-        var kept = record
-        kept.size = copied
-        try publish(incoming, item: item, record: kept)
-        account(copied)
+        return copied
     }
 
     /// Keeps the file `fd` (an O_PATH descriptor) refers to, as it is, as `record.version` of
@@ -132,7 +161,77 @@ public final class VersionStore: Sendable {
         }
         guard r == 0 else { throw failure("cannot keep version \(record.version) of item \(item)") }
         try publish(incoming, item: item, record: record)
-        account(record.size)
+        account(record.storedSize)
+    }
+
+    /// Keeps `record` (the version an append-only session is about to append to) as a prefix of
+    /// the current content: only the record is written.
+    public func keepPrefix(item: ItemID, record: VersionRecord) throws(DocfsError) {
+        var kept = record
+        kept.prefix = true
+        _ = try makeIncoming(item)  // the item's folder
+        guard access(recordPath(item, record.version), F_OK) != 0 else { return }  // kept already
+        do {
+            try StoreFiles.replace(recordPath(item, record.version), with: Array(try JSONEncoder().encode(kept)), durable: false)
+        } catch {
+            throw DocfsError(.storeUnavailable, "cannot record version \(record.version) of item \(item)", cause: error)
+        }
+    }
+
+    /// Before the current content of `item` (open for reading as `current`) changes other than
+    /// by appending: the newest previous version, if it is a prefix, gets a copy of its bytes,
+    /// so it (and the older prefixes that lead to it) no longer depend on the current file.
+    /// Answers the bytes copied.
+    @discardableResult
+    public func materializeNewestPrefix(of item: ItemID, from current: Int32) throws(DocfsError) -> Int64 {
+        guard var newest = versions(of: item).last(where: { $0.kind == .previous }), newest.isPrefix else { return 0 }
+        let incoming = try makeIncoming(item)
+        let copied = try copy(current, length: newest.size, to: incoming, what: "version \(newest.version) of item \(item)")
+        guard copied == newest.size else {
+            unlink(incoming)
+            throw DocfsError(.storeUnavailable, "version \(newest.version) of item \(item) was a prefix of \(newest.size) bytes of a file "
+                             + "now \(copied) bytes long (changed behind docfs's back)")
+        }
+        newest.prefix = nil
+        guard docfs_renameat2(AT_FDCWD, incoming, AT_FDCWD, contentPath(item, newest.version), DOCFS_RENAME_NOREPLACE) == 0 else {
+            let error = failure("cannot keep version \(newest.version) of item \(item)")
+            unlink(incoming)
+            throw error
+        }
+        do {
+            try StoreFiles.replace(recordPath(item, newest.version), with: Array(try JSONEncoder().encode(newest)), durable: false)
+        } catch {
+            unlink(contentPath(item, newest.version))
+            throw DocfsError(.storeUnavailable, "cannot record version \(newest.version) of item \(item)", cause: error)
+        }
+        account(copied)
+        return copied
+    }
+
+    /// The content of kept version `version` of `item`: a descriptor open for reading (the
+    /// caller closes it) and how many of its bytes, from the start, are the version. A prefix is
+    /// read from the next newer previous version, or from `current` (the current file's path)
+    /// when it is the newest.
+    public func openContent(_ item: ItemID, version: UInt64, current: String) throws(DocfsError) -> (fd: Int32, length: Int64) {
+        let all = versions(of: item)
+        guard let index = all.firstIndex(where: { $0.version == version }) else {
+            throw DocfsError(.invalidArgument, "version \(version) is not kept: see docfs versions for the ones that are")
+        }
+        let length = all[index].size
+        var holder: Int? = index
+        while let i = holder, all[i].isPrefix {
+            holder = all[(i + 1)...].firstIndex { $0.kind == .previous }
+        }
+        let path = holder.map { contentPath(item, all[$0].version) } ?? current
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError(.storeUnavailable, "cannot read version \(version) of item \(item)", cause: DocfsError.errno(path)) }
+        var st = stat()
+        if fstat(fd, &st) != 0 || Int64(st.st_size) < length {
+            close(fd)
+            throw DocfsError(.storeUnavailable, "version \(version) of item \(item) is lost: it was the first \(length) bytes of a file "
+                             + "that is shorter now (changed behind docfs's back)")
+        }
+        return (fd, length)
     }
 
     /// The kept versions of `item`, oldest first.
@@ -187,10 +286,13 @@ public final class VersionStore: Sendable {
         for (index, record) in previous.enumerated()
         where index < tooMany || now - record.kept > policy.maximumAge {
             remove(item, version: record.version)
-            account(-record.size)
+            account(-record.storedSize)
         }
         if account(0) > policy.maximumTotalSize { pruneStore() }
     }
+
+    /// Bytes all kept previous versions of the store take (counted on first need).
+    public func storedSize() -> Int64 { account(0) }
 
     /// Adds `delta` bytes to the usage (counting it first if need be) and answers the total.
     @discardableResult
@@ -200,7 +302,7 @@ public final class VersionStore: Sendable {
             current = value + delta
             return value + delta
         }) { return total }
-        let counted = allPrevious().reduce(0) { $0 + $1.record.size }
+        let counted = allPrevious().reduce(0) { $0 + $1.record.storedSize }
         return usage.withLock { current in
             current = counted
             return counted
@@ -208,14 +310,15 @@ public final class VersionStore: Sendable {
     }
 
     private func pruneStore() {
-        var all = allPrevious().sorted { $0.record.kept < $1.record.kept }
-        var total = all.reduce(0) { $0 + $1.record.size }
+        // Oldest first, and by version within an item: a prefix goes before what it points to.
+        var all = allPrevious().sorted { ($0.record.kept, $0.record.version) < ($1.record.kept, $1.record.version) }
+        var total = all.reduce(0) { $0 + $1.record.storedSize }
         // Down to 90%, so the next save does not prune again at once.
         let target = policy.maximumTotalSize / 10 * 9
         while total > target, !all.isEmpty {
             let oldest = all.removeFirst()
             remove(oldest.item, version: oldest.record.version)
-            total -= oldest.record.size
+            total -= oldest.record.storedSize
         }
         usage.withLock { $0 = total }
     }

@@ -31,6 +31,8 @@ struct StatusCommand: ParsableCommand {
         var created: Double?
         var modified: Double
         var keptVersions: Int
+        /// Bytes the kept versions take in the store.
+        var keptBytes: Int64
         var conflict: Bool
         /// The container that holds the item (its id and display name) and the scope.
         var container: String
@@ -52,6 +54,7 @@ struct StatusCommand: ParsableCommand {
                             kind: st.st_mode & S_IFMT == S_IFDIR ? "folder" : "file", version: document.version,
                             size: Int64(st.st_size), created: birthTime(document.backingPath),
                             modified: seconds(st.st_mtim), keptVersions: kept.count,
+                            keptBytes: kept.reduce(0) { $0 + $1.storedSize },
                             conflict: kept.contains { $0.kind == .conflict }, container: place.container.rawValue,
                             containerName: containerName, scope: place.scope.rawValue,
                             reference: ReferenceReport(document), claims: claims(on: document))
@@ -61,7 +64,7 @@ struct StatusCommand: ParsableCommand {
         lines.append(("size", "\(report.size) bytes"))
         if let created = report.created { lines.append(("created", formatDate(created))) }
         lines.append(("modified", formatDate(report.modified)))
-        lines.append(("versions", "\(report.keptVersions) kept (docfs versions \(file))"))
+        lines.append(("versions", "\(report.keptVersions) kept, \(report.keptBytes) bytes (docfs versions \(file))"))
         lines.append(("conflict", report.conflict ? "yes: see docfs versions \(file)" : "none"))
         lines.append(("container", "\(report.containerName) (\(report.container)), \(report.scope) scope"))
         if let reference = report.reference {
@@ -101,6 +104,9 @@ struct VersionsCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Make kept version V the current content again (itself a new version).", valueName: "V"))
     var restore: UInt64?
 
+    @Option(name: .long, help: ArgumentHelp("Write kept version V's content to standard output.", valueName: "V"))
+    var show: UInt64?
+
     @Flag(name: .long, help: "Resolve a conflict: drop the conflict versions and clear user.docfs.conflict.")
     var resolve = false
 
@@ -113,6 +119,7 @@ struct VersionsCommand: ParsableCommand {
     func validate() throws {
         if keep != nil && !resolve { throw ValidationError("--keep goes with --resolve") }
         if restore != nil && resolve { throw ValidationError("--restore and --resolve are separate steps: give one") }
+        if show != nil && (restore != nil || resolve) { throw ValidationError("--show only reads: give it alone") }
     }
 
     struct Row: Encodable {
@@ -120,6 +127,9 @@ struct VersionsCommand: ParsableCommand {
         var kind: String
         var modified: Double
         var size: Int64
+        /// Bytes the version takes in the store (0 for the current content, and for a version
+        /// kept as a prefix of a later one).
+        var stored: Int64
         var pid: Int32?
         var uid: UInt32?
         var command: String?
@@ -139,22 +149,42 @@ struct VersionsCommand: ParsableCommand {
             print(try reportingErrors { () throws(DocfsError) in try DocumentChange.run(.resolve, document, version: keep) })
             return
         }
-        let kept = VersionStore(directory: document.store.versionsDirectory, policy: .defaults).versions(of: document.item)
-        let place = document.place
-        let containerName = ContainerCatalog(registry: ContainerRegistry(layout: document.store)).displayName(of: place.container)
+        let store = VersionStore(directory: document.store.versionsDirectory, policy: .defaults)
+        if let show { return try write(version: show, of: document, from: store) }
+        let kept = store.versions(of: document.item)
         var rows = kept.map {
-            Row(version: $0.version, kind: $0.kind.rawValue, modified: $0.modified, size: $0.size,
+            Row(version: $0.version, kind: $0.kind.rawValue, modified: $0.modified, size: $0.size, stored: $0.storedSize,
                 pid: $0.author?.pid, uid: $0.author?.uid, command: $0.author?.command)
         }
         rows.append(Row(version: current, kind: "current", modified: seconds(document.attributes.st_mtim),
-                        size: Int64(document.attributes.st_size)))
+                        size: Int64(document.attributes.st_size), stored: 0))
         rows.sort { $0.version > $1.version }
         if json { return printJSON(rows) }
-        print("VERSION  KIND      MODIFIED             SIZE        WHO")
+        print("VERSION  KIND      MODIFIED             SIZE        STORED      WHO")
         for row in rows {
             let who = row.pid.map { "pid \($0), uid \(row.uid ?? 0), \(row.command ?? "")" } ?? ""
             print("\(String(row.version).padding(8)) \(row.kind.padding(9)) \(formatDate(row.modified).padding(20)) "
-                  + "\(String(row.size).padding(11)) \(who)")
+                  + "\(String(row.size).padding(11)) \(String(row.stored).padding(11)) \(who)")
+        }
+        print("kept versions of this document take \(rows.reduce(0) { $0 + $1.stored }) bytes; of the store, \(store.storedSize()) bytes")
+    }
+
+    /// `--show`: kept version `version`'s content on standard output.
+    private func write(version: UInt64, of document: LocatedDocument, from store: VersionStore) throws {
+        let (fd, length) = try reportingErrors { () throws(DocfsError) in
+            try store.openContent(document.item, version: version, current: document.backingPath)
+        }
+        defer { close(fd) }
+        var offset: Int64 = 0
+        while offset < length {
+            var inOffset = off_t(offset)
+            let n = sendfile(STDOUT_FILENO, fd, &inOffset, Int(min(length - offset, 1 << 30)))
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else {
+                printError("docfs: cannot write version \(version) to standard output: \(String(cString: strerror(errno)))\n")
+                throw ExitCode.failure
+            }
+            offset += Int64(n)
         }
     }
 }

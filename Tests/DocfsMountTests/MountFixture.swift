@@ -52,7 +52,7 @@ final class MountFixture: @unchecked Sendable {
     }
 
     /// Settings that keep every version, so "nothing lost" is not cut short by the policy.
-    static let keepEveryVersion = #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000}}"#
+    static let keepEveryVersion = #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000, "thinningWindowSeconds": 0}}"#
 
     /// Where the daemon's output goes.
     var daemonLog: String { root + "/daemon.log" }

@@ -38,8 +38,9 @@ import Glibc
         #expect(listing.map(\.kind) == ["current", "previous", "previous", "previous"])
         #expect(listing.first?.size == Int64("TWO, longer\nthree\nfour\n".utf8.count))
         #expect(try kept(fixture, id, 1) == "one\n")
-        #expect(try kept(fixture, id, 2) == "two, longer\n")
+        #expect(try shown(fixture, f, 2) == Data("two, longer\n".utf8))  // appended to: a prefix of version 3
         #expect(try kept(fixture, id, 3) == "two, longer\nthree\n")
+        #expect(listing.map(\.stored) == [0, 18, 0, 4])
         #expect(listing.first { $0.version == 3 }?.command == "bash")  // who wrote version 3
 
         let table = try shell("'\(MountFixture.binary)' versions '\(f)'")
@@ -106,7 +107,7 @@ import Glibc
     }
 
     @Test func thePolicyBoundsWhatIsKept() throws {
-        let fixture = try MountFixture(settings: #"{"versions": {"keep": 2, "maximumFileMiB": 1}}"#)
+        let fixture = try MountFixture(settings: #"{"versions": {"keep": 2, "maximumFileMiB": 1, "thinningWindowSeconds": 0}}"#)
         defer { fixture.tearDown() }
         let f = fixture.path("doc")
         for i in 1...5 { try write("save \(i)", to: f) }
@@ -136,6 +137,7 @@ struct VersionRow: Decodable {
     var version: UInt64
     var kind: String
     var size: Int64
+    var stored: Int64
     var command: String?
 }
 
@@ -175,7 +177,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
 /// is served, on the store directly when not; atomic for readers; itself a new version.
 @Suite struct RestoreTests {
     @Test func restoreThroughTheDaemonIsANewVersionAndSeenAtOnce() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
         defer { fixture.tearDown() }
         let f = fixture.path("notes.txt")
         for text in ["one\n", "two\n", "three\n"] { try write(text, to: f) }

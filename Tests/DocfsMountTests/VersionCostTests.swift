@@ -1,0 +1,201 @@
+import CLinux
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What keeping versions costs (issue 20 §1): an append-only session keeps its predecessor as a
+/// prefix (nothing copied), a burst of rewrites within the thinning window keeps one copy, and
+/// every version the rules keep reads back byte for byte (`docfs versions --show`, restores).
+@Suite struct VersionCostTests {
+    @Test func appendOnlySessionsKeepPrefixesAndCopyNothing() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("app.log")
+        var expected = [Data(randomBytes(100_000))]
+        try expected[0].write(to: URL(fileURLWithPath: f))
+        for i in 1...20 {
+            let line = "line \(i) appended\n"
+            let appended = try shell("echo 'line \(i) appended' >> '\(f)'")
+            #expect(appended.status == 0)
+            expected.append(expected[i - 1] + Data(line.utf8))
+        }
+        #expect(attribute(f, "user.docfs.version") == "21")
+        let listing = try versionsJSON(fixture, f)
+        #expect(listing.map(\.version) == Array((1...21).reversed()))
+        #expect(listing.allSatisfy { $0.stored == 0 }, "stored: \(listing.map(\.stored))")
+        let bytes = try storeBytes(fixture)
+        #expect(bytes < 16_384, "kept versions take \(bytes) bytes for 20 appended lines")
+        for version in 1...20 {
+            #expect(try shown(fixture, f, version) == expected[version - 1], "version \(version)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: f)) == expected[20])
+    }
+
+    @Test func aRewriteAfterAppendsKeepsEveryEarlierVersionExact() throws {
+        let fixture = try MountFixture(settings: #"{"versions": {"thinningWindowSeconds": 0}}"#)
+        defer { fixture.tearDown() }
+        let f = fixture.path("journal")
+        var expected = [Data(randomBytes(50_000))]
+        try expected[0].write(to: URL(fileURLWithPath: f))
+        for i in 1...3 {
+            try append(Data("entry \(i)\n".utf8), to: f)
+            expected.append(expected[i - 1] + Data("entry \(i)\n".utf8))
+        }
+        // A writer that may write anywhere: version 4 is copied before it writes, and the
+        // prefixes 1...3 now read from that copy.
+        let fd = open(f, O_WRONLY)
+        #expect(fd >= 0)
+        #expect(pwrite(fd, "OVERWRITTEN", 11, 100) == 11)
+        close(fd)
+        var changed = expected[3]
+        changed.replaceSubrange(100..<111, with: Data("OVERWRITTEN".utf8))
+        expected.append(changed)
+        #expect(truncate(f, 10) == 0)  // by path: a session of its own
+        expected.append(changed.prefix(10))
+        #expect(eventually { attribute(f, "user.docfs.version") == "6" })
+        for version in 1...5 {
+            #expect(try shown(fixture, f, version) == expected[version - 1], "version \(version)")
+        }
+        let stored = try versionsJSON(fixture, f).filter { $0.kind == "previous" }.map(\.stored)
+        #expect(stored == [Int64(expected[4].count), Int64(expected[3].count), 0, 0, 0])
+        // A restore of a prefix is exact too, and is itself a new version.
+        let restored = try shell("'\(MountFixture.binary)' versions '\(f)' --restore 2")
+        #expect(restored.status == 0, "\(restored.output)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: f)) == expected[1])
+        #expect(try shown(fixture, f, 6) == expected[5])
+    }
+
+    @Test func aTruncateThroughAnAppendingHandleCopiesThePrefixFirst() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("data")
+        let original = Data(randomBytes(30_000))
+        try original.write(to: URL(fileURLWithPath: f))
+        let fd = open(f, O_RDWR | O_APPEND)
+        #expect(fd >= 0)
+        #expect(write(fd, "tail", 4) == 4)
+        #expect(ftruncate(fd, 1000) == 0)
+        #expect(write(fd, "end", 3) == 3)
+        close(fd)
+        #expect(eventually { (try? versionsJSON(fixture, f).count) == 2 })
+        #expect(try shown(fixture, f, 1) == original)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: f)) == original.prefix(1000) + Data("end".utf8))
+    }
+
+    @Test func aWriterJoiningAnAppendingSessionCopiesThePrefixFirst() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("shared")
+        let original = Data(randomBytes(20_000))
+        try original.write(to: URL(fileURLWithPath: f))
+        let appender = open(f, O_WRONLY | O_APPEND)
+        #expect(appender >= 0)
+        #expect(write(appender, "more", 4) == 4)
+        let rewriter = open(f, O_WRONLY)
+        #expect(rewriter >= 0)
+        #expect(pwrite(rewriter, "FIRST", 5, 0) == 5)
+        close(rewriter)
+        close(appender)
+        #expect(eventually { (try? versionsJSON(fixture, f).count) == 2 })
+        #expect(try shown(fixture, f, 1) == original)
+        #expect(try versionsJSON(fixture, f).last?.stored == Int64(original.count))
+    }
+
+    @Test func aBurstOfRewritesKeepsOneCopyAndTheWindowIsASetting() throws {
+        let fixture = try MountFixture(settings: #"{"versions": {"thinningWindowSeconds": 2}}"#)
+        defer { fixture.tearDown() }
+        let f = fixture.path("draft.odt")
+        let first = Data(randomBytes(40_000))
+        try first.write(to: URL(fileURLWithPath: f))
+        let burstStart = Date()
+        for i in 1...10 { try write("save \(i)\n", to: f) }
+        // Within the window: the state before the burst is kept, once; the newest is current.
+        #expect(Date().timeIntervalSince(burstStart) < 2, "the burst took longer than the window: nothing to check")
+        #expect(attribute(f, "user.docfs.version") == "11")
+        #expect(try versionsJSON(fixture, f).map(\.version) == [11, 1])
+        #expect(try shown(fixture, f, 1) == first)
+        #expect(try String(contentsOfFile: f, encoding: .utf8) == "save 10\n")
+        usleep(2_100_000)
+        try write("after the window\n", to: f)  // keeps its predecessor again
+        #expect(try versionsJSON(fixture, f).map(\.version) == [12, 11, 1])
+        #expect(try shown(fixture, f, 11) == Data("save 10\n".utf8))
+    }
+
+    @Test func aWindowOfZeroKeepsEverySessionsPredecessor() throws {
+        let fixture = try MountFixture(settings: #"{"versions": {"thinningWindowSeconds": 0}}"#)
+        defer { fixture.tearDown() }
+        let f = fixture.path("draft")
+        for i in 1...4 { try write("save \(i)\n", to: f) }
+        #expect(try versionsJSON(fixture, f).map(\.version) == [4, 3, 2, 1])
+        for i in 1...3 { #expect(try shown(fixture, f, i) == Data("save \(i)\n".utf8)) }
+    }
+
+    @Test func prefixesOutliveTheDaemon() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("kept.log")
+        try write("start\n", to: f)
+        try append(Data("one\n".utf8), to: f)
+        try append(Data("two\n".utf8), to: f)
+        fixture.stop()
+        try fixture.start()
+        #expect(try versionsJSON(fixture, f).map(\.version) == [3, 2, 1])
+        #expect(try shown(fixture, f, 1) == Data("start\n".utf8))
+        #expect(try shown(fixture, f, 2) == Data("start\none\n".utf8))
+    }
+
+    @Test func statusAndVersionsSayWhatKeptVersionsTake() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("sized")
+        try write(String(repeating: "a", count: 5000), to: f)
+        try write("short", to: f)
+        try append(Data("+".utf8), to: f)
+        let status = try shell("'\(MountFixture.binary)' status --json '\(f)'")
+        let json = try JSONSerialization.jsonObject(with: Data(status.output.utf8)) as? [String: Any]
+        #expect(json?["keptBytes"] as? Int == 5000)
+        let table = try shell("'\(MountFixture.binary)' versions '\(f)'")
+        #expect(table.output.contains("kept versions of this document take 5000 bytes; of the store, 5000 bytes"), "\(table.output)")
+    }
+
+    @Test func badThinningWindowsAreRefused() throws {
+        let fixture = try MountFixture(mount: false)
+        defer { fixture.tearDown() }
+        try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
+        try #"{"versions": {"thinningWindowSeconds": -1}}"#.write(toFile: fixture.store + "/settings.json", atomically: false, encoding: .utf8)
+        let result = try shell("'\(MountFixture.binary)' mount --store '\(fixture.store)' '\(fixture.mountPoint)' 2>&1")
+        #expect(result.status != 0)
+        #expect(result.output.contains("version limits cannot be negative"), "\(result.output)")
+    }
+}
+
+/// Bytes of seeded-by-nothing random content.
+func randomBytes(_ count: Int) -> [UInt8] {
+    (0..<count).map { _ in UInt8.random(in: 0...255) }
+}
+
+/// Appends `data` to `path` as `>>` does (O_APPEND, one write, close).
+func append(_ data: Data, to path: String) throws {
+    let fd = open(path, O_WRONLY | O_APPEND)
+    guard fd >= 0 else { throw FixtureError("cannot open \(path): \(errno)") }
+    defer { close(fd) }
+    guard data.withUnsafeBytes({ Glibc.write(fd, $0.baseAddress, $0.count) }) == data.count else {
+        throw FixtureError("short append to \(path)")
+    }
+}
+
+/// Kept version `version` of `path`, as `docfs versions --show` writes it.
+func shown(_ fixture: MountFixture, _ path: String, _ version: Int) throws -> Data {
+    let out = fixture.root + "/shown-\(version)"
+    let result = try shell("'\(MountFixture.binary)' versions --show \(version) '\(path)' > '\(out)'")
+    guard result.status == 0 else { throw FixtureError("docfs versions --show \(version) failed: \(result.output)") }
+    return try Data(contentsOf: URL(fileURLWithPath: out))
+}
+
+/// What the store's kept versions take on disk (du).
+func storeBytes(_ fixture: MountFixture) throws -> Int {
+    let result = try shell("du -sb '\(fixture.store)/versions' | cut -f1")
+    return Int(result.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+}
