@@ -158,7 +158,9 @@ public final class FUSEMount: Sendable {
             return true
         }
         guard start else { return }
-        let result = docfs_session_loop_mt(session.pointer, 4, maxThreads)
+        // Every worker stays once started: with fewer kept idle, a burst of requests from a few
+        // processes made libfuse start and end a thread for many requests (tens of µs each).
+        let result = docfs_session_loop_mt(session.pointer, maxThreads, maxThreads)
         phase.withLock { $0 = .finished }
         if result != 0 { logger.notice("FUSE loop ended with \(result)") }
         fuse_session_unmount(session.pointer)

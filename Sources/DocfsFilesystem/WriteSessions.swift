@@ -27,9 +27,11 @@ import Glibc
 /// What a session keeps of the content it supersedes costs about what it changes (issue 20 §1):
 /// - a session that only appends (its writers opened the file O_APPEND, without O_TRUNC) keeps
 ///   its predecessor as a prefix of the new content: a record, nothing copied;
-/// - a session starting within the policy's thinning window of the item's last copy keeps
-///   nothing: a burst of rewrites costs one copy, and the state before the burst is kept;
-/// - any other session keeps a copy, as does a file over the policy's size limit nothing.
+/// - a session starting within the policy's thinning window of the last version kept of the
+///   item keeps nothing (a burst of saves costs one copy or record, and the state before the
+///   burst is kept), unless it may write anywhere and that version is a prefix: then it keeps
+///   a copy (which the prefix then reads from);
+/// - any other session keeps a copy; one of a file over the policy's size limit nothing.
 /// Before anything but an append reaches content an append-only session's prefix relies on (a
 /// writer that may write anywhere joins, a truncate or a write through docfs below the old end),
 /// the prefix gets a copy of its own. Whatever keeps nothing first makes sure the newest prefix
@@ -46,6 +48,9 @@ final class WriteSessions: Sendable {
         var writers: Int
         /// How the base content was kept as a version (a rollback removes it).
         var kept: Kept
+        /// The item's newest previous version is a prefix of the content: the session kept
+        /// it, or is an append thinned after one. Anything but an append copies it first.
+        var guardsPrefix: Bool
         /// An uncoordinated writer replaced or removed the file meanwhile (C4).
         var raced = false
         /// Writer handles closed at least once (FLUSH), until their writer leaves (`end`).
@@ -67,9 +72,10 @@ final class WriteSessions: Sendable {
         var writerHandles: [UInt64: Node] = [:]
         /// Who made the current version of recently written items (bounded).
         var authors: [ItemID: (version: UInt64, author: Author)] = [:]
-        /// When items' content was last kept as a copy, while that copy is their newest previous
-        /// version (for thinning; bounded).
-        var lastCopied: [ItemID: Double] = [:]
+        /// When items' content was last kept by a session, and whether as a prefix (for
+        /// thinning; bounded). Only this daemon's sessions keep prefixes, so the newest previous
+        /// version of an item listed here is a prefix exactly when its entry says so.
+        var lastKept: [ItemID: (time: Double, prefix: Bool)] = [:]
     }
 
     /// How a session kept the content it supersedes.
@@ -122,7 +128,7 @@ final class WriteSessions: Sendable {
                     state.busy.insert(node.key)
                     return .rollOver
                 }
-                if session.kept == .prefix && !appending {
+                if session.guardsPrefix && !appending {
                     state.busy.insert(node.key)
                     return .copyPrefix
                 }
@@ -147,7 +153,7 @@ final class WriteSessions: Sendable {
             let outcome = state.withLock { state -> (node: Node?, wait: Bool) in
                 guard let node = state.writerHandles[handle] else { return (nil, false) }
                 if state.busy.contains(node.key) { return (nil, true) }
-                guard let session = state.sessions[node.key], session.kept == .prefix, offset < session.baseSize else {
+                guard let session = state.sessions[node.key], session.guardsPrefix, offset < session.baseSize else {
                     return (nil, false)
                 }
                 state.busy.insert(node.key)
@@ -165,7 +171,8 @@ final class WriteSessions: Sendable {
         defer { state.withLock { _ = $0.busy.remove(node.key) } }
         try copyNewestPrefix(of: node)
         state.withLock { state in
-            state.sessions[node.key]!.kept = .copy
+            state.sessions[node.key]!.guardsPrefix = false
+            if state.sessions[node.key]!.kept == .prefix { state.sessions[node.key]!.kept = .copy }
             if joining { state.sessions[node.key]!.writers += 1 }
         }
     }
@@ -175,6 +182,9 @@ final class WriteSessions: Sendable {
         guard fd >= 0 else { throw DocfsError.errno("opening item \(node.item) to keep a version") }
         defer { close(fd) }
         try versions.materializeNewestPrefix(of: node.item, from: fd)
+        state.withLock { state in
+            if state.lastKept[node.item] != nil { state.lastKept[node.item]!.prefix = false }
+        }
     }
 
     /// A writer arrives after every writer of the session was closed: a changed file commits
@@ -189,7 +199,7 @@ final class WriteSessions: Sendable {
             }
             return
         }
-        versions.prune(session.item, now: Self.now())
+        if session.kept != .nothing { versions.prune(session.item, now: Self.now()) }
         if !session.announced { committed(node, session) }
         try start(node, caller: caller, appending: appending)
     }
@@ -248,7 +258,7 @@ final class WriteSessions: Sendable {
         guard let session = leave(node, handle: handle) else { return nil }
         defer { state.withLock { _ = $0.busy.remove(node.key) } }
         if changed(node, since: session) {
-            versions.prune(session.item, now: Self.now())
+            if session.kept != .nothing { versions.prune(session.item, now: Self.now()) }
             if !session.announced { committed(node, session) }
             return session.raced ? node : nil
         }
@@ -256,7 +266,7 @@ final class WriteSessions: Sendable {
         try? ItemAttributes.setVersion(session.base, onDescriptor: node.fd)
         if session.kept != .nothing {
             versions.remove(session.item, version: session.base)
-            state.withLock { _ = $0.lastCopied.removeValue(forKey: session.item) }
+            state.withLock { _ = $0.lastKept.removeValue(forKey: session.item) }
         }
         rollbackHandler.withLock { $0 }?(node)
         return nil
@@ -329,7 +339,7 @@ final class WriteSessions: Sendable {
         var st = stat()
         try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH))
         let base = max(ItemAttributes.version(ofDescriptor: node.fd), 1)
-        let kept = try keep(node, base: base, st, appending: appending)
+        let (kept, guardsPrefix) = try keep(node, base: base, st, appending: appending)
         do throws(DocfsError) {
             try ItemAttributes.setVersion(base + 1, onDescriptor: node.fd)
         } catch {
@@ -338,39 +348,41 @@ final class WriteSessions: Sendable {
         }
         noteAuthor(of: node.item, version: base + 1, caller: caller)
         session = Session(item: node.item, base: base, baseSize: Int64(st.st_size), baseModified: st.st_mtim,
-                          writers: 1, kept: kept)
+                          writers: 1, kept: kept, guardsPrefix: guardsPrefix)
     }
 
     /// Keeps the content a session starting on `node` supersedes (`base`, whose attributes are
-    /// `st`), as the session's kind and the policy say (see the type's comment).
-    private func keep(_ node: Node, base: UInt64, _ st: stat, appending: Bool) throws(DocfsError) -> Kept {
+    /// `st`), as the session's kind and the policy say (see the type's comment); and whether
+    /// the item's newest previous version is then a prefix of the content.
+    private func keep(_ node: Node, base: UInt64, _ st: stat, appending: Bool) throws(DocfsError) -> (Kept, Bool) {
         let size = Int64(st.st_size)
         let now = Self.now()
-        guard size > 0 else { return .nothing }
+        guard size > 0 else { return (.nothing, false) }
         guard size <= versions.policy.maximumFileSize else {
             if !appending { try copyNewestPrefix(of: node) }
-            return .nothing
+            return (.nothing, appending)  // an append to a file that outgrew the limit may follow a prefix
         }
+        let recent = state.withLock { state in
+            state.lastKept[node.item].flatMap { now - $0.time < versions.policy.thinningWindow && now >= $0.time ? $0 : nil }
+        }
+        // Thinned: an append leaves whatever was kept as it was; a copy kept last needs nothing
+        // of this content.
+        if let recent, appending || !recent.prefix { return (.nothing, recent.prefix) }
         let record = VersionRecord(version: base, kind: .previous, modified: Self.seconds(st.st_mtim), kept: now,
                                    size: size, author: self.author(of: node.item, version: base))
         if appending {
             try versions.keepPrefix(item: node.item, record: record)
-            state.withLock { _ = $0.lastCopied.removeValue(forKey: node.item) }
-            return .prefix
+        } else {
+            let fd = open("/proc/self/fd/\(node.fd)", O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw DocfsError.errno("opening item \(node.item) to keep version \(base)") }
+            defer { close(fd) }
+            try versions.keepCopy(of: fd, item: node.item, record: record)
         }
-        let thinned = state.withLock { state in
-            state.lastCopied[node.item].map { now - $0 < versions.policy.thinningWindow && now >= $0 } ?? false
-        }
-        if thinned { return .nothing }  // the item's newest previous version is a copy: no prefix relies on this content
-        let fd = open("/proc/self/fd/\(node.fd)", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw DocfsError.errno("opening item \(node.item) to keep version \(base)") }
-        defer { close(fd) }
-        try versions.keepCopy(of: fd, item: node.item, record: record)
         state.withLock { state in
-            if state.lastCopied.count > 65536 { state.lastCopied.removeAll(keepingCapacity: true) }
-            state.lastCopied[node.item] = now
+            if state.lastKept.count > 65536 { state.lastKept.removeAll(keepingCapacity: true) }
+            state.lastKept[node.item] = (now, appending)
         }
-        return .copy
+        return appending ? (.prefix, true) : (.copy, false)
     }
 
     /// The command name of a process (/proc/PID/comm), empty when it is gone.
