@@ -10,7 +10,7 @@ import Glibc
 /// every version the rules keep reads back byte for byte (`docfs versions --show`, restores).
 @Suite struct VersionCostTests {
     @Test func appendOnlySessionsKeepPrefixesAndCopyNothing() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
         defer { fixture.tearDown() }
         let f = fixture.path("app.log")
         var expected = [Data(randomBytes(100_000))]
@@ -31,6 +31,30 @@ import Glibc
             #expect(try shown(fixture, f, version) == expected[version - 1], "version \(version)")
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: f)) == expected[20])
+    }
+
+    @Test func aBurstOfAppendsKeepsOnePrefix() throws {
+        let fixture = try MountFixture()  // the default window: a minute
+        defer { fixture.tearDown() }
+        let f = fixture.path("burst.log")
+        let original = Data(randomBytes(200_000))
+        try original.write(to: URL(fileURLWithPath: f))
+        let appended = try shell("for i in $(seq 200); do echo \"line $i\" >> '\(f)'; done")
+        #expect(appended.status == 0)
+        #expect(attribute(f, "user.docfs.version") == "201")
+        let listing = try versionsJSON(fixture, f)
+        #expect(listing.map(\.version) == [201, 1])
+        #expect(listing.map(\.stored) == [0, 0])
+        #expect(try shown(fixture, f, 1) == original)
+        // A rewrite now is not thinned away: it keeps a copy, which the prefix reads from.
+        let beforeRewrite = try Data(contentsOf: URL(fileURLWithPath: f))
+        let fd = open(f, O_WRONLY)
+        #expect(pwrite(fd, "X", 1, 0) == 1)
+        close(fd)
+        #expect(eventually { (try? versionsJSON(fixture, f).map(\.version)) == [202, 201, 1] })
+        #expect(try versionsJSON(fixture, f).map(\.stored) == [0, Int64(beforeRewrite.count), 0])
+        #expect(try shown(fixture, f, 201) == beforeRewrite)
+        #expect(try shown(fixture, f, 1) == original)
     }
 
     @Test func aRewriteAfterAppendsKeepsEveryEarlierVersionExact() throws {
@@ -133,7 +157,7 @@ import Glibc
     }
 
     @Test func prefixesOutliveTheDaemon() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
         defer { fixture.tearDown() }
         let f = fixture.path("kept.log")
         try write("start\n", to: f)

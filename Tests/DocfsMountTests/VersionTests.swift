@@ -11,7 +11,7 @@ import Glibc
 /// version, and the content it superseded is kept and listed by `docfs versions`.
 @Suite struct VersionTests {
     @Test func eachWriteSessionMakesOneVersionAndKeepsWhatItReplaced() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
         defer { fixture.tearDown() }
         let f = fixture.path("notes.txt")
         try write("one\n", to: f)
