@@ -67,7 +67,7 @@ public final class Filesystem: Sendable {
     let sharedThumbnailFolders = SharedThumbnailFolders()
     let root: Node
     /// Where invalidations found outside a request's reply go (the bridge's notifier).
-    private let invalidationSink = Mutex<(@Sendable (KernelInvalidations) -> Void)?>(nil)
+    private let invalidationSink = Callback<KernelInvalidations>()
 
     public var store: LocalStore { shared.store }
     /// Generation of every node this daemon hands out; node ids are never reused within it.
@@ -89,11 +89,11 @@ public final class Filesystem: Sendable {
 
     /// Sends what the kernel must forget, for changes made outside a request (a raced save).
     public func onInvalidations(_ sink: @escaping @Sendable (KernelInvalidations) -> Void) {
-        invalidationSink.withLock { $0 = sink }
+        invalidationSink.set(sink)
     }
 
     func invalidate(_ invalidations: KernelInvalidations) {
-        invalidationSink.withLock { $0 }?(invalidations)
+        invalidationSink(invalidations)
     }
 
     /// The same, for a request whose reply the kernel waits for with the folders locked (a

@@ -49,7 +49,7 @@ final class IndexStitcher: Sendable {
     private final class FileLock: Sendable {
         let mutex = Mutex(())
     }
-    private let failureSink = Mutex<(@Sendable (DocfsError) -> Void)?>(nil)
+    private let failureSink = Callback<DocfsError>()
     /// Handles open for writing (or made by a create), the node each writes, and for a create
     /// the folder it was made in (whose modification time the create moved): their close and
     /// fsync record the file.
@@ -79,12 +79,12 @@ final class IndexStitcher: Sendable {
     }
 
     private func report(_ error: DocfsError) {
-        failureSink.withLock { $0 }?(error)
+        failureSink(error)
     }
 
     /// Where failed index writes are reported.
     func onFailure(_ sink: @escaping @Sendable (DocfsError) -> Void) {
-        failureSink.withLock { $0 = sink }
+        failureSink.set(sink)
     }
 
     // MARK: - Writers

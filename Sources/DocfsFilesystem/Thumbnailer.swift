@@ -36,7 +36,7 @@ final class Thumbnailer: Sendable {
     private let finished = ThreadSemaphore()
     /// Told of each item whose thumbnail changed (so its index record is made again).
     private let onInstalled: @Sendable (Node) -> Void
-    private let problemSink = Mutex<(@Sendable (String) -> Void)?>(nil)
+    private let problemSink = Callback<String>()
 
     init(store: ThumbnailStore, worker: ThumbnailWorkerClient, coordinator: Coordinator,
          onInstalled: @escaping @Sendable (Node) -> Void) {
@@ -49,7 +49,7 @@ final class Thumbnailer: Sendable {
 
     /// Where problems are reported (a worker that crashed or ran out of time).
     func onProblem(_ sink: @escaping @Sendable (String) -> Void) {
-        problemSink.withLock { $0 = sink }
+        problemSink.set(sink)
     }
 
     /// Queues a look at `node`'s content (a regular file whose content may have changed).
@@ -145,7 +145,7 @@ final class Thumbnailer: Sendable {
         case .failure(let failure):
             unlink(request.output)
             if !firstSetInstalled { recordNone(for: node, item: item, stamp: stamp, job: job) }
-            problemSink.withLock { $0 }?("no thumbnail for item \(item): \(failure)")
+            problemSink("no thumbnail for item \(item): \(failure)")
         }
     }
 

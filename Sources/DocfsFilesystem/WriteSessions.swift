@@ -89,21 +89,21 @@ final class WriteSessions: Sendable {
     private let state = Mutex(State())
     private let versions: VersionStore
     /// Told of each session that made a version (node, version), for presenters.
-    private let commitHandler = Mutex<(@Sendable (Node, UInt64) -> Void)?>(nil)
+    private let commitHandler = Callback<(Node, UInt64)>()
 
     /// Told of each session rolled back (it changed nothing: the version went back).
-    private let rollbackHandler = Mutex<(@Sendable (Node) -> Void)?>(nil)
+    private let rollbackHandler = Callback<Node>()
 
     func onCommit(_ handler: @escaping @Sendable (Node, UInt64) -> Void) {
-        commitHandler.withLock { $0 = handler }
+        commitHandler.set { handler($0.0, $0.1) }
     }
 
     func onRollback(_ handler: @escaping @Sendable (Node) -> Void) {
-        rollbackHandler.withLock { $0 = handler }
+        rollbackHandler.set(handler)
     }
 
     private func committed(_ node: Node, _ session: Session) {
-        commitHandler.withLock { $0 }?(node, session.base + 1)
+        commitHandler((node, session.base + 1))
     }
 
     init(versions: VersionStore) {
@@ -268,7 +268,7 @@ final class WriteSessions: Sendable {
             versions.remove(session.item, version: session.base)
             state.withLock { _ = $0.lastKept.removeValue(forKey: session.item) }
         }
-        rollbackHandler.withLock { $0 }?(node)
+        rollbackHandler(node)
         return nil
     }
 
