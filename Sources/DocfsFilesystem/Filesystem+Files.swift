@@ -203,7 +203,7 @@ extension Filesystem {
     /// its copy (see `WriteSessions`); set-id bits go as a write drops them.
     @inline(__always)
     public func prepareWrite(_ handle: UInt64, at offset: off_t, caller: Caller) throws(DocfsError) {
-        try sessions.willChange(handle, from: Int64(offset))
+        try sessions.willChange(handle, from: Int64(offset), writtenBack: cachePolicy.writebackCache)
         try dropSetIDBitsBeforeWrite(handle, caller: caller)
     }
 

@@ -148,12 +148,17 @@ final class WriteSessions: Sendable {
     /// Something other than an append is about to reach the content of `handle`'s file from
     /// `offset` on (a write or fallocate through docfs, a truncate through the handle): when
     /// its session kept its base as a prefix that this would change, the prefix gets its copy.
-    func willChange(_ handle: UInt64, from offset: Int64) throws(DocfsError) {
+    /// `writtenBack`: the write comes from the kernel's writeback cache, which writes whole
+    /// pages: a write from within the page holding the old end rewrites the bytes before the
+    /// end as the kernel read them (an append's page), so only one starting below that page
+    /// counts (the writers that may write anywhere copied the prefix when they opened).
+    func willChange(_ handle: UInt64, from offset: Int64, writtenBack: Bool = false) throws(DocfsError) {
         while true {
             let outcome = state.withLock { state -> (node: Node?, wait: Bool) in
                 guard let node = state.writerHandles[handle] else { return (nil, false) }
                 if state.busy.contains(node.key) { return (nil, true) }
-                guard let session = state.sessions[node.key], session.guardsPrefix, offset < session.baseSize else {
+                guard let session = state.sessions[node.key], session.guardsPrefix,
+                      offset < (writtenBack ? session.baseSize & ~Int64(Self.pageSize - 1) : session.baseSize) else {
                     return (nil, false)
                 }
                 state.busy.insert(node.key)
@@ -393,6 +398,9 @@ final class WriteSessions: Sendable {
         guard fgets(&line, 64, file) != nil else { return "" }
         return String(decoding: line.prefix { $0 != 0 && $0 != 10 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
+
+    /// The kernel's page size, the unit its writeback cache writes.
+    static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
 
     static func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
 

@@ -8,7 +8,7 @@ extension IndexDatabase {
     /// The record at `location`, if the index has one.
     public func record(at location: IndexLocation) throws(DocfsError) -> IndexRecord? {
         try read({ db, _ in
-            try Row.fetchOne(db, sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path = ?",
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path = ?"),
                              arguments: [location.container, location.scope, location.path]).map(Self.record)
         }, merge: { stored, overlay in
             switch overlay.lookup(location) {
@@ -161,7 +161,8 @@ extension IndexDatabase {
     private func merged(where condition: String, _ arguments: StatementArguments,
                         overlaid: @escaping @Sendable (IndexOverlay) -> [IndexOverlay.Row]) throws(DocfsError) -> [IndexRecord] {
         try read({ db, _ in
-            try Row.fetchAll(db, sql: "SELECT * FROM items WHERE \(condition) ORDER BY container, scope, path",
+            // Cached per connection: the conditions are a handful of fixed texts.
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM items WHERE \(condition) ORDER BY container, scope, path"),
                              arguments: arguments).map(Self.record)
         }, merge: { stored, overlay in
             guard !overlay.isEmpty else { return stored }

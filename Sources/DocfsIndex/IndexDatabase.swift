@@ -240,7 +240,7 @@ public final class IndexDatabase: Sendable {
                 if let unknown = applied.first(where: { !known.contains($0) }) {
                     return .failure(InspectionFailure("it was made by a newer docfs (schema step \(unknown))"))
                 }
-                return .success(!applied.contains(IndexSchema.newest))
+                return .success(!applied.contains(IndexSchema.newestRebuilding))
             }
         } catch {
             return .failure(InspectionFailure("it cannot be read (\(error))"))
@@ -330,7 +330,7 @@ public final class IndexDatabase: Sendable {
     }
 
     static func appliedSequence(_ db: Database) throws -> Int64 {
-        try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'applied'") ?? 0
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE key = 'applied'")) ?? 0
     }
 
     // MARK: - Committing
@@ -631,7 +631,7 @@ struct SnapshotBase: IndexOverlay.Base {
     }
 
     func rows(entries: [Int64]) throws -> [IndexOverlay.Row] {
-        try Row.fetchAll(db, sql: "SELECT * FROM items WHERE entry IN (SELECT value FROM json_each(?))",
+        try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM items WHERE entry IN (SELECT value FROM json_each(?))"),
                          arguments: [IndexDatabase.encodeNumbers(entries)]).map(Self.row)
     }
 

@@ -11,9 +11,15 @@ import GRDB
 ///     removals  entries removed from the index, with the sequence of their removal, so a
 ///               watcher in another process can tell removed from never seen
 ///     meta      `built`: 1 once a whole rebuild has filled the index
+///
+/// A step that only adds (an index on a column) keeps the rows: an index that has not run it is
+/// migrated in place when opened for writing, without a rebuild.
 enum IndexSchema {
-    /// The newest migration: an index that has not run it is from an older docfs.
-    static let newest = "v2-entries"
+    /// The newest migration that leaves the index empty: an index that has not run it is from
+    /// an older docfs and needs a rebuild.
+    static let newestRebuilding = "v2-entries"
+    /// The newest migration of all.
+    static let newest = "v3-dates"
 
     static func migrator() -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -60,7 +66,7 @@ enum IndexSchema {
         // One row per name rather than per item (hard links are several names of one item,
         // as a rebuild finds them), an entry number stable across renames, and fingerprints.
         // The old rows cannot be carried over: the index is marked for a rebuild.
-        migrator.registerMigration(newest) { db in
+        migrator.registerMigration(newestRebuilding) { db in
             try db.drop(table: "items")
             try db.drop(table: "removals")
             // Keyed by place, without a rowid: one B-tree holds the rows in path order. Every
@@ -85,6 +91,12 @@ enum IndexSchema {
             try db.execute(sql: "CREATE TABLE removals (sequence INTEGER NOT NULL, entry INTEGER NOT NULL, PRIMARY KEY (sequence, entry)) WITHOUT ROWID")
             try db.execute(sql: "DELETE FROM meta")
             try db.execute(sql: "INSERT INTO meta(key, value) VALUES ('built', 0)")
+        }
+        // Date ranges (`modified > -7d AND modified < -5d`) read a range of an index instead of
+        // every row (issue 20 §3: under 50 ms at a million items). The rows stay.
+        migrator.registerMigration(newest) { db in
+            try db.create(index: "items_modified", on: "items", columns: ["modified"])
+            try db.create(index: "items_created", on: "items", columns: ["created"])
         }
         return migrator
     }

@@ -174,7 +174,7 @@ public final class VersionStore: Sendable {
         do {
             try StoreFiles.replace(recordPath(item, record.version), with: Array(try JSONEncoder().encode(kept)), durable: false)
         } catch {
-            throw DocfsError(.storeUnavailable, "cannot record version \(record.version) of item \(item)", cause: error)
+            throw recordFailure(record.version, item, error)
         }
     }
 
@@ -202,7 +202,7 @@ public final class VersionStore: Sendable {
             try StoreFiles.replace(recordPath(item, newest.version), with: Array(try JSONEncoder().encode(newest)), durable: false)
         } catch {
             unlink(contentPath(item, newest.version))
-            throw DocfsError(.storeUnavailable, "cannot record version \(newest.version) of item \(item)", cause: error)
+            throw recordFailure(newest.version, item, error)
         }
         account(copied)
         return copied
@@ -376,11 +376,33 @@ public final class VersionStore: Sendable {
             try StoreFiles.replace(recordPath(item, record.version), with: Array(json), durable: false)
         } catch {
             unlink(contentPath(item, record.version))
-            throw DocfsError(.storeUnavailable, "cannot record version \(record.version) of item \(item)", cause: error)
+            throw recordFailure(record.version, item, error)
         }
     }
 
+    /// The error of a failed step of keeping a version, errno as it is now: a full disk (or
+    /// quota) stays ENOSPC (EDQUOT), so the open that wanted the version fails with it.
     private func failure(_ message: String) -> DocfsError {
-        DocfsError(.storeUnavailable, message + ": is the disk full?", cause: DocfsError.errno("versions"))
+        let cause = DocfsError.errno("versions")
+        if errno == ENOSPC || errno == EDQUOT { return Self.full(message, errno, cause: cause) }
+        return DocfsError(.storeUnavailable, message, cause: cause)
+    }
+
+    /// The same for a version's record, which `StoreFiles` failed to write (`error`).
+    private func recordFailure(_ version: UInt64, _ item: ItemID, _ error: any Error) -> DocfsError {
+        let message = "cannot record version \(version) of item \(item)"
+        var cause: (any Error)? = error
+        while let current = cause as? DocfsError {
+            if let e = current.systemErrno, e == ENOSPC || e == EDQUOT { return Self.full(message, e, cause: current) }
+            cause = current.cause
+        }
+        return DocfsError(.storeUnavailable, message, cause: DocfsError(.internalFailure, String(describing: error)))
+    }
+
+    private static func full(_ message: String, _ errno: Int32, cause: DocfsError) -> DocfsError {
+        var error = DocfsError.errno(message + ": the disk is full; free some space, or keep fewer versions "
+                                     + "(versions.maximumTotalMiB in the store's settings.json)", errno)
+        error.cause = cause
+        return error
     }
 }

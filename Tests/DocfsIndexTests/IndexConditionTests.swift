@@ -45,4 +45,41 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: aside))
         #expect(try replaced.count() == 0)
     }
+
+    /// Issue 20 §3: the date indexes come by a migration that keeps the rows (no rebuild), and a
+    /// date range reads them.
+    @Test func anIndexWithoutTheDateIndexesGetsThemAndKeepsItsRows() throws {
+        let directory = NSTemporaryDirectory() + "docfs-condition-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let path = directory + "/index.sqlite"
+        let day = 86400.0
+        do {
+            let (index, _) = try IndexDatabase.open(path: path)
+            let records = (1...300).map { IndexQueryTests.record(Int64($0), "file\($0)", modified: 1_773_000_000 + Double($0) * day) }
+            try index.apply(records.map { .put($0) }, built: true)
+        }
+        // As the previous docfs left it: no date indexes, its last step v2.
+        let queue = try DatabaseQueue(path: path)
+        try queue.write { db in
+            try db.execute(sql: "DROP INDEX items_modified")
+            try db.execute(sql: "DROP INDEX items_created")
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = ?", arguments: [IndexSchema.newest])
+        }
+        try queue.close()
+
+        let (index, condition) = try IndexDatabase.open(path: path)
+        #expect(condition == .ready)
+        #expect(try index.count() == 300)
+        let plan = try DatabaseQueue(path: path).read { db in
+            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT * FROM items WHERE modified > ? AND modified < ?",
+                             arguments: [0, 1]).map { $0["detail"] as String }.joined(separator: " ")
+        }
+        #expect(plan.contains("items_modified"), "\(plan)")
+        let range = QueryPredicate.and(
+            .comparison(Comparison(attribute: .modified, op: .greater, value: .date(1_773_000_000 + 100.5 * day, day: nil))),
+            .comparison(Comparison(attribute: .modified, op: .less, value: .date(1_773_000_000 + 110.5 * day, day: nil))))
+        let found = try index.records(matching: IndexQuery(predicate: range)).map(\.name).sorted()
+        #expect(found == (101...110).map { "file\($0)" }.sorted())
+    }
 }

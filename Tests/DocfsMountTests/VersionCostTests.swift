@@ -184,6 +184,55 @@ import Glibc
         #expect(table.output.contains("kept versions of this document take 5000 bytes; of the store, 5000 bytes"), "\(table.output)")
     }
 
+    /// Issue 20 §2: a full disk while keeping a version fails the open with ENOSPC, changes
+    /// nothing, and loses nothing already kept.
+    @Test func aFullDiskFailsTheOpenWithENOSPCAndLosesNothing() throws {
+        let fixture = try MountFixture(mount: false)
+        try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
+        guard mount("tmpfs", fixture.store, "tmpfs", 0, "size=8m") == 0 else { throw FixtureError("cannot mount a tmpfs: \(errno)") }
+        defer {
+            fixture.stop()
+            _ = umount2(fixture.store, MNT_DETACH_VALUE)
+            fixture.tearDown()
+        }
+        try #"{"versions": {"thinningWindowSeconds": 0}}"#.write(toFile: fixture.store + "/settings.json", atomically: false, encoding: .utf8)
+        try fixture.start()
+        let f = fixture.path("doc")
+        let first = Data(repeating: 0x61, count: 2 << 20), second = Data(repeating: 0x62, count: 2 << 20)
+        try first.write(to: URL(fileURLWithPath: f))
+        try second.write(to: URL(fileURLWithPath: f))  // keeps the first: 2 MiB
+        #expect(try shown(fixture, f, 1) == first)
+        // Fill the disk, then leave about 1 MiB: less than the copy the next session needs.
+        let filler = open(fixture.store + "/filler", O_WRONLY | O_CREAT, 0o600)
+        #expect(filler >= 0)
+        let block = [UInt8](repeating: 0x7A, count: 64 << 10)
+        var filled = 0
+        while true {
+            let n = block.withUnsafeBytes { Glibc.write(filler, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            filled += n
+        }
+        #expect(ftruncate(filler, off_t(max(0, filled - (1 << 20)))) == 0)
+        close(filler)
+
+        let fd = open(f, O_WRONLY)
+        let failure = errno
+        if fd >= 0 { close(fd) }
+        #expect(fd < 0 && failure == ENOSPC, "open for writing on a full disk: fd \(fd), errno \(failure)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: f)) == second)
+        #expect(attribute(f, "user.docfs.version") == "2")
+        #expect(try shown(fixture, f, 1) == first)
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: fixture.store + "/versions")
+            .flatMap { (try? FileManager.default.contentsOfDirectory(atPath: fixture.store + "/versions/" + $0)) ?? [] }
+        #expect(!leftovers.contains { $0.hasPrefix(".incoming-") }, "\(leftovers)")
+
+        // With room again the same open works and keeps what it supersedes.
+        unlink(fixture.store + "/filler")
+        try Data("third".utf8).write(to: URL(fileURLWithPath: f))
+        #expect(try versionsJSON(fixture, f).map(\.version) == [3, 2, 1])
+        #expect(try shown(fixture, f, 2) == second)
+    }
+
     @Test func badThinningWindowsAreRefused() throws {
         let fixture = try MountFixture(mount: false)
         defer { fixture.tearDown() }
