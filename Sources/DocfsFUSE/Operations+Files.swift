@@ -47,6 +47,14 @@ extension Operations {
                     ctx.filesystem.release(file.handle)
                     throw error
                 }
+                if file.needsSight && backing != nil {
+                    do {
+                        try ctx.filesystem.lostSight(file.handle)
+                    } catch {
+                        ctx.release(file.handle)
+                        throw error
+                    }
+                }
                 if let backing {
                     replied = docfs_reply_open_backed(req, file.handle, 0, backing)
                 } else {
@@ -64,7 +72,7 @@ extension Operations {
         ops.write_buf = { req, _, input, offset, fi in
             let ctx = BridgeContext.of(req)
             do {
-                try ctx.filesystem.prepareWrite(fi!.pointee.fh, at: offset, caller: caller(of: req))
+                try ctx.filesystem.prepareWrite(fi!.pointee.fh, at: offset, length: fuse_buf_size(input), caller: caller(of: req))
             } catch {
                 return ctx.fail(req, error, "write")
             }

@@ -16,8 +16,13 @@ public struct OpenFile: Sendable {
     /// sees the file's size or mtime change (auto_inval_data).
     public var keepCache: Bool
     /// A regular file, whose reads and writes the kernel may do on the backing file itself:
-    /// any but one with set-id bits a write may drop (see Filesystem+SetID).
+    /// any but one with set-id bits a write may drop (see Filesystem+SetID), or one whose write
+    /// session is to see every write.
     public var mayPassThrough: Bool
+    /// The open's write session saves what each write overwrites, so docfs must serve it: if
+    /// the kernel is given the backing file anyway (it was open that way already), call
+    /// `Filesystem.lostSight` before replying.
+    public var needsSight: Bool = false
 }
 
 /// Opening, reading and writing file content. Reads and writes go to the backing descriptor:
@@ -37,8 +42,11 @@ extension Filesystem {
         if node.isDirectory && flags & O_ACCMODE != O_RDONLY { throw DocfsError.system(EISDIR) }
         let writes = node.type == S_IFREG && (flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0)
         return try coordinator.withClaims([(node.item, writes ? .write : .read)]) { () throws(DocfsError) -> OpenFile in
+            var needsSight = false
             if writes {
-                try sessions.begin(node, caller: caller, appending: flags & O_APPEND != 0 && flags & O_TRUNC == 0)
+                // An O_TRUNC open empties the file itself, unseen: its session keeps a copy.
+                needsSight = try sessions.begin(node, caller: caller, appending: flags & O_APPEND != 0 && flags & O_TRUNC == 0,
+                                                canSee: flags & O_TRUNC == 0)
                 ownChanges.changedFile(at: node.fd)
             }
             if writes { ownChanges.willWrite(node.key) }
@@ -67,7 +75,7 @@ extension Filesystem {
             // A reference's pages are its own node's in the kernel, the original's another's:
             // they are not kept, and I/O goes through docfs to the original's file.
             return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: !reached.isReference,
-                            mayPassThrough: mayPassThrough && !reached.isReference)
+                            mayPassThrough: mayPassThrough && !reached.isReference && !needsSight, needsSight: needsSight)
         }
     }
 
@@ -198,17 +206,23 @@ extension Filesystem {
         return buffer
     }
 
-    /// Before `caller` changes the content of the open file `handle` from `offset` on (a write
-    /// or fallocate through docfs): a prefix the write session kept and this would change gets
-    /// its copy (see `WriteSessions`); set-id bits go as a write drops them.
+    /// Before `caller` changes `length` bytes of the open file `handle` from `offset` on (a
+    /// write, copy or fallocate through docfs): what the write session's delta relies on is
+    /// saved or copied first (see `WriteSessions`); set-id bits go as a write drops them.
     @inline(__always)
-    public func prepareWrite(_ handle: UInt64, at offset: off_t, caller: Caller) throws(DocfsError) {
-        try sessions.willChange(handle, from: Int64(offset), writtenBack: cachePolicy.writebackCache)
+    public func prepareWrite(_ handle: UInt64, at offset: off_t, length: Int, caller: Caller) throws(DocfsError) {
+        try sessions.willChange(handle, from: Int64(offset), length: Int64(length), writtenBack: cachePolicy.writebackCache)
         try dropSetIDBitsBeforeWrite(handle, caller: caller)
     }
 
+    /// The open `handle`, which wanted docfs to serve it (`OpenFile.needsSight`), is passed
+    /// through to the kernel: its session stops saving deltas and copies what they rely on.
+    public func lostSight(_ handle: UInt64) throws(DocfsError) {
+        try sessions.lostSight(handle)
+    }
+
     public func write(_ handle: UInt64, bytes: [UInt8], offset: off_t, caller: Caller = .daemon) throws(DocfsError) -> Int {
-        try prepareWrite(handle, at: offset, caller: caller)
+        try prepareWrite(handle, at: offset, length: bytes.count, caller: caller)
         let n = bytes.withUnsafeBytes { pwrite(backingDescriptor(of: handle), $0.baseAddress, bytes.count, offset) }
         guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
         return n
@@ -266,7 +280,8 @@ extension Filesystem {
 
     /// fallocate(2) with any mode (keep-size, punch-hole, zero-range, collapse/insert range).
     public func allocate(_ handle: UInt64, mode: Int32, offset: off_t, length: off_t, caller: Caller) throws(DocfsError) {
-        try prepareWrite(handle, at: offset, caller: caller)
+        // Collapsing or inserting a range moves everything after it: all of it counts.
+        try prepareWrite(handle, at: offset, length: Int.max, caller: caller)
         try check(docfs_fallocate(backingDescriptor(of: handle), mode, offset, length))
     }
 
@@ -279,7 +294,7 @@ extension Filesystem {
 
     public func copyRange(from source: UInt64, at sourceOffset: off_t, to target: UInt64, at targetOffset: off_t,
                           length: Int, flags: UInt32, caller: Caller) throws(DocfsError) -> Int {
-        try prepareWrite(target, at: targetOffset, caller: caller)
+        try prepareWrite(target, at: targetOffset, length: length, caller: caller)
         var inOffset = sourceOffset
         var outOffset = targetOffset
         let n = docfs_copy_file_range(backingDescriptor(of: source), &inOffset, backingDescriptor(of: target),

@@ -286,7 +286,7 @@ public final class Filesystem: Sendable {
         if let size = changes.size {
             if node.isDirectory { throw DocfsError.system(EISDIR) }
             if let fd {
-                try sessions.willChange(UInt64(fd), from: Int64(size))
+                try sessions.willChange(UInt64(fd), from: Int64(size), length: Int64.max)
                 try check(ftruncate(fd, size))  // a writer's handle: inside its session
                 if changes.mode == nil { try dropSetIDBits(ofOpen: fd, for: caller) }
             } else {

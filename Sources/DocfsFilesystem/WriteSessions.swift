@@ -48,9 +48,15 @@ final class WriteSessions: Sendable {
         var writers: Int
         /// How the base content was kept as a version (a rollback removes it).
         var kept: Kept
-        /// The item's newest previous version is a prefix of the content: the session kept
-        /// it, or is an append thinned after one. Anything but an append copies it first.
+        /// The item's newest previous version is a delta of the content (`VersionStore`): the
+        /// session kept it, or was thinned after one. What would change the bytes it relies
+        /// on saves them first (`sees`) or makes it a whole copy first.
         var guardsPrefix: Bool
+        /// Every writer of the session is served through docfs (no passthrough), so docfs sees
+        /// each write before it lands: the delta saves what a write overwrites.
+        var sees: Bool
+        /// Bytes were saved for the delta during the session (it wrote below the old end).
+        var savedAny = false
         /// An uncoordinated writer replaced or removed the file meanwhile (C4).
         var raced = false
         /// Writer handles closed at least once (FLUSH), until their writer leaves (`end`).
@@ -72,17 +78,35 @@ final class WriteSessions: Sendable {
         var writerHandles: [UInt64: Node] = [:]
         /// Who made the current version of recently written items (bounded).
         var authors: [ItemID: (version: UInt64, author: Author)] = [:]
-        /// When items' content was last kept by a session, and whether as a prefix (for
-        /// thinning; bounded). Only this daemon's sessions keep prefixes, so the newest previous
-        /// version of an item listed here is a prefix exactly when its entry says so.
-        var lastKept: [ItemID: (time: Double, prefix: Bool)] = [:]
+        /// When items' content was last kept by a session, and the delta it is, if it is one
+        /// (for thinning, and for saving into it; bounded). Only this daemon's sessions keep
+        /// deltas, so the newest previous version of an item listed here is a delta exactly
+        /// when its entry says so.
+        var lastKept: [ItemID: LastKept] = [:]
     }
+
+    struct LastKept {
+        var time: Double
+        var delta: Delta?
+    }
+
+    /// A delta version and the ranges it has saved.
+    struct Delta {
+        let version: UInt64
+        let size: Int64
+        var saved: ByteRanges
+    }
+
+    /// Files this size or larger keep a delta rather than a copy when a session's writes all go
+    /// through docfs; smaller ones are copied, which costs less than serving their I/O.
+    static let deltaThreshold: Int64 = 1 << 20
 
     /// How a session kept the content it supersedes.
     enum Kept {
         case nothing
         case copy
-        /// A record saying the content is a prefix of the new content (the session appends).
+        /// A record saying the content is the new content with the bytes the session saves
+        /// before overwriting them (nothing for a session that appends: a prefix).
         case prefix
     }
 
@@ -113,10 +137,14 @@ final class WriteSessions: Sendable {
     /// A writer of `node` arrives (an open for writing or a truncate, before it touches the
     /// content). Starts the session if it is the first, or a new one if every writer of the
     /// current session has been closed and the file changed. `appending`: the writer can only
-    /// append (O_APPEND without O_TRUNC).
-    func begin(_ node: Node, caller: Caller, appending: Bool = false) throws(DocfsError) {
-        guard node.type == S_IFREG, !node.item.isDerived, !node.isSuperseded else { return }
-        enum Arrival { case joined, start, rollOver, wait, copyPrefix }
+    /// append (O_APPEND without O_TRUNC). `canSee`: the writer can be served through docfs, which
+    /// then sees its every write (an open; not a truncate by path). Answers whether the writer
+    /// must be served through docfs (its session saves what writes overwrite); if the open ends
+    /// up passed through to the kernel anyway, call `lostSight`.
+    @discardableResult
+    func begin(_ node: Node, caller: Caller, appending: Bool = false, canSee: Bool = false) throws(DocfsError) -> Bool {
+        guard node.type == S_IFREG, !node.item.isDerived, !node.isSuperseded else { return false }
+        enum Arrival { case joined(sees: Bool), start, rollOver, wait, copyPrefix }
         while true {
             let arrival = state.withLock { state -> Arrival in
                 if state.busy.contains(node.key) { return .wait }
@@ -128,39 +156,34 @@ final class WriteSessions: Sendable {
                     state.busy.insert(node.key)
                     return .rollOver
                 }
-                if session.guardsPrefix && !appending {
+                if session.guardsPrefix && !appending && !(session.sees && canSee) {
                     state.busy.insert(node.key)
                     return .copyPrefix
                 }
                 state.sessions[node.key]!.writers += 1
-                return .joined
+                return .joined(sees: session.sees)
             }
             switch arrival {
-            case .joined: return
-            case .start: return try start(node, caller: caller, appending: appending)
-            case .rollOver: return try rollOver(node, caller: caller, appending: appending)
-            case .copyPrefix: return try copyPrefix(node, joining: true)
+            case .joined(let sees): return sees
+            case .start: return try start(node, caller: caller, appending: appending, canSee: canSee)
+            case .rollOver: return try rollOver(node, caller: caller, appending: appending, canSee: canSee)
+            case .copyPrefix:
+                try copyPrefix(node, joining: true)
+                return false
             case .wait: usleep(200)  // a session is starting or ending: wait for it
             }
         }
     }
 
-    /// Something other than an append is about to reach the content of `handle`'s file from
-    /// `offset` on (a write or fallocate through docfs, a truncate through the handle): when
-    /// its session kept its base as a prefix that this would change, the prefix gets its copy.
-    /// `writtenBack`: the write comes from the kernel's writeback cache, which writes whole
-    /// pages: a write from within the page holding the old end rewrites the bytes before the
-    /// end as the kernel read them (an append's page), so only one starting below that page
-    /// counts (the writers that may write anywhere copied the prefix when they opened).
-    func willChange(_ handle: UInt64, from offset: Int64, writtenBack: Bool = false) throws(DocfsError) {
+    /// The writer `handle`, which `begin` wanted served through docfs, is passed through to
+    /// the kernel after all (its file was open that way already): its session no longer sees
+    /// every write, so the delta it guards becomes a whole copy now, before any write.
+    func lostSight(_ handle: UInt64) throws(DocfsError) {
         while true {
             let outcome = state.withLock { state -> (node: Node?, wait: Bool) in
                 guard let node = state.writerHandles[handle] else { return (nil, false) }
                 if state.busy.contains(node.key) { return (nil, true) }
-                guard let session = state.sessions[node.key], session.guardsPrefix,
-                      offset < (writtenBack ? session.baseSize & ~Int64(Self.pageSize - 1) : session.baseSize) else {
-                    return (nil, false)
-                }
+                guard let session = state.sessions[node.key], session.sees else { return (nil, false) }
                 state.busy.insert(node.key)
                 return (node, false)
             }
@@ -170,6 +193,56 @@ final class WriteSessions: Sendable {
         }
     }
 
+    /// A write, fallocate or truncate through docfs is about to change `length` bytes of
+    /// `handle`'s file from `offset` on. When its session guards a delta whose bytes this
+    /// would change, a session that sees every write saves them into the delta first; any
+    /// other makes the delta a whole copy first. `writtenBack`: the write comes from the
+    /// kernel's writeback cache, which writes whole pages: a write from within the page holding
+    /// a prefix's end rewrites the bytes before it as the kernel read them (an append's page),
+    /// so only one starting below that page counts (writers that may write anywhere copied the
+    /// prefix when they opened).
+    func willChange(_ handle: UInt64, from offset: Int64, length: Int64, writtenBack: Bool = false) throws(DocfsError) {
+        enum Step { case none, wait, copy(Node), save(Node, UInt64, [Range<Int64>]) }
+        let end = length > Int64.max - offset ? Int64.max : offset + length
+        while true {
+            let step = state.withLock { state -> Step in
+                guard let node = state.writerHandles[handle] else { return .none }
+                guard let session = state.sessions[node.key], session.guardsPrefix else { return .none }
+                if state.busy.contains(node.key) { return .wait }
+                if session.sees, let delta = state.lastKept[session.item]?.delta {
+                    let missing = delta.saved.missing(in: offset..<max(offset, min(end, delta.size)))
+                    guard !missing.isEmpty else { return .none }
+                    state.busy.insert(node.key)
+                    return .save(node, delta.version, missing)
+                }
+                guard offset < (writtenBack ? session.baseSize & ~Int64(Self.pageSize - 1) : session.baseSize) else { return .none }
+                state.busy.insert(node.key)
+                return .copy(node)
+            }
+            switch step {
+            case .none: return
+            case .wait: usleep(200)
+            case .copy(let node): return try copyPrefix(node, joining: false)
+            case .save(let node, let version, let ranges):
+                defer { state.withLock { _ = $0.busy.remove(node.key) } }
+                try save(ranges, of: node, version: version)
+                state.withLock { state in
+                    for range in ranges { state.lastKept[node.item]?.delta?.saved.insert(range) }
+                    state.sessions[node.key]?.savedAny = true
+                }
+                return
+            }
+        }
+    }
+
+    /// Saves `ranges` of `node`'s content into its delta `version`.
+    private func save(_ ranges: [Range<Int64>], of node: Node, version: UInt64) throws(DocfsError) {
+        let fd = open("/proc/self/fd/\(node.fd)", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.errno("opening item \(node.item) to keep version \(version)") }
+        defer { close(fd) }
+        try versions.save(ranges, of: node.item, version: version, from: fd)
+    }
+
     /// Gives the prefix `node`'s session kept its own copy (the node is busy); the session then
     /// holds a copy, and a `joining` writer joins it.
     private func copyPrefix(_ node: Node, joining: Bool) throws(DocfsError) {
@@ -177,6 +250,7 @@ final class WriteSessions: Sendable {
         try copyNewestPrefix(of: node)
         state.withLock { state in
             state.sessions[node.key]!.guardsPrefix = false
+            state.sessions[node.key]!.sees = false
             if state.sessions[node.key]!.kept == .prefix { state.sessions[node.key]!.kept = .copy }
             if joining { state.sessions[node.key]!.writers += 1 }
         }
@@ -188,25 +262,29 @@ final class WriteSessions: Sendable {
         defer { close(fd) }
         try versions.materializeNewestPrefix(of: node.item, from: fd)
         state.withLock { state in
-            if state.lastKept[node.item] != nil { state.lastKept[node.item]!.prefix = false }
+            if state.lastKept[node.item] != nil { state.lastKept[node.item]!.delta = nil }
         }
     }
 
     /// A writer arrives after every writer of the session was closed: a changed file commits
     /// the session and starts the next, which the still-open handles (released later) belong
     /// to; an unchanged file just gains the writer.
-    private func rollOver(_ node: Node, caller: Caller, appending: Bool) throws(DocfsError) {
+    private func rollOver(_ node: Node, caller: Caller, appending: Bool, canSee: Bool) throws(DocfsError) -> Bool {
         let session = state.withLock { $0.sessions[node.key]! }
         guard changed(node, since: session) else {
+            if session.guardsPrefix && !appending && !(session.sees && canSee) {
+                try copyPrefix(node, joining: true)
+                return false
+            }
             state.withLock { state in
                 state.sessions[node.key]!.writers += 1
                 state.busy.remove(node.key)
             }
-            return
+            return session.sees
         }
         if session.kept != .nothing { versions.prune(session.item, now: Self.now()) }
         if !session.announced { committed(node, session) }
-        try start(node, caller: caller, appending: appending)
+        return try start(node, caller: caller, appending: appending, canSee: canSee)
     }
 
     /// Registers `handle` as a writer of `node` (call after `begin` once the open succeeded).
@@ -307,6 +385,7 @@ final class WriteSessions: Sendable {
         guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0 else { return true }
         if Int64(st.st_size) != session.baseSize || st.st_mtim.tv_sec != session.baseModified.tv_sec
             || st.st_mtim.tv_nsec != session.baseModified.tv_nsec { return true }
+        if session.savedAny { return true }  // it wrote below the old end (perhaps the same bytes)
         guard session.kept == .copy else { return false }
         return !versions.sameContent(session.item, version: session.base, as: "/proc/self/fd/\(node.fd)")
     }
@@ -328,7 +407,7 @@ final class WriteSessions: Sendable {
         }
     }
 
-    private func start(_ node: Node, caller: Caller, appending: Bool) throws(DocfsError) {
+    private func start(_ node: Node, caller: Caller, appending: Bool, canSee: Bool) throws(DocfsError) -> Bool {
         var session: Session? = nil
         defer {
             state.withLock { state in
@@ -344,7 +423,7 @@ final class WriteSessions: Sendable {
         var st = stat()
         try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH))
         let base = max(ItemAttributes.version(ofDescriptor: node.fd), 1)
-        let (kept, guardsPrefix) = try keep(node, base: base, st, appending: appending)
+        let (kept, guardsPrefix, sees) = try keep(node, base: base, st, appending: appending, canSee: canSee)
         do throws(DocfsError) {
             try ItemAttributes.setVersion(base + 1, onDescriptor: node.fd)
         } catch {
@@ -353,29 +432,37 @@ final class WriteSessions: Sendable {
         }
         noteAuthor(of: node.item, version: base + 1, caller: caller)
         session = Session(item: node.item, base: base, baseSize: Int64(st.st_size), baseModified: st.st_mtim,
-                          writers: 1, kept: kept, guardsPrefix: guardsPrefix)
+                          writers: 1, kept: kept, guardsPrefix: guardsPrefix, sees: sees)
+        return sees
     }
 
     /// Keeps the content a session starting on `node` supersedes (`base`, whose attributes are
-    /// `st`), as the session's kind and the policy say (see the type's comment); and whether
-    /// the item's newest previous version is then a prefix of the content.
-    private func keep(_ node: Node, base: UInt64, _ st: stat, appending: Bool) throws(DocfsError) -> (Kept, Bool) {
+    /// `st`), as the session's kind and the policy say (see the type's comment); whether the
+    /// item's newest previous version is then a delta of the content; and whether the session
+    /// is to see every write (its writers served through docfs) and save into that delta.
+    private func keep(_ node: Node, base: UInt64, _ st: stat, appending: Bool, canSee: Bool) throws(DocfsError) -> (Kept, Bool, Bool) {
         let size = Int64(st.st_size)
         let now = Self.now()
-        guard size > 0 else { return (.nothing, false) }
+        guard size > 0 else { return (.nothing, false, false) }
         guard size <= versions.policy.maximumFileSize else {
             if !appending { try copyNewestPrefix(of: node) }
-            return (.nothing, appending)  // an append to a file that outgrew the limit may follow a prefix
+            return (.nothing, appending, false)  // an append to a file that outgrew the limit may follow a prefix
         }
         let recent = state.withLock { state in
             state.lastKept[node.item].flatMap { now - $0.time < versions.policy.thinningWindow && now >= $0.time ? $0 : nil }
         }
+        // A rewrite of a file this big saves what it overwrites rather than copying the file.
+        let seeing = canSee && !appending && size >= Self.deltaThreshold
         // Thinned: an append leaves whatever was kept as it was; a copy kept last needs nothing
-        // of this content.
-        if let recent, appending || !recent.prefix { return (.nothing, recent.prefix) }
+        // of this content; a delta kept last takes what a seeing session overwrites.
+        if let recent {
+            if recent.delta == nil { return (.nothing, false, false) }
+            if appending { return (.nothing, true, false) }
+            if seeing { return (.nothing, true, true) }
+        }
         let record = VersionRecord(version: base, kind: .previous, modified: Self.seconds(st.st_mtim), kept: now,
                                    size: size, author: self.author(of: node.item, version: base))
-        if appending {
+        if appending || seeing {
             try versions.keepPrefix(item: node.item, record: record)
         } else {
             let fd = open("/proc/self/fd/\(node.fd)", O_RDONLY | O_CLOEXEC)
@@ -383,11 +470,12 @@ final class WriteSessions: Sendable {
             defer { close(fd) }
             try versions.keepCopy(of: fd, item: node.item, record: record)
         }
+        let delta = appending || seeing ? Delta(version: base, size: size, saved: ByteRanges()) : nil
         state.withLock { state in
             if state.lastKept.count > 65536 { state.lastKept.removeAll(keepingCapacity: true) }
-            state.lastKept[node.item] = (now, appending)
+            state.lastKept[node.item] = LastKept(time: now, delta: delta)
         }
-        return appending ? (.prefix, true) : (.copy, false)
+        return delta != nil ? (.prefix, true, seeing) : (.copy, false, false)
     }
 
     /// The command name of a process (/proc/PID/comm), empty when it is gone.

@@ -36,10 +36,17 @@ public struct VersionRecord: Codable, Sendable, Equatable {
     public var kept: Double
     public var size: Int64
     public var author: Author?
-    /// Set for a previous version an append-only session superseded: nothing was copied; its
-    /// content is the first `size` bytes of the next newer previous version's content, or of
-    /// the current file when it is the newest (see `VersionStore`).
+    /// Set for a version kept as a *delta*: its content is the first `size` bytes of the next
+    /// newer previous version's content (or of the current file, when it is the newest) with
+    /// the bytes saved in `<version>.saved`'s ranges laid over them (none for an append-only
+    /// session: a prefix). See `VersionStore`.
     public var prefix: Bool?
+    /// For a delta, the bytes saved so far (filled in when listed, not stored).
+    public var savedBytes: Int64?
+
+    private enum CodingKeys: String, CodingKey {
+        case version, kind, modified, kept, size, author, prefix
+    }
 
     public init(version: UInt64, kind: Kind, modified: Double, kept: Double, size: Int64, author: Author?,
                 prefix: Bool = false) {
@@ -52,11 +59,11 @@ public struct VersionRecord: Codable, Sendable, Equatable {
         self.prefix = prefix ? true : nil
     }
 
-    /// Whether the content is a prefix of the next newer state's (nothing of its own on disk).
+    /// Whether the version is a delta of the next newer state (a prefix when nothing is saved).
     public var isPrefix: Bool { prefix == true }
 
-    /// The bytes the version takes in the store: none for a prefix.
-    public var storedSize: Int64 { isPrefix ? 0 : size }
+    /// The bytes the version takes in the store: a delta's saved bytes.
+    public var storedSize: Int64 { isPrefix ? savedBytes ?? 0 : size }
 }
 
 /// The previous and conflict versions of items, kept by the local provider as plain files:
@@ -116,7 +123,7 @@ public final class VersionStore: Sendable {
 
     public func contentPath(_ item: ItemID, _ version: UInt64) -> String { itemDirectory(item) + "/\(version)" }
 
-    private func recordPath(_ item: ItemID, _ version: UInt64) -> String { contentPath(item, version) + ".json" }
+    func recordPath(_ item: ItemID, _ version: UInt64) -> String { contentPath(item, version) + ".json" }
 
     /// Keeps a copy of what `fd` (open for reading) holds as `record.version` of `item`.
     public func keepCopy(of fd: Int32, item: ItemID, record: VersionRecord) throws(DocfsError) {
@@ -130,7 +137,7 @@ public final class VersionStore: Sendable {
 
     /// Copies the first `length` bytes of `fd` (fewer if it is shorter) into a new file at
     /// `incoming`; answers how many. Removes the file when it fails.
-    private func copy(_ fd: Int32, length: Int64, to incoming: String, what: String) throws(DocfsError) -> Int64 {
+    func copy(_ fd: Int32, length: Int64, to incoming: String, what: String) throws(DocfsError) -> Int64 {
         let out = open(incoming, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard out >= 0 else { throw failure("cannot create \(incoming)") }
         var inOffset: off_t = 0
@@ -164,8 +171,9 @@ public final class VersionStore: Sendable {
         account(record.storedSize)
     }
 
-    /// Keeps `record` (the version an append-only session is about to append to) as a prefix of
-    /// the current content: only the record is written.
+    /// Keeps `record` (the content a session is about to append to, or to change only through
+    /// docfs) as a delta of the current content: only the record is written; the session saves
+    /// what it is about to overwrite with `save(_:of:version:from:)`.
     public func keepPrefix(item: ItemID, record: VersionRecord) throws(DocfsError) {
         var kept = record
         kept.prefix = true
@@ -178,67 +186,13 @@ public final class VersionStore: Sendable {
         }
     }
 
-    /// Before the current content of `item` (open for reading as `current`) changes other than
-    /// by appending: the newest previous version, if it is a prefix, gets a copy of its bytes,
-    /// so it (and the older prefixes that lead to it) no longer depend on the current file.
-    /// Answers the bytes copied.
-    @discardableResult
-    public func materializeNewestPrefix(of item: ItemID, from current: Int32) throws(DocfsError) -> Int64 {
-        guard var newest = versions(of: item).last(where: { $0.kind == .previous }), newest.isPrefix else { return 0 }
-        let incoming = try makeIncoming(item)
-        let copied = try copy(current, length: newest.size, to: incoming, what: "version \(newest.version) of item \(item)")
-        guard copied == newest.size else {
-            unlink(incoming)
-            throw DocfsError(.storeUnavailable, "version \(newest.version) of item \(item) was a prefix of \(newest.size) bytes of a file "
-                             + "now \(copied) bytes long (changed behind docfs's back)")
-        }
-        newest.prefix = nil
-        guard docfs_renameat2(AT_FDCWD, incoming, AT_FDCWD, contentPath(item, newest.version), DOCFS_RENAME_NOREPLACE) == 0 else {
-            let error = failure("cannot keep version \(newest.version) of item \(item)")
-            unlink(incoming)
-            throw error
-        }
-        do {
-            try StoreFiles.replace(recordPath(item, newest.version), with: Array(try JSONEncoder().encode(newest)), durable: false)
-        } catch {
-            unlink(contentPath(item, newest.version))
-            throw recordFailure(newest.version, item, error)
-        }
-        account(copied)
-        return copied
-    }
-
-    /// The content of kept version `version` of `item`: a descriptor open for reading (the
-    /// caller closes it) and how many of its bytes, from the start, are the version. A prefix is
-    /// read from the next newer previous version, or from `current` (the current file's path)
-    /// when it is the newest.
-    public func openContent(_ item: ItemID, version: UInt64, current: String) throws(DocfsError) -> (fd: Int32, length: Int64) {
-        let all = versions(of: item)
-        guard let index = all.firstIndex(where: { $0.version == version }) else {
-            throw DocfsError(.invalidArgument, "version \(version) is not kept: see docfs versions for the ones that are")
-        }
-        let length = all[index].size
-        var holder: Int? = index
-        while let i = holder, all[i].isPrefix {
-            holder = all[(i + 1)...].firstIndex { $0.kind == .previous }
-        }
-        let path = holder.map { contentPath(item, all[$0].version) } ?? current
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw DocfsError(.storeUnavailable, "cannot read version \(version) of item \(item)", cause: DocfsError.errno(path)) }
-        var st = stat()
-        if fstat(fd, &st) != 0 || Int64(st.st_size) < length {
-            close(fd)
-            throw DocfsError(.storeUnavailable, "version \(version) of item \(item) is lost: it was the first \(length) bytes of a file "
-                             + "that is shorter now (changed behind docfs's back)")
-        }
-        return (fd, length)
-    }
-
     /// The kept versions of `item`, oldest first.
     public func versions(of item: ItemID) -> [VersionRecord] {
         let records = Self.names(in: itemDirectory(item)).compactMap { name -> VersionRecord? in
-            guard name.hasSuffix(".json"), let version = UInt64(name.dropLast(5)) else { return nil }
-            return try? readRecord(item, version)
+            guard name.hasSuffix(".json"), let version = UInt64(name.dropLast(5)),
+                  var record = try? readRecord(item, version) else { return nil }
+            if record.isPrefix { record.savedBytes = savedRanges(of: item, version: version).byteCount }
+            return record
         }
         return records.sorted { $0.version < $1.version }
     }
@@ -274,6 +228,7 @@ public final class VersionStore: Sendable {
     public func remove(_ item: ItemID, version: UInt64) {
         unlink(recordPath(item, version))
         unlink(contentPath(item, version))
+        unlink(savedPath(item, version))
         rmdir(itemDirectory(item))  // only when it was the last
     }
 
@@ -296,7 +251,7 @@ public final class VersionStore: Sendable {
 
     /// Adds `delta` bytes to the usage (counting it first if need be) and answers the total.
     @discardableResult
-    private func account(_ delta: Int64) -> Int64 {
+    func account(_ delta: Int64) -> Int64 {
         if let total = usage.withLock({ current -> Int64? in
             guard let value = current else { return nil }
             current = value + delta
@@ -330,7 +285,7 @@ public final class VersionStore: Sendable {
     }
 
     /// The names in a folder of docfs's own (all ASCII); none when it does not exist.
-    private static func names(in path: String) -> [String] {
+    static func names(in path: String) -> [String] {
         guard let dir = opendir(path) else { return [] }
         defer { closedir(dir) }
         var names: [String] = []
@@ -342,12 +297,12 @@ public final class VersionStore: Sendable {
         return names
     }
 
-    private func readRecord(_ item: ItemID, _ version: UInt64) throws -> VersionRecord {
+    func readRecord(_ item: ItemID, _ version: UInt64) throws -> VersionRecord {
         guard let bytes = try StoreFiles.read(recordPath(item, version)) else { throw DocfsError(.system(.noSuchFileOrDirectory), "") }
         return try JSONDecoder().decode(VersionRecord.self, from: Data(bytes))
     }
 
-    private func makeIncoming(_ item: ItemID) throws(DocfsError) -> String {
+    func makeIncoming(_ item: ItemID) throws(DocfsError) -> String {
         let folder = itemDirectory(item)
         if mkdir(folder, 0o700) != 0 && errno != EEXIST {
             if errno == ENOENT {
@@ -382,14 +337,14 @@ public final class VersionStore: Sendable {
 
     /// The error of a failed step of keeping a version, errno as it is now: a full disk (or
     /// quota) stays ENOSPC (EDQUOT), so the open that wanted the version fails with it.
-    private func failure(_ message: String) -> DocfsError {
+    func failure(_ message: String) -> DocfsError {
         let cause = DocfsError.errno("versions")
         if errno == ENOSPC || errno == EDQUOT { return Self.full(message, errno, cause: cause) }
         return DocfsError(.storeUnavailable, message, cause: cause)
     }
 
     /// The same for a version's record, which `StoreFiles` failed to write (`error`).
-    private func recordFailure(_ version: UInt64, _ item: ItemID, _ error: any Error) -> DocfsError {
+    func recordFailure(_ version: UInt64, _ item: ItemID, _ error: any Error) -> DocfsError {
         let message = "cannot record version \(version) of item \(item)"
         var cause: (any Error)? = error
         while let current = cause as? DocfsError {

@@ -1,0 +1,189 @@
+import CLinux
+import DocfsCore
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Versions kept as deltas (issue 20 §1): a record saying the content is the next newer
+/// state's, cut to its size, with the bytes a session saved before overwriting them laid over
+/// it. The saved bytes sit at their own offsets in the version's content file (sparse), and
+/// `<version>.saved` lists their ranges (16 bytes each: start and end, little-endian), appended
+/// only once the bytes are in place, so a range listed is a range kept.
+///
+/// Between a delta and the next newer previous version (or the current file) every change of
+/// the content was either saved first (`save`), an append past the delta's size, or preceded
+/// by `materializeNewestPrefix`, which fills in the rest and makes the delta a whole copy.
+extension VersionStore {
+    func savedPath(_ item: ItemID, _ version: UInt64) -> String { contentPath(item, version) + ".saved" }
+
+    /// The ranges a delta has saved.
+    public func savedRanges(of item: ItemID, version: UInt64) -> ByteRanges {
+        guard let bytes = try? StoreFiles.read(savedPath(item, version)) else { return ByteRanges() }
+        var ranges = ByteRanges()
+        var offset = 0
+        while offset + 16 <= bytes.count {
+            let start = Self.int64(bytes, offset), end = Self.int64(bytes, offset + 8)
+            if start >= 0 && end > start { ranges.insert(start..<end) }
+            offset += 16
+        }
+        return ranges
+    }
+
+    /// Saves `ranges` of the current content (`current`, open for reading) into delta
+    /// `version` of `item` before they are overwritten. Throws (ENOSPC on a full disk) with
+    /// nothing listed that is not in place.
+    public func save(_ ranges: [Range<Int64>], of item: ItemID, version: UInt64, from current: Int32) throws(DocfsError) {
+        guard !ranges.isEmpty else { return }
+        let content = open(contentPath(item, version), O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        guard content >= 0 else { throw failure("cannot save what version \(version) of item \(item) held") }
+        defer { close(content) }
+        var listed: [UInt8] = []
+        var bytes: Int64 = 0
+        for range in ranges {
+            var inOffset = off_t(range.lowerBound), outOffset = off_t(range.lowerBound)
+            while Int64(inOffset) < range.upperBound {
+                let n = docfs_copy_file_range(current, &inOffset, content, &outOffset, Int(range.upperBound - Int64(inOffset)), 0)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw failure("cannot save what version \(version) of item \(item) held")
+                }
+                if n == 0 { break }  // past the end of the file: nothing there to save
+            }
+            guard Int64(inOffset) > range.lowerBound else { continue }
+            listed += Self.bytes(range.lowerBound) + Self.bytes(Int64(inOffset))
+            bytes += Int64(inOffset) - range.lowerBound
+        }
+        guard !listed.isEmpty else { return }
+        let list = open(savedPath(item, version), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        guard list >= 0 else { throw failure("cannot list what version \(version) of item \(item) saved") }
+        defer { close(list) }
+        let written = listed.withUnsafeBytes { write(list, $0.baseAddress, $0.count) }
+        guard written == listed.count else {
+            if written > 0 { ftruncate(list, lseek(list, 0, SEEK_END) - off_t(written)) }  // no torn entry
+            throw failure("cannot list what version \(version) of item \(item) saved")
+        }
+        account(bytes)
+    }
+
+    /// Before the current content of `item` (open for reading as `current`) changes in a way
+    /// no delta sees: the newest previous version, if it is a delta, gets the rest of its bytes
+    /// from the current file and becomes a whole copy, so it (and the older deltas that lead to
+    /// it) no longer depend on the current file. Answers the bytes copied.
+    @discardableResult
+    public func materializeNewestPrefix(of item: ItemID, from current: Int32) throws(DocfsError) -> Int64 {
+        guard var newest = versions(of: item).last(where: { $0.kind == .previous }), newest.isPrefix else { return 0 }
+        let saved = savedRanges(of: item, version: newest.version)
+        let content = open(contentPath(item, newest.version), O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        guard content >= 0 else { throw failure("cannot keep version \(newest.version) of item \(item)") }
+        defer { close(content) }
+        var copied: Int64 = 0
+        for gap in saved.missing(in: 0..<newest.size) {
+            var inOffset = off_t(gap.lowerBound), outOffset = off_t(gap.lowerBound)
+            while Int64(inOffset) < gap.upperBound {
+                let n = docfs_copy_file_range(current, &inOffset, content, &outOffset, Int(gap.upperBound - Int64(inOffset)), 0)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw failure("cannot keep version \(newest.version) of item \(item)")
+                }
+                if n == 0 {
+                    throw DocfsError(.storeUnavailable, "version \(newest.version) of item \(item) relied on \(newest.size) bytes of a "
+                                     + "file now \(inOffset) bytes long (changed behind docfs's back)")
+                }
+            }
+            copied += gap.upperBound - gap.lowerBound
+        }
+        guard ftruncate(content, off_t(newest.size)) == 0 else { throw failure("cannot keep version \(newest.version) of item \(item)") }
+        newest.prefix = nil
+        newest.savedBytes = nil
+        do {
+            try StoreFiles.replace(recordPath(item, newest.version), with: Array(try JSONEncoder().encode(newest)), durable: false)
+        } catch {
+            throw recordFailure(newest.version, item, error)
+        }
+        unlink(savedPath(item, newest.version))
+        account(copied)
+        return copied
+    }
+
+    /// The content of kept version `version` of `item`: a descriptor open for reading (the
+    /// caller closes it) and how many of its bytes, from the start, are the version. A delta
+    /// is made up in a file of its own (unlinked), from the next newer whole version or the
+    /// current file (`current`, a path) and the saved bytes of every delta in between.
+    public func openContent(_ item: ItemID, version: UInt64, current: String) throws(DocfsError) -> (fd: Int32, length: Int64) {
+        let all = versions(of: item).filter { $0.kind == .previous || $0.version == version }
+        guard let index = all.firstIndex(where: { $0.version == version }) else {
+            throw DocfsError(.invalidArgument, "version \(version) is not kept: see docfs versions for the ones that are")
+        }
+        guard all[index].isPrefix else {
+            let fd = open(contentPath(item, version), O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw DocfsError(.storeUnavailable, "cannot read version \(version) of item \(item)", cause: DocfsError.errno("open")) }
+            return (fd, all[index].size)
+        }
+        // The deltas from this one up to the next whole state, and that state.
+        var chain = [all[index]]
+        var next = index + 1
+        while next < all.count && all[next].isPrefix {
+            chain.append(all[next])
+            next += 1
+        }
+        let base = next < all.count ? contentPath(item, all[next].version) : current
+        let source = open(base, O_RDONLY | O_CLOEXEC)
+        guard source >= 0 else { throw DocfsError(.storeUnavailable, "cannot read version \(version) of item \(item)", cause: DocfsError.errno(base)) }
+        defer { close(source) }
+        let made = try makeIncoming(item)
+        let fd = open(made, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failure("cannot make up version \(version) of item \(item)") }
+        unlink(made)
+        do throws(DocfsError) {
+            var st = stat()
+            _ = fstat(source, &st)
+            let newest = chain.last!
+            let lacking = savedRanges(of: item, version: newest.version).missing(in: min(Int64(st.st_size), newest.size)..<newest.size)
+            guard lacking.isEmpty else {
+                throw DocfsError(.storeUnavailable, "version \(version) of item \(item) is lost: it relied on \(newest.size) bytes of a file "
+                                 + "that is shorter now (changed behind docfs's back)")
+            }
+            try copyRange(0..<min(Int64(st.st_size), newest.size), from: source, to: fd, what: "version \(version) of item \(item)")
+            for delta in chain.reversed() {
+                guard ftruncate(fd, off_t(delta.size)) == 0 else { throw failure("cannot make up version \(version) of item \(item)") }
+                let saved = savedRanges(of: item, version: delta.version)
+                guard !saved.isEmpty else { continue }
+                let bytes = open(contentPath(item, delta.version), O_RDONLY | O_CLOEXEC)
+                guard bytes >= 0 else { throw failure("cannot read what version \(delta.version) of item \(item) saved") }
+                defer { close(bytes) }
+                for range in saved.ranges where range.lowerBound < delta.size {
+                    try copyRange(range.lowerBound..<min(range.upperBound, delta.size), from: bytes, to: fd, what: "version \(version) of item \(item)")
+                }
+            }
+        } catch {
+            close(fd)
+            throw error
+        }
+        return (fd, all[index].size)
+    }
+
+    /// Copies `range` of `source` to the same offsets of `target`.
+    private func copyRange(_ range: Range<Int64>, from source: Int32, to target: Int32, what: String) throws(DocfsError) {
+        var inOffset = off_t(range.lowerBound), outOffset = off_t(range.lowerBound)
+        while Int64(inOffset) < range.upperBound {
+            let n = docfs_copy_file_range(source, &inOffset, target, &outOffset, Int(range.upperBound - Int64(inOffset)), 0)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw failure("cannot make up \(what)")
+            }
+            if n == 0 { throw DocfsError(.storeUnavailable, "\(what) is lost: what it was made from ended early") }
+        }
+    }
+
+    private static func int64(_ bytes: [UInt8], _ offset: Int) -> Int64 {
+        var value: UInt64 = 0
+        for i in 0..<8 { value |= UInt64(bytes[offset + i]) << (8 * UInt64(i)) }
+        return Int64(bitPattern: value)
+    }
+
+    private static func bytes(_ value: Int64) -> [UInt8] {
+        let bits = UInt64(bitPattern: value)
+        return (0..<8).map { UInt8(truncatingIfNeeded: bits >> (8 * UInt64($0))) }
+    }
+}

@@ -1,0 +1,167 @@
+import CLinux
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Deltas (issue 20 §1): a session rewriting part of a big file keeps its predecessor by saving
+/// only the bytes it overwrites, before it overwrites them (its writers are served through
+/// docfs, which sees every write); every version reads back byte for byte, through chains of
+/// deltas, after writes of every kind and after a restart.
+@Suite struct DeltaVersionTests {
+    static let everySession = #"{"versions": {"thinningWindowSeconds": 0}}"#
+
+    @Test func rewritesOfABigFileSaveOnlyWhatTheyOverwrite() throws {
+        let fixture = try MountFixture(settings: Self.everySession)
+        defer { fixture.tearDown() }
+        let f = fixture.path("disk.img")
+        var model = randomBytes(8 << 20)
+        try Data(model).write(to: URL(fileURLWithPath: f))
+        var expected: [[UInt8]] = []
+        var written = 0
+        for _ in 0..<12 {
+            expected.append(model)
+            let fd = open(f, O_WRONLY)
+            #expect(fd >= 0)
+            for _ in 0..<Int.random(in: 1...3) {
+                let chunk = randomBytes(Int.random(in: 1...20_000))
+                let offset = Int.random(in: 0..<(model.count - chunk.count))
+                #expect(chunk.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(offset)) } == chunk.count)
+                model.replaceSubrange(offset..<offset + chunk.count, with: chunk)
+                written += chunk.count
+            }
+            close(fd)
+        }
+        #expect(eventually { attribute(f, "user.docfs.version") == "13" })
+        #expect(try versionsJSON(fixture, f).count == 13)
+        for (index, content) in expected.enumerated() {
+            #expect(try shown(fixture, f, index + 1) == Data(content), "version \(index + 1)")
+        }
+        // What was overwritten (in whole pages under the writeback cache), not 12 copies of 8 MiB.
+        let stored = try versionsJSON(fixture, f).reduce(0) { $0 + $1.stored }
+        #expect(stored <= Int64(written + 12 * 3 * 2 * 4096), "kept versions store \(stored) bytes for \(written) bytes written")
+        let onDisk = try storeBytes(fixture, allocated: true)
+        #expect(onDisk < 2 << 20, "kept versions take \(onDisk) bytes on disk")
+    }
+
+    @Test func aBurstOfSmallRewritesKeepsOneDeltaOfWhatTheyOverwrote() throws {
+        let fixture = try MountFixture()  // the default window: a minute
+        defer { fixture.tearDown() }
+        let f = fixture.path("pages.db")
+        let original = randomBytes(4 << 20)
+        try Data(original).write(to: URL(fileURLWithPath: f))
+        for _ in 0..<100 {
+            let fd = open(f, O_WRONLY)
+            let page = randomBytes(4096)
+            _ = page.withUnsafeBytes { pwrite(fd, $0.baseAddress, 4096, off_t(Int.random(in: 0..<1024) * 4096)) }
+            close(fd)
+        }
+        #expect(eventually { attribute(f, "user.docfs.version") == "101" })
+        let listing = try versionsJSON(fixture, f)
+        #expect(listing.map(\.version) == [101, 1])
+        #expect(listing.last!.stored <= 100 * 4096)
+        #expect(try shown(fixture, f, 1) == Data(original))
+    }
+
+    /// Random sessions of every kind on a big file, compared with a model of what each version
+    /// held; then again after the daemon restarts.
+    @Test func everyVersionOfRandomSessionsReadsBackExactly() throws {
+        let fixture = try MountFixture(settings: Self.everySession)
+        defer { fixture.tearDown() }
+        let f = fixture.path("model.bin")
+        var model = randomBytes(3 << 20)
+        try Data(model).write(to: URL(fileURLWithPath: f))
+        var expected: [Int: [UInt8]] = [:]  // version -> content
+        var version = 1
+        var log: [String] = []
+        for step in 0..<30 {
+            let kind = Int.random(in: 0..<8)
+            let before = model
+            var touched = true  // every step writes (and moves mtime), so it makes a version
+            switch kind {
+            case 0:  // rewrite in place
+                let fd = open(f, O_RDWR)
+                for _ in 0..<Int.random(in: 1...4) {
+                    let chunk = randomBytes(Int.random(in: 1...70_000))
+                    let offset = Int.random(in: 0...model.count)
+                    _ = chunk.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(offset)) }
+                    if offset + chunk.count > model.count { model += [UInt8](repeating: 0, count: offset + chunk.count - model.count) }
+                    model.replaceSubrange(offset..<offset + chunk.count, with: chunk)
+                }
+                close(fd)
+            case 1:  // append
+                let chunk = randomBytes(Int.random(in: 1...50_000))
+                try append(Data(chunk), to: f)
+                model += chunk
+            case 2:  // truncate through the writer's handle, shorter or longer, then a write
+                let fd = open(f, O_RDWR)
+                let size = Int.random(in: (1 << 20)...(4 << 20))
+                #expect(ftruncate(fd, off_t(size)) == 0)
+                model = size <= model.count ? Array(model[..<size]) : model + [UInt8](repeating: 0, count: size - model.count)
+                #expect(pwrite(fd, "T", 1, 10) == 1)
+                model[10] = 84
+                close(fd)
+            case 3:  // truncate by path
+                let size = Int.random(in: (1 << 20)...model.count)
+                #expect(truncate(f, off_t(size)) == 0)
+                model = Array(model[..<size])
+            case 4:  // a whole new content (O_TRUNC)
+                model = randomBytes(Int.random(in: (1 << 20)...(3 << 20)))
+                try Data(model).write(to: URL(fileURLWithPath: f))
+            case 5:  // through a shared writable mapping
+                let fd = open(f, O_RDWR)
+                let length = model.count
+                let map = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                #expect(map != MAP_FAILED)
+                if let map, map != MAP_FAILED {
+                    let offset = Int.random(in: 0..<(length - 5000))
+                    let bytes = map.assumingMemoryBound(to: UInt8.self)
+                    for i in 0..<5000 { bytes[offset + i] = UInt8(truncatingIfNeeded: i &* 7 &+ step) }
+                    for i in 0..<5000 { model[offset + i] = UInt8(truncatingIfNeeded: i &* 7 &+ step) }
+                    msync(map, length, MS_SYNC)
+                    munmap(map, length)
+                }
+                close(fd)
+            case 6:  // punch a hole
+                let fd = open(f, O_RDWR)
+                let offset = Int.random(in: 0..<(model.count - 100_000)), length = Int.random(in: 1...100_000)
+                let r = docfs_fallocate(fd, DOCFS_FALLOC_FL_PUNCH_HOLE | DOCFS_FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(length))
+                if r == 0 { model.replaceSubrange(offset..<offset + length, with: [UInt8](repeating: 0, count: length)) }
+                touched = r == 0
+                close(fd)
+            default:  // a reader holds the file open while a writer rewrites part of it
+                let reader = open(f, O_RDONLY)
+                let fd = open(f, O_WRONLY)
+                let chunk = randomBytes(30_000)
+                let offset = Int.random(in: 0..<(model.count - chunk.count))
+                _ = chunk.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(offset)) }
+                model.replaceSubrange(offset..<offset + chunk.count, with: chunk)
+                close(fd)
+                close(reader)
+            }
+            if touched {
+                expected[version] = before
+                version += 1
+            }
+            log.append("step \(step): kind \(kind), now version \(version), \(model.count) bytes")
+            #expect(eventually { attribute(f, "user.docfs.version") == String(version) }, "\(log.joined(separator: "\n"))")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: f)) == Data(model))
+        let kept = Set(try versionsJSON(fixture, f).map { Int($0.version) })
+        for (number, content) in expected.sorted(by: { $0.key < $1.key }) {
+            #expect(kept.contains(number), "version \(number) is not listed\n\(log.joined(separator: "\n"))")
+            guard kept.contains(number) else { continue }
+            #expect(try shown(fixture, f, number) == Data(content), "version \(number)\n\(log.joined(separator: "\n"))")
+        }
+        fixture.stop()
+        try fixture.start()
+        for (number, content) in expected.sorted(by: { $0.key < $1.key }) where kept.contains(number) {
+            #expect(try shown(fixture, f, number) == Data(content), "version \(number) after a restart")
+        }
+        // And a restore of the oldest is exact.
+        let restored = try shell("'\(MountFixture.binary)' versions '\(f)' --restore 1")
+        #expect(restored.status == 0, "\(restored.output)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: f)) == Data(expected[1]!))
+    }
+}
