@@ -41,10 +41,11 @@ def process_io(pid="self"):
 
 
 def directory_bytes(path):
-    """`du -sb path` (0 when it does not exist)."""
+    """The disk `path` takes, `du -s -B1` (0 when it does not exist): blocks, not sizes, since a
+    delta version is a sparse file holding only the bytes it saved."""
     if not os.path.exists(path):
         return 0
-    return int(subprocess.check_output(["du", "-sb", path], text=True).split()[0])
+    return int(subprocess.check_output(["du", "-s", "-B1", path], text=True).split()[0])
 
 
 def wait_group_gone(pgid, limit):
@@ -422,7 +423,7 @@ def time_table(rows, names, runs, timeout):
 
 
 def versions_table(rows, docfs_names, runs):
-    print("\nkept versions after each row (du -sb STORE/versions, MB)")
+    print("\nkept versions after each row (disk taken by STORE/versions, du -s -B1, MB)")
     print(f"{'workload':38}" + "".join(f" {SHORT[n]:>9}" for n in docfs_names))
     for name, *_ in rows:
         print(f"{name:38}" + "".join(f" {versions_cell(runs[(name, n)]):>9}" for n in docfs_names))

@@ -284,7 +284,9 @@ final class WriteSessions: Sendable {
         }
         if session.kept != .nothing { versions.prune(session.item, now: Self.now()) }
         if !session.announced { committed(node, session) }
-        return try start(node, caller: caller, appending: appending, canSee: canSee)
+        // Its handles still open carry on in the next session: if docfs did not see them,
+        // it does not see that session's writes either.
+        return try start(node, caller: caller, appending: appending, canSee: canSee && (session.sees || session.writers == 0))
     }
 
     /// Registers `handle` as a writer of `node` (call after `begin` once the open succeeded).

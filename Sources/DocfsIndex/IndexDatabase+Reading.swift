@@ -68,7 +68,9 @@ extension IndexDatabase {
             var sql = "SELECT * FROM items WHERE \(condition) ORDER BY \(query.orderClause())"
             // The waiting changes may hide up to `hidden` of the rows a limit keeps.
             if let limit = query.limit { sql += " LIMIT \(max(limit, 0) + hidden)" }
-            return (try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.record), hidden, try Self.lastSequence(db))
+            // Each row becomes a record as it is read (no array of rows in between).
+            let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments).map(Self.record)
+            return (try Array(rows), hidden, try Self.lastSequence(db))
         }, merge: { stored, overlay in
             let (rows, hidden, sequence) = stored
             if query.limit != nil && overlay.heldCount > hidden { return nil }  // read again with a larger limit

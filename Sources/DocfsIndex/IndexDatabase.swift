@@ -516,6 +516,7 @@ public final class IndexDatabase: Sendable {
     }
 
     static func decodeTags(_ text: String) -> [String] {
+        if text == "[]" { return [] }  // most records: no JSON parse per row
         guard let data = text.data(using: .utf8), let tags = try? JSONSerialization.jsonObject(with: data) as? [String] else { return [] }
         return tags
     }
