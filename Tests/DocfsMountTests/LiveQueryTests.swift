@@ -88,7 +88,12 @@ import Glibc
         #expect((1...2).contains(modified.count) && modified.allSatisfy { $0 == "changed /a.md" }, "modify: \(modified)")
         seen += modified.count
         #expect(rename(fixture.path("a.md"), fixture.path("b.md")) == 0)
-        expect(["changed /b.md"], "rename within the results")
+        // Under the writeback cache the kernel may send the file's times at the release (a
+        // setattr, recorded), which under load can still fall after the rename: the same
+        // change seen twice, never another.
+        let renamed = live.next(1, after: seen, quiet: 1)
+        #expect((1...2).contains(renamed.count) && renamed.allSatisfy { $0 == "changed /b.md" }, "rename within the results: \(renamed)")
+        seen += renamed.count
         #expect(rename(fixture.path("b.md"), fixture.path("b.txt")) == 0)
         expect(["removed /b.md"], "rename out of the results")
         #expect(unlink(fixture.path("old.md")) == 0)
