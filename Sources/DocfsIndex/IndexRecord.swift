@@ -88,6 +88,14 @@ public struct IndexRecord: Sendable, Equatable {
             && a.backingInode == b.backingInode && a.statusChanged == b.statusChanged
     }
 
+    /// Whether the two records say the same to whoever queries or watches them: only docfs's
+    /// own bookkeeping (the backing inode, its status-change time) may differ. A file's status
+    /// change alone (a rename's, the times the kernel's writeback cache sends late) is no change
+    /// a live query reports.
+    public func showsTheSame(as other: IndexRecord) -> Bool {
+        differences(from: other).isEmpty && downloadState == other.downloadState && uploadState == other.uploadState
+    }
+
     /// The attributes whose values differ between the two records.
     public func differences(from other: IndexRecord) -> [IndexAttribute] {
         IndexAttribute.allCases.filter { value(of: $0) != other.value(of: $0) }

@@ -68,7 +68,7 @@ public struct LiveQuery {
         for (entry, result) in now {
             switch (known[entry], result) {
             case (nil, let record?): events.append(.added(record))
-            case (let old?, let record?) where old != record: events.append(.changed(record))
+            case (let old?, let record?) where !old.showsTheSame(as: record): events.append(.changed(record))
             case (let old?, nil): events.append(.removed(old))
             default: break
             }

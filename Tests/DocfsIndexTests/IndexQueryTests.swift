@@ -196,3 +196,24 @@ import Testing
         #expect(nonEmpty > 100)
     }
 }
+
+/// What a live query reports as changed (issue 20: the writeback cache's late times).
+@Suite struct LiveQueryEventTests {
+    @Test func aStatusChangeAloneIsNoChangeButAnAttributeIs() throws {
+        let directory = NSTemporaryDirectory() + "docfs-live-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let index = try IndexDatabase(path: directory + "/index.sqlite")
+        var record = IndexQueryTests.record(1, "a.md")
+        record.statusChanged = 100
+        try index.apply([.put(record)])
+        var live = try LiveQuery(index: index, query: IndexQuery(predicate: .all))
+        #expect(live.initial.map(\.name) == ["a.md"])
+        record.statusChanged = 200  // a rename's or the kernel's late times: bookkeeping only
+        record.backingInode = 77
+        try index.stitch([.put(record)])
+        #expect(try live.poll().isEmpty)
+        record.modified += 1
+        try index.stitch([.put(record)])
+        #expect(try live.poll().map { "\($0.name) \($0.record.path)" } == ["changed /a.md"])
+    }
+}
