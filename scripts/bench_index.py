@@ -91,6 +91,64 @@ def watch_latency(docfs, root, count, uncoordinated=False):
     return latencies
 
 
+# A stream of creates through the mount until its deadline (argv: folder, seconds); prints the
+# count. It removes what it made 5,000 creates ago: the daemon holds a descriptor for each file
+# the kernel knows, so an endless stream of new names would run it out of descriptors (issue 21).
+CREATOR = """
+import os, sys, time
+root, end = sys.argv[1], time.monotonic() + float(sys.argv[2])
+def name(n):
+    return os.path.join(root, f"d{n // 1000:04d}", f"s{n:07d}.txt")
+count = 0
+while time.monotonic() < end:
+    if count % 1000 == 0:
+        os.makedirs(os.path.dirname(name(count)), exist_ok=True)
+    with open(name(count), "w") as f:
+        f.write("x" * 100)
+    if count >= 5000:
+        os.unlink(name(count - 5000))
+    count += 1
+print(count)
+"""
+
+
+def stream_latency(docfs, root, seconds, window):
+    """Issue 20 §0: while creates (and removals 5,000 behind) stream through the mount for `seconds`, a by-id and a
+    by-name lookup (`docfs query` in another process, reading the index and the journal's
+    waiting changes, 20 runs each) about every half second. Answers the creates made and, per
+    `window` seconds, the worst p99 of each lookup: flat when a read costs the same however
+    many changes wait."""
+    store, mnt = os.path.join(root, "stream-store"), os.path.join(root, "stream-mnt")
+    proc = mount(docfs, store, mnt)
+    try:
+        probe = os.path.join(mnt, "probe.txt")
+        with open(probe, "w") as f:
+            f.write("probe")
+        item = int(os.getxattr(probe, "user.docfs.id").decode())
+        os.makedirs(os.path.join(mnt, "stream"))
+        creator = subprocess.Popen([sys.executable, "-c", CREATOR, os.path.join(mnt, "stream"), str(seconds)],
+                                   stdout=subprocess.PIPE, text=True)
+        started = time.monotonic()
+        samples = []  # (seconds since the start, by-id p99, by-name p99)
+        while creator.poll() is None:
+            by_id = query_latency(docfs, store, f"id == {item}", 20)
+            by_name = query_latency(docfs, store, 'name == "probe.txt"', 20)
+            if by_id[2] != 1 or by_name[2] != 1:
+                sys.exit(f"bench: a lookup during the stream found {by_id[2]} and {by_name[2]} records, not 1")
+            samples.append((time.monotonic() - started, by_id[1], by_name[1]))
+            time.sleep(0.5)
+        created = int(creator.stdout.read().strip() or 0)
+    finally:
+        unmount(mnt, proc)
+        shutil.rmtree(store, ignore_errors=True)
+    windows = []
+    for w in range(int(seconds // window)):
+        inside = [s for s in samples if w * window <= s[0] < (w + 1) * window]
+        if inside:
+            windows.append((max(s[1] for s in inside), max(s[2] for s in inside)))
+    return created, windows
+
+
 def generate(docfs, root, items):
     """A store of `items` files (1,000 to a folder), written directly into its documents, then
     indexed by `docfs index rebuild` (timed)."""
@@ -154,6 +212,8 @@ def main():
         found = lag(args.docfs, args.dir, looks)
         latencies = watch_latency(args.docfs, args.dir, ops)
         behind = watch_latency(args.docfs, args.dir, looks, uncoordinated=True)
+        stream_seconds, stream_window = (10, 2) if args.quick else (60, 10)
+        created, windows = stream_latency(args.docfs, args.dir, stream_seconds, stream_window)
         rows = []
         for items in sizes:
             print(f"bench: generating and indexing {items} items", file=sys.stderr)
@@ -166,7 +226,7 @@ def main():
             rows.append((items, exact, pattern, dates, size / items, rebuild * 100000 / items, rss, ready))
             shutil.rmtree(store, ignore_errors=True)
     finally:
-        for mnt in ("lag-mnt", "wl-mnt", "gen-mnt", "rss-mnt"):
+        for mnt in ("lag-mnt", "wl-mnt", "stream-mnt", "gen-mnt", "rss-mnt"):
             path = os.path.join(args.dir, mnt)
             if is_mounted(path):
                 subprocess.run(["umount", "-l", path])
@@ -179,6 +239,9 @@ def main():
     print(f"uncoordinated create in the store -> live query's 'added' line: p50 {statistics.median(behind):.1f} ms,"
           f" p99 {percentile(behind, 0.99):.1f} ms, max {max(behind):.1f} ms over {len(behind)} creates"
           f" (the store watcher gathers changes for 50 ms)")
+    print(f"during {stream_seconds} s of creates through the mount ({created} made, each removed 5,000 later), the worst p99 of each"
+          f" {stream_window} s: by id " + " ".join(f"{w[0]:.2f}" for w in windows)
+          + " ms; by name " + " ".join(f"{w[1]:.2f}" for w in windows) + " ms")
     header = f"{'items':>9} {'exact p50/p99 ms':>18} {'LIKE p50/p99 ms':>18} {'dates p50/p99 ms':>18} {'B/item':>7} {'rebuild s/100k':>14} {'daemon RSS MB':>13} {'mount ready s':>13}"
     print(header)
     print("-" * len(header))
