@@ -28,6 +28,7 @@ extension Filesystem {
 
     private func putBack(_ ours: Node, at name: FileName, in folder: Node, caller: Caller) throws(DocfsError) -> KernelInvalidations {
         let item = ours.item
+        sessions.keptElsewhere(item)
         var version = max(ItemAttributes.version(ofDescriptor: ours.fd), 1) + 1
         let theirs = replaceSide(in: folder, name: name)
         defer { if let theirs { close(theirs.fd) } }

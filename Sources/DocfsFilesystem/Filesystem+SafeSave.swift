@@ -133,6 +133,7 @@ extension Filesystem {
     /// other side of an exchange), so later changes to it do not reach the version.
     private func keepAsPrevious(document: ItemID, oldContent: ReplaceSide, staysInPlace: Bool, caller: Caller) throws(DocfsError) {
         let version = max(ItemAttributes.version(ofDescriptor: oldContent.fd), 1)
+        sessions.keptElsewhere(document)
         let record = VersionRecord(version: version, kind: .previous, modified: WriteSessions.seconds(oldContent.st.st_mtim),
                                    kept: WriteSessions.now(), size: Int64(oldContent.st.st_size),
                                    author: sessions.author(of: document, version: version))

@@ -392,6 +392,13 @@ final class WriteSessions: Sendable {
         return !versions.sameContent(session.item, version: session.base, as: "/proc/self/fd/\(node.fd)")
     }
 
+    /// A version of `item` was kept by other means (a replace, a raced save put back): the
+    /// delta sessions thinned since kept is no longer its newest previous version, so nothing
+    /// may be saved into it any more; the next session keeps afresh.
+    func keptElsewhere(_ item: ItemID) {
+        state.withLock { _ = $0.lastKept.removeValue(forKey: item) }
+    }
+
     /// Records who made `version` of `item` (a replace, which is no session).
     func noteAuthor(of item: ItemID, version: UInt64, caller: Caller) {
         let author = Author(pid: caller.pid, uid: caller.uid, command: Self.command(of: caller.pid))

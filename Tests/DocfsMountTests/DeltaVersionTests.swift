@@ -64,6 +64,40 @@ import Glibc
         #expect(try shown(fixture, f, 1) == Data(original))
     }
 
+    /// Within the thinning window, a replace (an editor's safe-save) keeps the replaced file as
+    /// the newest previous version: a later rewrite must not save into the delta kept before
+    /// it (that delta now reads through the replaced file).
+    @Test func aSafeSaveBetweenRewritesEndsTheDeltaTheyShared() throws {
+        let fixture = try MountFixture()  // the default window: all of this falls within it
+        defer { fixture.tearDown() }
+        let f = fixture.path("model.db")
+        let original = randomBytes(2 << 20)
+        try Data(original).write(to: URL(fileURLWithPath: f))
+        func rewrite(_ at: Int, _ byte: UInt8) -> [UInt8] {
+            let fd = open(f, O_WRONLY)
+            let chunk = [UInt8](repeating: byte, count: 10_000)
+            _ = chunk.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(at)) }
+            close(fd)
+            return chunk
+        }
+        var afterFirst = original
+        afterFirst.replaceSubrange(1000..<11_000, with: rewrite(1000, 0x41))
+        let saved = randomBytes(2 << 20)
+        let aside = fixture.path("model.db.tmp")
+        try Data(saved).write(to: URL(fileURLWithPath: aside))
+        #expect(rename(aside, f) == 0)  // the safe-save: a replace
+        var afterThird = saved
+        afterThird.replaceSubrange(500_000..<510_000, with: rewrite(500_000, 0x42))
+        let rows = try versionsJSON(fixture, f)
+        #expect(rows.first?.kind == "current" && rows.count >= 3, "\(rows.map(\.version))")
+        #expect(try shown(fixture, f, 1) == Data(original))
+        #expect(try shown(fixture, f, 2) == Data(afterFirst))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: f)) == Data(afterThird))
+        for row in rows where row.kind == "previous" && row.version > 2 {
+            #expect(try shown(fixture, f, Int(row.version)) == Data(saved), "version \(row.version)")
+        }
+    }
+
     /// Random sessions of every kind on a big file, compared with a model of what each version
     /// held; then again after the daemon restarts.
     @Test func everyVersionOfRandomSessionsReadsBackExactly() throws {
