@@ -34,7 +34,8 @@ extension VersionStore {
     /// `version` of `item` before they are overwritten. Throws (ENOSPC on a full disk) with
     /// nothing listed that is not in place.
     public func save(_ ranges: [Range<Int64>], of item: ItemID, version: UInt64, from current: Int32) throws(DocfsError) {
-        guard !ranges.isEmpty else { return }
+        // A delta pruned meanwhile (the policy keeps fewer) needs nothing: no file is left behind.
+        guard !ranges.isEmpty, access(recordPath(item, version), F_OK) == 0 else { return }
         let content = open(contentPath(item, version), O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
         guard content >= 0 else { throw failure("cannot save what version \(version) of item \(item) held") }
         defer { close(content) }

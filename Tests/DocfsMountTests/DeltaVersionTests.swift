@@ -98,6 +98,26 @@ import Glibc
         }
     }
 
+    /// A policy that keeps no versions prunes each delta as its session ends; the rewrites
+    /// thinned after it leave no saved bytes behind.
+    @Test func rewritesUnderAPolicyThatKeepsNothingLeaveNothing() throws {
+        let fixture = try MountFixture(settings: #"{"versions": {"keep": 0}}"#)
+        defer { fixture.tearDown() }
+        let f = fixture.path("scratch.bin")
+        try Data(randomBytes(2 << 20)).write(to: URL(fileURLWithPath: f))
+        for i in 0..<5 {
+            let fd = open(f, O_WRONLY)
+            let chunk = randomBytes(50_000)
+            _ = chunk.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(i * 100_000)) }
+            close(fd)
+        }
+        #expect(eventually { attribute(f, "user.docfs.version") == "6" })
+        #expect(eventually { (try? versionsJSON(fixture, f).map(\.kind)) == ["current"] })
+        let left = (try? FileManager.default.subpathsOfDirectory(atPath: fixture.store + "/versions")) ?? []
+        #expect(eventually { ((try? FileManager.default.subpathsOfDirectory(atPath: fixture.store + "/versions")) ?? []).isEmpty },
+                "left in versions/: \(left)")
+    }
+
     /// Random sessions of every kind on a big file, compared with a model of what each version
     /// held; then again after the daemon restarts.
     @Test func everyVersionOfRandomSessionsReadsBackExactly() throws {
