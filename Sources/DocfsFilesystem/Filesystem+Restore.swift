@@ -70,7 +70,9 @@ extension Filesystem {
         let fd = working.fd
         let temporary = working.name
         do throws(DocfsError) {
-            try copy(length, from: source, to: fd)
+            guard try store.versions.copyRange(0..<length, from: source, to: fd, failing: "cannot copy the kept version") == length else {
+                throw DocfsError(.storeUnavailable, "the kept version ended early (changed behind docfs's back?)")
+            }
             try check(fchown(fd, document.st.st_uid, document.st.st_gid))
             try check(fchmod(fd, document.st.st_mode & 0o7777))  // chown cleared set-id bits
             var st = stat()
@@ -121,19 +123,6 @@ extension Filesystem {
                 throw DocfsError.errno("copying the kept version")
             }
             if n == 0 { return }
-        }
-    }
-
-    /// Copies the first `length` bytes of `source` to `target`.
-    func copy(_ length: Int64, from source: Int32, to target: Int32) throws(DocfsError) {
-        var offset: off_t = 0
-        while Int64(offset) < length {
-            let n = docfs_copy_file_range(source, &offset, target, nil, Int(min(length - Int64(offset), 1 << 30)), 0)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw DocfsError.errno("copying the kept version")
-            }
-            if n == 0 { throw DocfsError(.storeUnavailable, "the kept version ended early (changed behind docfs's back?)") }
         }
     }
 }

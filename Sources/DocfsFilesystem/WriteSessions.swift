@@ -24,18 +24,19 @@ import Glibc
 /// the kernel sends the first handle's release later. Presenters hear of a session's version at
 /// that close, before close(2) returns, so they see it before whatever the writer does next.
 ///
-/// What a session keeps of the content it supersedes costs about what it changes (issue 20 §1):
+/// What a session keeps of the content it supersedes costs about what it changes (issue 20 §1;
+/// `VersionStore` describes copies and deltas):
 /// - a session that only appends (its writers opened the file O_APPEND, without O_TRUNC) keeps
-///   its predecessor as a prefix of the new content: a record, nothing copied;
+///   a delta with nothing saved (a prefix): a record, nothing copied;
+/// - a rewrite of a file of `deltaThreshold` or more whose writers docfs serves (`sees`) keeps a
+///   delta and saves into it what each write is about to overwrite (`willChange`);
 /// - a session starting within the policy's thinning window of the last version kept of the
-///   item keeps nothing (a burst of saves costs one copy or record, and the state before the
-///   burst is kept), unless it may write anywhere and that version is a prefix: then it keeps
-///   a copy (which the prefix then reads from);
+///   item keeps nothing (a burst of saves costs one version, the state before the burst),
+///   though a rewrite docfs sees goes on saving into that version if it is a delta, and one it
+///   does not see keeps a copy then (which the delta reads from);
 /// - any other session keeps a copy; one of a file over the policy's size limit nothing.
-/// Before anything but an append reaches content an append-only session's prefix relies on (a
-/// writer that may write anywhere joins, a truncate or a write through docfs below the old end),
-/// the prefix gets a copy of its own. Whatever keeps nothing first makes sure the newest prefix
-/// of the item has its copy.
+/// Before anything docfs does not see reaches bytes the newest delta relies on (a passed-through
+/// writer, an O_TRUNC open, a truncate by path), that delta is made whole first.
 ///
 /// Lock order: `state` is a leaf lock; the content copy and xattr writes of a session that starts
 /// or ends happen outside it, while new writers of the same file wait for them (`busy`).

@@ -42,18 +42,11 @@ extension VersionStore {
         var listed: [UInt8] = []
         var bytes: Int64 = 0
         for range in ranges {
-            var inOffset = off_t(range.lowerBound), outOffset = off_t(range.lowerBound)
-            while Int64(inOffset) < range.upperBound {
-                let n = docfs_copy_file_range(current, &inOffset, content, &outOffset, Int(range.upperBound - Int64(inOffset)), 0)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw failure("cannot save what version \(version) of item \(item) held")
-                }
-                if n == 0 { break }  // past the end of the file: nothing there to save
-            }
-            guard Int64(inOffset) > range.lowerBound else { continue }
-            listed += Self.bytes(range.lowerBound) + Self.bytes(Int64(inOffset))
-            bytes += Int64(inOffset) - range.lowerBound
+            // Past the end of the file there is nothing to save.
+            let end = try copyRange(range, from: current, to: content, failing: "cannot save what version \(version) of item \(item) held")
+            guard end > range.lowerBound else { continue }
+            listed += Self.bytes(range.lowerBound) + Self.bytes(end)
+            bytes += end - range.lowerBound
         }
         guard !listed.isEmpty else { return }
         let list = open(savedPath(item, version), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
@@ -80,17 +73,10 @@ extension VersionStore {
         defer { close(content) }
         var copied: Int64 = 0
         for gap in saved.missing(in: 0..<newest.size) {
-            var inOffset = off_t(gap.lowerBound), outOffset = off_t(gap.lowerBound)
-            while Int64(inOffset) < gap.upperBound {
-                let n = docfs_copy_file_range(current, &inOffset, content, &outOffset, Int(gap.upperBound - Int64(inOffset)), 0)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw failure("cannot keep version \(newest.version) of item \(item)")
-                }
-                if n == 0 {
-                    throw DocfsError(.storeUnavailable, "version \(newest.version) of item \(item) relied on \(newest.size) bytes of a "
-                                     + "file now \(inOffset) bytes long (changed behind docfs's back)")
-                }
+            let end = try copyRange(gap, from: current, to: content, failing: "cannot keep version \(newest.version) of item \(item)")
+            guard end == gap.upperBound else {
+                throw DocfsError(.storeUnavailable, "version \(newest.version) of item \(item) relied on \(newest.size) bytes of a "
+                                 + "file now \(end) bytes long (changed behind docfs's back)")
             }
             copied += gap.upperBound - gap.lowerBound
         }
@@ -145,7 +131,7 @@ extension VersionStore {
                 throw DocfsError(.storeUnavailable, "version \(version) of item \(item) is lost: it relied on \(newest.size) bytes of a file "
                                  + "that is shorter now (changed behind docfs's back)")
             }
-            try copyRange(0..<min(Int64(st.st_size), newest.size), from: source, to: fd, what: "version \(version) of item \(item)")
+            try copyWhole(0..<min(Int64(st.st_size), newest.size), from: source, to: fd, what: "version \(version) of item \(item)")
             for delta in chain.reversed() {
                 guard ftruncate(fd, off_t(delta.size)) == 0 else { throw failure("cannot make up version \(version) of item \(item)") }
                 let saved = savedRanges(of: item, version: delta.version)
@@ -154,7 +140,7 @@ extension VersionStore {
                 guard bytes >= 0 else { throw failure("cannot read what version \(delta.version) of item \(item) saved") }
                 defer { close(bytes) }
                 for range in saved.ranges where range.lowerBound < delta.size {
-                    try copyRange(range.lowerBound..<min(range.upperBound, delta.size), from: bytes, to: fd, what: "version \(version) of item \(item)")
+                    try copyWhole(range.lowerBound..<min(range.upperBound, delta.size), from: bytes, to: fd, what: "version \(version) of item \(item)")
                 }
             }
         } catch {
@@ -164,16 +150,10 @@ extension VersionStore {
         return (fd, all[index].size)
     }
 
-    /// Copies `range` of `source` to the same offsets of `target`.
-    private func copyRange(_ range: Range<Int64>, from source: Int32, to target: Int32, what: String) throws(DocfsError) {
-        var inOffset = off_t(range.lowerBound), outOffset = off_t(range.lowerBound)
-        while Int64(inOffset) < range.upperBound {
-            let n = docfs_copy_file_range(source, &inOffset, target, &outOffset, Int(range.upperBound - Int64(inOffset)), 0)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw failure("cannot make up \(what)")
-            }
-            if n == 0 { throw DocfsError(.storeUnavailable, "\(what) is lost: what it was made from ended early") }
+    /// Copies all of `range` of `source` to the same offsets of `target` (a version made up).
+    private func copyWhole(_ range: Range<Int64>, from source: Int32, to target: Int32, what: String) throws(DocfsError) {
+        guard try copyRange(range, from: source, to: target, failing: "cannot make up \(what)") == range.upperBound else {
+            throw DocfsError(.storeUnavailable, "\(what) is lost: what it was made from ended early")
         }
     }
 

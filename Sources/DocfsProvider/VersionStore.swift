@@ -140,22 +140,31 @@ public final class VersionStore: Sendable {
     func copy(_ fd: Int32, length: Int64, to incoming: String, what: String) throws(DocfsError) -> Int64 {
         let out = open(incoming, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard out >= 0 else { throw failure("cannot create \(incoming)") }
-        var inOffset: off_t = 0
-        var copied: Int64 = 0
-        while copied < length {
-            let n = docfs_copy_file_range(fd, &inOffset, out, nil, Int(min(length - copied, 1 << 30)), 0)
+        defer { close(out) }
+        do {
+            // The file may have shrunk meanwhile: what there was is kept.
+            return try copyRange(0..<length, from: fd, to: out, failing: "cannot copy \(what) into \(incoming)")
+        } catch {
+            unlink(incoming)
+            throw error
+        }
+    }
+
+    /// Copies `range` of `source` to the same offsets of `target`, stopping early where
+    /// `source` ends; answers the offset it reached.
+    public func copyRange(_ range: Range<Int64>, from source: Int32, to target: Int32,
+                   failing message: @autoclosure () -> String) throws(DocfsError) -> Int64 {
+        var inOffset = off_t(range.lowerBound), outOffset = off_t(range.lowerBound)
+        while Int64(inOffset) < range.upperBound {
+            let n = docfs_copy_file_range(source, &inOffset, target, &outOffset, Int(min(range.upperBound - Int64(inOffset), 1 << 30)), 0)
             if n < 0 {
                 if errno == EINTR { continue }
-                let error = failure("cannot copy \(what) into \(incoming)")
-                close(out)
-                unlink(incoming)
-                throw error
+                let reason = errno
+                throw failure(message(), errno: reason)
             }
-            if n == 0 { break }  // the file shrank meanwhile: keep what there was
-            copied += Int64(n)
+            if n == 0 { break }
         }
-        close(out)
-        return copied
+        return Int64(inOffset)
     }
 
     /// Keeps the file `fd` (an O_PATH descriptor) refers to, as it is, as `record.version` of
@@ -177,7 +186,7 @@ public final class VersionStore: Sendable {
     public func keepPrefix(item: ItemID, record: VersionRecord) throws(DocfsError) {
         var kept = record
         kept.prefix = true
-        _ = try makeIncoming(item)  // the item's folder
+        _ = try makeItemDirectory(item)
         guard access(recordPath(item, record.version), F_OK) != 0 else { return }  // kept already
         do {
             try StoreFiles.replace(recordPath(item, record.version), with: Array(try JSONEncoder().encode(kept)), durable: false)
@@ -303,15 +312,20 @@ public final class VersionStore: Sendable {
     }
 
     func makeIncoming(_ item: ItemID) throws(DocfsError) -> String {
+        try makeItemDirectory(item) + "/.incoming-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+    }
+
+    /// The folder of `item`'s versions, made if need be.
+    private func makeItemDirectory(_ item: ItemID) throws(DocfsError) -> String {
         let folder = itemDirectory(item)
         if mkdir(folder, 0o700) != 0 && errno != EEXIST {
             if errno == ENOENT {
                 try LocalStore.makeDirectory(directory)
-                return try makeIncoming(item)
+                return try makeItemDirectory(item)
             }
             throw failure("cannot create \(folder)")
         }
-        return folder + "/.incoming-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        return folder
     }
 
     /// Gives the finished content its name, then records it: a version is listed only once
@@ -337,9 +351,9 @@ public final class VersionStore: Sendable {
 
     /// The error of a failed step of keeping a version, errno as it is now: a full disk (or
     /// quota) stays ENOSPC (EDQUOT), so the open that wanted the version fails with it.
-    func failure(_ message: String) -> DocfsError {
-        let cause = DocfsError.errno("versions")
-        if errno == ENOSPC || errno == EDQUOT { return Self.full(message, errno, cause: cause) }
+    func failure(_ message: String, errno reason: Int32 = errno) -> DocfsError {
+        let cause = DocfsError.errno("versions", reason)
+        if reason == ENOSPC || reason == EDQUOT { return Self.full(message, reason, cause: cause) }
         return DocfsError(.storeUnavailable, message, cause: cause)
     }
 
