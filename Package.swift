@@ -2,11 +2,12 @@
 import PackageDescription
 
 // Layers, dependencies pointing one way:
-//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider, DocfsThumbnails} → DocfsCore
+//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider, DocfsThumbnails} → {DocfsCore, DocfsChunks}
 // Only DocfsFUSE imports CFuse (libfuse3) and CFusePassthrough (its C helpers for the kernel's
 // FUSE passthrough); only DocfsIndex imports GRDB. CLinux wraps Linux syscalls Swift's Glibc hides;
 // CGio is GLib's GIO, for content types from the system's shared-mime-info data; swift-crypto
-// signs bookmarks (DocfsProvider). CVips (libvips) is imported only by DocfsThumbnails, whose
+// signs bookmarks (DocfsProvider) and names chunks (DocfsChunks: content-defined chunks, stored
+// once, that kept versions are made of and the sync engine will upload). CVips (libvips) is imported only by DocfsThumbnails, whose
 // renderer runs in the thumbnail worker process, never in the daemon.
 let package = Package(
     name: "docfs",
@@ -48,7 +49,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .target(name: "DocfsProvider", dependencies: ["DocfsCore", "CLinux", "CGio", .product(name: "Crypto", package: "swift-crypto")]),
+        .target(name: "DocfsChunks", dependencies: ["CLinux", .product(name: "Crypto", package: "swift-crypto")]),
+        .target(name: "DocfsProvider", dependencies: ["DocfsCore", "DocfsChunks", "CLinux", "CGio", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "DocfsCoordination", dependencies: ["DocfsCore"]),
         .target(name: "DocfsIndex", dependencies: ["DocfsCore", .product(name: "GRDB", package: "GRDB.swift")]),
         .target(name: "DocfsThumbnails", dependencies: ["DocfsCore", "CLinux", "CVips", .product(name: "Crypto", package: "swift-crypto")]),
@@ -69,6 +71,7 @@ let package = Package(
         ),
         .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination"]),
         .testTarget(name: "DocfsIndexTests", dependencies: ["DocfsIndex"]),
+        .testTarget(name: "DocfsChunksTests", dependencies: ["DocfsChunks"]),
         .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider"]),
         .testTarget(name: "DocfsThumbnailsTests", dependencies: ["DocfsThumbnails"]),
         .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex", "DocfsThumbnails", .product(name: "Crypto", package: "swift-crypto")], exclude: ["Workloads"]),
