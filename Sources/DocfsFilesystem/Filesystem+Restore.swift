@@ -61,8 +61,7 @@ extension Filesystem {
         guard store.versions.versions(of: item).contains(where: { $0.version == version }) else {
             throw DocfsError(.invalidArgument, "version \(version) of \(path) is not kept: see docfs versions for the ones that are")
         }
-        let (source, length) = try store.versions.openContent(item, version: version, current: "/proc/self/fd/\(document.fd)")
-        defer { close(source) }
+        let content = try store.versions.openContent(item, version: version, current: "/proc/self/fd/\(document.fd)")
 
         let working = try WorkingFile(prefix: ".docfs-restore-", in: directory, replacing: name, mode: document.st.st_mode,
                                       ownChanges: ownChanges, purpose: "restore \(path) into")
@@ -70,9 +69,7 @@ extension Filesystem {
         let fd = working.fd
         let temporary = working.name
         do throws(DocfsError) {
-            guard try store.versions.copyRange(0..<length, from: source, to: fd, failing: "cannot copy the kept version") == length else {
-                throw DocfsError(.storeUnavailable, "the kept version ended early (changed behind docfs's back?)")
-            }
+            try content.copy(to: fd)
             try check(fchown(fd, document.st.st_uid, document.st.st_gid))
             try check(fchmod(fd, document.st.st_mode & 0o7777))  // chown cleared set-id bits
             var st = stat()

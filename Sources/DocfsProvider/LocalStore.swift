@@ -1,4 +1,5 @@
 import CLinux
+import DocfsChunks
 import DocfsCore
 import Synchronization
 #if canImport(Glibc)
@@ -44,7 +45,8 @@ public final class LocalStore: Sendable {
         }
         try Self.writeFormatMarkerIfMissing(layout)
         itemIDs = try ItemIDAllocator(path: layout.itemIDsFile)
-        versions = VersionStore(directory: layout.versionsDirectory, policy: try VersionPolicy.load(from: layout.settingsFile))
+        versions = VersionStore(directory: layout.versionsDirectory, policy: try VersionPolicy.load(from: layout.settingsFile),
+                                chunks: ChunkStore(directory: layout.chunksDirectory))
     }
 
     /// The default store: $DOCFS_STORE, else $XDG_DATA_HOME/docfs, else ~/.local/share/docfs.

@@ -10,6 +10,7 @@ import DocfsCore
 ///       item-ids                         the next unused item id (see ItemIDAllocator)
 ///       settings.json                    optional settings (see VersionPolicy)
 ///       versions/<item>/<version>[.json] kept versions and their records (see VersionStore)
+///       chunks/<xx>/<sha-256>           content-defined chunks versions are made of (see ChunkStore)
 ///       containers/<id>/Documents/       a container's documents scope (user-visible)
 ///       containers/<id>/Data/            the rest of the container (data scope)
 ///       index/index.sqlite[-wal,-shm]   the metadata index (see IndexDatabase)
@@ -34,6 +35,7 @@ public struct StoreLayout: Sendable {
     /// The metadata index (SQLite, WAL): see DocfsIndex.
     public var indexFile: String { indexDirectory + "/index.sqlite" }
     public var versionsDirectory: String { root + "/versions" }
+    public var chunksDirectory: String { root + "/chunks" }
     public var keysDirectory: String { root + "/keys" }
     public var bookmarkKeyFile: String { keysDirectory + "/bookmarks.key" }
     public var thumbnailsDirectory: String { root + "/thumbnails" }

@@ -35,7 +35,8 @@ extension VersionStore {
     /// nothing listed that is not in place.
     public func save(_ ranges: [Range<Int64>], of item: ItemID, version: UInt64, from current: Int32) throws(DocfsError) {
         // A delta pruned meanwhile (the policy keeps fewer) needs nothing: no file is left behind.
-        guard !ranges.isEmpty, access(recordPath(item, version), F_OK) == 0 else { return }
+        // One made whole and cut into chunks is no delta any more: nothing is saved into it.
+        guard !ranges.isEmpty, access(recordPath(item, version), F_OK) == 0, access(chunksPath(item, version), F_OK) != 0 else { return }
         let content = open(contentPath(item, version), O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
         guard content >= 0 else { throw failure("cannot save what version \(version) of item \(item) held") }
         defer { close(content) }
@@ -90,23 +91,19 @@ extension VersionStore {
         }
         unlink(savedPath(item, newest.version))
         account(copied)
+        settleLater(item, version: newest.version)
         return copied
     }
 
-    /// The content of kept version `version` of `item`: a descriptor open for reading (the
-    /// caller closes it) and how many of its bytes, from the start, are the version. A delta
-    /// is made up in a file of its own (unlinked), from the next newer whole version or the
-    /// current file (`current`, a path) and the saved bytes of every delta in between.
-    public func openContent(_ item: ItemID, version: UInt64, current: String) throws(DocfsError) -> (fd: Int32, length: Int64) {
+    /// The content of kept version `version` of `item`. A delta is made up in a file of its own
+    /// (unlinked), from the next newer whole version or the current file (`current`, a path)
+    /// and the saved bytes of every delta in between.
+    public func openContent(_ item: ItemID, version: UInt64, current: String) throws(DocfsError) -> VersionContent {
         let all = versions(of: item).filter { $0.kind == .previous || $0.version == version }
         guard let index = all.firstIndex(where: { $0.version == version }) else {
             throw DocfsError(.invalidArgument, "version \(version) is not kept: see docfs versions for the ones that are")
         }
-        guard all[index].isPrefix else {
-            let fd = open(contentPath(item, version), O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw DocfsError(.storeUnavailable, "cannot read version \(version) of item \(item)", cause: DocfsError.errno("open")) }
-            return (fd, all[index].size)
-        }
+        guard all[index].isPrefix else { return try openWhole(item, version: version) }
         // The deltas from this one up to the next whole state, and that state.
         var chain = [all[index]]
         var next = index + 1
@@ -114,24 +111,29 @@ extension VersionStore {
             chain.append(all[next])
             next += 1
         }
-        let base = next < all.count ? contentPath(item, all[next].version) : current
-        let source = open(base, O_RDONLY | O_CLOEXEC)
-        guard source >= 0 else { throw DocfsError(.storeUnavailable, "cannot read version \(version) of item \(item)", cause: DocfsError.errno(base)) }
-        defer { close(source) }
         let made = try makeIncoming(item)
         let fd = open(made, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw failure("cannot make up version \(version) of item \(item)") }
         unlink(made)
         do throws(DocfsError) {
-            var st = stat()
-            _ = fstat(source, &st)
             let newest = chain.last!
-            let lacking = savedRanges(of: item, version: newest.version).missing(in: min(Int64(st.st_size), newest.size)..<newest.size)
+            let baseLength: Int64
+            if next < all.count {  // a whole version: its content goes in as it is, then is cut
+                baseLength = try openWhole(item, version: all[next].version).copy(to: fd)
+            } else {
+                let source = open(current, O_RDONLY | O_CLOEXEC)
+                guard source >= 0 else { throw DocfsError(.storeUnavailable, "cannot read version \(version) of item \(item)", cause: DocfsError.errno(current)) }
+                defer { close(source) }
+                var st = stat()
+                _ = fstat(source, &st)
+                baseLength = min(Int64(st.st_size), newest.size)
+                try copyWhole(0..<baseLength, from: source, to: fd, what: "version \(version) of item \(item)")
+            }
+            let lacking = savedRanges(of: item, version: newest.version).missing(in: min(baseLength, newest.size)..<newest.size)
             guard lacking.isEmpty else {
                 throw DocfsError(.storeUnavailable, "version \(version) of item \(item) is lost: it relied on \(newest.size) bytes of a file "
                                  + "that is shorter now (changed behind docfs's back)")
             }
-            try copyWhole(0..<min(Int64(st.st_size), newest.size), from: source, to: fd, what: "version \(version) of item \(item)")
             for delta in chain.reversed() {
                 guard ftruncate(fd, off_t(delta.size)) == 0 else { throw failure("cannot make up version \(version) of item \(item)") }
                 let saved = savedRanges(of: item, version: delta.version)
@@ -147,7 +149,7 @@ extension VersionStore {
             close(fd)
             throw error
         }
-        return (fd, all[index].size)
+        return VersionContent(parts: [.open(fd: fd, length: all[index].size)], what: "version \(version) of item \(item)")
     }
 
     /// Copies all of `range` of `source` to the same offsets of `target` (a version made up).

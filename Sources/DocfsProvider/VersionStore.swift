@@ -1,4 +1,5 @@
 import CLinux
+import DocfsChunks
 import DocfsCore
 import FoundationEssentials
 import Synchronization
@@ -43,6 +44,9 @@ public struct VersionRecord: Codable, Sendable, Equatable {
     public var prefix: Bool?
     /// For a delta, the bytes saved so far (filled in when listed, not stored).
     public var savedBytes: Int64?
+    /// For a version kept as chunks, the bytes of the chunks no other version uses: what
+    /// removing it frees (filled in when listed, not stored).
+    public var ownChunkBytes: Int64?
 
     private enum CodingKeys: String, CodingKey {
         case version, kind, modified, kept, size, author, prefix
@@ -62,15 +66,22 @@ public struct VersionRecord: Codable, Sendable, Equatable {
     /// Whether the version is a delta of the next newer state (a prefix when nothing is saved).
     public var isPrefix: Bool { prefix == true }
 
-    /// The bytes the version takes in the store: a delta's saved bytes.
-    public var storedSize: Int64 { isPrefix ? savedBytes ?? 0 : size }
+    /// Whether the version's content is kept as chunks (known when listed).
+    public var isChunked: Bool { ownChunkBytes != nil }
+
+    /// The bytes the version takes in the store: a delta's saved bytes, the chunks only it
+    /// uses, or a whole copy's size.
+    public var storedSize: Int64 { ownChunkBytes ?? (isPrefix ? savedBytes ?? 0 : size) }
 }
 
-/// The previous and conflict versions of items, kept by the local provider as plain files:
-/// `STORE/versions/<item id>/<version>` holds the content and `<version>.json` its record.
-/// Content arrives either as a copy (a write session in place) or as the superseded file itself,
-/// linked in (a safe-save replace), so nobody ever sees a version half written: it appears under
-/// its final name complete.
+/// The previous and conflict versions of items, kept by the local provider:
+/// `STORE/versions/<item id>/<version>.json` is a version's record, and its content is either
+/// `<version>.chunks/` (a `ChunkManifest`: content-defined chunks of the store's `ChunkStore`,
+/// each stored once however many versions share it), or the file `<version>` (content smaller
+/// than a chunk, or a superseded file linked in by a safe-save replace until the background
+/// settler cuts it into chunks), or, for a delta, nothing but saved ranges (below). Content
+/// arrives complete under a temporary name and is renamed into place, so nobody ever sees a
+/// version half written.
 ///
 /// A version an append-only session superseded is kept as a *prefix*: a record alone, whose
 /// content is the first `size` bytes of the next newer previous version of the item (or of the
@@ -79,16 +90,23 @@ public struct VersionRecord: Codable, Sendable, Equatable {
 /// the newest prefix a copy first (`materializeNewestPrefix`), and pruning removes an item's
 /// versions oldest first, so a prefix never loses what it points to.
 ///
-/// Lock order: `usage` is a leaf lock, never held across file operations.
+/// Lock order: `usage` and `settling` are leaf locks, never held across file operations.
 public final class VersionStore: Sendable {
     public let directory: String
     public let policy: VersionPolicy
+    /// Where chunked versions' chunks live (by default `chunks` beside `directory`).
+    public let chunks: ChunkStore
     /// Bytes the kept versions take, counted on first need.
     private let usage = Mutex<Int64?>(nil)
+    /// Whole versions waiting to be cut into chunks, and whether the settler thread runs.
+    let settling = Mutex<SettleQueue>(SettleQueue())
+    let settleSignal = ThreadSemaphore()
 
-    public init(directory: String, policy: VersionPolicy) {
+    public init(directory: String, policy: VersionPolicy, chunks: ChunkStore? = nil) {
         self.directory = directory
         self.policy = policy
+        let parent = directory.lastIndex(of: "/").map { String(directory[..<$0]) } ?? "."
+        self.chunks = chunks ?? ChunkStore(directory: parent + "/chunks")
     }
 
     /// Removes what a daemon that died while keeping a version left half done (`.incoming-*`,
@@ -96,25 +114,36 @@ public final class VersionStore: Sendable {
     /// got to move away: still a second name of the current content, they are no version of
     /// it). Call before serving.
     public func removeLeftovers() {
+        chunks.removeLeftovers()
         for name in Self.names(in: directory) {
             guard let item = ItemID(text: name) else { continue }
             let folder = itemDirectory(item)
             var entries = Self.names(in: folder)
             for entry in entries where entry.hasPrefix(".incoming-") || entry.hasSuffix(".json.tmp") {
-                unlink(folder + "/" + entry)
+                if unlink(folder + "/" + entry) != 0 && errno == EISDIR { ChunkManifest.remove(folder + "/" + entry, store: chunks) }
             }
             for entry in entries where UInt64(entry) != nil {
                 var st = stat()
-                if lstat(folder + "/" + entry, &st) == 0 && st.st_nlink > 1 {
+                // A second name of the current content, or a copy settled into chunks already.
+                if lstat(folder + "/" + entry, &st) == 0 && (st.st_nlink > 1 || entries.contains(entry + ".chunks")) {
                     unlink(folder + "/" + entry)
                     entries.removeAll { $0 == entry }
                 }
             }
-            for entry in entries where entry.hasSuffix(".json") && !entries.contains(String(entry.dropLast(5))) {
-                guard let version = UInt64(entry.dropLast(5)), (try? readRecord(item, version))?.isPrefix == true else {
+            for entry in entries where entry.hasSuffix(".chunks") && !entries.contains(entry.dropLast(7) + ".json") {
+                ChunkManifest.remove(folder + "/" + entry, store: chunks)
+            }
+            for entry in entries where entry.hasSuffix(".json") {
+                let base = String(entry.dropLast(5))
+                if entries.contains(base) || entries.contains(base + ".chunks") { continue }
+                guard let version = UInt64(base), (try? readRecord(item, version))?.isPrefix == true else {
                     unlink(folder + "/" + entry)
                     continue
                 }
+            }
+            // Whole versions a daemon kept (or an older docfs) get cut into chunks.
+            for entry in entries where UInt64(entry) != nil && !entries.contains(entry + ".chunks") {
+                settleLater(item, version: UInt64(entry)!)
             }
         }
     }
@@ -125,14 +154,15 @@ public final class VersionStore: Sendable {
 
     func recordPath(_ item: ItemID, _ version: UInt64) -> String { contentPath(item, version) + ".json" }
 
-    /// Keeps a copy of what `fd` (open for reading) holds as `record.version` of `item`.
+    /// Keeps a copy of what `fd` (open for reading) holds as `record.version` of `item`: as
+    /// chunks (only those not stored yet are written) unless it is smaller than a chunk.
     public func keepCopy(of fd: Int32, item: ItemID, record: VersionRecord) throws(DocfsError) {
+        if record.size >= Int64(chunks.chunker.minimumSize) { return try keepChunks(of: fd, item: item, record: record) }
         let incoming = try makeIncoming(item)
         let copied = try copy(fd, length: record.size, to: incoming, what: "version \(record.version) of item \(item)")
         var kept = record
         kept.size = copied
-        try publish(incoming, item: item, record: kept)
-        account(copied)
+        if try publish(incoming, item: item, record: kept) { account(copied) }
     }
 
     /// Copies the first `length` bytes of `fd` (fewer if it is shorter) into a new file at
@@ -176,8 +206,9 @@ public final class VersionStore: Sendable {
             r = linkat(AT_FDCWD, "/proc/self/fd/\(fd)", AT_FDCWD, incoming, AT_SYMLINK_FOLLOW)
         }
         guard r == 0 else { throw failure("cannot keep version \(record.version) of item \(item)") }
-        try publish(incoming, item: item, record: record)
+        guard try publish(incoming, item: item, record: record) else { return }
         account(record.storedSize)
+        settleLater(item, version: record.version)
     }
 
     /// Keeps `record` (the content a session is about to append to, or to change only through
@@ -201,6 +232,7 @@ public final class VersionStore: Sendable {
             guard name.hasSuffix(".json"), let version = UInt64(name.dropLast(5)),
                   var record = try? readRecord(item, version) else { return nil }
             if record.isPrefix { record.savedBytes = savedRanges(of: item, version: version).byteCount }
+            if let own = ownChunkBytes(item, version) { record.ownChunkBytes = own }
             return record
         }
         return records.sorted { $0.version < $1.version }
@@ -208,6 +240,13 @@ public final class VersionStore: Sendable {
 
     /// Whether kept version `version` of `item` holds the same bytes as the file at `path`.
     public func sameContent(_ item: ItemID, version: UInt64, as path: String) -> Bool {
+        if access(chunksPath(item, version), F_OK) == 0 {
+            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { return false }
+            defer { close(fd) }
+            var st = stat()
+            return fstat(fd, &st) == 0 && ChunkManifest.matches(chunksPath(item, version), fd: fd, length: Int64(st.st_size), chunker: chunks.chunker)
+        }
         let a = open(contentPath(item, version), O_RDONLY | O_CLOEXEC)
         let b = open(path, O_RDONLY | O_CLOEXEC)
         defer {
@@ -234,11 +273,22 @@ public final class VersionStore: Sendable {
         }
     }
 
+    /// Removes a kept version, and the chunks only it used; the store's usage drops by what
+    /// that freed.
     public func remove(_ item: ItemID, version: UInt64) {
+        var freed: Int64 = 0
+        if let record = try? readRecord(item, version), record.kind == .previous, !record.isPrefix {
+            var st = stat()
+            if stat(contentPath(item, version), &st) == 0 { freed += Int64(st.st_size) }
+        } else if access(savedPath(item, version), F_OK) == 0 {
+            freed += savedRanges(of: item, version: version).byteCount
+        }
         unlink(recordPath(item, version))
         unlink(contentPath(item, version))
         unlink(savedPath(item, version))
+        freed += ChunkManifest.remove(chunksPath(item, version), store: chunks)
         rmdir(itemDirectory(item))  // only when it was the last
+        account(-freed)
     }
 
     /// Drops the versions of `item` the policy no longer keeps (too many, too old), then the
@@ -250,7 +300,6 @@ public final class VersionStore: Sendable {
         for (index, record) in previous.enumerated()
         where index < tooMany || now - record.kept > policy.maximumAge {
             remove(item, version: record.version)
-            account(-record.storedSize)
         }
         if account(0) > policy.maximumTotalSize { pruneStore() }
     }
@@ -266,7 +315,8 @@ public final class VersionStore: Sendable {
             current = value + delta
             return value + delta
         }) { return total }
-        let counted = allPrevious().reduce(0) { $0 + $1.record.storedSize }
+        // Chunks are counted once, however many versions share them.
+        let counted = allPrevious().reduce(0) { $0 + ($1.record.isChunked ? 0 : $1.record.storedSize) } + chunks.storedBytes()
         return usage.withLock { current in
             current = counted
             return counted
@@ -276,15 +326,12 @@ public final class VersionStore: Sendable {
     private func pruneStore() {
         // Oldest first, and by version within an item: a prefix goes before what it points to.
         var all = allPrevious().sorted { ($0.record.kept, $0.record.version) < ($1.record.kept, $1.record.version) }
-        var total = all.reduce(0) { $0 + $1.record.storedSize }
         // Down to 90%, so the next save does not prune again at once.
         let target = policy.maximumTotalSize / 10 * 9
-        while total > target, !all.isEmpty {
+        while account(0) > target, !all.isEmpty {
             let oldest = all.removeFirst()
             remove(oldest.item, version: oldest.record.version)
-            total -= oldest.record.storedSize
         }
-        usage.withLock { $0 = total }
     }
 
     private func allPrevious() -> [(item: ItemID, record: VersionRecord)] {
@@ -294,17 +341,7 @@ public final class VersionStore: Sendable {
     }
 
     /// The names in a folder of docfs's own (all ASCII); none when it does not exist.
-    static func names(in path: String) -> [String] {
-        guard let dir = opendir(path) else { return [] }
-        defer { closedir(dir) }
-        var names: [String] = []
-        while let entry = readdir(dir) {
-            names.append(withUnsafePointer(to: &entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            })
-        }
-        return names
-    }
+    static func names(in path: String) -> [String] { ChunkStore.names(in: path) }
 
     func readRecord(_ item: ItemID, _ version: UInt64) throws -> VersionRecord {
         guard let bytes = try StoreFiles.read(recordPath(item, version)) else { throw DocfsError(.system(.noSuchFileOrDirectory), "") }
@@ -330,23 +367,37 @@ public final class VersionStore: Sendable {
 
     /// Gives the finished content its name, then records it: a version is listed only once
     /// its content is in place.
-    private func publish(_ incoming: String, item: ItemID, record: VersionRecord) throws(DocfsError) {
+    /// `incoming` is a file (the content itself) or, when `chunked`, a manifest folder.
+    /// Answers whether it was published (false: the version was kept already, and `incoming`
+    /// is gone).
+    @discardableResult
+    func publish(_ incoming: String, item: ItemID, record: VersionRecord, chunked: Bool = false) throws(DocfsError) -> Bool {
+        let target = chunked ? chunksPath(item, record.version) : contentPath(item, record.version)
+        let discard = { [chunks] in
+            if chunked { ChunkManifest.remove(incoming, store: chunks) } else { unlink(incoming) }
+        }
         // Never over a version kept already: that one stays (it may be a file someone still
         // writes, kept by a replace).
-        guard docfs_renameat2(AT_FDCWD, incoming, AT_FDCWD, contentPath(item, record.version), DOCFS_RENAME_NOREPLACE) == 0 else {
+        let other = chunked ? contentPath(item, record.version) : chunksPath(item, record.version)
+        guard access(other, F_OK) != 0 else {
+            discard()
+            return false
+        }
+        guard docfs_renameat2(AT_FDCWD, incoming, AT_FDCWD, target, DOCFS_RENAME_NOREPLACE) == 0 else {
             let collision = errno == EEXIST
             let error = failure("cannot keep version \(record.version) of item \(item)")
-            unlink(incoming)
-            if collision { return }
+            discard()
+            if collision { return false }
             throw error
         }
         do {
             let json = try JSONEncoder().encode(record)
             try StoreFiles.replace(recordPath(item, record.version), with: Array(json), durable: false)
         } catch {
-            unlink(contentPath(item, record.version))
+            if chunked { ChunkManifest.remove(target, store: chunks) } else { unlink(target) }
             throw recordFailure(record.version, item, error)
         }
+        return true
     }
 
     /// The error of a failed step of keeping a version, errno as it is now: a full disk (or

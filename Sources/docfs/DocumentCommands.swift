@@ -171,21 +171,10 @@ struct VersionsCommand: ParsableCommand {
 
     /// `--show`: kept version `version`'s content on standard output.
     private func write(version: UInt64, of document: LocatedDocument, from store: VersionStore) throws {
-        let (fd, length) = try reportingErrors { () throws(DocfsError) in
+        let content = try reportingErrors { () throws(DocfsError) in
             try store.openContent(document.item, version: version, current: document.backingPath)
         }
-        defer { close(fd) }
-        var offset: Int64 = 0
-        while offset < length {
-            var inOffset = off_t(offset)
-            let n = sendfile(STDOUT_FILENO, fd, &inOffset, Int(min(length - offset, 1 << 30)))
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else {
-                printError("docfs: cannot write version \(version) to standard output: \(String(cString: strerror(errno)))\n")
-                throw ExitCode.failure
-            }
-            offset += Int64(n)
-        }
+        _ = try reportingErrors { () throws(DocfsError) in try content.send(to: STDOUT_FILENO) }
     }
 }
 
