@@ -170,6 +170,13 @@ def make_random_file(path, mb):
     return 0.0
 
 
+def make_document(path, mb):
+    """`mb` MB of seeded random bytes that never repeat (a compressed document's content)."""
+    with open(path, "wb") as f:
+        f.write(random.Random(51).randbytes(int(mb) << 20))
+    return 0.0
+
+
 def rewrite_blocks(path, count, seed):
     """`count` times: open for writing, write 4 KiB at a random 4 KiB-aligned offset, close."""
     rng = random.Random(int(seed))
@@ -184,7 +191,28 @@ def rewrite_blocks(path, count, seed):
     return time.perf_counter() - start
 
 
-CHILDREN = {f.__name__: f for f in (make_text_file, make_random_file, rewrite_blocks)}
+def safe_saves(path, count, seed):
+    """`count` times what an editor's safe-save does: read the document, change 64 bytes and
+    insert 100 at random places, write it all to a new file, fsync, rename it over."""
+    rng = random.Random(int(seed))
+    start = time.perf_counter()
+    for _ in range(int(count)):
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        at = rng.randrange(len(data) - 64)
+        data[at:at + 64] = rng.randbytes(64)
+        at = rng.randrange(len(data))
+        data[at:at] = rng.randbytes(100)
+        temporary = path + ".tmp"
+        with open(temporary, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(temporary, path)
+    return time.perf_counter() - start
+
+
+CHILDREN = {f.__name__: f for f in (make_text_file, make_random_file, make_document, rewrite_blocks, safe_saves)}
 
 
 # The workloads. Each is (row name, target: docfs's time at most this many times
@@ -249,6 +277,15 @@ def sqlite_inserts(count, mb):
     return setup, body
 
 
+def document_saves(count, mb):
+    def setup(run, d):
+        run.setup(python_child("make_document", os.path.join(d, "report.odt"), mb))
+    def body(run, d):
+        run.timed("safe-saves", python_child("safe_saves", os.path.join(d, "report.odt"), count, 5), reports_time=True)
+        run.setup(["sleep", "2"])  # docfs cuts the kept files into chunks in the background
+    return setup, body
+
+
 def stress(procs, ops):
     def body(run, d):
         result = run.timed("stress", [sys.executable, os.path.join(SCRIPTS, "stress.py"), d, "--procs", str(procs),
@@ -263,6 +300,7 @@ def workloads(tarball, quick):
             ("200 appends (>>) to a 10 MB file", 3, *appends(200, 10)),
             ("100 rewrites of 4 KiB in a 50 MB file", 3, *rewrites(100, 50)),
             ("50 sqlite3 inserts, 20 MB database", 2, *sqlite_inserts(50, 20)),
+            ("10 safe-saves of a 20 MB document", 2, *document_saves(10, 20)),
             (f"stress: 4 procs x {ops} ops", 2, *stress(4, ops))]
 
 
@@ -293,7 +331,7 @@ def run_once(target, setup, body, root, scratch, timeout):
 
     def after_stop(backing):
         if target.name.startswith("docfs"):
-            result["versions_bytes"] = directory_bytes(os.path.join(backing, "store", "versions"))
+            result["versions_bytes"] = sum(directory_bytes(os.path.join(backing, "store", part)) for part in ("versions", "chunks"))
 
     bench.run_on_fresh_filesystem(target, work, root, scratch, IMAGE_MB, after_stop)
     return result
@@ -423,7 +461,7 @@ def time_table(rows, names, runs, timeout):
 
 
 def versions_table(rows, docfs_names, runs):
-    print("\nkept versions after each row (disk taken by STORE/versions, du -s -B1, MB)")
+    print("\nkept versions after each row (disk taken by STORE/versions and STORE/chunks, du -s -B1, MB)")
     print(f"{'workload':38}" + "".join(f" {SHORT[n]:>9}" for n in docfs_names))
     for name, *_ in rows:
         print(f"{name:38}" + "".join(f" {versions_cell(runs[(name, n)]):>9}" for n in docfs_names))

@@ -119,11 +119,10 @@ extension Filesystem {
         if node.isSymlink { throw DocfsError.system(EPERM) }
         if name == ItemAttributes.thumbnail { return try setThumbnailAttribute(of: node, png: value, flags: flags) }
         try ExtendedAttributePolicy.checkWritable(name, value: value)
-        defer { shared.changed(by: self, files: [node.key]) }
-        try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
+        try changing([(node.item, .metadata)], touching: .file(node)) { () throws(DocfsError) in
             try check(value.withUnsafeBytes { docfs_setxattr(node.procPath, name, $0.baseAddress, $0.count, flags) })
             ownChanges.changedFile(at: node.fd)
-            stitcher?.recordFile(node)
+            return ((), [.file(.attributes, node)])
         }
     }
 
@@ -134,11 +133,10 @@ extension Filesystem {
         if node.isSymlink { throw DocfsError.system(EPERM) }
         if name == ItemAttributes.thumbnail { return try removeThumbnailAttribute(of: node) }
         try ExtendedAttributePolicy.checkWritable(name, value: nil)
-        defer { shared.changed(by: self, files: [node.key]) }
-        try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
+        try changing([(node.item, .metadata)], touching: .file(node)) { () throws(DocfsError) in
             try check(docfs_removexattr(node.procPath, name))
             ownChanges.changedFile(at: node.fd)
-            stitcher?.recordFile(node)
+            return ((), [.file(.attributes, node)])
         }
     }
 

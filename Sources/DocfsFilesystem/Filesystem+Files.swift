@@ -82,9 +82,10 @@ extension Filesystem {
     public func create(parent: NodeID, name: FileName, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
-        defer { shared.changed(by: self, names: [(directory.key, name)]) }
-        let made = try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Creation in
-            try createExclusively(in: directory, name: name, mode: mode, flags: flags, caller: caller)
+        let made = try changing([(directory.item, .write)], touching: .name(name, in: directory)) { () throws(DocfsError) in
+            let creation = try createExclusively(in: directory, name: name, mode: mode, flags: flags, caller: caller)
+            guard case .made(let entry, _) = creation else { return (creation, []) }
+            return (creation, [.name(.createdOpen, name, in: directory, item: ItemID(rawValue: UInt64(entry.attributes.st_ino)))])
         }
         switch made {
         case let .made(entry, file):
@@ -142,7 +143,6 @@ extension Filesystem {
             }
             let entry = try self.entry(in: directory, name: name, newItem: item)
             if let stitcher { stitcher.opened(UInt64(fd), writing: try nodes.node(entry.node), createdAs: name, in: directory) }
-            present(.created, name, in: directory, item: item)
             return .made(entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
                                          mayPassThrough: !Self.hasSetIDBits(mode)))
         } catch {
@@ -235,10 +235,7 @@ extension Filesystem {
         guard copy >= 0 else { throw DocfsError.system(Glibc.errno) }
         try check(close(copy))
         sessions.flushed(handle)
-        if let written = stitcher?.closed(handle) {
-            contentChanged(written)
-            shared.changed(by: self, files: [written.key])  // close-to-open for the other mounts
-        }
+        if let written = stitcher?.closed(handle) { stitchedWriter(written) }
     }
 
     /// The last close of an open file; the last writer of a file ends its write session.
@@ -272,10 +269,7 @@ extension Filesystem {
         let fd = backingDescriptor(of: handle)
         storePendingID(createdAs: handle, fd: fd)
         try check(dataOnly ? fdatasync(fd) : Glibc.fsync(fd))
-        if let written = stitcher?.closed(handle) {
-            contentChanged(written)
-            shared.changed(by: self, files: [written.key])
-        }
+        if let written = stitcher?.closed(handle) { stitchedWriter(written) }
     }
 
     /// fallocate(2) with any mode (keep-size, punch-hole, zero-range, collapse/insert range).

@@ -11,16 +11,9 @@ extension Filesystem {
     public func makeDirectory(parent: NodeID, name: FileName, mode: mode_t, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
-        defer { shared.changed(by: self, names: [(directory.key, name)]) }
-        return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
+        return try changing([(directory.item, .write)], touching: .name(name, in: directory)) { () throws(DocfsError) in
             try check(mkdirat(directory.fd, name.cString, mode & 0o7777))
-            ownChanges.changedName(name, in: directory.key)
-            try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
-            let made = try entry(in: directory, name: name)
-            let item = ItemID(rawValue: UInt64(made.attributes.st_ino))
-            stitcher?.recordName(name, in: directory.fd, item: item)
-            present(.created, name, in: directory, item: item)
-            return made
+            return try made(name, in: directory, caller: caller, mode: nil)
         }
     }
 
@@ -28,32 +21,29 @@ extension Filesystem {
     public func makeNode(parent: NodeID, name: FileName, mode: mode_t, device: dev_t, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
-        defer { shared.changed(by: self, names: [(directory.key, name)]) }
-        return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
+        return try changing([(directory.item, .write)], touching: .name(name, in: directory)) { () throws(DocfsError) in
             try check(mknodat(directory.fd, name.cString, mode, device))
-            ownChanges.changedName(name, in: directory.key)
-            try giveToCaller(in: directory, name: name, caller: caller, mode: mode)
-            let made = try entry(in: directory, name: name)
-            stitcher?.recordName(name, in: directory.fd, item: ItemID(rawValue: UInt64(made.attributes.st_ino)))
-            present(.created, name, in: directory)
-            return made
+            return try made(name, in: directory, caller: caller, mode: mode)
         }
     }
 
     public func makeSymbolicLink(target: FileName, parent: NodeID, name: FileName, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
-        defer { shared.changed(by: self, names: [(directory.key, name)]) }
         try refuseEscapingLink(target, in: directory, name: name)
-        return try coordinator.withClaims([(directory.item, .write)]) { () throws(DocfsError) -> Entry in
+        return try changing([(directory.item, .write)], touching: .name(name, in: directory)) { () throws(DocfsError) in
             try check(symlinkat(target.cString, directory.fd, name.cString))
-            ownChanges.changedName(name, in: directory.key)
-            try giveToCaller(in: directory, name: name, caller: caller, mode: nil)
-            let made = try entry(in: directory, name: name)
-            stitcher?.recordName(name, in: directory.fd, item: ItemID(rawValue: UInt64(made.attributes.st_ino)))
-            present(.created, name, in: directory)
-            return made
+            return try made(name, in: directory, caller: caller, mode: nil)
         }
+    }
+
+    /// What follows making `name` in `directory` (a folder, node or link): the caller owns it,
+    /// the kernel gets its entry, and the record says it was created.
+    private func made(_ name: FileName, in directory: Node, caller: Caller, mode: mode_t?) throws(DocfsError) -> (Entry, [ChangeRecord]) {
+        ownChanges.changedName(name, in: directory.key)
+        try giveToCaller(in: directory, name: name, caller: caller, mode: mode)
+        let made = try entry(in: directory, name: name)
+        return (made, [.name(.created, name, in: directory, item: ItemID(rawValue: UInt64(made.attributes.st_ino)))])
     }
 
     /// A hard link: the new name reaches the same node.
@@ -61,12 +51,12 @@ extension Filesystem {
         let node = try nodes.node(id)
         let directory = try nodes.node(newParent)
         try refuseTakingContainerName(newParent, newName)
-        defer { shared.changed(by: self, names: [(directory.key, newName)], files: [node.key]) }
         if node.isReference {
             throw DocfsError(.refused,
                              "\(newName): a reference cannot be hard-linked (link the original, or pick it again)")
         }
-        return try coordinator.withClaims([(directory.item, .write), (node.item, .metadata)]) { () throws(DocfsError) -> Entry in
+        let touched = TouchedPlaces(names: [(directory.key, newName)], files: [node.key])
+        return try changing([(directory.item, .write), (node.item, .metadata)], touching: touched) { () throws(DocfsError) in
             // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; a daemon without it links through /proc.
             if linkat(node.fd, "", directory.fd, newName.cString, DOCFS_AT_EMPTY_PATH) != 0 {
                 guard errno == ENOENT || errno == EPERM else { throw DocfsError.system(errno) }
@@ -77,9 +67,7 @@ extension Filesystem {
             try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
             st.st_ino = ino_t(node.item.rawValue)
             nodes.reference(node)
-            stitcher?.recordName(newName, in: directory.fd, item: node.item)
-            present(.created, newName, in: directory, item: node.item)
-            return Entry(node: node.id, generation: generation, attributes: st)
+            return (Entry(node: node.id, generation: generation, attributes: st), [.name(.created, newName, in: directory, item: node.item)])
         }
     }
 
@@ -87,16 +75,15 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         try refuseControlArea(parent, name)
         try refuseChangingContainerFolder(parent, name)
-        defer { shared.changed(by: self, names: [(directory.key, name)]) }
-        try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
+        try changing(claims(writing: [directory], deleting: name, in: directory), touching: .name(name, in: directory)) { () throws(DocfsError) in
             let victim = knownNode(at: name, in: directory)
             let wasReference = victim?.isReference ?? (reference(at: name, in: directory) != nil)
             ownChanges.changedName(name, in: directory.key)
             try check(unlinkat(directory.fd, name.cString, 0))
-            stitcher?.removeName(name, in: directory.fd, wasReference: wasReference)
             victim?.found(at: nil)  // gone by docfs's hand: no writer raced for it
-            if let victim { removedLastName(of: victim) }
-            present(.deleted, name, in: directory, item: victim?.item)
+            var change = ChangeRecord.name(.deleted(wasReference: wasReference), name, in: directory, item: victim?.item)
+            change.node = victim
+            return ((), [change])
         }
     }
 
@@ -104,12 +91,10 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         try refuseControlArea(parent, name)
         try refuseChangingContainerFolder(parent, name)
-        defer { shared.changed(by: self, names: [(directory.key, name)]) }
-        try coordinator.withClaims(claims(writing: [directory], deleting: name, in: directory)) { () throws(DocfsError) in
+        try changing(claims(writing: [directory], deleting: name, in: directory), touching: .name(name, in: directory)) { () throws(DocfsError) in
             ownChanges.changedName(name, in: directory.key)
             try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
-            stitcher?.removeName(name, in: directory.fd)
-            present(.deleted, name, in: directory)
+            return ((), [.name(.deleted(wasReference: false), name, in: directory, item: nil)])
         }
     }
 

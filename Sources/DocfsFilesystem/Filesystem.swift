@@ -255,17 +255,13 @@ public final class Filesystem: Sendable {
 
     public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
         let node = try changeableNode(id)
-        defer { shared.changed(by: self, files: [node.key]) }
-        return try coordinator.withClaims([(node.item, changes.size == nil ? .metadata : .write)]) { () throws(DocfsError) -> stat in
+        return try changing([(node.item, changes.size == nil ? .metadata : .write)], touching: .file(node)) { () throws(DocfsError) in
             var st = try setAttributes(of: node, handle: handle, changes, caller: caller)
             // The watcher knows backing inodes; the kernel is shown the item id.
             ownChanges.changedFile(st)
-            // Mode and owner are no part of the record; size and times are.
-            if changes.size != nil || changes.changesTimes {
-                stitcher?.recordFile(node)
-            }
             st.st_ino = ino_t(node.item.rawValue)
-            return st
+            // Mode and owner are no part of the index's record; size and times are.
+            return (st, changes.size != nil || changes.changesTimes ? [.file(.attributes, node)] : [])
         }
     }
 
