@@ -40,12 +40,14 @@ def process_io(pid="self"):
         return {k: int(v) for k, v in (line.split(": ") for line in f.read().splitlines())}
 
 
-def directory_bytes(path):
-    """The disk `path` takes, `du -s -B1` (0 when it does not exist): blocks, not sizes, since a
-    delta version is a sparse file holding only the bytes it saved."""
-    if not os.path.exists(path):
+def directory_bytes(*paths):
+    """The disk `paths` take together, `du -sc -B1` (0 for those that do not exist): blocks, not
+    sizes, since a delta version is a sparse file holding only the bytes it saved; one du over
+    all of them, since a chunk is linked from the versions using it and must count once."""
+    present = [p for p in paths if os.path.exists(p)]
+    if not present:
         return 0
-    return int(subprocess.check_output(["du", "-s", "-B1", path], text=True).split()[0])
+    return int(subprocess.check_output(["du", "-sc", "-B1", *present], text=True).splitlines()[-1].split()[0])
 
 
 def wait_group_gone(pgid, limit):
@@ -331,7 +333,7 @@ def run_once(target, setup, body, root, scratch, timeout):
 
     def after_stop(backing):
         if target.name.startswith("docfs"):
-            result["versions_bytes"] = sum(directory_bytes(os.path.join(backing, "store", part)) for part in ("versions", "chunks"))
+            result["versions_bytes"] = directory_bytes(*(os.path.join(backing, "store", part) for part in ("versions", "chunks")))
 
     bench.run_on_fresh_filesystem(target, work, root, scratch, IMAGE_MB, after_stop)
     return result

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <sched.h>
 #include <spawn.h>
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +16,14 @@
 #include <linux/fs.h>
 #include <linux/falloc.h>
 #include "docfs_linux.h"
+
+int docfs_make_thread_idle(void) {
+    struct sched_param param = { 0 };
+    int result = sched_setscheduler(0, SCHED_IDLE, &param);
+    // ioprio_set(IOPRIO_WHO_PROCESS, this thread, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0))
+    if (syscall(SYS_ioprio_set, 1, (int)syscall(SYS_gettid), 3 << 13) != 0) result = -1;
+    return result;
+}
 
 int docfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
                     unsigned int flags) {

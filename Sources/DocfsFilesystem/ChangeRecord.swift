@@ -6,31 +6,51 @@ import DocfsCore
 /// so an operation names what it changed once and cannot forget a consumer.
 struct ChangeRecord {
     enum Kind {
-        /// A name now holds an item: one made (folder, link, special file) or a new name of
-        /// one (a hard link).
+        /// A name now holds an item: one made (folder, link, special file, reference, copy) or
+        /// a new name of one (a hard link).
         case created
         /// A regular file made and open: the index learns it when it is first closed (the
         /// stitcher follows the handle), presenters at once.
         case createdOpen
+        /// What `from` in the folder `fromFolder` held moved to the record's place
+        /// (`exchange`: the two traded places).
+        case moved(from: FileName, inFolder: Int32, exchange: Bool)
+        /// A document left its container for the record's place (the picker's move-to-service),
+        /// from `from` (`fromName` in the folder `fromFolder`).
+        case movedOut(from: StorePlace, fromName: FileName, inFolder: Int32)
+        /// A safe-save: the new content at `from` in `fromFolder` replaced the document at the
+        /// record's place, keeping its identity (`exchange`: the old content went to `from`).
+        case replaced(from: FileName, inFolder: Int32, exchange: Bool)
+        /// The document at the record's place has new content made by docfs (a restore, a
+        /// raced save put back), as `version`; `conflict` when another writer's content became
+        /// a conflict version.
+        case newVersion(UInt64, conflict: Bool)
         /// A name was removed; `wasReference` when it held a reference stub.
         case deleted(wasReference: Bool)
-        /// Attributes the index records (size, times, user xattrs) changed.
+        /// Attributes the index records (size, times, user xattrs) changed; `folder` and
+        /// `name` when they are known by place rather than by node.
         case attributes
         /// The content changed and was stitched already (a close or fsync of a writer).
         case written
     }
 
     var kind: Kind
-    /// The place changed: the folder and the name in it (names only).
-    var folder: Node?
+    /// The place changed: a descriptor of the folder (valid while the record is delivered)
+    /// and the name in it.
+    var folder: Int32?
     var name: FileName?
     /// The node changed (attributes, content; the file a deletion removed a name of).
     var node: Node?
     var item: ItemID?
 
+    /// A change of the name `name` in the folder `folder` (a descriptor).
+    static func name(_ kind: Kind, _ name: FileName, inFolder folder: Int32, item: ItemID?) -> ChangeRecord {
+        ChangeRecord(kind: kind, folder: folder, name: name, node: nil, item: item)
+    }
+
     /// A change of the name `name` in `folder`.
     static func name(_ kind: Kind, _ name: FileName, in folder: Node, item: ItemID?) -> ChangeRecord {
-        ChangeRecord(kind: kind, folder: folder, name: name, node: nil, item: item)
+        .name(kind, name, inFolder: folder.fd, item: item)
     }
 
     /// A change of `node` itself.

@@ -1,5 +1,9 @@
 import DocfsCoordination
 import DocfsCore
+import DocfsProvider
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The write path's one shape (issue 20 §4): `changing` claims, runs the backing operation,
 /// hands each record of what it changed to every consumer, and tells the other views what to
@@ -8,9 +12,12 @@ extension Filesystem {
     /// Runs `operation` (the backing operation, answering its result and what it changed)
     /// under `claims`; its records go to every consumer before the claims are let go (S1: the
     /// index has them before the reply), and the other views drop `touched` afterwards.
-    func changing<T>(_ claims: [(ItemID, ClaimIntent)], touching touched: TouchedPlaces,
+    func changing<T>(_ claims: [(ItemID, ClaimIntent)], touching touched: @autoclosure () -> TouchedPlaces,
                      _ operation: () throws(DocfsError) -> (T, [ChangeRecord])) throws(DocfsError) -> T {
-        defer { shared.changed(by: self, names: touched.names, files: touched.files) }
+        defer {
+            let places = touched()  // read at the end: an operation may learn of more
+            shared.changed(by: self, names: places.names, files: places.files)
+        }
         return try coordinator.withClaims(claims) { () throws(DocfsError) -> T in
             let (result, changes) = try operation()
             for change in changes { deliver(change) }
@@ -29,24 +36,47 @@ extension Filesystem {
     /// Hands `change` to each consumer, in this order: the index (stitched now, before the
     /// reply), presenters (posted to their queue), thumbnails (queued to the thumbnailer).
     func deliver(_ change: ChangeRecord) {
+        guard let folder = change.folder, let name = change.name else {
+            guard let node = change.node else { return }
+            switch change.kind {
+            case .attributes: stitcher?.recordFile(node)
+            case .written: contentChanged(node)
+            default: break
+            }
+            return
+        }
         switch change.kind {
         case .created:
-            if let folder = change.folder, let name = change.name {
-                stitcher?.recordName(name, in: folder.fd, item: change.item)
-                present(.created, name, in: folder, item: change.item)
-            }
+            stitcher?.recordName(name, in: folder, item: change.item)
+            present(.created, name, inFolder: folder, item: change.item)
         case .createdOpen:
-            if let folder = change.folder, let name = change.name { present(.created, name, in: folder, item: change.item) }
-        case .deleted(let wasReference):
-            if let folder = change.folder, let name = change.name {
-                stitcher?.removeName(name, in: folder.fd, wasReference: wasReference)
-                present(.deleted, name, in: folder, item: change.item)
+            present(.created, name, inFolder: folder, item: change.item)
+        case let .moved(fromName, fromFolder, exchange):
+            stitcher?.recordMove(fromName, in: fromFolder, to: name, in: folder, exchange: exchange)
+            presentMove(fromName, inFolder: fromFolder, to: name, inFolder: folder, item: change.item)
+        case let .movedOut(source, fromName, fromFolder):
+            stitcher?.removeName(fromName, in: fromFolder)
+            stitcher?.recordName(name, in: folder, item: change.item)
+            if let place = paths.place(of: folder) { presentMove(from: source, to: place.appending(name.description), item: change.item) }
+        case let .replaced(fromName, fromFolder, exchange):
+            stitcher?.recordReplace(fromName, in: fromFolder, by: name, in: folder, exchange: exchange)
+            contentChanged(name, inFolder: folder)
+            if presenters.isListened, let document = replaceSide(inDirectory: folder, name: name) {
+                present(.version, name, inFolder: folder, item: document.item, version: ItemAttributes.version(ofDescriptor: document.fd))
+                close(document.fd)
             }
+        case let .newVersion(version, conflict):
+            stitcher?.recordName(name, in: folder, item: change.item)
+            contentChanged(name, inFolder: folder)
+            present(conflict ? .conflict : .version, name, inFolder: folder, item: change.item, version: version)
+        case .deleted(let wasReference):
+            stitcher?.removeName(name, in: folder, wasReference: wasReference)
+            present(.deleted, name, inFolder: folder, item: change.item)
             if let node = change.node { removedLastName(of: node) }  // its thumbnails go with its last name
         case .attributes:
-            if let node = change.node { stitcher?.recordFile(node) }
+            stitcher?.recordName(name, in: folder, item: change.item, namesChanged: false)
         case .written:
-            if let node = change.node { contentChanged(node) }
+            contentChanged(name, inFolder: folder)
         }
     }
 }

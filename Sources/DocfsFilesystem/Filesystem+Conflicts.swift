@@ -65,35 +65,9 @@ extension Filesystem {
             throw error
         }
         sessions.noteAuthor(of: item, version: version, caller: caller)
-        stitcher?.recordName(name, in: folder.fd, item: item)
-        present(theirs == nil ? .version : .conflict, name, in: folder, item: item, version: version)
+        deliver(.name(.newVersion(version, conflict: theirs != nil), name, in: folder, item: item))
         var invalidations = KernelInvalidations()
         invalidations.entries.append((folder.id, name))
-        return invalidations
-    }
-
-    /// Clears the conflict of the document at `path`: its conflict versions are dropped; with
-    /// `keep`, that version first becomes the current content (a restore).
-    public func resolveConflict(path: String, place: StorePlace? = nil, item: ItemID, keep: UInt64?,
-                                caller: Caller) throws(DocfsError) -> KernelInvalidations {
-        var invalidations = KernelInvalidations()
-        if let keep { invalidations = try restore(path: path, place: place, item: item, version: keep, caller: caller) }
-        let (directory, name) = try openParent(of: path, place: place)
-        defer { close(directory) }
-        try coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
-            guard let document = replaceSide(inDirectory: directory, name: name), document.item == item else {
-                throw DocfsError(.invalidArgument, "\(path) is no longer item \(item): look again")
-            }
-            defer { close(document.fd) }
-            for record in store.versions.versions(of: item) where record.kind == .conflict {
-                store.versions.remove(item, version: record.version)
-            }
-            let path = "/proc/self/fd/\(document.fd)"
-            if docfs_removexattr(path, Self.conflictAttribute) != 0 && errno != ENODATA {
-                throw DocfsError.errno("clearing \(Self.conflictAttribute)")
-            }
-            stitcher?.recordName(name, in: directory, item: item, namesChanged: false)
-        }
         return invalidations
     }
 }

@@ -91,41 +91,6 @@ extension Filesystem {
         return [ItemAttributes.container, ItemAttributes.containerID]
     }
 
-    // MARK: - Changing containers while the store is served
-
-    /// Makes container `id` (see `ContainerRegistry.create`); the root shows it at once when
-    /// it is public.
-    public func createContainer(_ id: ContainerID, name: String, isPublic: Bool) throws(DocfsError) -> (ContainerRecord, KernelInvalidations) {
-        let record = try containerFolders.catalog.registry.create(id, name: name, isPublic: isPublic)
-        return (record, try containersChanged())
-    }
-
-    /// Gives container `id` another display name: its folder in the root takes it, and so do
-    /// its index records.
-    public func renameContainer(_ id: ContainerID, to name: String) throws(DocfsError) -> KernelInvalidations {
-        try containerFolders.catalog.registry.rename(id, to: name)
-        let invalidations = try containersChanged()
-        stitcher?.recordContainer(id, layout: store.layout)
-        return invalidations
-    }
-
-    /// Deletes container `id` (see `ContainerRegistry.delete`) and its index records.
-    public func deleteContainer(_ id: ContainerID, force: Bool) throws(DocfsError) -> KernelInvalidations {
-        try containerFolders.catalog.registry.delete(id, force: force)
-        stitcher?.removeContainer(id)
-        return try containersChanged()
-    }
-
-    /// The registry was read again: the answer says which names at the root the kernel must
-    /// forget (those the containers showed under before and now).
-    func containersChanged() throws(DocfsError) -> KernelInvalidations {
-        let names = try containerFolders.reload(ownNames: userView.rootHolds)
-        var invalidations = KernelInvalidations()
-        invalidations.entries = names.sorted().map { (rootID, FileName($0)) }
-        invalidations.inodes = [rootID]
-        return invalidations
-    }
-
     // MARK: - Paths in the view
 
     /// This view's path of `place` ("/" for the root); nil when the view does not show it.

@@ -111,12 +111,12 @@ extension Filesystem {
         try refuseControlArea(newParent, newName)
         try refuseChangingContainerFolder(parent, name)
         try refuseChangingContainerFolder(newParent, newName)
-        var changedNames = [(folder: from.key, name: name), (folder: to.key, name: newName)]
-        defer { shared.changed(by: self, names: changedNames) }
+        // A save through a reference touches the original's place too (added when known).
+        var touched = TouchedPlaces(names: [(folder: from.key, name: name), (folder: to.key, name: newName)])
         // A move claims both ends and both folders.
         var claims = self.claims(writing: [from, to], deleting: newName, in: to)
         if let moved = itemAt(name, in: from) { claims.append((moved, .move)) }
-        return try coordinator.withClaims(claims) { () throws(DocfsError) -> [NodeID] in
+        return try changing(claims, touching: touched) { () throws(DocfsError) in
             // Each side moves once (twice for an exchange); noted before, so the watcher
             // never sees the events first.
             let events = flags & DOCFS_RENAME_EXCHANGE != 0 ? 2 : 1
@@ -131,24 +131,17 @@ extension Filesystem {
                 // (A reference renamed over another just takes its name: references carry no
                 // content to save.)
                 let (retagged, saved) = try replaceOriginal(original, from: from, name: name, caller: caller)
-                changedNames.append(saved)
+                touched.names.append(saved)
                 var forget = KernelInvalidations()
                 forget.entries = [(to.id, newName)]
                 invalidateAfterReply(forget)
-                return retagged
+                return (retagged, [])
             }
             if let retagged = try renameAsReplace(from: from, name: name, to: to, newName: newName, flags: flags, caller: caller) {
-                stitcher?.recordReplace(name, in: from.fd, by: newName, in: to.fd, exchange: exchange)
-                if let document = knownNode(at: newName, in: to) { contentChanged(document) }
-                if presenters.isListened, let document = replaceSide(in: to, name: newName) {
-                    present(.version, newName, in: to, item: document.item, version: ItemAttributes.version(ofDescriptor: document.fd))
-                    close(document.fd)
-                }
-                return retagged
+                return (retagged, [.name(.replaced(from: name, inFolder: from.fd, exchange: exchange), newName, in: to, item: nil)])
             }
             try check(docfs_renameat2(from.fd, name.cString, to.fd, newName.cString, flags))
-            stitcher?.recordMove(name, in: from.fd, to: newName, in: to.fd, exchange: exchange)
-            presentMove(name, in: from, to: newName, in: to, item: itemAt(newName, in: to))
+            let moved = ChangeRecord.name(.moved(from: name, inFolder: from.fd, exchange: exchange), newName, in: to, item: itemAt(newName, in: to))
             noteMoved(to: newName, in: to)
             if flags & DOCFS_RENAME_EXCHANGE != 0 { noteMoved(to: name, in: from) }
             if flags & DOCFS_RENAME_EXCHANGE == 0, from.key == to.key, SafeSaveTracker.isBackupName(newName, of: name) {
@@ -160,7 +153,7 @@ extension Filesystem {
                     close(moved.fd)
                 }
             }
-            return []
+            return ([], [moved])
         }
     }
 
@@ -177,7 +170,7 @@ extension Filesystem {
     }
 
     /// The kernel's node of the regular file at `name` in `directory`, if it knows it.
-    private func knownNode(at name: FileName, in directory: Node) -> Node? {
+    func knownNode(at name: FileName, in directory: Node) -> Node? {
         var st = stat()
         guard fstatat(directory.fd, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG else { return nil }
         return nodes.known(key: BackingKey(st))

@@ -27,6 +27,12 @@ extension Filesystem {
         presentMove(from: old, to: new, item: item)
     }
 
+    /// The same, by folder descriptors.
+    func presentMove(_ name: FileName, inFolder from: Int32, to newName: FileName, inFolder to: Int32, item: ItemID?) {
+        guard presenters.isListened, let old = place(of: name, in: from), let new = place(of: newName, in: to) else { return }
+        presentMove(from: old, to: new, item: item)
+    }
+
     /// A move between two places (the picker's move out of a container).
     func presentMove(from old: StorePlace, to new: StorePlace, item: ItemID?) {
         guard presenters.isListened else { return }

@@ -192,4 +192,16 @@ extension Filesystem {
         invalidateAfterReply(forget)
         shared.changed(by: self, names: [(directory.key, backupName)])
     }
+
+    /// An existing reference of container `app` to `item`, from the index.
+    func existingReference(to item: ItemID, in app: ContainerID) -> StorePlace? {
+        guard let records = try? stitcher?.index.records(id: Int64(bitPattern: item.rawValue)) else { return nil }
+        for record in records where record.container == app.rawValue && record.scope == Scope.external.rawValue {
+            let parts = record.path.split(separator: "/", maxSplits: 1).map(String.init)
+            guard let scope = StorePaths.scopeFolders.first(where: { $0.name == parts.first })?.scope else { continue }
+            let place = StorePlace(container: app, scope: scope, path: parts.count > 1 ? "/" + parts[1] : "")
+            if let found = node(at: place), found.isReference, found.item == item { return place }
+        }
+        return nil
+    }
 }

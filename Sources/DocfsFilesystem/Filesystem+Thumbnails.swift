@@ -22,9 +22,31 @@ extension Filesystem {
     /// Queues a look at the regular file at `path` in the store (a change the kernel may not
     /// know a node of: a restore, a change made behind docfs).
     func contentChanged(atBackingPath path: String) {
-        guard let thumbnailer else { return }
+        guard thumbnailer != nil else { return }
         let fd = Glibc.open(path, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return }
+        enqueueOwnNode(fd)
+    }
+
+    /// The same for `name` in the folder `folder` (a descriptor): the kernel's node of the file
+    /// when it knows one.
+    func contentChanged(_ name: FileName, inFolder folder: Int32) {
+        guard let thumbnailer else { return }
+        var st = stat()
+        guard fstatat(folder, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG else { return }
+        if let node = nodes.known(key: BackingKey(st)) { return thumbnailer.enqueue(node) }
+        let fd = openat(folder, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        enqueueOwnNode(fd)
+    }
+
+    /// Queues the regular file `fd` (an O_PATH descriptor, closed by the thumbnailer, or here
+    /// when it is no document).
+    private func enqueueOwnNode(_ fd: Int32) {
+        guard let thumbnailer else {
+            close(fd)
+            return
+        }
         var st = stat()
         guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH) == 0, st.st_mode & S_IFMT == S_IFREG,
               let item = ItemAttributes.id(ofDescriptor: fd) else {

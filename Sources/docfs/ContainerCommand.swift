@@ -113,14 +113,14 @@ struct ContainerCommand: ParsableCommand {
         let id = try ContainerID(change.id)
         switch request.kind {
         case .createContainer:
-            let (record, invalidations) = try filesystem.createContainer(id, name: change.name ?? "", isPublic: change.isPublic ?? false)
+            let (record, invalidations) = try ContainerAdministration(view: filesystem).create(id, name: change.name ?? "", isPublic: change.isPublic ?? false)
             invalidate(invalidations)
             return created(record)
         case .renameContainer:
-            invalidate(try filesystem.renameContainer(id, to: change.name ?? ""))
+            invalidate(try ContainerAdministration(view: filesystem).rename(id, to: change.name ?? ""))
             return "renamed \(id) to \(change.name ?? "")"
         case .deleteContainer:
-            invalidate(try filesystem.deleteContainer(id, force: change.force ?? false))
+            invalidate(try ContainerAdministration(view: filesystem).delete(id, force: change.force ?? false))
             return "deleted \(id)"
         default:
             throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request changes no container")

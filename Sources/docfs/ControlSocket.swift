@@ -58,7 +58,7 @@ struct ControlRequest: Codable {
 
 /// A picker mode to carry out on a document (the request's item): into which folder.
 struct PickRequest: Codable {
-    var mode: Filesystem.PickMode
+    var mode: DocumentPicker.Mode
     var folder: PlaceRequest
 }
 

@@ -27,10 +27,10 @@ enum DocumentChange {
         switch request.kind {
         case .restore:
             guard let version = request.version else { throw DocfsError(.invalidArgument, "which version to restore?") }
-            invalidate(try filesystem.restore(path: request.path, place: try request.place?.place(), item: item, version: version, caller: caller))
+            invalidate(try DocumentRestorer(view: filesystem).restore(path: request.path, place: try request.place?.place(), item: item, version: version, caller: caller))
             return "restored version \(version) of \(request.path)"
         case .resolve:
-            invalidate(try filesystem.resolveConflict(path: request.path, place: try request.place?.place(), item: item,
+            invalidate(try DocumentRestorer(view: filesystem).resolveConflict(path: request.path, place: try request.place?.place(), item: item,
                                                       keep: request.version, caller: caller))
             return "resolved the conflict of \(request.path)" + (request.version.map { ", keeping version \($0)" } ?? "")
         case .watch, .claims, .rebuildIndex, .checkIndex, .createContainer, .renameContainer, .deleteContainer, .mount, .pick:

@@ -16,7 +16,7 @@ enum IndexWalkStream {
         }
         send(ControlReply(ok: true, message: mode == .check ? "checking" : "rebuilding"))
         do {
-            let summary = try filesystem.walkIndex(mode) { done, total in
+            let summary = try IndexMaintenance(view: filesystem).walk(mode) { done, total in
                 send(ControlReply(ok: true, message: "progress", progress: [done, total]))
             }
             let outcome = IndexWalkOutcome(summary, mode: mode)

@@ -113,7 +113,7 @@ struct PickerTarget: ParsableArguments {
 /// What the picker commands share: the request to the daemon (or to the store), and what
 /// they print.
 enum Picker {
-    static func run(_ mode: Filesystem.PickMode, _ document: LocatedDocument, into folder: StorePlace) throws(DocfsError) -> String {
+    static func run(_ mode: DocumentPicker.Mode, _ document: LocatedDocument, into folder: StorePlace) throws(DocfsError) -> String {
         let request = ControlRequest(kind: .pick, path: document.path, item: document.item.rawValue,
                                      pick: PickRequest(mode: mode, folder: PlaceRequest(folder)))
         return try StoreRequest.perform(request, on: document.store, purpose: "docfs \(mode.rawValue)") { filesystem throws(DocfsError) in
@@ -128,7 +128,7 @@ enum Picker {
             throw DocfsError(.invalidArgument, "which document, and where to?")
         }
         let folder = try pick.folder.place()
-        let picked = try filesystem.pick(pick.mode, item: item, into: folder, caller: caller)
+        let picked = try DocumentPicker(view: filesystem).pick(pick.mode, item: item, into: folder, caller: caller)
         invalidate(picked.invalidations)
         let local = Filesystem.localPath(picked.place)
         let shown = filesystem.shared.userView.path(of: picked.place) ?? local
@@ -163,7 +163,7 @@ enum Picker {
         let into = Glibc.open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard into >= 0 else { throw DocfsError.errno("opening \(folder)") }
         defer { close(into) }
-        let free = Filesystem.freeName(FileName(name), in: into)
+        let free = DocumentPicker.freeName(FileName(name), in: into)
         let target = openat(into, free.cString, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
         guard target >= 0 else { throw DocfsError.errno("making \(folder)/\(free)") }
         defer { close(target) }

@@ -14,9 +14,18 @@ import Glibc
 /// - export (export-to-service): a copy goes to a folder of the user view; the source stays.
 /// Copies appear whole (made under a working name, then renamed into place), and a move
 /// never leaves its old name empty: the reference takes the document's place in one step.
-extension Filesystem {
+/// Not a filesystem operation: the daemon's control socket asks for it, and it works through
+/// the user view it is given.
+public struct DocumentPicker: Sendable {
+    /// The view whose nodes, claims and consumers a pick uses.
+    let view: Filesystem
+
+    public init(view: Filesystem) {
+        self.view = view
+    }
+
     /// Which of the four modes a pick is (the CLI's `pick --open|--import`, `move`, `export`).
-    public enum PickMode: String, Sendable, Codable, CaseIterable {
+    public enum Mode: String, Sendable, Codable, CaseIterable {
         case open, `import`, move, export
     }
 
@@ -31,20 +40,20 @@ extension Filesystem {
 
     /// Carries out `mode` for document `item`, into the folder at `folder` (the app's folder for
     /// open and import, a folder of the user view for move and export).
-    public func pick(_ mode: PickMode, item: ItemID, into folder: StorePlace, caller: Caller) throws(DocfsError) -> Picked {
+    public func pick(_ mode: Mode, item: ItemID, into folder: StorePlace, caller: Caller) throws(DocfsError) -> Picked {
         let picked = try carryOut(mode, item: item, into: folder, caller: caller)
-        shared.changed(by: self, names: picked.names)
+        view.shared.changed(by: view, names: picked.names)
         return picked
     }
 
-    private func carryOut(_ mode: PickMode, item: ItemID, into folder: StorePlace, caller: Caller) throws(DocfsError) -> Picked {
-        guard let (source, document) = original(item) else {
+    private func carryOut(_ mode: Mode, item: ItemID, into folder: StorePlace, caller: Caller) throws(DocfsError) -> Picked {
+        guard let (source, document) = view.original(item) else {
             throw DocfsError(.invalidArgument, "item \(item) is not in the store (deleted?)")
         }
         guard document.type == S_IFREG else {
             throw DocfsError(.invalidArgument, "\(source.path) is a \(document.isDirectory ? "folder" : "special file"): only documents (files) can be picked")
         }
-        guard folder.scope != .external, containerFolders.catalog.record(of: folder.container) != nil else {
+        guard folder.scope != .external, view.containerFolders.catalog.record(of: folder.container) != nil else {
             throw DocfsError(.invalidArgument, "there is no container \(folder.container) (docfs container list shows them)")
         }
         switch mode {
@@ -56,7 +65,7 @@ extension Filesystem {
                 throw DocfsError(.invalidArgument, "\(source.path) is in \(folder.container) already")
             }
         case .move, .export:
-            guard userView.path(of: folder) != nil else {
+            guard view.userView.path(of: folder) != nil else {
                 throw DocfsError(.invalidArgument, "the destination is not in the user view: choose a folder of your own documents or of a public container")
             }
             if mode == .move {
@@ -68,46 +77,33 @@ extension Filesystem {
                 }
             }
         }
-        let into = paths.openPlace(folder)
-        guard into >= 0 else { throw DocfsError(.system(.noSuchFileOrDirectory), "the folder \(Self.localPath(folder)) of \(folder.container) does not exist") }
+        let into = view.paths.openPlace(folder)
+        guard into >= 0 else { throw DocfsError(.system(.noSuchFileOrDirectory), "the folder \(Filesystem.localPath(folder)) of \(folder.container) does not exist") }
         defer { close(into) }
         var st = stat()
         guard fstat(into, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
-            throw DocfsError(.system(.notDirectory), "\(Self.localPath(folder)) of \(folder.container) is not a folder")
+            throw DocfsError(.system(.notDirectory), "\(Filesystem.localPath(folder)) of \(folder.container) is not a folder")
         }
-        let folderItem = identity.item(of: into, st)
+        let folderItem = view.identity.item(of: into, st)
         let name = FileName(String(source.path.split(separator: "/").last ?? "document"))
         switch mode {
         case .open:
-            if let existing = existingReference(to: item, in: folder.container) { return Picked(place: existing, item: item) }
-            return try coordinator.withClaims([(item, .read), (folderItem, .write)]) { () throws(DocfsError) -> Picked in
+            if let existing = view.existingReference(to: item, in: folder.container) { return Picked(place: existing, item: item) }
+            return try view.coordinator.withClaims([(item, .read), (folderItem, .write)]) { () throws(DocfsError) -> Picked in
                 let free = Self.freeName(name, in: into)
-                ownChanges.changedName(free, in: BackingKey(st))
+                view.ownChanges.changedName(free, in: BackingKey(st))
                 try ReferenceStub.make(in: into, name: free, target: item)
-                stitcher?.recordName(free, in: into, item: item)
-                present(.created, free, inFolder: into, item: item)
+                view.deliver(.name(.created, free, inFolder: into, item: item))
                 return Picked(place: folder.appending(free.description), item: item, invalidations: forget(free, in: st),
                               names: [(BackingKey(st), free)])
             }
         case .import, .export:
-            return try coordinator.withClaims([(item, .read), (folderItem, .write)]) { () throws(DocfsError) -> Picked in
+            return try view.coordinator.withClaims([(item, .read), (folderItem, .write)]) { () throws(DocfsError) -> Picked in
                 try copy(document, named: name, into: into, folder: folder, folderStat: st, caller: caller)
             }
         case .move:
             return try moveOut(document, at: source, into: into, folder: folder, folderStat: st, folderItem: folderItem)
         }
-    }
-
-    /// An existing reference of container `app` to `item`, from the index.
-    func existingReference(to item: ItemID, in app: ContainerID) -> StorePlace? {
-        guard let records = try? stitcher?.index.records(id: Int64(bitPattern: item.rawValue)) else { return nil }
-        for record in records where record.container == app.rawValue && record.scope == Scope.external.rawValue {
-            let parts = record.path.split(separator: "/", maxSplits: 1).map(String.init)
-            guard let scope = StorePaths.scopeFolders.first(where: { $0.name == parts.first })?.scope else { continue }
-            let place = StorePlace(container: app, scope: scope, path: parts.count > 1 ? "/" + parts[1] : "")
-            if let found = node(at: place), found.isReference, found.item == item { return place }
-        }
-        return nil
     }
 
     /// A copy of `document` in `into` (at `folder`), under a free name like `name`, with a new
@@ -122,26 +118,25 @@ extension Filesystem {
         guard target >= 0 else { throw DocfsError.errno("making the copy of \(name)") }
         do throws(DocfsError) {
             defer { close(target) }
-            try copyAll(from: source, to: target)
+            try view.copyAll(from: source, to: target)
             var sourceStat = stat()
             if fstat(source, &sourceStat) == 0 { fchmod(target, sourceStat.st_mode & 0o777) }
-            if let (uid, gid) = try ownership(for: caller, inFolder: into) {
+            if let (uid, gid) = try view.ownership(for: caller, inFolder: into) {
                 fchown(target, uid, gid)
             }
             for attribute in ExtendedAttributeCopy.userNames(of: document.fd) where !attribute.hasPrefix(ExtendedAttributePolicy.docfsPrefix)
                 || ExtendedAttributePolicy.userWritableDocfsNames.contains(attribute) {
                 ExtendedAttributeCopy.copyIfMissing(attribute, from: document.fd, to: target)
             }
-            let item = try identity.allocator.allocate()
+            let item = try view.identity.allocator.allocate()
             try ItemAttributes.setID(item, onDescriptor: target)
             try ItemAttributes.setVersion(1, onDescriptor: target)
             try check(Glibc.fsync(target))
             let free = Self.freeName(name, in: into)
-            ownChanges.changedName(working, in: BackingKey(folderStat))
-            ownChanges.changedName(free, in: BackingKey(folderStat))
+            view.ownChanges.changedName(working, in: BackingKey(folderStat))
+            view.ownChanges.changedName(free, in: BackingKey(folderStat))
             try check(docfs_renameat2(into, working.cString, into, free.cString, DOCFS_RENAME_NOREPLACE))
-            stitcher?.recordName(free, in: into, item: item)
-            present(.created, free, inFolder: into, item: item)
+            view.deliver(.name(.created, free, inFolder: into, item: item))
             return Picked(place: folder.appending(free.description), item: item, invalidations: forget(free, in: folderStat),
                           names: [(BackingKey(folderStat), free)])
         } catch {
@@ -156,18 +151,18 @@ extension Filesystem {
     private func moveOut(_ document: Node, at source: StorePlace, into: Int32, folder: StorePlace, folderStat: stat,
                          folderItem: ItemID) throws(DocfsError) -> Picked {
         guard let slash = source.path.lastIndex(of: "/") else { throw DocfsError(.invalidArgument, "cannot move a container's root") }
-        let from = paths.openPlace(StorePlace(container: source.container, scope: source.scope, path: String(source.path[..<slash])))
+        let from = view.paths.openPlace(StorePlace(container: source.container, scope: source.scope, path: String(source.path[..<slash])))
         guard from >= 0 else { throw DocfsError.errno("opening the document's folder") }
         defer { close(from) }
         var fromStat = stat()
         try check(fstat(from, &fromStat))
         let name = FileName(String(source.path[source.path.index(after: slash)...]))
-        let claims: [(ItemID, ClaimIntent)] = [(document.item, .move), (identity.item(of: from, fromStat), .write), (folderItem, .write)]
-        return try coordinator.withClaims(claims) { () throws(DocfsError) -> Picked in
+        let claims: [(ItemID, ClaimIntent)] = [(document.item, .move), (view.identity.item(of: from, fromStat), .write), (folderItem, .write)]
+        return try view.coordinator.withClaims(claims) { () throws(DocfsError) -> Picked in
             let working = FileName(".docfs-pick-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
             let free = Self.freeName(name, in: into)
             for (changed, folder) in [(working, fromStat), (name, fromStat), (free, folderStat)] {
-                ownChanges.changedName(changed, in: BackingKey(folder), events: 2)
+                view.ownChanges.changedName(changed, in: BackingKey(folder), events: 2)
             }
             try ReferenceStub.make(in: from, name: working, target: document.item)
             do throws(DocfsError) {
@@ -183,11 +178,8 @@ extension Filesystem {
                 if docfs_renameat2(from, name.cString, from, working.cString, DOCFS_RENAME_EXCHANGE) == 0 { unlinkat(from, working.cString, 0) }
                 throw error
             }
-            stitcher?.removeName(name, in: from)
-            stitcher?.recordName(free, in: into, item: document.item)
-            stitcher?.recordName(name, in: from, item: document.item)
-            presentMove(from: source, to: folder.appending(free.description), item: document.item)
-            present(.created, name, inFolder: from, item: document.item)
+            view.deliver(.name(.movedOut(from: source, fromName: name, inFolder: from), free, inFolder: into, item: document.item))
+            view.deliver(.name(.created, name, inFolder: from, item: document.item))  // the reference left behind
             var invalidations = forget(free, in: folderStat)
             invalidations.add(forget(name, in: fromStat))
             return Picked(place: folder.appending(free.description), item: document.item, invalidations: invalidations,
@@ -199,7 +191,7 @@ extension Filesystem {
     /// `folder`: the entry, if the kernel knows the folder.
     private func forget(_ name: FileName, in folder: stat) -> KernelInvalidations {
         var invalidations = KernelInvalidations()
-        if let known = nodes.known(key: BackingKey(folder)) { invalidations.entries.append((known.id, name)) }
+        if let known = view.nodes.known(key: BackingKey(folder)) { invalidations.entries.append((known.id, name)) }
         return invalidations
     }
 
