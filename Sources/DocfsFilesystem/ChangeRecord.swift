@@ -25,6 +25,9 @@ struct ChangeRecord {
         /// raced save put back), as `version`; `conflict` when another writer's content became
         /// a conflict version.
         case newVersion(UInt64, conflict: Bool)
+        /// The reference at the record's place became a document of its own (an editor's
+        /// backup made through a reference), with the record's item.
+        case referenceBecameDocument
         /// A name was removed; `wasReference` when it held a reference stub.
         case deleted(wasReference: Bool)
         /// Attributes the index records (size, times, user xattrs) changed; `folder` and

@@ -69,6 +69,10 @@ extension Filesystem {
             stitcher?.recordName(name, in: folder, item: change.item)
             contentChanged(name, inFolder: folder)
             present(conflict ? .conflict : .version, name, inFolder: folder, item: change.item, version: version)
+        case .referenceBecameDocument:
+            stitcher?.removeName(name, in: folder, wasReference: true)
+            stitcher?.recordName(name, in: folder, item: change.item)
+            present(.changed, name, inFolder: folder, item: change.item)
         case .deleted(let wasReference):
             stitcher?.removeName(name, in: folder, wasReference: wasReference)
             present(.deleted, name, inFolder: folder, item: change.item)

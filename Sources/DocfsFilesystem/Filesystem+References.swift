@@ -123,8 +123,7 @@ extension Filesystem {
         let retagged = try replace(document: document, with: source, keepingOldAs: nil, caller: caller) { () throws(DocfsError) in
             try check(docfs_renameat2(from.fd, name.cString, folder, originalName.cString, 0))
         }
-        stitcher?.recordReplace(name, in: from.fd, by: originalName, in: folder, exchange: false)
-        if let written = nodes.known(key: BackingKey(source.st)) { contentChanged(written) }
+        deliver(.name(.replaced(from: name, inFolder: from.fd, exchange: false), originalName, inFolder: folder, item: item))
         return (retagged, (BackingKey(st), originalName))
     }
 }
@@ -143,8 +142,7 @@ extension Filesystem {
         try ReferenceStub.mark(fd, target: original)
         var marked = stat()
         ownChanges.abandon(key, now: fstat(fd, &marked) == 0 ? marked : nil)
-        stitcher?.recordName(name, in: directory.fd, item: original)
-        present(.created, name, in: directory, item: original)
+        deliver(.name(.created, name, in: directory, item: original))
     }
 
     /// The reference to `original` at `backupName` in `directory` becomes a copy of the
@@ -181,9 +179,7 @@ extension Filesystem {
             if fstat(target, &made) == 0 { after = made }
             // The kernel knows the backup as the reference it was: it finds a new node at the name.
             nodes.detach(key: key)
-            stitcher?.removeName(backupName, in: directory.fd, wasReference: true)
-            stitcher?.recordName(backupName, in: directory.fd, item: item)
-            present(.changed, backupName, in: directory, item: item)
+            deliver(.name(.referenceBecameDocument, backupName, in: directory, item: item))
             return true
         }
         guard changed else { return }

@@ -83,7 +83,7 @@ extension Filesystem {
             try ItemAttributes.setID(backupItem, onDescriptor: backup.fd)
             try ItemAttributes.setVersion(1, onDescriptor: backup.fd)
             nodes.known(key: BackingKey(backup.st))?.retag(backupItem)
-            stitcher?.recordName(vacated.newName, in: directory.fd, item: backupItem, namesChanged: false)
+            deliver(.name(.attributes, vacated.newName, in: directory, item: backupItem))
             try carryOver(document: vacated.item, from: backup, to: newSide, caller: caller)
             return vacated.item
         } catch {
