@@ -61,6 +61,29 @@ final class IndexStitcher: Sendable {
         var createdIn: (folder: Node, name: FileName)?
         /// Whether the folder's record is yet to take the create (the first close does that).
         var folderTouched: Bool
+        /// The file's state when its record was last stitched (taken before the stitch read
+        /// it): a close that finds the same state has nothing new to stitch (an fsync's stitch
+        /// served it).
+        var stitched: FileStamp? = nil
+    }
+
+    /// What a file's record follows: content and attribute changes move mtime or ctime, and
+    /// a rename or link moves ctime.
+    struct FileStamp: Equatable {
+        var modified: timespec
+        var changed: timespec
+        var size: Int64
+
+        init(_ st: stat) {
+            modified = st.st_mtim
+            changed = st.st_ctim
+            size = Int64(st.st_size)
+        }
+
+        static func == (a: FileStamp, b: FileStamp) -> Bool {
+            a.size == b.size && a.modified.tv_sec == b.modified.tv_sec && a.modified.tv_nsec == b.modified.tv_nsec
+                && a.changed.tv_sec == b.changed.tv_sec && a.changed.tv_nsec == b.changed.tv_nsec
+        }
     }
 
     init(index: IndexDatabase, paths: StorePaths, containers: ContainerCatalog, identity: ItemIdentity, thumbnails: ThumbnailStore) {
@@ -97,11 +120,16 @@ final class IndexStitcher: Sendable {
 
     /// The close (FLUSH) or fsync of `handle`: a writer's file is recorded (and, the first
     /// time, the folder a create made it in). The file it writes, if it is a writer.
+    /// Answers nil when there was nothing new to stitch: the file is as its last stitch found it.
     @discardableResult
     func closed(_ handle: UInt64) -> Node? {
+        var st = stat()
+        let now = fstat(Int32(truncatingIfNeeded: handle), &st) == 0 ? FileStamp(st) : nil
         guard let writer = writers.withLock({ writers -> Writer? in
             guard let writer = writers[handle] else { return nil }
+            if let now, writer.stitched == now, writer.folderTouched { return nil }
             writers[handle]?.folderTouched = true
+            writers[handle]?.stitched = now
             return writer
         }) else { return nil }
         recordFile(writer.node, parent: writer.folderTouched ? nil : writer.createdIn?.folder, probably: writer.createdIn)

@@ -32,8 +32,9 @@ public struct ContentType: Sendable, Equatable {
     ///
     /// A name that settles the type (a known extension) costs well under a microsecond. One
     /// that matches no glob leaves the type to the content's magic, which costs GIO about 90 µs
-    /// (it tries every pattern at every offset of its range): those answers are remembered by
-    /// content, as they depend on nothing else, so files that start alike are looked at once.
+    /// (it tries every pattern at every offset of its range): those answers are remembered by a
+    /// digest of the content, as they depend on nothing else, so files that start alike (or a
+    /// file closed again with the same start) are looked at once.
     public static func of(name: String, start: [UInt8]) -> ContentType {
         of(name: name, reading: { start })
     }
@@ -45,10 +46,10 @@ public struct ContentType: Sendable, Equatable {
         if uncertain == 0 { return ContentType(mime: byName) }
         let start = start()
         if start.isEmpty { return ContentType(mime: byName) }
-        let key = SniffKey(start)
-        if byName == other.mime, let known = sniffed.withLock({ $0[key] }) { return known }
+        let key = byName == other.mime ? sniffKey(start) : nil
+        if let key, let known = sniffed.withLock({ $0[key] }) { return known }
         let type = ContentType(mime: start.withUnsafeBufferPointer { guess(name, $0.baseAddress, gsize($0.count), nil) })
-        if byName == other.mime {
+        if let key {
             sniffed.withLock { memo in
                 if memo.count >= sniffedCapacity { memo.removeAll(keepingCapacity: true) }
                 memo[key] = type
@@ -57,36 +58,19 @@ public struct ContentType: Sendable, Equatable {
         return type
     }
 
-    /// Types of nameless-type content (no glob matched its name), by the bytes magic saw.
-    private static let sniffed = Mutex<[SniffKey: ContentType]>([:])
-    private static let sniffedCapacity = 256
+    /// Types of nameless-type content (no glob matched its name), by a digest of the bytes
+    /// magic saw: a file closed again with the same start (most writes land further on) is not
+    /// looked at again. Room for many files' starts, since only digests are kept.
+    private static let sniffed = Mutex<[UInt64: ContentType]>([:])
+    private static let sniffedCapacity = 1 << 16
 
-    /// First bytes as a dictionary key, hashed once a word at a time (the standard hasher
-    /// takes an array's bytes one by one: microseconds for a few kilobytes).
-    private struct SniffKey: Hashable {
-        let bytes: [UInt8]
-        let digest: UInt64
-
-        init(_ bytes: [UInt8]) {
-            self.bytes = bytes
-            var digest: UInt64 = 0xcbf2_9ce4_8422_2325 ^ UInt64(bytes.count)
-            bytes.withUnsafeBytes { raw in
-                var at = 0
-                while at + 8 <= raw.count {
-                    digest = (digest ^ raw.loadUnaligned(fromByteOffset: at, as: UInt64.self)) &* 0x0000_0100_0000_01b3
-                    digest ^= digest >> 29
-                    at += 8
-                }
-                while at < raw.count {
-                    digest = (digest ^ UInt64(raw[at])) &* 0x0000_0100_0000_01b3
-                    at += 1
-                }
-            }
-            self.digest = digest
-        }
-
-        func hash(into hasher: inout Hasher) { hasher.combine(digest) }
-        static func == (a: SniffKey, b: SniffKey) -> Bool { a.digest == b.digest && a.bytes == b.bytes }
+    /// A digest of first bytes: SipHash with the process's random seed (Hasher), so content
+    /// cannot be made to collide with another's on purpose, taken over the bytes in bulk.
+    private static func sniffKey(_ bytes: [UInt8]) -> UInt64 {
+        var hasher = Hasher()
+        hasher.combine(bytes.count)
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+        return UInt64(bitPattern: Int64(hasher.finalize()))
     }
 
     /// GIO's guess, as a MIME type.
