@@ -100,6 +100,35 @@ import Testing
         #expect(store.storedSize() == 0)
     }
 
+    @Test func theStoreLimitHoldsWithChunksCountedOnce() throws {
+        // 10 MiB allowed; five unrelated 3 MiB versions, then five that share most of a 3 MiB file.
+        let store = try makeStore(maximumTotal: 10 << 20)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let current = directory + "/current"
+        for version in UInt64(1)...5 {
+            try write(Self.bytes(3 << 20, seed: version * 17), to: current)
+            try keepCopy(store, version, of: current, size: 3 << 20)
+            store.prune(item, now: Double(version))
+            #expect(store.storedSize() <= 10 << 20, "after version \(version): \(store.storedSize())")
+        }
+        #expect(store.versions(of: item).map(\.version) == [3, 4, 5], "the oldest went first, down to 90% of the limit")
+        var shared = Self.bytes(3 << 20, seed: 99)
+        for version in UInt64(6)...10 {
+            shared.replaceSubrange(0..<100, with: Self.bytes(100, seed: version))
+            try write(shared, to: current)
+            try keepCopy(store, version, of: current, size: shared.count)
+            store.prune(item, now: Double(version))
+        }
+        // The shared versions take about one copy: they all fit beside the newest unrelated one.
+        #expect(store.versions(of: item).map(\.version).suffix(5) == [6, 7, 8, 9, 10])
+        #expect(store.storedSize() <= 10 << 20)
+        #expect(store.storedSize() == ChunkStore(directory: directory + "/chunks").storedBytes())
+        for version in UInt64(6)...10 {
+            shared.replaceSubrange(0..<100, with: Self.bytes(100, seed: version))
+            #expect(try content(store, version, current: current) == shared, "version \(version)")
+        }
+    }
+
     @Test func aLinkedInFileIsSettledIntoChunks() throws {
         let store = try makeStore()
         defer { try? FileManager.default.removeItem(atPath: directory) }
