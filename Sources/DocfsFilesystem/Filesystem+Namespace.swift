@@ -170,7 +170,7 @@ extension Filesystem {
     }
 
     /// The kernel's node of the regular file at `name` in `directory`, if it knows it.
-    func knownNode(at name: FileName, in directory: Node) -> Node? {
+    private func knownNode(at name: FileName, in directory: Node) -> Node? {
         var st = stat()
         guard fstatat(directory.fd, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG else { return nil }
         return nodes.known(key: BackingKey(st))

@@ -22,12 +22,7 @@ extension Filesystem {
                                         place: place))
     }
 
-    func presentMove(_ name: FileName, in from: Node, to newName: FileName, in to: Node, item: ItemID?) {
-        guard presenters.isListened, let old = place(of: name, in: from.fd), let new = place(of: newName, in: to.fd) else { return }
-        presentMove(from: old, to: new, item: item)
-    }
-
-    /// The same, by folder descriptors.
+    /// A move of `name` in the folder `from` to `newName` in the folder `to` (descriptors).
     func presentMove(_ name: FileName, inFolder from: Int32, to newName: FileName, inFolder to: Int32, item: ItemID?) {
         guard presenters.isListened, let old = place(of: name, in: from), let new = place(of: newName, in: to) else { return }
         presentMove(from: old, to: new, item: item)

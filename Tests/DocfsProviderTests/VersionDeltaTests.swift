@@ -32,16 +32,7 @@ import Testing
     }
 
     func content(_ store: VersionStore, _ item: ItemID, _ version: UInt64, current: String) throws -> [UInt8] {
-        let content = try store.openContent(item, version: version, current: current)
-        let made = NSTemporaryDirectory() + "docfs-made-\(UUID().uuidString)"
-        let fd = open(made, O_RDWR | O_CREAT | O_EXCL, 0o600)
-        unlink(made)
-        defer { close(fd) }
-        let length = try content.copy(to: fd)
-        var bytes = [UInt8](repeating: 0, count: Int(length))
-        let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, Int(length), 0) }
-        #expect(n == Int(length))
-        return bytes
+        try store.bytes(of: item, version: version, current: current)
     }
 
     @Test func deltasReadBackExactlyThroughAChainAndWhenMadeWhole() throws {
