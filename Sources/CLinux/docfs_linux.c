@@ -1,6 +1,6 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
-#include <sched.h>
+#include <sys/resource.h>
 #include <spawn.h>
 #include <errno.h>
 #include <stdio.h>
@@ -17,11 +17,11 @@
 #include <linux/falloc.h>
 #include "docfs_linux.h"
 
-int docfs_make_thread_idle(void) {
-    struct sched_param param = { 0 };
-    int result = sched_setscheduler(0, SCHED_IDLE, &param);
-    // ioprio_set(IOPRIO_WHO_PROCESS, this thread, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0))
-    if (syscall(SYS_ioprio_set, 1, (int)syscall(SYS_gettid), 3 << 13) != 0) result = -1;
+int docfs_make_thread_background(void) {
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    int result = setpriority(PRIO_PROCESS, (id_t)tid, 19);
+    // ioprio_set(IOPRIO_WHO_PROCESS, this thread, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7))
+    if (syscall(SYS_ioprio_set, 1, tid, (2 << 13) | 7) != 0) result = -1;
     return result;
 }
 

@@ -86,7 +86,7 @@ extension Filesystem {
     func currentThumbnail(of node: Node) -> ThumbnailFile? {
         guard let thumbnailer, node.type == S_IFREG, !node.item.isDerived, let stamp = Thumbnailer.stamp(of: node) else { return nil }
         if let file = thumbnailer.store.current(node.item, stamp: stamp) { return file.origin == .none ? nil : file }
-        if !thumbnailer.isBusy(with: node.item) { thumbnailer.enqueue(node) }
+        if thumbnailer.isBusy(with: node.item) { thumbnailer.hurry(node.item) } else { thumbnailer.enqueue(node, atOnce: true) }
         return nil
     }
 

@@ -12,7 +12,10 @@ import Glibc
 /// short lock); a thread of its own takes the queue in order, one job at a time, and has the
 /// thumbnail worker process render each. A newer version of an item replaces its queued job,
 /// and a job whose content changed while it rendered is dropped (the newer one follows), so a
-/// set is only ever installed for the content it shows.
+/// set is only ever installed for the content it shows. A job waits until its item has been
+/// quiet for `quietPeriod` (a burst of writes to a file — a log appended to, a file saved in
+/// pieces — makes one job, not one per close), unless someone asks for the thumbnail: then it
+/// goes first at once.
 ///
 /// The job claims its item for reading (C1) twice, briefly: to open the content and take its
 /// stamp, and to check the stamp again and install the set. The rendering itself holds no
@@ -21,8 +24,10 @@ import Glibc
 /// Lock order: `queue` is a leaf lock, never held while a claim is taken or the worker runs.
 final class Thumbnailer: Sendable {
     private struct Queue {
-        var order: [ItemID] = []
-        var jobs: [ItemID: Node] = [:]
+        /// Items in the order their jobs fall due (a job queued again is listed again; the
+        /// entry whose time is not the job's is stale and skipped).
+        var order: [(item: ItemID, due: Double)] = []
+        var jobs: [ItemID: (node: Node, due: Double)] = [:]
         var stopped = false
         /// Items whose job is being done, and whether it was replaced by a newer one meanwhile.
         var running: [ItemID: Bool] = [:]
@@ -52,18 +57,33 @@ final class Thumbnailer: Sendable {
         problemSink.set(sink)
     }
 
-    /// Queues a look at `node`'s content (a regular file whose content may have changed).
-    func enqueue(_ node: Node) {
+    /// How long an item must go unchanged before its job is done.
+    static let quietPeriod = 0.02
+
+    /// Queues a look at `node`'s content (a regular file whose content may have changed), done
+    /// once the item has been quiet for `quietPeriod`, or `atOnce` (someone asked for it).
+    func enqueue(_ node: Node, atOnce: Bool = false) {
         guard node.type == S_IFREG, !node.item.isDerived, !node.isSuperseded else { return }
         let item = node.item
+        let due = atOnce ? 0 : Self.monotonic() + Self.quietPeriod
         let wake = queue.withLock { queue -> Bool in
             guard !queue.stopped else { return false }
             if queue.running[item] != nil { queue.running[item] = true }
-            if queue.jobs.updateValue(node, forKey: item) == nil {
-                queue.order.append(item)
-                return true
-            }
-            return false
+            let wasIdle = queue.order.isEmpty
+            queue.jobs[item] = (node, due)
+            if atOnce { queue.order.insert((item, due), at: 0) } else { queue.order.append((item, due)) }
+            return wasIdle || atOnce
+        }
+        if wake { wakeUp.signal() }
+    }
+
+    /// Someone asks for `item`'s thumbnail: its queued job, if any, is done at once.
+    func hurry(_ item: ItemID) {
+        let wake = queue.withLock { queue -> Bool in
+            guard !queue.stopped, let job = queue.jobs[item], job.due > 0 else { return false }
+            queue.jobs[item]!.due = 0
+            queue.order.insert((item, 0), at: 0)
+            return true
         }
         if wake { wakeUp.signal() }
     }
@@ -89,22 +109,53 @@ final class Thumbnailer: Sendable {
         defer { finished.signal() }
         while true {
             wakeUp.wait()
-            while let node = next() {
-                make(node)
-                queue.withLock { _ = $0.running.removeValue(forKey: node.item) }
+            while true {
+                switch next() {
+                case .job(let node):
+                    make(node)
+                    queue.withLock { _ = $0.running.removeValue(forKey: node.item) }
+                    continue
+                case .wait(let seconds):
+                    usleep(useconds_t(min(seconds, 0.05) * 1e6) + 1)  // an asked-for job may come first
+                    continue
+                case .none:
+                    break
+                }
+                break
             }
             if queue.withLock({ $0.stopped }) { return }
         }
     }
 
-    private func next() -> Node? {
-        queue.withLock { queue -> Node? in
-            guard !queue.stopped, !queue.order.isEmpty else { return nil }
-            let item = queue.order.removeFirst()
-            guard let node = queue.jobs.removeValue(forKey: item) else { return nil }
-            queue.running[item] = false
-            return node
+    private enum Next {
+        case job(Node)
+        /// The first job falls due in this many seconds.
+        case wait(Double)
+        case none
+    }
+
+    private func next() -> Next {
+        let now = Self.monotonic()
+        return queue.withLock { queue -> Next in
+            while !queue.stopped, let first = queue.order.first {
+                guard let job = queue.jobs[first.item], job.due == first.due else {
+                    queue.order.removeFirst()  // stale: the job was queued again, or done
+                    continue
+                }
+                if job.due > now { return .wait(job.due - now) }
+                queue.order.removeFirst()
+                queue.jobs[first.item] = nil
+                queue.running[first.item] = false
+                return .job(job.node)
+            }
+            return .none
         }
+    }
+
+    private static func monotonic() -> Double {
+        var t = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &t)
+        return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9
     }
 
     /// One job: the set for the content `node` holds now, unless there is one already.

@@ -65,7 +65,7 @@ extension VersionStore {
     /// The settler: cuts waiting versions into chunks one at a time, a little after they
     /// arrive (a replace links the superseded file in before it moves it away).
     private func runSettler() {
-        docfs_make_thread_idle()  // never in the way of the writes it follows
+        docfs_make_thread_background()  // out of the way of the writes it follows
         while true {
             settleSignal.wait()
             usleep(100_000)

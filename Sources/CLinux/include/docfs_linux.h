@@ -52,9 +52,10 @@ ssize_t docfs_send_with_descriptor(int socket, const void *bytes, size_t length,
 /// or -1. A message longer than `capacity` fails with EMSGSIZE.
 ssize_t docfs_receive_with_descriptor(int socket, void *bytes, size_t capacity, int *descriptor);
 
-/// The calling thread runs only when nothing else wants the CPU or the disk (SCHED_IDLE and the
-/// idle I/O class): for background work such as cutting kept versions into chunks.
-int docfs_make_thread_idle(void);
+/// The calling thread yields the CPU and the disk to everything else (nice 19, the lowest
+/// best-effort I/O priority) without starving: for background work such as cutting kept
+/// versions into chunks.
+int docfs_make_thread_background(void);
 
 extern const unsigned int DOCFS_RENAME_NOREPLACE;
 extern const unsigned int DOCFS_RENAME_EXCHANGE;
