@@ -116,7 +116,7 @@ final class Thumbnailer: Sendable {
                     queue.withLock { _ = $0.running.removeValue(forKey: node.item) }
                     continue
                 case .wait(let seconds):
-                    usleep(useconds_t(min(seconds, 0.05) * 1e6) + 1)  // an asked-for job may come first
+                    wakeUp.wait(seconds: seconds)  // an asked-for job wakes it sooner
                     continue
                 case .none:
                     break
