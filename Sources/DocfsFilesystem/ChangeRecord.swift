@@ -44,11 +44,16 @@ struct ChangeRecord {
     var name: FileName?
     /// The node changed (attributes, content; the file a deletion removed a name of).
     var node: Node?
+    /// The item (the document's id for a document).
     var item: ItemID?
+    /// The version the item's content is at after the change, where the operation knows it.
+    var version: UInt64?
+    /// Who asked for the change; nil for docfs's own (a raced save put back, a picker's copy).
+    var caller: Caller?
 
     /// A change of the name `name` in the folder `folder` (a descriptor).
     static func name(_ kind: Kind, _ name: FileName, inFolder folder: Int32, item: ItemID?) -> ChangeRecord {
-        ChangeRecord(kind: kind, folder: folder, name: name, node: nil, item: item)
+        ChangeRecord(kind: kind, folder: folder, name: name, node: nil, item: item, version: nil, caller: nil)
     }
 
     /// A change of the name `name` in `folder`.
@@ -58,7 +63,7 @@ struct ChangeRecord {
 
     /// A change of `node` itself.
     static func file(_ kind: Kind, _ node: Node) -> ChangeRecord {
-        ChangeRecord(kind: kind, folder: nil, name: nil, node: node, item: node.item)
+        ChangeRecord(kind: kind, folder: nil, name: nil, node: node, item: node.item, version: nil, caller: nil)
     }
 }
 

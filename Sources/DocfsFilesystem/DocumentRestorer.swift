@@ -72,7 +72,10 @@ public struct DocumentRestorer: Sendable {
             throw error
         }
         let version = max(ItemAttributes.version(ofDescriptor: document.fd), 1) + 1
-        view.deliver(.name(.newVersion(version, conflict: false), name, inFolder: directory, item: item))
+        var restored = ChangeRecord.name(.newVersion(version, conflict: false), name, inFolder: directory, item: item)
+        restored.version = version
+        restored.caller = caller
+        view.deliver(restored)
         var invalidations = KernelInvalidations()
         var st = stat()
         if fstat(directory, &st) == 0, let parent = view.nodes.known(key: BackingKey(st)) {

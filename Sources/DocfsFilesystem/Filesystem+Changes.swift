@@ -12,7 +12,8 @@ extension Filesystem {
     /// Runs `operation` (the backing operation, answering its result and what it changed)
     /// under `claims`; its records go to every consumer before the claims are let go (S1: the
     /// index has them before the reply), and the other views drop `touched` afterwards.
-    func changing<T>(_ claims: [(ItemID, ClaimIntent)], touching touched: @autoclosure () -> TouchedPlaces,
+    /// `caller` is who the records say asked for the change.
+    func changing<T>(_ claims: [(ItemID, ClaimIntent)], touching touched: @autoclosure () -> TouchedPlaces, by caller: Caller? = nil,
                      _ operation: () throws(DocfsError) -> (T, [ChangeRecord])) throws(DocfsError) -> T {
         defer {
             let places = touched()  // read at the end: an operation may learn of more
@@ -20,7 +21,10 @@ extension Filesystem {
         }
         return try coordinator.withClaims(claims) { () throws(DocfsError) -> T in
             let (result, changes) = try operation()
-            for change in changes { deliver(change) }
+            for var change in changes {
+                if change.caller == nil { change.caller = caller }
+                deliver(change)
+            }
             return result
         }
     }
@@ -61,7 +65,9 @@ extension Filesystem {
         case let .replaced(fromName, fromFolder, exchange):
             stitcher?.recordReplace(fromName, in: fromFolder, by: name, in: folder, exchange: exchange)
             contentChanged(name, inFolder: folder)
-            if presenters.isListened, let document = replaceSide(inDirectory: folder, name: name) {
+            if let version = change.version {
+                present(.version, name, inFolder: folder, item: change.item, version: version)
+            } else if presenters.isListened, let document = replaceSide(inDirectory: folder, name: name) {
                 present(.version, name, inFolder: folder, item: document.item, version: ItemAttributes.version(ofDescriptor: document.fd))
                 close(document.fd)
             }

@@ -82,7 +82,7 @@ extension Filesystem {
     public func create(parent: NodeID, name: FileName, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
-        let made = try changing([(directory.item, .write)], touching: .name(name, in: directory)) { () throws(DocfsError) in
+        let made = try changing([(directory.item, .write)], touching: .name(name, in: directory), by: caller) { () throws(DocfsError) in
             let creation = try createExclusively(in: directory, name: name, mode: mode, flags: flags, caller: caller)
             guard case .made(let entry, _) = creation else { return (creation, []) }
             return (creation, [.name(.createdOpen, name, in: directory, item: ItemID(rawValue: UInt64(entry.attributes.st_ino)))])

@@ -11,7 +11,7 @@ extension Filesystem {
     public func makeDirectory(parent: NodeID, name: FileName, mode: mode_t, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
-        return try changing([(directory.item, .write)], touching: .name(name, in: directory)) { () throws(DocfsError) in
+        return try changing([(directory.item, .write)], touching: .name(name, in: directory), by: caller) { () throws(DocfsError) in
             try check(mkdirat(directory.fd, name.cString, mode & 0o7777))
             return try made(name, in: directory, caller: caller, mode: nil)
         }
@@ -21,7 +21,7 @@ extension Filesystem {
     public func makeNode(parent: NodeID, name: FileName, mode: mode_t, device: dev_t, caller: Caller) throws(DocfsError) -> Entry {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
-        return try changing([(directory.item, .write)], touching: .name(name, in: directory)) { () throws(DocfsError) in
+        return try changing([(directory.item, .write)], touching: .name(name, in: directory), by: caller) { () throws(DocfsError) in
             try check(mknodat(directory.fd, name.cString, mode, device))
             return try made(name, in: directory, caller: caller, mode: mode)
         }
@@ -31,7 +31,7 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
         try refuseEscapingLink(target, in: directory, name: name)
-        return try changing([(directory.item, .write)], touching: .name(name, in: directory)) { () throws(DocfsError) in
+        return try changing([(directory.item, .write)], touching: .name(name, in: directory), by: caller) { () throws(DocfsError) in
             try check(symlinkat(target.cString, directory.fd, name.cString))
             return try made(name, in: directory, caller: caller, mode: nil)
         }
@@ -116,7 +116,7 @@ extension Filesystem {
         // A move claims both ends and both folders.
         var claims = self.claims(writing: [from, to], deleting: newName, in: to)
         if let moved = itemAt(name, in: from) { claims.append((moved, .move)) }
-        return try changing(claims, touching: touched) { () throws(DocfsError) in
+        return try changing(claims, touching: touched, by: caller) { () throws(DocfsError) in
             // Each side moves once (twice for an exchange); noted before, so the watcher
             // never sees the events first.
             let events = flags & DOCFS_RENAME_EXCHANGE != 0 ? 2 : 1

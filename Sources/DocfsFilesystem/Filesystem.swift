@@ -255,7 +255,7 @@ public final class Filesystem: Sendable {
 
     public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
         let node = try changeableNode(id)
-        return try changing([(node.item, changes.size == nil ? .metadata : .write)], touching: .file(node)) { () throws(DocfsError) in
+        return try changing([(node.item, changes.size == nil ? .metadata : .write)], touching: .file(node), by: caller) { () throws(DocfsError) in
             var st = try setAttributes(of: node, handle: handle, changes, caller: caller)
             // The watcher knows backing inodes; the kernel is shown the item id.
             ownChanges.changedFile(st)
