@@ -107,11 +107,17 @@ public final class ChunkStore: Sendable {
         return total
     }
 
-    /// Removes chunk files a writer that died left half made. Call before serving.
+    /// Removes what a writer that died left: chunk files half made, and chunks stored but
+    /// never linked by a user (it died between storing and linking). Call before anyone uses
+    /// the store (nobody may be about to link a chunk); one stat per chunk.
     public func removeLeftovers() {
         for folder in Self.names(in: directory) where folder.utf8.count == 2 {
-            for name in Self.names(in: directory + "/" + folder) where name.hasPrefix(".incoming-") {
-                unlink(directory + "/" + folder + "/" + name)
+            for name in Self.names(in: directory + "/" + folder) {
+                let path = directory + "/" + folder + "/" + name
+                var st = stat()
+                if name.hasPrefix(".incoming-") || (ChunkDigest(hex: name) != nil && stat(path, &st) == 0 && st.st_nlink == 1) {
+                    unlink(path)
+                }
             }
         }
     }

@@ -115,6 +115,51 @@ import Glibc
         #expect(try String(contentsOfFile: f, encoding: .utf8) == "start\n")
     }
 
+    /// SIGKILL right after a run of safe-saves of a big document, while the settler cuts the
+    /// kept files into chunks: after a restart every version reads back exactly, nothing half
+    /// made is left, every kept file is cut into chunks, and no chunk is left that no version uses.
+    @Test func killedWhileVersionsAreCutIntoChunksLosesNoVersion() throws {
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
+        defer { fixture.tearDown() }
+        let f = fixture.path("report.odt")
+        var generator = SeededBytes(seed: 7)
+        var content = generator.bytes(4 << 20)
+        var expected: [Data] = []
+        for round in 0..<9 {
+            if round > 0 {
+                let at = Int(generator.next() % UInt64(content.count - 64))
+                content.replaceSubrange(at..<(at + 64), with: generator.bytes(64))
+            }
+            expected.append(Data(content))
+            try Data(content).write(to: URL(fileURLWithPath: f + ".tmp"))
+            #expect(rename(f + ".tmp", f) == 0)
+        }
+        let id = try #require(itemID(f))
+        let daemon = try #require(fixture.daemon)
+        kill(daemon.processIdentifier, SIGKILL)
+        daemon.waitUntilExit()
+
+        try fixture.restartAfterCrash()
+        for version in 1...8 {
+            #expect(try shown(fixture, f, version) == expected[version - 1], "version \(version)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: f)) == expected[8])
+        let versions = fixture.store + "/versions/\(id)"
+        #expect(eventually(seconds: 120) {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: versions)) ?? []
+            return names.filter { $0.hasSuffix(".chunks") }.count == 8 && !names.contains { UInt64($0) != nil || $0.hasPrefix(".incoming-") }
+        }, "every kept file cut into chunks, nothing half made left")
+        let chunks = fixture.store + "/chunks"
+        let unused = (FileManager.default.subpaths(atPath: chunks) ?? []).filter { path in
+            var st = stat()
+            return path.count == 67 && stat(chunks + "/" + path, &st) == 0 && st.st_nlink < 2
+        }
+        #expect(unused.isEmpty, "chunks no version uses: \(unused.prefix(3))")
+        for version in 1...8 {
+            #expect(try shown(fixture, f, version) == expected[version - 1], "version \(version), settled")
+        }
+    }
+
     /// Writes, renames, tags and removes files until the mount fails. Everything goes through
     /// a descriptor of the mount's root, so once the daemon is killed every call fails
     /// (ENOTCONN) even after the dead mount is detached: nothing lands in the folder beneath.

@@ -193,11 +193,16 @@ import Testing
         try FileManager.default.copyItem(atPath: folder + "/1.chunks", toPath: folder + "/.incoming-dead")
         try write(bytes, to: folder + "/1")
         unlink(folder + "/2.json")
+        // ... and between storing a chunk and linking it into a version.
+        let stray = directory + "/chunks/ab/ab" + String(repeating: "0", count: 62)
+        try FileManager.default.createDirectory(atPath: directory + "/chunks/ab", withIntermediateDirectories: true)
+        try write([1, 2, 3], to: stray)
         let again = VersionStore(directory: directory + "/versions", policy: .defaults)
         again.removeLeftovers()
         let left = try FileManager.default.contentsOfDirectory(atPath: folder).sorted()
         #expect(left == ["1.chunks", "1.json"], "\(left)")
         #expect(try content(again, 1, current: "/nonexistent") == bytes)
+        #expect(!FileManager.default.fileExists(atPath: stray), "a chunk no version links is gone")
         again.remove(item, version: 1)
         #expect(chunkFiles() == 0)
     }
