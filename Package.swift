@@ -51,7 +51,7 @@ let package = Package(
         ),
         // Optimized in debug builds too: cutting content into chunks byte by byte is 30 times
         // slower unoptimized, and tests keep versions of megabytes.
-        .target(name: "DocfsChunks", dependencies: ["CLinux", .product(name: "Crypto", package: "swift-crypto")],
+        .target(name: "DocfsChunks", dependencies: [.product(name: "Crypto", package: "swift-crypto")],
                 swiftSettings: [.unsafeFlags(["-O"])]),
         .target(name: "DocfsProvider", dependencies: ["DocfsCore", "DocfsChunks", "CLinux", "CGio", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "DocfsCoordination", dependencies: ["DocfsCore"]),

@@ -1,4 +1,3 @@
-import CLinux
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -84,24 +83,6 @@ public enum ChunkManifest {
             if stat(folder + "/" + name, &st) == 0 && st.st_nlink <= 2 { own += Int64(st.st_size) }
         }
         return own
-    }
-
-    /// Writes the content the manifest folder `folder` holds into `target` from offset 0;
-    /// answers its length.
-    public static func copy(_ folder: String, to target: Int32) throws(ChunkError) -> Int64 {
-        guard let chunks = read(folder) else { throw ChunkError("cannot read \(folder)", errno: ENOENT) }
-        for (index, chunk) in chunks.enumerated() {
-            let source = open(path(folder, index: index, chunk), O_RDONLY | O_CLOEXEC)
-            guard source >= 0 else { throw ChunkError("cannot read chunk \(chunk.digest)", errno: errno) }
-            defer { close(source) }
-            var inOffset: off_t = 0, outOffset = off_t(chunk.offset)
-            while Int64(inOffset) < chunk.length {
-                let n = docfs_copy_file_range(source, &inOffset, target, &outOffset, Int(chunk.length - Int64(inOffset)), 0)
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { throw ChunkError("cannot copy chunk \(chunk.digest)", errno: n < 0 ? errno : EIO) }
-            }
-        }
-        return chunks.last.map { $0.offset + $0.length } ?? 0
     }
 
     /// Whether the first `length` bytes of `fd` cut into exactly the manifest's chunks (the

@@ -1,4 +1,3 @@
-import CLinux
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -86,7 +86,7 @@ extension Filesystem {
     func currentThumbnail(of node: Node) -> ThumbnailFile? {
         guard let thumbnailer, node.type == S_IFREG, !node.item.isDerived, let stamp = Thumbnailer.stamp(of: node) else { return nil }
         if let file = thumbnailer.store.current(node.item, stamp: stamp) { return file.origin == .none ? nil : file }
-        if thumbnailer.isBusy(with: node.item) { thumbnailer.hurry(node.item) } else { thumbnailer.enqueue(node, atOnce: true) }
+        thumbnailer.ask(for: node)
         return nil
     }
 
@@ -141,13 +141,13 @@ extension Filesystem {
         case .failure(let failure):
             throw DocfsError(.internalFailure, "\(ItemAttributes.thumbnail) could not be checked", cause: failure)
         }
-        try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
+        try changing([(node.item, .metadata)], touching: .file(node)) { () throws(DocfsError) in
             guard Thumbnailer.stamp(of: node) == stamp else {
                 throw DocfsError(.system(.resourceTemporarilyUnavailable), "the content changed while its thumbnail was being set: try again")
             }
             try thumbnailer.store.install(output, as: node.item)
+            return ((), [.file(.attributes, node)])  // the index's hasThumbnail
         }
-        stitcher?.recordFile(node)
     }
 
     /// removexattr of `user.docfs.thumbnail`: a user's thumbnail gives way to a generated one;
@@ -156,15 +156,15 @@ extension Filesystem {
         guard let thumbnailer, let current = currentThumbnail(of: node), let stamp = Thumbnailer.stamp(of: node) else {
             throw DocfsError.system(ENODATA)
         }
-        try coordinator.withClaims([(node.item, .metadata)]) { () throws(DocfsError) in
+        try changing([(node.item, .metadata)], touching: .file(node)) { () throws(DocfsError) in
             if current.origin == .user {
                 thumbnailer.store.remove(node.item)
             } else {
                 let none = ThumbnailFile.encode(origin: .none, stamp: stamp, width: 0, height: 0, renditions: [:])
                 try thumbnailer.store.write(none, as: node.item, job: thumbnailer.store.newJob())
             }
+            return ((), [.file(.attributes, node)])
         }
-        if current.origin == .user { thumbnailer.enqueue(node) }
-        stitcher?.recordFile(node)
+        if current.origin == .user { thumbnailer.enqueue(node) }  // a generated one follows
     }
 }

@@ -61,36 +61,34 @@ final class Thumbnailer: Sendable {
     static let quietPeriod = 0.02
 
     /// Queues a look at `node`'s content (a regular file whose content may have changed), done
-    /// once the item has been quiet for `quietPeriod`, or `atOnce` (someone asked for it).
-    func enqueue(_ node: Node, atOnce: Bool = false) {
+    /// once the item has been quiet for `quietPeriod`.
+    func enqueue(_ node: Node) {
         guard node.type == S_IFREG, !node.item.isDerived, !node.isSuperseded else { return }
         let item = node.item
-        let due = atOnce ? 0 : Self.monotonic() + Self.quietPeriod
+        let due = Self.monotonic() + Self.quietPeriod
         let wake = queue.withLock { queue -> Bool in
             guard !queue.stopped else { return false }
             if queue.running[item] != nil { queue.running[item] = true }
             let wasIdle = queue.order.isEmpty
             queue.jobs[item] = (node, due)
-            if atOnce { queue.order.insert((item, due), at: 0) } else { queue.order.append((item, due)) }
-            return wasIdle || atOnce
+            queue.order.append((item, due))
+            return wasIdle
         }
         if wake { wakeUp.signal() }
     }
 
-    /// Someone asks for `item`'s thumbnail: its queued job, if any, is done at once.
-    func hurry(_ item: ItemID) {
+    /// Someone asks for the thumbnail of `node`, which has none for its content: its job is
+    /// done at once — the queued one, or a new one unless one is running (it will install it).
+    func ask(for node: Node) {
+        guard node.type == S_IFREG, !node.item.isDerived, !node.isSuperseded else { return }
+        let item = node.item
         let wake = queue.withLock { queue -> Bool in
-            guard !queue.stopped, let job = queue.jobs[item], job.due > 0 else { return false }
-            queue.jobs[item]!.due = 0
+            guard !queue.stopped, queue.running[item] == nil, queue.jobs[item]?.due != 0 else { return false }
+            queue.jobs[item] = (queue.jobs[item]?.node ?? node, 0)
             queue.order.insert((item, 0), at: 0)
             return true
         }
         if wake { wakeUp.signal() }
-    }
-
-    /// Whether a job for `item` is queued or running.
-    func isBusy(with item: ItemID) -> Bool {
-        queue.withLock { $0.jobs[item] != nil || $0.running[item] != nil }
     }
 
     /// Stops the thread (after the job it is doing) and the worker.

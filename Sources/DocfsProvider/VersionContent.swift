@@ -39,35 +39,13 @@ public final class VersionContent: Sendable {
     @discardableResult
     public func copy(to target: Int32) throws(DocfsError) -> Int64 {
         try each { (fd, length, offset) throws(DocfsError) in
-            var inOffset: off_t = 0, outOffset = off_t(offset)
-            while Int64(inOffset) < length {
-                let n = docfs_copy_file_range(fd, &inOffset, target, &outOffset, Int(min(length - Int64(inOffset), 1 << 30)), 0)
-                if n < 0 && errno == EINTR { continue }
-                if n < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS) {
-                    return try copyByReading(fd, from: Int64(inOffset), to: length, into: target, shift: offset)
-                }
-                guard n > 0 else { throw failure(n < 0 ? errno : EIO) }
+            let reached: Int64
+            do throws(DocfsError) {
+                reached = try FileCopy.range(0..<length, from: fd, to: target, shift: offset)
+            } catch {
+                throw failure(error.systemErrno ?? EIO)
             }
-        }
-    }
-
-    /// Copies `start..<end` of `fd` to `target` at `shift` bytes further, reading and writing
-    /// (across file systems, where copy_file_range cannot).
-    private func copyByReading(_ fd: Int32, from start: Int64, to end: Int64, into target: Int32, shift: Int64) throws(DocfsError) {
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        var at = start
-        while at < end {
-            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, min($0.count, Int(end - at)), off_t(at)) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw failure(n < 0 ? errno : EIO) }
-            var done = 0
-            while done < n {
-                let m = buffer.withUnsafeBytes { pwrite(target, $0.baseAddress! + done, n - done, off_t(shift + at) + off_t(done)) }
-                if m < 0 && errno == EINTR { continue }
-                guard m > 0 else { throw failure(m < 0 ? errno : EIO) }
-                done += m
-            }
-            at += Int64(n)
+            guard reached == length else { throw failure(EIO) }  // a part shorter than its length
         }
     }
 

@@ -122,12 +122,16 @@ public final class VersionStore: Sendable {
             for entry in entries where entry.hasPrefix(".incoming-") || entry.hasSuffix(".json.tmp") {
                 if unlink(folder + "/" + entry) != 0 && errno == EISDIR { ChunkManifest.remove(folder + "/" + entry, store: chunks) }
             }
+            var whole: [UInt64] = []
             for entry in entries where UInt64(entry) != nil {
                 var st = stat()
+                guard lstat(folder + "/" + entry, &st) == 0 else { continue }
                 // A second name of the current content, or a copy settled into chunks already.
-                if lstat(folder + "/" + entry, &st) == 0 && (st.st_nlink > 1 || entries.contains(entry + ".chunks")) {
+                if st.st_nlink > 1 || entries.contains(entry + ".chunks") {
                     unlink(folder + "/" + entry)
                     entries.removeAll { $0 == entry }
+                } else if st.st_size >= chunks.chunker.minimumSize {
+                    whole.append(UInt64(entry)!)
                 }
             }
             for entry in entries where entry.hasSuffix(".chunks") && !entries.contains(entry.dropLast(7) + ".json") {
@@ -141,10 +145,8 @@ public final class VersionStore: Sendable {
                     continue
                 }
             }
-            // Whole versions a daemon kept (or an older docfs) get cut into chunks.
-            for entry in entries where UInt64(entry) != nil && !entries.contains(entry + ".chunks") {
-                settleLater(item, version: UInt64(entry)!)
-            }
+            // Whole versions of a chunk or more a daemon kept (or an older docfs) get cut into chunks.
+            for version in whole where entries.contains(String(version) + ".json") { settleLater(item, version: version) }
         }
     }
 
@@ -181,20 +183,14 @@ public final class VersionStore: Sendable {
     }
 
     /// Copies `range` of `source` to the same offsets of `target`, stopping early where
-    /// `source` ends; answers the offset it reached.
-    public func copyRange(_ range: Range<Int64>, from source: Int32, to target: Int32,
+    /// `source` ends; answers the offset it reached. Fails with `message` (ENOSPC on a full disk).
+    func copyRange(_ range: Range<Int64>, from source: Int32, to target: Int32,
                    failing message: @autoclosure () -> String) throws(DocfsError) -> Int64 {
-        var inOffset = off_t(range.lowerBound), outOffset = off_t(range.lowerBound)
-        while Int64(inOffset) < range.upperBound {
-            let n = docfs_copy_file_range(source, &inOffset, target, &outOffset, Int(min(range.upperBound - Int64(inOffset), 1 << 30)), 0)
-            if n < 0 {
-                if errno == EINTR { continue }
-                let reason = errno
-                throw failure(message(), errno: reason)
-            }
-            if n == 0 { break }
+        do {
+            return try FileCopy.range(range, from: source, to: target)
+        } catch {
+            throw failure(message(), errno: error.systemErrno ?? EIO)
         }
-        return Int64(inOffset)
     }
 
     /// Keeps the file `fd` (an O_PATH descriptor) refers to, as it is, as `record.version` of
