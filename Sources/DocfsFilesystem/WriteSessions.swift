@@ -490,11 +490,31 @@ final class WriteSessions: Sendable {
 
     /// The command name of a process (/proc/PID/comm), empty when it is gone.
     static func command(of pid: pid_t) -> String {
-        guard pid > 0, let file = fopen("/proc/\(pid)/comm", "r") else { return "" }
-        defer { fclose(file) }
-        var line = [CChar](repeating: 0, count: 64)
-        guard fgets(&line, 64, file) != nil else { return "" }
-        return String(decoding: line.prefix { $0 != 0 && $0 != 10 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard pid > 0 else { return "" }
+        let now = Self.monotonic()
+        if let known = recentCommands.withLock({ $0[pid] }), now - known.seen < 1 { return known.command }
+        let fd = open("/proc/\(pid)/comm", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return "" }
+        defer { close(fd) }
+        var line = [UInt8](repeating: 0, count: 64)
+        let n = line.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        let command = String(decoding: line.prefix(max(n, 0)).prefix { $0 != 10 }, as: UTF8.self)
+        recentCommands.withLock { recent in
+            if recent.count >= 4096 { recent.removeAll(keepingCapacity: true) }
+            recent[pid] = (command, now)
+        }
+        return command
+    }
+
+    /// Commands of processes seen in the last second, by pid: a process that opens many files
+    /// has /proc read once a second, not per open (a pid is not reused that soon; a command
+    /// renamed meanwhile shows a second late).
+    private static let recentCommands = Mutex<[pid_t: (command: String, seen: Double)]>([:])
+
+    private static func monotonic() -> Double {
+        var t = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &t)
+        return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9
     }
 
     /// The kernel's page size, the unit its writeback cache writes.

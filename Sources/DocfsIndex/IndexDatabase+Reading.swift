@@ -7,14 +7,14 @@ import GRDB
 extension IndexDatabase {
     /// The record at `location`, if the index has one.
     public func record(at location: IndexLocation) throws(DocfsError) -> IndexRecord? {
-        try read({ db, _ in
+        try pointRead({ db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path = ?"),
                              arguments: [location.container, location.scope, location.path]).map(Self.record)
         }, merge: { stored, overlay in
             switch overlay.lookup(location) {
-            case .notHeld: return .some(stored)
-            case .absent: return .some(nil)
-            case .present(let row): return .some(row.record)
+            case .notHeld: return stored
+            case .absent: return nil
+            case .present(let row): return row.record
             }
         })
     }
@@ -23,14 +23,14 @@ extension IndexDatabase {
     public func records(entries: [Int64]) throws(DocfsError) -> [IndexRecord] {
         guard !entries.isEmpty else { return [] }
         let wanted = Set(entries)
-        return try merged(where: "entry IN (SELECT value FROM json_each(?))", [Self.encodeNumbers(entries)]) { overlay in
+        return try merged(where: "entry IN (SELECT value FROM json_each(?))", [Self.encodeNumbers(entries)], few: true) { overlay in
             overlay.rows(entries: wanted)
         }
     }
 
     /// The records of item `id` (one per name).
     public func records(id: Int64) throws(DocfsError) -> [IndexRecord] {
-        try merged(where: "id = ?", [id]) { overlay in overlay.rows(id: id) }
+        try merged(where: "id = ?", [id], few: true) { overlay in overlay.rows(id: id) }
     }
 
     /// Every record, by container, scope and path.
@@ -160,18 +160,22 @@ extension IndexDatabase {
 
     /// The rows `condition` selects, with the waiting changes laid over them (`overlaid`: the
     /// overlay's rows the condition would select), by container, scope and path.
-    private func merged(where condition: String, _ arguments: StatementArguments,
+    /// `few`: the condition selects a handful of rows by an index (a point read).
+    private func merged(where condition: String, _ arguments: StatementArguments, few: Bool = false,
                         overlaid: @escaping @Sendable (IndexOverlay) -> [IndexOverlay.Row]) throws(DocfsError) -> [IndexRecord] {
-        try read({ db, _ in
-            // Cached per connection: the conditions are a handful of fixed texts.
+        // Cached per connection: the conditions are a handful of fixed texts.
+        let stored = { (db: Database) in
             try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM items WHERE \(condition) ORDER BY container, scope, path"),
                              arguments: arguments).map(Self.record)
-        }, merge: { stored, overlay in
+        }
+        let merge = { @Sendable (stored: [IndexRecord], overlay: IndexOverlay) -> [IndexRecord] in
             guard !overlay.isEmpty else { return stored }
             var records = stored.filter { !overlay.holds($0.location) }
             records += overlaid(overlay).map(\.record)
             records.sort { IndexQuery.precedes($0.location, $1.location) }
             return records
-        })
+        }
+        if few { return try pointRead(stored, merge: merge) }
+        return try read({ db, _ in try stored(db) }, merge: merge)
     }
 }

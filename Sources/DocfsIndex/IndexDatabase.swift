@@ -77,7 +77,9 @@ public final class IndexDatabase: Sendable {
             pending.append(Waiting(frame: frame, bytes: bytes, end: journal.size))
             do {
                 let base = self.base
-                try base.read { db in try overlay.apply(frame, base: SnapshotBase(db: db)) }
+                // Outside a transaction: each statement sees the latest commit, whose frames the
+                // overlay still holds until `committed` (under this lock) drops them.
+                try base.inDatabase { db in try overlay.apply(frame, base: SnapshotBase(db: db)) }
             } catch {
                 failure = failure ?? DocfsError(.internalFailure, "reading the index for a stitched change failed",
                                                 cause: DocfsError(.internalFailure, String(describing: error)))
@@ -405,7 +407,15 @@ public final class IndexDatabase: Sendable {
             // A new place takes the next entry number (an update keeps its own): numbers are
             // never reused, so a put never brings back a removed entry.
             entries += 1
-            try db.cachedStatement(sql: upsertSQL).execute(arguments: arguments(record, entry: entries, sequence: sequence))
+            // Most puts make a row again in place (a close, a setattr): an update of the columns
+            // that change leaves the name, id and created indexes alone (SQLite rewrites every
+            // index a SET names), which the upsert would rewrite.
+            let values = Self.values(record, entry: entries, sequence: sequence)
+            try db.cachedStatement(sql: refreshSQL).execute(arguments: StatementArguments(
+                refreshedColumns.map { values[$0] } + [record.container, record.scope, record.path, record.id, record.name, record.created]))
+            if db.changesCount == 0 {
+                try db.cachedStatement(sql: upsertSQL).execute(arguments: StatementArguments(values))
+            }
         case .touch(let location, let modified, let statusChanged):
             try db.cachedStatement(sql: """
                 UPDATE items SET modified = max(modified, ?), statusChanged = max(statusChanged, ?), sequence = ?
@@ -484,7 +494,16 @@ public final class IndexDatabase: Sendable {
         ON CONFLICT(container, scope, path) DO UPDATE SET \(columns.filter { !["entry", "container", "scope", "path"].contains($0) }.map { "\($0) = excluded.\($0)" }.joined(separator: ", "))
         """
 
-    private static func arguments(_ r: IndexRecord, entry: Int64, sequence: Int64) -> StatementArguments {
+    /// The columns a put of a row at its own place, with its own id, name and created date, may change.
+    private static let refreshedColumns = columns.indices.filter { !["entry", "container", "scope", "path", "name", "id", "created"].contains(columns[$0]) }
+
+    private static let refreshSQL = """
+        UPDATE items SET \(refreshedColumns.map { "\(columns[$0]) = ?" }.joined(separator: ", "))
+        WHERE container = ? AND scope = ? AND path = ? AND id = ? AND name = ? AND created = ?
+        """
+
+    /// A record's values, in the order of `columns`.
+    private static func values(_ r: IndexRecord, entry: Int64, sequence: Int64) -> [(any DatabaseValueConvertible)?] {
         [entry, r.id, r.name, r.path, r.container, r.containerName, r.scope, r.kind, r.size, r.created, r.modified,
          r.contentType, r.uti, r.version, encodeTags(r.tags), r.comment, r.hasThumbnail, r.isExternal,
          r.originalPath, r.localPath, r.conflict, r.downloadState, r.uploadState, sequence,
@@ -582,6 +601,30 @@ public final class IndexDatabase: Sendable {
         } catch {
             throw DocfsError(.internalFailure, "reading the index at \(path) failed", cause: DocfsError(.internalFailure, String(describing: error)))
         }
+    }
+
+    /// A read of a few rows by an index (a place, an item's names, some entries): in the daemon
+    /// it runs under the writer's lock on the connection stitches read through, outside a
+    /// transaction, and the overlay answers for every place a waiting or just-committed frame
+    /// reached (a commit's frames leave the overlay only under that lock), so no snapshot needs
+    /// to be matched with it and no transaction begun: a few index lookups, as cheap as a
+    /// stitch's own. In another process, `read`.
+    func pointRead<Stored: Sendable, T: Sendable>(_ stored: (Database) throws -> Stored,
+                                                  merge: @Sendable (Stored, IndexOverlay) throws -> T) throws(DocfsError) -> T {
+        do {
+            if let result = try writer.withLock({ writer -> T? in
+                guard writer != nil else { return nil }
+                let rows = try writer!.base.inDatabase { db in try stored(db) }
+                return try merge(rows, writer!.overlay)
+            }) {
+                return result
+            }
+        } catch let error as DocfsError {
+            throw error
+        } catch {
+            throw DocfsError(.internalFailure, "reading the index at \(path) failed", cause: DocfsError(.internalFailure, String(describing: error)))
+        }
+        return try read({ db, _ in try stored(db) }, merge: { stored, overlay in try merge(stored, overlay) })
     }
 
     /// Runs `body` on a snapshot of the database and the changes it lacks, holding the writer's

@@ -30,8 +30,7 @@ public struct ContentType: Sendable, Equatable {
     /// The type of a file named `name` whose content starts with `start` (empty: judged by
     /// the name alone, as an empty file has no magic to read).
     ///
-    /// A name that settles the type (a known extension) costs well under a microsecond. One
-    /// that matches no glob leaves the type to the content's magic, which costs GIO about 90 µs
+    /// What a name says is remembered by name (`typeByName`). A name that matches no glob leaves the type to the content's magic, which costs GIO about 90 µs
     /// (it tries every pattern at every offset of its range): those answers are remembered by a
     /// digest of the content, as they depend on nothing else, so files that start alike (or a
     /// file closed again with the same start) are looked at once.
@@ -41,12 +40,11 @@ public struct ContentType: Sendable, Equatable {
 
     /// The same, reading the first bytes only when the name leaves the type uncertain.
     public static func of(name: String, reading start: () -> [UInt8]) -> ContentType {
-        var uncertain: gboolean = 0
-        let byName = guess(name, nil, 0, &uncertain)
-        if uncertain == 0 { return ContentType(mime: byName) }
+        let (byName, certain) = typeByName(name)
+        if certain { return byName }
         let start = start()
-        if start.isEmpty { return ContentType(mime: byName) }
-        let key = byName == other.mime ? sniffKey(start) : nil
+        if start.isEmpty { return byName }
+        let key = byName == other ? sniffKey(start) : nil
         if let key, let known = sniffed.withLock({ $0[key] }) { return known }
         let type = ContentType(mime: start.withUnsafeBufferPointer { guess(name, $0.baseAddress, gsize($0.count), nil) })
         if let key {
@@ -57,6 +55,22 @@ public struct ContentType: Sendable, Equatable {
         }
         return type
     }
+
+    /// The type the name alone gives, and whether it settles it. GIO's glob match costs a few
+    /// microseconds, more than all else a close's record takes: answers are remembered by name
+    /// (names recur: a file closed again, the same names in many folders).
+    private static func typeByName(_ name: String) -> (ContentType, certain: Bool) {
+        if let known = typesByName.withLock({ $0[name] }) { return known }
+        var uncertain: gboolean = 0
+        let answer = (ContentType(mime: guess(name, nil, 0, &uncertain)), certain: uncertain == 0)
+        typesByName.withLock { memo in
+            if memo.count >= sniffedCapacity { memo.removeAll(keepingCapacity: true) }
+            memo[name] = answer
+        }
+        return answer
+    }
+
+    private static let typesByName = Mutex<[String: (ContentType, certain: Bool)]>([:])
 
     /// Types of nameless-type content (no glob matched its name), by a digest of the bytes
     /// magic saw: a file closed again with the same start (most writes land further on) is not
