@@ -8,7 +8,7 @@ extension IndexDatabase {
     /// The record at `location`, if the index has one.
     public func record(at location: IndexLocation) throws(DocfsError) -> IndexRecord? {
         try pointRead({ db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM items WHERE container = ? AND scope = ? AND path = ?"),
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.selection) FROM items WHERE container = ? AND scope = ? AND path = ?"),
                              arguments: [location.container, location.scope, location.path]).map(Self.record)
         }, merge: { stored, overlay in
             switch overlay.lookup(location) {
@@ -65,7 +65,7 @@ extension IndexDatabase {
     public func recordsAndSequence(matching query: IndexQuery) throws(DocfsError) -> (records: [IndexRecord], sequence: Int64) {
         try read({ db, hidden in
             let (condition, arguments) = query.whereClause()
-            var sql = "SELECT * FROM items WHERE \(condition) ORDER BY \(query.orderClause())"
+            var sql = "SELECT \(Self.selection) FROM items WHERE \(condition) ORDER BY \(query.orderClause())"
             // The waiting changes may hide up to `hidden` of the rows a limit keeps.
             if let limit = query.limit { sql += " LIMIT \(max(limit, 0) + hidden)" }
             // Each row becomes a record as it is read (no array of rows in between).
@@ -114,8 +114,8 @@ extension IndexDatabase {
 
     public func changes(after: Int64) throws(DocfsError) -> Changes {
         try read({ db, _ in
-            let written = try Row.fetchAll(db, sql: "SELECT * FROM items WHERE sequence > ? ORDER BY sequence, entry", arguments: [after])
-                .map { (record: Self.record($0), sequence: $0["sequence"] as Int64) }
+            let written = try Row.fetchAll(db, sql: "SELECT \(Self.selection) FROM items WHERE sequence > ? ORDER BY sequence, entry", arguments: [after])
+                .map { (record: Self.record($0), sequence: $0[Self.sequenceColumn] as Int64) }
             let removed = try Row.fetchAll(db, sql: "SELECT sequence, entry FROM removals WHERE sequence > ? ORDER BY sequence, entry",
                                            arguments: [after]).map { (sequence: $0[0] as Int64, entry: $0[1] as Int64) }
             let oldestKept = try Int64.fetchOne(db, sql: "SELECT min(sequence) FROM removals") ?? 0
@@ -149,7 +149,7 @@ extension IndexDatabase {
         @Sendable func print(_ record: IndexRecord) -> Print { (record.location, IndexFingerprints.print(of: record), record.entry, record.id) }
         return try read({ db, _ in
             var rows: [Print] = []
-            let cursor = try Row.fetchCursor(db, sql: "SELECT * FROM items")
+            let cursor = try Row.fetchCursor(db, sql: "SELECT \(Self.selection) FROM items")
             while let row = try cursor.next() { rows.append(print(Self.record(row))) }
             return rows
         }, merge: { stored, overlay in
@@ -165,7 +165,7 @@ extension IndexDatabase {
                         overlaid: @escaping @Sendable (IndexOverlay) -> [IndexOverlay.Row]) throws(DocfsError) -> [IndexRecord] {
         // Cached per connection: the conditions are a handful of fixed texts.
         let stored = { (db: Database) in
-            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM items WHERE \(condition) ORDER BY container, scope, path"),
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT \(Self.selection) FROM items WHERE \(condition) ORDER BY container, scope, path"),
                              arguments: arguments).map(Self.record)
         }
         let merge = { @Sendable (stored: [IndexRecord], overlay: IndexOverlay) -> [IndexRecord] in
