@@ -320,11 +320,8 @@ public final class IndexDatabase: Sendable {
     /// read only what follows it.
     private static func commit(_ frames: [IndexOverlay.Frame], journal: (inode: UInt64, end: Int)?, _ db: Database) throws {
         guard let last = frames.last else { return }
-        for frame in frames {
-            var entries = frame.entryBase
-            for change in frame.changes { try apply(change, sequence: frame.sequence, entries: &entries, db) }
-            if frame.sequence % removalsPruningPeriod == 0 { try pruneRemovals(db) }
-        }
+        for step in IndexCommitPlan(frames).steps { try apply(step.change, sequence: step.sequence, entry: step.entry, db) }
+        if frames.contains(where: { $0.sequence % removalsPruningPeriod == 0 }) { try pruneRemovals(db) }
         let note = try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)")
         try note.execute(arguments: ["applied", last.sequence])
         try note.execute(arguments: ["journalInode", Int64(bitPattern: journal?.inode ?? 0)])
@@ -404,18 +401,17 @@ public final class IndexDatabase: Sendable {
         }
     }
 
-    private static func apply(_ change: IndexChange, sequence: Int64, entries: inout Int64, _ db: Database) throws {
+    /// Applies `change` under `sequence`; a put that makes a new row gives it number `entry`.
+    private static func apply(_ change: IndexChange, sequence: Int64, entry: Int64, _ db: Database) throws {
         switch change {
         case .put(let record):
             // A new place takes the next entry number (an update keeps its own): numbers are
-            // never reused, so a put never brings back a removed entry.
-            entries += 1
-            // Most puts make a row again in place (a close, a setattr): an update of the columns
+            // never reused, so a put never brings back a removed entry. Most puts make a row again in place (a close, a setattr): an update of the columns
             // that change leaves the name, id and created indexes alone (SQLite rewrites every
             // index a SET names), which the upsert would rewrite.
-            let values = Self.values(record, entry: entries, sequence: sequence)
-            try db.cachedStatement(sql: refreshSQL).execute(arguments: StatementArguments(
-                refreshedColumns.map { values[$0] } + [record.container, record.scope, record.path, record.id, record.name, record.created]))
+            let values = Self.values(record, entry: entry, sequence: sequence)
+            let place: [(any DatabaseValueConvertible)?] = [record.container, record.scope, record.path, record.id, record.name, record.created]
+            try db.cachedStatement(sql: refreshSQL).execute(arguments: StatementArguments(refreshedColumns.map { values[$0] } + place))
             if db.changesCount == 0 {
                 try db.cachedStatement(sql: upsertSQL).execute(arguments: StatementArguments(values))
             }
@@ -674,6 +670,11 @@ struct SnapshotBase: IndexOverlay.Base {
     func row(at location: IndexLocation) throws -> IndexOverlay.Row? {
         try Row.fetchOne(db.cachedStatement(sql: "SELECT \(IndexDatabase.selection) FROM items WHERE container = ? AND scope = ? AND path = ?"),
                          arguments: [location.container, location.scope, location.path]).map(Self.row)
+    }
+
+    func entry(at location: IndexLocation) throws -> Int64? {
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT entry FROM items WHERE container = ? AND scope = ? AND path = ?"),
+                           arguments: [location.container, location.scope, location.path])
     }
 
     func rows(under location: IndexLocation) throws -> [IndexOverlay.Row] {

@@ -31,6 +31,8 @@ struct IndexOverlay: Sendable {
     /// hold: a snapshot that holds every frame the overlay has dropped.
     protocol Base {
         func row(at location: IndexLocation) throws -> Row?
+        /// The entry number of the row at `location`, if there is one (a put needs no more).
+        func entry(at location: IndexLocation) throws -> Int64?
         /// The rows strictly under the folder at `location`.
         func rows(under location: IndexLocation) throws -> [Row]
         func rows(entries: [Int64]) throws -> [Row]
@@ -118,8 +120,14 @@ struct IndexOverlay: Sendable {
         case .put(var record):
             entries += 1
             let location = record.location
-            try hold(location, sequence: sequence, base)
-            record.entry = places[location]?.row?.record.entry ?? entries
+            // The row there keeps its entry number; the rest of it is replaced, so a place not
+            // held needs only its number read.
+            steps += 1
+            if let place = places[location] {
+                record.entry = place.row?.record.entry ?? entries
+            } else {
+                record.entry = try base.entry(at: location) ?? entries
+            }
             set(location, Row(record: record, sequence: sequence), sequence: sequence)
         case .touch(let location, let modified, let statusChanged):
             try hold(location, sequence: sequence, base)
