@@ -54,7 +54,7 @@ public final class IndexDatabase: Sendable {
         /// Frames appended to the journal and not yet committed, oldest first.
         var pending: [Waiting] = []
         /// The pending frames laid over the database.
-        var overlay = IndexOverlay()
+        var overlay = IndexOverlay(remembersCommittedEntries: true)
         /// Where the overlay reads the rows a frame reaches (used only under the lock).
         let base: DatabaseQueue
         /// The journal's size past which it starts again with just the waiting frames.
@@ -288,6 +288,7 @@ public final class IndexDatabase: Sendable {
                     if built { try db.execute(sql: "UPDATE meta SET value = 1 WHERE key = 'built'") }
                 }
                 writer!.committed(writer!.pending.count, through: waiting.last!.sequence)
+                writer!.overlay.forgetCommittedEntries()  // `changes` never passed through it
             }
         }
     }

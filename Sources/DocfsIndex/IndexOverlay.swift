@@ -70,7 +70,24 @@ struct IndexOverlay: Sendable {
     /// Places visited by `apply`, `prune` and lookups, for tests that bound the cost of a read.
     private(set) var steps = 0
 
-    init() {}
+    /// The entry numbers of places whose frames were committed (`prune`), as the database holds
+    /// them, when the overlay lives as long as its writer (the daemon's): a put at such a place
+    /// (a file closed again) then reads nothing from the database. They stay exact, since every
+    /// change to a place passes through `places` (a remove or move holds every row under it
+    /// first) and `prune` writes what it drops here. Bounded: emptied when full.
+    private var committedEntries: [IndexLocation: Int64]? = nil
+    static let committedEntriesKept = 1 << 15
+
+    /// Changes reached the database without passing through the overlay (`IndexDatabase.apply`):
+    /// the entry numbers remembered may be stale.
+    mutating func forgetCommittedEntries() {
+        if committedEntries != nil { committedEntries = [:] }
+    }
+
+    /// `remembersCommittedEntries`: see `committedEntries` (for the writer's own overlay).
+    init(remembersCommittedEntries: Bool = false) {
+        if remembersCommittedEntries { committedEntries = [:] }
+    }
 
     /// Whether the overlay holds nothing (every frame applied is committed, or none was).
     var isEmpty: Bool { places.isEmpty && removed.isEmpty }
@@ -125,6 +142,8 @@ struct IndexOverlay: Sendable {
             steps += 1
             if let place = places[location] {
                 record.entry = place.row?.record.entry ?? entries
+            } else if let known = committedEntries?[location] {
+                record.entry = known
             } else {
                 record.entry = try base.entry(at: location) ?? entries
             }
@@ -262,6 +281,10 @@ struct IndexOverlay: Sendable {
             steps += 1
             guard let place = places[first.location], place.reachedBy == first.sequence else { continue }
             places[first.location] = nil
+            if committedEntries != nil {
+                if committedEntries!.count >= Self.committedEntriesKept { committedEntries!.removeAll(keepingCapacity: true) }
+                committedEntries![first.location] = place.row?.record.entry
+            }
             if let row = place.row { unindex(row.record, at: first.location) }
             link(first.location, by: -1)
         }
