@@ -330,11 +330,11 @@ final class IndexStitcher: Sendable {
     private func siblings(of node: Node, except place: StorePlace?, st: stat) -> [IndexChange] {
         // The same id and the same backing inode: a file that replaced the document in a
         // safe-save has the id too, but is another inode.
-        let known = (try? index.records(id: Int64(bitPattern: node.item.rawValue))) ?? []
-        return known.compactMap { record -> StorePlace? in
-            guard record.backingInode == UInt64(st.st_ino), let container = try? ContainerID(record.container),
-                  let scope = Scope(rawValue: record.scope), scope != .external else { return nil }
-            let other = StorePlace(container: container, scope: scope, path: record.path)
+        let known = (try? index.places(id: Int64(bitPattern: node.item.rawValue))) ?? []
+        return known.compactMap { known -> StorePlace? in
+            guard known.backingInode == UInt64(st.st_ino), let container = try? ContainerID(known.location.container),
+                  let scope = Scope(rawValue: known.location.scope), scope != .external else { return nil }
+            let other = StorePlace(container: container, scope: scope, path: known.location.path)
             return other == place ? nil : other
         }.map { .put(builder($0).record(item: node.item, file: node.fd, path: $0.path, st: st)) }
     }

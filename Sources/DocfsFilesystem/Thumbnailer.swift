@@ -105,6 +105,8 @@ final class Thumbnailer: Sendable {
 
     private func run() {
         defer { finished.signal() }
+        // Thumbnails follow the writes that call for them: under load the writes go first.
+        docfs_make_thread_background()
         while true {
             wakeUp.wait()
             while true {

@@ -33,6 +33,20 @@ extension IndexDatabase {
         try merged(where: "id = ?", [id], few: true) { overlay in overlay.rows(id: id) }
     }
 
+    /// Where item `id`'s names are and the backing inode each stands for, without the rest of
+    /// their records: what a change to a hard-linked file needs to find its other names.
+    public func places(id: Int64) throws(DocfsError) -> [(location: IndexLocation, backingInode: UInt64)] {
+        try pointRead({ db in
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT container, scope, path, backingInode FROM items WHERE id = ?"),
+                             arguments: [id]).map { row -> (location: IndexLocation, backingInode: UInt64) in
+                (IndexLocation(container: row[0], scope: row[1], path: row[2]), UInt64(bitPattern: row[3]))
+            }
+        }, merge: { stored, overlay in
+            stored.filter { !overlay.holds($0.location) }
+                + overlay.rows(id: id).map { ($0.record.location, $0.record.backingInode) }
+        })
+    }
+
     /// Every record, by container, scope and path.
     public func allRecords() throws(DocfsError) -> [IndexRecord] {
         try merged(where: "1", []) { overlay in overlay.rows }
