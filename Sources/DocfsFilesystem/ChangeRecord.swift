@@ -50,6 +50,8 @@ struct ChangeRecord {
     var version: UInt64?
     /// Who asked for the change; nil for docfs's own (a raced save put back, a picker's copy).
     var caller: Caller?
+    /// For new content a stitch looked at: what it saw of the file's thumbnail prospects.
+    var thumbnailOutlook: IndexRecordBuilder.ThumbnailOutlook? = nil
 
     /// A change of the name `name` in the folder `folder` (a descriptor).
     static func name(_ kind: Kind, _ name: FileName, inFolder folder: Int32, item: ItemID?) -> ChangeRecord {

@@ -32,8 +32,11 @@ extension Filesystem {
     /// A writer's close or fsync stitched `node` (the stitcher follows open writers, S1): the
     /// record goes to the other consumers, and the other views drop the file's cached
     /// attributes (close-to-open for the other mounts).
-    func stitchedWriter(_ node: Node) {
-        deliver(.file(.written, node))
+    func stitchedWriter(_ written: (node: Node, outlook: IndexRecordBuilder.ThumbnailOutlook)) {
+        let node = written.node
+        var change = ChangeRecord.file(.written, node)
+        change.thumbnailOutlook = written.outlook
+        deliver(change)
         shared.changed(by: self, files: [node.key])
     }
 
@@ -44,7 +47,7 @@ extension Filesystem {
             guard let node = change.node else { return }
             switch change.kind {
             case .attributes: stitcher?.recordFile(node)
-            case .written: contentChanged(node)
+            case .written: contentChanged(node, outlook: change.thumbnailOutlook)
             default: break
             }
             return

@@ -15,8 +15,12 @@ import Glibc
 /// docfs is noticed; a file that has none yet when asked is queued then.
 extension Filesystem {
     /// Queues a look at the content of `node` (a file a write just closed, say).
-    func contentChanged(_ node: Node) {
-        thumbnailer?.enqueue(node)
+    func contentChanged(_ node: Node, outlook: IndexRecordBuilder.ThumbnailOutlook? = nil) {
+        if let outlook, outlook.isPointless {
+            thumbnailer?.enqueueUnlessPointless(node)
+        } else {
+            thumbnailer?.enqueue(node)
+        }
     }
 
     /// Queues a look at the regular file at `path` in the store (a change the kernel may not

@@ -39,6 +39,26 @@ struct IndexRecordBuilder: Sendable {
     /// its birth time when the caller read it already.
     func record(item: ItemID, file: Int32, path: String, st: stat, readable: Int32 = -1,
                 birth: timespec? = nil) -> IndexRecord {
+        var outlook = ThumbnailOutlook()
+        return record(item: item, file: file, path: path, st: st, readable: readable, birth: birth, outlook: &outlook)
+    }
+
+    /// What building a file's record saw that tells whether a look by the thumbnailer could
+    /// come to anything: without one, a close of a file that starts like no image and has no
+    /// thumbnail stored queues nothing (the look would open it, find no image and remove no set).
+    struct ThumbnailOutlook: Sendable {
+        /// The first bytes were read (the name left the type open), and start like no format
+        /// thumbnails are made of.
+        var startsLikeNoImage = false
+        /// No thumbnail set is stored for the item, current or not.
+        var noSetStored = false
+
+        var isPointless: Bool { startsLikeNoImage && noSetStored }
+    }
+
+    /// The same, saying in `outlook` what it saw of the file's thumbnail prospects.
+    func record(item: ItemID, file: Int32, path: String, st: stat, readable: Int32 = -1,
+                birth: timespec? = nil, outlook: inout ThumbnailOutlook) -> IndexRecord {
         let type = st.st_mode & S_IFMT
         let name = IndexLocation(container: "", scope: "", path: path).name
         let kind: String
@@ -50,11 +70,17 @@ struct IndexRecordBuilder: Sendable {
         case S_IFLNK: (kind, contentType) = ("symlink", .symlink)
         case S_IFREG:
             kind = "file"
+            var start: [UInt8]? = nil
             contentType = ContentType.of(name: name, reading: {
-                guard st.st_size > 0 else { return [] }
+                guard st.st_size > 0 else {
+                    start = []
+                    return []
+                }
                 if reader < 0 { reader = Self.openForReading(file) }
-                return Self.start(of: reader)
+                start = reader >= 0 ? Self.start(of: reader) : nil
+                return start ?? []
             })
+            outlook.startsLikeNoImage = start.map { ImageSignature.of(Array($0.prefix(ImageSignature.length))) == nil } ?? false
         default: (kind, contentType) = ("other", .other)
         }
         // The attributes are read through an open descriptor when there is one (a sniff
@@ -78,13 +104,19 @@ struct IndexRecordBuilder: Sendable {
         // Files docfs has versioned carry user.docfs.version; others are at version 1.
         let stored = text(ItemAttributes.version).flatMap { Int64($0) } ?? 1
         let version = type == S_IFREG && !item.isDerived ? max(stored, 1) : 0
+        var hasThumbnail = false
+        if type == S_IFREG && !item.isDerived {
+            let set = thumbnails.stored(item)
+            outlook.noSetStored = !set.exists
+            hasThumbnail = set.file.map { $0.stamp == ContentStamp(st, version: UInt64(max(stored, 1))) && $0.origin != .none } == true
+        }
         var record = IndexRecord(
             id: Int64(bitPattern: item.rawValue), name: name, path: path, container: container.rawValue,
             containerName: containerName, scope: scope, kind: kind, size: type == S_IFREG ? Int64(st.st_size) : 0,
             created: created, modified: Self.seconds(st.st_mtim), contentType: contentType.mime, uti: contentType.uti,
             version: version, tags: IndexRecord.tags(fromAttribute: text(Self.tagsAttribute) ?? ""),
             comment: text(Self.commentAttribute) ?? "",
-            hasThumbnail: type == S_IFREG && !item.isDerived && thumbnails.current(item, stamp: ContentStamp(st, version: UInt64(max(stored, 1)))).map { $0.origin != .none } == true,
+            hasThumbnail: hasThumbnail,
             conflict: text(Filesystem.conflictAttribute) == "1")
         record.backingInode = UInt64(st.st_ino)
         record.statusChanged = Self.seconds(st.st_ctim)

@@ -122,7 +122,7 @@ final class IndexStitcher: Sendable {
     /// time, the folder a create made it in). The file it writes, if it is a writer.
     /// Answers nil when there was nothing new to stitch: the file is as its last stitch found it.
     @discardableResult
-    func closed(_ handle: UInt64) -> Node? {
+    func closed(_ handle: UInt64) -> (node: Node, outlook: IndexRecordBuilder.ThumbnailOutlook)? {
         var st = stat()
         let now = fstat(Int32(truncatingIfNeeded: handle), &st) == 0 ? FileStamp(st) : nil
         guard let writer = writers.withLock({ writers -> Writer? in
@@ -132,8 +132,8 @@ final class IndexStitcher: Sendable {
             writers[handle]?.stitched = now
             return writer
         }) else { return nil }
-        recordFile(writer.node, parent: writer.folderTouched ? nil : writer.createdIn?.folder, probably: writer.createdIn)
-        return writer.node
+        let outlook = recordFile(writer.node, parent: writer.folderTouched ? nil : writer.createdIn?.folder, probably: writer.createdIn)
+        return (writer.node, outlook)
     }
 
     /// The last close of `handle`.
@@ -145,12 +145,17 @@ final class IndexStitcher: Sendable {
 
     /// The file or folder `node` changed (content, attributes, extended attributes, version):
     /// its record, at the name it was reached by, and its other names' (hard links); `parent`
-    /// is a folder whose record is to be made again too.
-    func recordFile(_ node: Node, parent: Node? = nil, probably place: (folder: Node, name: FileName)? = nil) {
+    /// is a folder whose record is to be made again too. Answers what the look saw of the
+    /// file's thumbnail prospects (nothing pointless, unless it saw so).
+    @discardableResult
+    func recordFile(_ node: Node, parent: Node? = nil, probably place: (folder: Node, name: FileName)? = nil)
+        -> IndexRecordBuilder.ThumbnailOutlook {
+        var outlook = IndexRecordBuilder.ThumbnailOutlook()
         // A superseded file is a kept version now, out of the namespace, though it still has
         // the document's id: the document's records are not its to write.
-        if node.isSuperseded { return }
+        if node.isSuperseded { return outlook }
         stitch(file: node.key) { () -> [IndexChange] in
+            outlook = IndexRecordBuilder.ThumbnailOutlook()
             // Where a create made the file: the folder's path is found once, for both records.
             let hinted = place.flatMap { place in folderState(place.folder.fd).map { (place: place, folder: $0) } }
             let folder: [IndexChange]
@@ -168,7 +173,7 @@ final class IndexStitcher: Sendable {
                 let place = hinted.folder.place.appending(hinted.place.name.description)
                 paths.remember(place, opened.st)
                 let record = builder(place).record(item: node.item, file: node.fd, path: place.path, st: opened.st,
-                                                   readable: opened.fd, birth: opened.birth)
+                                                   readable: opened.fd, birth: opened.birth, outlook: &outlook)
                 let others = opened.st.st_nlink > 1 ? siblings(of: node, except: place, st: opened.st) : []
                 return [.put(record)] + others + folder
             }
@@ -181,10 +186,11 @@ final class IndexStitcher: Sendable {
                 return siblings(of: node, except: nil, st: st) + folder
             }
             guard !place.isScopeRoot else { return folder }  // a scope's root has no record
-            let record = builder(place).record(item: node.item, file: node.fd, path: place.path, st: st)
+            let record = builder(place).record(item: node.item, file: node.fd, path: place.path, st: st, outlook: &outlook)
             let others = st.st_nlink > 1 && !node.isDirectory ? siblings(of: node, except: place, st: st) : []
             return [.put(record)] + others + folder
         }
+        return outlook
     }
 
     /// `name` in the folder `directoryFD` was made or linked, or took new content or

@@ -77,6 +77,14 @@ final class Thumbnailer: Sendable {
         if wake { wakeUp.signal() }
     }
 
+    /// `node`'s new content starts like no image and no set is stored for it (its stitch saw
+    /// so): a look would find nothing to make or remove, unless a job for an earlier content is
+    /// waiting or running (it must then see this content), so only then is one queued.
+    func enqueueUnlessPointless(_ node: Node) {
+        let pending = queue.withLock { $0.jobs[node.item] != nil || $0.running[node.item] != nil }
+        if pending { enqueue(node) }
+    }
+
     /// Someone asks for the thumbnail of `node`, which has none for its content: its job is
     /// done at once — the queued one, or a new one unless one is running (it will install it).
     func ask(for node: Node) {

@@ -52,6 +52,15 @@ public struct ThumbnailStore: Sendable {
         return (file, fd)
     }
 
+    /// Whether a set is stored for `item` at all (damaged or not current included: only a
+    /// missing file says no), and the set when it reads whole.
+    public func stored(_ item: ItemID) -> (exists: Bool, file: ThumbnailFile?) {
+        let fd = Glibc.open(path(of: item), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return (errno != ENOENT, nil) }
+        defer { close(fd) }
+        return (true, ThumbnailFile.read(fd))
+    }
+
     /// The set stored for `item`, if it was made from the content `stamp` describes.
     public func current(_ item: ItemID, stamp: ContentStamp) -> ThumbnailFile? {
         guard let (file, fd) = open(item) else { return nil }

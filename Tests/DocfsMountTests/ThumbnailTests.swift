@@ -181,6 +181,38 @@ import Glibc
         #expect(Self.thumbnail(fixture.path("picture.png")) == generated ? true : false)
     }
 
+    /// A close whose stitch saw content that starts like no image, with no set stored, queues
+    /// no look (issue 20: the stress row); one that replaces an image still removes its set,
+    /// and an image written over such content still gets one. Names without an extension, so
+    /// the stitch reads the first bytes.
+    @Test func namelessContentLosesAndRegainsItsThumbnailAsItStopsAndStartsBeingAnImage() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let scan = fixture.path("scan")
+        try Self.copy("picture.png", to: scan)
+        let picture = try #require(Self.thumbnail(scan))
+        var id = [UInt8](repeating: 0, count: 64)
+        let n = docfs_getxattr(scan, "user.docfs.id", &id, id.count)
+        let stored = fixture.store + "/thumbnails/\(String(decoding: id.prefix(max(n, 0)), as: UTF8.self)).thumb"
+        #expect(access(stored, F_OK) == 0, "no set stored at \(stored)")
+        try "plain words, no image".write(toFile: scan, atomically: false, encoding: .utf8)
+        // The set of the image the file no longer holds is removed from the store (looked at
+        // before any getxattr, which would ask for a look of its own).
+        #expect(eventually(seconds: 10) { access(stored, F_OK) != 0 }, "\(stored) stayed")
+        #expect(Self.thumbnail(scan, within: 0.5) == nil)
+        var query = try shell("'\(MountFixture.binary)' query 'hasThumbnail == true' '\(fixture.mountPoint)'")
+        #expect(!query.output.contains("scan"), "\(query.output)")
+        try Self.copy("picture.png", to: scan)
+        #expect(Self.thumbnail(scan) == picture)
+        query = try shell("'\(MountFixture.binary)' query 'hasThumbnail == true' '\(fixture.mountPoint)'")
+        #expect(query.output.contains("scan"), "\(query.output)")
+        // Never an image: none, and nothing stored for it.
+        let notes = fixture.path("notes")
+        try "just text".write(toFile: notes, atomically: false, encoding: .utf8)
+        try "more text".write(toFile: notes, atomically: false, encoding: .utf8)
+        #expect(Self.thumbnail(notes, within: 0.5) == nil)
+    }
+
     @Test func aMountWithoutThumbnailsMakesNone() throws {
         let fixture = try MountFixture(options: MountFixture.defaultOptions + ["nothumbnails"])
         defer { fixture.tearDown() }
