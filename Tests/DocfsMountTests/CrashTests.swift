@@ -122,18 +122,7 @@ import Glibc
         let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
         defer { fixture.tearDown() }
         let f = fixture.path("report.odt")
-        var generator = SeededBytes(seed: 7)
-        var content = generator.bytes(4 << 20)
-        var expected: [Data] = []
-        for round in 0..<9 {
-            if round > 0 {
-                let at = Int(generator.next() % UInt64(content.count - 64))
-                content.replaceSubrange(at..<(at + 64), with: generator.bytes(64))
-            }
-            expected.append(Data(content))
-            try Data(content).write(to: URL(fileURLWithPath: f + ".tmp"))
-            #expect(rename(f + ".tmp", f) == 0)
-        }
+        let expected = safeSaveSeededVersions(to: f, seed: 7, size: 4 << 20, count: 9)
         let id = try #require(itemID(f))
         let daemon = try #require(fixture.daemon)
         kill(daemon.processIdentifier, SIGKILL)
@@ -145,10 +134,7 @@ import Glibc
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: f)) == expected[8])
         let versions = fixture.store + "/versions/\(id)"
-        #expect(eventually(seconds: 120) {
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: versions)) ?? []
-            return names.filter { $0.hasSuffix(".chunks") }.count == 8 && !names.contains { UInt64($0) != nil || $0.hasPrefix(".incoming-") }
-        }, "every kept file cut into chunks, nothing half made left")
+        #expect(eventually(seconds: 120) { settledIntoChunks(versions, versions: 8) }, "every kept file cut into chunks, nothing half made left")
         let chunks = fixture.store + "/chunks"
         let unused = (FileManager.default.subpaths(atPath: chunks) ?? []).filter { path in
             var st = stat()

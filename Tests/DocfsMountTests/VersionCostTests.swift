@@ -178,25 +178,10 @@ import Glibc
         defer { fixture.tearDown() }
         let f = fixture.path("report.odt")
         // Seeded content and edits: how many chunks an edit touches depends on where it lands.
-        var generator = SeededBytes(seed: 20)
-        var content = generator.bytes(8 << 20)
-        var expected: [Data] = []
-        for round in 0..<6 {
-            if round > 0 {
-                let at = Int(generator.next() % UInt64(content.count - 64))
-                content.replaceSubrange(at..<(at + 64), with: generator.bytes(64))
-                content.insert(contentsOf: generator.bytes(500), at: Int(generator.next() % UInt64(content.count)))
-            }
-            expected.append(Data(content))
-            try Data(content).write(to: URL(fileURLWithPath: f + ".tmp"))
-            #expect(rename(f + ".tmp", f) == 0)
-        }
+        let expected = safeSaveSeededVersions(to: f, seed: 20, size: 8 << 20, count: 6, inserting: 500)
         let folder = fixture.store + "/versions/\(itemID(f) ?? 0)"
         // The settler works at the lowest priority: on a machine busy with other tests it waits.
-        #expect(eventually(seconds: 120) {
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
-            return names.filter { $0.hasSuffix(".chunks") }.count == 5 && !names.contains { UInt64($0) != nil }
-        }, "the settler cut every kept file into chunks")
+        #expect(eventually(seconds: 120) { settledIntoChunks(folder, versions: 5) }, "the settler cut every kept file into chunks")
         #expect(try versionsJSON(fixture, f).filter { $0.kind == "previous" }.count == 5)
         let bytes = try storeBytes(fixture)
         // About one copy and the chunks the edits touched (each edit one or two chunks of about 1 MiB).
@@ -338,6 +323,36 @@ struct SeededBytes {
         for i in 0..<count { out[i] = UInt8(truncatingIfNeeded: next() >> 24) }
         return out
     }
+}
+
+/// Safe-saves (writes a new file, renames it over `path`) `count` versions of a seeded document
+/// of `size` bytes, each after the first with 64 bytes overwritten and `inserting` bytes inserted
+/// at seeded places; answers each version's content, oldest first.
+func safeSaveSeededVersions(to path: String, seed: UInt64, size: Int, count: Int, inserting: Int = 0) -> [Data] {
+    var generator = SeededBytes(seed: seed)
+    var content = generator.bytes(size)
+    var versions: [Data] = []
+    for round in 0..<count {
+        if round > 0 {
+            let at = Int(generator.next() % UInt64(content.count - 64))
+            content.replaceSubrange(at..<(at + 64), with: generator.bytes(64))
+            if inserting > 0 {
+                content.insert(contentsOf: generator.bytes(inserting), at: Int(generator.next() % UInt64(content.count)))
+            }
+        }
+        versions.append(Data(content))
+        #expect(FileManager.default.createFile(atPath: path + ".tmp", contents: Data(content)))
+        #expect(rename(path + ".tmp", path) == 0)
+    }
+    return versions
+}
+
+/// Whether the settler has cut `versions` kept files in the item's version folder `folder` into
+/// chunks, leaving no whole kept file and nothing half made.
+func settledIntoChunks(_ folder: String, versions: Int) -> Bool {
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+    return names.filter { $0.hasSuffix(".chunks") }.count == versions
+        && !names.contains { UInt64($0) != nil || $0.hasPrefix(".incoming-") }
 }
 
 func randomBytes(_ count: Int) -> [UInt8] {
