@@ -2,10 +2,24 @@ import DocfsCore
 
 /// One record of what an operation on the write path changed (issue 20 §4). An operation reads
 /// as: claims → the backing operation → this record → reply; the record's consumers (the
-/// index, presenters, thumbnails; see `Filesystem.deliver`) each take from it what they need,
-/// so an operation names what it changed once and cannot forget a consumer.
-struct ChangeRecord {
-    enum Kind {
+/// index, presenters, thumbnails, other views' kernels; see `Filesystem.deliver`) each take
+/// from it what they need, so an operation names what it changed once and cannot forget a
+/// consumer: each consumer answers every kind (no default case), so a new kind does not compile
+/// until every consumer has said what it does with it. Changes made by the store's shared parts
+/// (write sessions, the thumbnailer), by the container registry and by writers behind docfs's
+/// back (the store watcher) are records too.
+struct ChangeRecord: Sendable {
+    /// What the store watcher saw a writer other than docfs do (C5).
+    enum Uncoordinated: Sendable {
+        /// A name came, went or changed (`exists`: the name holds something now).
+        case name(exists: Bool)
+        /// A file was closed after writing: a new version of its item (docfs counted it).
+        case content
+        /// A file was written and is still open, or its attributes changed.
+        case modified
+    }
+
+    enum Kind: Sendable {
         /// A name now holds an item: one made (folder, link, special file, reference, copy) or
         /// a new name of one (a hard link).
         case created
@@ -35,6 +49,18 @@ struct ChangeRecord {
         case attributes
         /// The content changed and was stitched already (a close or fsync of a writer).
         case written
+        /// The write session of the file committed: its content is `version`, the content it
+        /// superseded is kept (C4).
+        case versionCommitted(UInt64)
+        /// The write session of the file wrote nothing: its version went back.
+        case rolledBack
+        /// The thumbnailer installed a new thumbnail set for the file.
+        case thumbnailsChanged
+        /// A writer other than docfs changed what is at the record's `path` (and, for a name
+        /// in a folder this view knows, its `folder` and `name`).
+        case uncoordinated(Uncoordinated)
+        /// A container was made or renamed (its documents' places changed), or deleted.
+        case container(ContainerID, deleted: Bool)
     }
 
     var kind: Kind
@@ -52,6 +78,8 @@ struct ChangeRecord {
     var caller: Caller?
     /// For new content a stitch looked at: what it saw of the file's thumbnail prospects.
     var thumbnailOutlook: IndexRecordBuilder.ThumbnailOutlook? = nil
+    /// For a change made behind docfs's back: where in the store, as a backing path.
+    var path: String? = nil
 
     /// A change of the name `name` in the folder `folder` (a descriptor).
     static func name(_ kind: Kind, _ name: FileName, inFolder folder: Int32, item: ItemID?) -> ChangeRecord {
@@ -66,6 +94,25 @@ struct ChangeRecord {
     /// A change of `node` itself.
     static func file(_ kind: Kind, _ node: Node) -> ChangeRecord {
         ChangeRecord(kind: kind, folder: nil, name: nil, node: node, item: node.item, version: nil, caller: nil)
+    }
+
+    /// The folder (a descriptor) and name the record is about, when it is about a name.
+    var place: (folder: Int32, name: FileName)? {
+        guard let folder, let name else { return nil }
+        return (folder, name)
+    }
+
+    /// A change at `path` in the store that a writer other than docfs made; `name` in `folder`
+    /// (a descriptor) when the view knows the folder.
+    static func uncoordinated(_ what: Uncoordinated, at path: String, name: FileName? = nil, inFolder folder: Int32? = nil) -> ChangeRecord {
+        var change = ChangeRecord(kind: .uncoordinated(what), folder: folder, name: name, node: nil, item: nil, version: nil, caller: nil)
+        change.path = path
+        return change
+    }
+
+    /// A change of the container `id`.
+    static func container(_ id: ContainerID, deleted: Bool) -> ChangeRecord {
+        ChangeRecord(kind: .container(id, deleted: deleted), folder: nil, name: nil, node: nil, item: nil, version: nil, caller: nil)
     }
 }
 

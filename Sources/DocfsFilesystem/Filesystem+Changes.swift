@@ -43,53 +43,127 @@ extension Filesystem {
     /// Hands `change` to each consumer, in this order: the index (stitched now, before the
     /// reply), presenters (posted to their queue), thumbnails (queued to the thumbnailer).
     func deliver(_ change: ChangeRecord) {
-        guard let folder = change.folder, let name = change.name else {
-            guard let node = change.node else { return }
-            switch change.kind {
-            case .attributes: stitcher?.recordFile(node)
-            case .written: contentChanged(node, outlook: change.thumbnailOutlook)
-            default: break
+        shared.stitch(change)
+        presentersHear(change)
+        thumbnailsFollow(change)
+    }
+
+    /// Whether this view knows the folder `node` was last found in (presenters are told of the
+    /// node's changes at that place).
+    func knowsFolder(of node: Node) -> Bool {
+        node.place.map { nodes.known(key: $0.directory) != nil } ?? false
+    }
+
+    /// The presenters' part of `change` (C6): what changed, at the place the user sees.
+    private func presentersHear(_ change: ChangeRecord) {
+        guard presenters.isListened else { return }
+        guard let (folder, name) = change.place else {
+            if case .versionCommitted(let version) = change.kind, let node = change.node {
+                presentVersion(of: node, version: version)
             }
             return
         }
         switch change.kind {
-        case .created:
-            stitcher?.recordName(name, in: folder, item: change.item)
+        case .created, .createdOpen:
             present(.created, name, inFolder: folder, item: change.item)
-        case .createdOpen:
-            present(.created, name, inFolder: folder, item: change.item)
-        case let .moved(fromName, fromFolder, exchange):
-            stitcher?.recordMove(fromName, in: fromFolder, to: name, in: folder, exchange: exchange)
+        case let .moved(fromName, fromFolder, _):
             presentMove(fromName, inFolder: fromFolder, to: name, inFolder: folder, item: change.item)
-        case let .movedOut(source, fromName, fromFolder):
-            stitcher?.removeName(fromName, in: fromFolder)
-            stitcher?.recordName(name, in: folder, item: change.item)
+        case let .movedOut(source, _, _):
             if let place = paths.place(of: folder) { presentMove(from: source, to: place.appending(name.description), item: change.item) }
-        case let .replaced(fromName, fromFolder, exchange):
-            stitcher?.recordReplace(fromName, in: fromFolder, by: name, in: folder, exchange: exchange)
-            contentChanged(name, inFolder: folder)
+        case .replaced:
             if let version = change.version {
                 present(.version, name, inFolder: folder, item: change.item, version: version)
-            } else if presenters.isListened, let document = replaceSide(inDirectory: folder, name: name) {
+            } else if let document = replaceSide(inDirectory: folder, name: name) {
                 present(.version, name, inFolder: folder, item: document.item, version: ItemAttributes.version(ofDescriptor: document.fd))
                 close(document.fd)
             }
         case let .newVersion(version, conflict):
-            stitcher?.recordName(name, in: folder, item: change.item)
-            contentChanged(name, inFolder: folder)
             present(conflict ? .conflict : .version, name, inFolder: folder, item: change.item, version: version)
         case .referenceBecameDocument:
-            stitcher?.removeName(name, in: folder, wasReference: true)
-            stitcher?.recordName(name, in: folder, item: change.item)
             present(.changed, name, inFolder: folder, item: change.item)
-        case .deleted(let wasReference):
-            stitcher?.removeName(name, in: folder, wasReference: wasReference)
+        case .deleted:
             present(.deleted, name, inFolder: folder, item: change.item)
-            if let node = change.node { removedLastName(of: node) }  // its thumbnails go with its last name
-        case .attributes:
-            stitcher?.recordName(name, in: folder, item: change.item, namesChanged: false)
+        case .uncoordinated(.name(let exists)):
+            present(exists ? .changed : .deleted, name, inFolder: folder, uncoordinated: true)
+        case .uncoordinated(.content):
+            presentUncoordinatedContent(name, inFolder: folder)
+        case .uncoordinated(.modified), .attributes, .written, .versionCommitted, .rolledBack, .thumbnailsChanged, .container:
+            break  // attributes and writes not yet closed are no news to presenters; versions are told by node
+        }
+    }
+
+    /// The thumbnails' part of `change`: new content is queued for a look, a file's last name
+    /// gone takes its thumbnails with it.
+    private func thumbnailsFollow(_ change: ChangeRecord) {
+        switch change.kind {
+        case .replaced, .newVersion:
+            if let (folder, name) = change.place { contentChanged(name, inFolder: folder) }
         case .written:
-            contentChanged(name, inFolder: folder)
+            if let (folder, name) = change.place {
+                contentChanged(name, inFolder: folder)
+            } else if let node = change.node {
+                contentChanged(node, outlook: change.thumbnailOutlook)
+            }
+        case .deleted:
+            if let node = change.node { removedLastName(of: node) }
+        case .uncoordinated(.content):
+            if let path = change.path { contentChanged(atBackingPath: path) }
+        case .created, .createdOpen, .moved, .movedOut, .referenceBecameDocument, .attributes, .versionCommitted,
+             .rolledBack, .thumbnailsChanged, .uncoordinated(.name), .uncoordinated(.modified), .container:
+            break  // no new content (a session's content is looked at when it is written)
+        }
+    }
+}
+
+extension ServedStore {
+    /// The index's part of `change` (S1: stitched before the operation replies). Here rather
+    /// than in a view: the index is the store's, and changes made with no view served (a
+    /// thumbnail installed while the last one unmounts) still reach it.
+    func stitch(_ change: ChangeRecord) {
+        guard let stitcher else { return }
+        let place = change.place
+        switch change.kind {
+        case .created, .newVersion:
+            if let (folder, name) = place { stitcher.recordName(name, in: folder, item: change.item) }
+        case let .moved(fromName, fromFolder, exchange):
+            if let (folder, name) = place { stitcher.recordMove(fromName, in: fromFolder, to: name, in: folder, exchange: exchange) }
+        case let .movedOut(_, fromName, fromFolder):
+            guard let (folder, name) = place else { return }
+            stitcher.removeName(fromName, in: fromFolder)
+            stitcher.recordName(name, in: folder, item: change.item)
+        case let .replaced(fromName, fromFolder, exchange):
+            if let (folder, name) = place { stitcher.recordReplace(fromName, in: fromFolder, by: name, in: folder, exchange: exchange) }
+        case .referenceBecameDocument:
+            guard let (folder, name) = place else { return }
+            stitcher.removeName(name, in: folder, wasReference: true)
+            stitcher.recordName(name, in: folder, item: change.item)
+        case .deleted(let wasReference):
+            if let (folder, name) = place { stitcher.removeName(name, in: folder, wasReference: wasReference) }
+        case .attributes, .rolledBack, .thumbnailsChanged:
+            if let (folder, name) = place {
+                stitcher.recordName(name, in: folder, item: change.item, namesChanged: false)
+            } else if let node = change.node {
+                stitcher.recordFile(node)
+            }
+        case .uncoordinated(let what):
+            guard let path = change.path else { return }
+            if case .name = what { stitcher.recordUncoordinated(path, nameChanged: true) } else { stitcher.recordUncoordinated(path, nameChanged: false) }
+        case let .container(id, deleted):
+            if deleted { stitcher.removeContainer(id) } else { stitcher.recordContainer(id, layout: store.layout) }
+        case .createdOpen, .written, .versionCommitted:
+            break  // the stitcher follows open writers: their closes are stitched as they happen
+        }
+    }
+
+    /// A record of a change the store's shared parts made (a write session's end, a thumbnail
+    /// installed): delivered through the view that knows the file's folder (presenters are told
+    /// at the place it shows), or to the index alone while no view is served.
+    func deliver(_ change: ChangeRecord) {
+        let views = servedViews()
+        if let view = change.node.flatMap({ node in views.first { $0.knowsFolder(of: node) } }) ?? views.first {
+            view.deliver(change)
+        } else {
+            stitch(change)
         }
     }
 }

@@ -34,13 +34,14 @@ extension Filesystem {
             case let .name(folder, name, path):
                 if isOwn { continue }
                 separateCopies(atBackingPath: path, andContents: true, into: &effects)
-                stitcher?.recordUncoordinated(path, nameChanged: true)
                 let key = BackingKey(device: folder.device, inode: folder.inode)
                 if let parent = nodes.known(key: key) {
                     effects.invalidations.entries.append((parent.id, name))
                     var st = stat()
                     let exists = fstatat(parent.fd, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0
-                    present(exists ? .changed : .deleted, name, in: parent, uncoordinated: true)
+                    deliver(.uncoordinated(.name(exists: exists), at: path, name: name, inFolder: parent.fd))
+                } else {
+                    deliver(.uncoordinated(.name(exists: true), at: path))
                 }
                 if sessions.markRaced(at: Node.Place(directory: key, name: name)) > 0 {
                     effects.notices.append("an uncoordinated writer changed \(name) while it was being written through the mount: both contents will be kept")
@@ -49,16 +50,15 @@ extension Filesystem {
                 guard let st, !isOwn else { continue }
                 separateCopies(atBackingPath: path, andContents: false, into: &effects)
                 noticeContentChange(path, st, folder: folder, name: name, into: &effects)
-                stitcher?.recordUncoordinated(path, nameChanged: false)
             case let .modified(path):
                 // Not a version yet (that is the close): the kernel forgets size and pages.
                 guard let st, !isOwn else { continue }
-                stitcher?.recordUncoordinated(path, nameChanged: false)
+                deliver(.uncoordinated(.modified, at: path))
                 guard let node = nodes.known(key: BackingKey(st)) else { continue }
                 effects.invalidations.inodes.append(node.id)
             case let .attributes(path):
                 guard let st, !isOwn else { continue }
-                stitcher?.recordUncoordinated(path, nameChanged: false)
+                deliver(.uncoordinated(.modified, at: path))
                 guard let node = nodes.known(key: BackingKey(st)) else { continue }
                 effects.invalidations.attributes.append(node.id)
             }
@@ -149,22 +149,28 @@ extension Filesystem {
         }
     }
 
-    /// The file at `path` (now in state `st`) was written by someone other than docfs.
+    /// The file at `path` (now in state `st`) was written by someone other than docfs: the
+    /// kernel forgets it, its version moves on, and the record goes to every consumer.
     private func noticeContentChange(_ path: String, _ st: stat, folder: StoreWatcher.Folder, name: FileName,
                                      into effects: inout StoreChangeEffects) {
         if let node = nodes.known(key: BackingKey(st)) { effects.invalidations.inodes.append(node.id) }
         if let notice = recordUncoordinatedVersion(path) { effects.notices.append(notice) }
-        contentChanged(atBackingPath: path)
-        guard presenters.isListened, let parent = nodes.known(key: BackingKey(device: folder.device, inode: folder.inode)) else { return }
-        let fd = Glibc.open(path, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        let parent = nodes.known(key: BackingKey(device: folder.device, inode: folder.inode))
+        deliver(.uncoordinated(.content, at: path, name: parent == nil ? nil : name, inFolder: parent?.fd))
+    }
+
+    /// Tells presenters that `name` in the folder `folder` (a descriptor) was written behind
+    /// docfs's back: a new version of its item, or a change of a file docfs never gave an id.
+    func presentUncoordinatedContent(_ name: FileName, inFolder folder: Int32) {
+        let fd = openat(folder, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return }
         defer { close(fd) }
-        // A file docfs never gave an id has no versions yet: it just changed.
-        if let item = identity.existingID(of: fd, st) {
-            present(.version, name, in: parent, item: item,
+        var st = stat()
+        if fstat(fd, &st) == 0, let item = identity.existingID(of: fd, st) {
+            present(.version, name, inFolder: folder, item: item,
                     version: max(ItemAttributes.version(ofDescriptor: fd), 1), uncoordinated: true)
         } else {
-            present(.changed, name, in: parent, uncoordinated: true)
+            present(.changed, name, inFolder: folder, uncoordinated: true)
         }
     }
 

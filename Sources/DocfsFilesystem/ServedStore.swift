@@ -69,10 +69,8 @@ public final class ServedStore: Sendable {
         }
         if let thumbnailWorker {
             try thumbnails.prepare()
-            let stitcher = self.stitcher
             thumbnailer = Thumbnailer(store: thumbnails, worker: ThumbnailWorkerClient(command: thumbnailWorker),
-                                      coordinator: coordinator,
-                                      onInstalled: { node in stitcher?.recordFile(node) })
+                                      coordinator: coordinator)
             userThumbnailWorker = ThumbnailWorkerClient(command: thumbnailWorker)
             if let index { DetachedThread.start { Filesystem.pruneThumbnails(thumbnails, keepingItemsOf: index) } }
         } else {
@@ -82,10 +80,9 @@ public final class ServedStore: Sendable {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         generation = UInt64(now.tv_sec)
-        sessions.onCommit { [unowned self] node, version in
-            for view in servedViews() where view.presentVersion(of: node, version: version) { break }
-        }
-        sessions.onRollback { [unowned self] node in stitcher?.recordFile(node) }
+        // The shared parts' changes are records like the operations' (issue 20 §4).
+        sessions.onChange { [unowned self] change in deliver(change) }
+        thumbnailer?.onChange { [unowned self] change in deliver(change) }
     }
 
     /// The backing path of the store's containers folder, as the kernel names it (symbolic

@@ -39,17 +39,21 @@ final class Thumbnailer: Sendable {
     private let queue = Mutex(Queue())
     private let wakeUp = ThreadSemaphore()
     private let finished = ThreadSemaphore()
-    /// Told of each item whose thumbnail changed (so its index record is made again).
-    private let onInstalled: @Sendable (Node) -> Void
+    /// Told of each file whose thumbnail set changed, as a change record (its index record is
+    /// made again).
+    private let changeSink = Callback<ChangeRecord>()
     private let problemSink = Callback<String>()
 
-    init(store: ThumbnailStore, worker: ThumbnailWorkerClient, coordinator: Coordinator,
-         onInstalled: @escaping @Sendable (Node) -> Void) {
+    init(store: ThumbnailStore, worker: ThumbnailWorkerClient, coordinator: Coordinator) {
         self.store = store
         self.worker = worker
         self.coordinator = coordinator
-        self.onInstalled = onInstalled
         DetachedThread.start { [self] in run() }
+    }
+
+    /// Where the records of installed thumbnail sets go.
+    func onChange(_ sink: @escaping @Sendable (ChangeRecord) -> Void) {
+        changeSink.set(sink)
     }
 
     /// Where problems are reported (a worker that crashed or ran out of time).
@@ -236,7 +240,7 @@ final class Thumbnailer: Sendable {
             return true
         }) ?? false
         if installed {
-            onInstalled(node)
+            changeSink(.file(.thumbnailsChanged, node))
         } else {
             unlink(workPath)
         }

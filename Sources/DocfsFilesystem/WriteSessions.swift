@@ -113,22 +113,16 @@ final class WriteSessions: Sendable {
 
     private let state = Mutex(State())
     private let versions: VersionStore
-    /// Told of each session that made a version (node, version), for presenters.
-    private let commitHandler = Callback<(Node, UInt64)>()
+    /// Told of each session's end as a change record: a version committed, or a session
+    /// rolled back (it changed nothing: the version went back).
+    private let changeSink = Callback<ChangeRecord>()
 
-    /// Told of each session rolled back (it changed nothing: the version went back).
-    private let rollbackHandler = Callback<Node>()
-
-    func onCommit(_ handler: @escaping @Sendable (Node, UInt64) -> Void) {
-        commitHandler.set { handler($0.0, $0.1) }
-    }
-
-    func onRollback(_ handler: @escaping @Sendable (Node) -> Void) {
-        rollbackHandler.set(handler)
+    func onChange(_ sink: @escaping @Sendable (ChangeRecord) -> Void) {
+        changeSink.set(sink)
     }
 
     private func committed(_ node: Node, _ session: Session) {
-        commitHandler((node, session.base + 1))
+        changeSink(.file(.versionCommitted(session.base + 1), node))
     }
 
     init(versions: VersionStore) {
@@ -354,7 +348,7 @@ final class WriteSessions: Sendable {
             versions.remove(session.item, version: session.base)
             state.withLock { _ = $0.lastKept.removeValue(forKey: session.item) }
         }
-        rollbackHandler(node)
+        changeSink(.file(.rolledBack, node))
         return nil
     }
 
