@@ -62,7 +62,7 @@ extension Filesystem {
             if writes {
                 sessions.attach(UInt64(fd), to: node)
                 ownChanges.attach(UInt64(fd), to: node.key)
-                stitcher?.opened(UInt64(fd), writing: node)
+                stitcher?.opened(UInt64(fd), writing: node, readable: flags & O_ACCMODE == O_RDWR)
             }
             var st = stat()
             var mayPassThrough = false
@@ -142,7 +142,10 @@ extension Filesystem {
                 if mode & (S_ISUID | S_ISGID) != 0 { try check(fchmod(fd, mode & 0o7777)) }
             }
             let entry = try self.entry(in: directory, name: name, newItem: item)
-            if let stitcher { stitcher.opened(UInt64(fd), writing: try nodes.node(entry.node), createdAs: name, in: directory) }
+            if let stitcher {
+                stitcher.opened(UInt64(fd), writing: try nodes.node(entry.node), readable: flags & O_ACCMODE == O_RDWR,
+                                createdAs: name, in: directory)
+            }
             return .made(entry, OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: true,
                                          mayPassThrough: !Self.hasSetIDBits(mode)))
         } catch {

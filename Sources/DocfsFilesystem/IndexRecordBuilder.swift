@@ -56,9 +56,27 @@ struct IndexRecordBuilder: Sendable {
         var isPointless: Bool { startsLikeNoImage && noSetStored }
     }
 
+    /// What a file's record took from the file that the records of its other names (hard
+    /// links) share: the first bytes read for its content type (nil when its name settled the
+    /// type), and whether a `user.mime_type` chose the type (then it is every name's).
+    struct Basis: Sendable {
+        var start: [UInt8]? = nil
+        var typeChosen = false
+    }
+
     /// The same, saying in `outlook` what it saw of the file's thumbnail prospects.
-    func record(item: ItemID, file: Int32, path: String, st: stat, readable: Int32 = -1,
+    /// `attributes`: an open descriptor of the file (any access mode, not O_PATH) that serves
+    /// its extended attributes when there is no `readable` one.
+    func record(item: ItemID, file: Int32, path: String, st: stat, readable: Int32 = -1, attributes attributesFD: Int32 = -1,
                 birth: timespec? = nil, outlook: inout ThumbnailOutlook) -> IndexRecord {
+        var basis = Basis()
+        return record(item: item, file: file, path: path, st: st, readable: readable, attributes: attributesFD, birth: birth,
+                      outlook: &outlook, basis: &basis)
+    }
+
+    /// The same, saying in `basis` what the records of the file's other names can take over.
+    func record(item: ItemID, file: Int32, path: String, st: stat, readable: Int32 = -1, attributes attributesFD: Int32 = -1,
+                birth: timespec? = nil, outlook: inout ThumbnailOutlook, basis: inout Basis) -> IndexRecord {
         let type = st.st_mode & S_IFMT
         let name = IndexLocation(container: "", scope: "", path: path).name
         let kind: String
@@ -66,7 +84,7 @@ struct IndexRecordBuilder: Sendable {
         var reader = readable
         defer { if reader != readable { close(reader) } }
         switch type {
-        case S_IFDIR: (kind, contentType) = ("folder", .folder)
+        case S_IFDIR: (kind, contentType) = (IndexRecord.folderKind, .folder)
         case S_IFLNK: (kind, contentType) = ("symlink", .symlink)
         case S_IFREG:
             kind = "file"
@@ -81,16 +99,20 @@ struct IndexRecordBuilder: Sendable {
                 return start ?? []
             })
             outlook.startsLikeNoImage = start.map { ImageSignature.of(Array($0.prefix(ImageSignature.length))) == nil } ?? false
+            basis.start = start
         default: (kind, contentType) = ("other", .other)
         }
         // The attributes are read through an open descriptor when there is one (a sniff
         // opened one): an O_PATH one only reaches them by its /proc link.
-        let attributes = reader >= 0 ? reader : file
+        let attributes = reader >= 0 ? reader : attributesFD >= 0 ? attributesFD : file
         // One listing says which attributes there are (a new file has none): reading each
         // name in turn would be a lookup of the /proc link apiece.
         let carried = attributes >= 0 && (type == S_IFREG || type == S_IFDIR) ? Self.attributeNames(attributes) : []
         func text(_ attribute: String) -> String? { carried.contains(attribute) ? Self.text(attributes, attribute) : nil }
-        if let chosen = text(Self.mimeAttribute), !chosen.isEmpty { contentType = ContentType(mime: chosen) }
+        if let chosen = text(Self.mimeAttribute), !chosen.isEmpty {
+            contentType = ContentType(mime: chosen)
+            basis.typeChosen = true
+        }
         var created = Self.seconds(st.st_ctim)
         if let birth, birth.tv_sec >= 0 {
             created = Self.seconds(birth)
@@ -122,6 +144,34 @@ struct IndexRecordBuilder: Sendable {
         record.statusChanged = Self.seconds(st.st_ctim)
         if type == S_IFREG && st.st_size == 0 && carried.contains(ReferenceStub.attribute) { makeExternal(&record) }
         return record
+    }
+
+    /// The record of another name (hard link) of the file `primary` was just built for, at
+    /// `path` in this builder's container and scope: the file's attributes, extended
+    /// attributes and thumbnail are every name's, so only the place changes, and the content
+    /// type where the name decides it (`start` reads the first bytes if the primary's build
+    /// did not). Not for references, whose records depend on their place.
+    func record(sibling primary: IndexRecord, basis: Basis, path: String, start: () -> [UInt8]) -> IndexRecord {
+        var record = primary
+        record.name = IndexLocation(container: "", scope: "", path: path).name
+        record.path = path
+        record.container = container.rawValue
+        record.containerName = containerName
+        record.scope = scope
+        if record.kind == "file" && !basis.typeChosen {
+            let type = ContentType.of(name: record.name, reading: { basis.start ?? start() })
+            record.contentType = type.mime
+            record.uti = type.uti
+        }
+        return record
+    }
+
+    /// The first bytes of the file `file` (any descriptor of it; O_PATH ones are opened through
+    /// their /proc link), for its content type.
+    static func start(ofFile file: Int32) -> [UInt8] {
+        let reader = openForReading(file)
+        defer { if reader >= 0 { close(reader) } }
+        return reader >= 0 ? start(of: reader) : []
     }
 
     /// A reference's record (DESIGN §5 S2, §8): in the container's external scope, at its path

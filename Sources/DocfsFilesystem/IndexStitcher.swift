@@ -57,6 +57,8 @@ final class IndexStitcher: Sendable {
 
     private struct Writer {
         var node: Node
+        /// The handle's descriptor can read (O_RDWR): it serves the first bytes too.
+        var readable: Bool
         /// Where a create made the file, under what name (the likely place of its record).
         var createdIn: (folder: Node, name: FileName)?
         /// Whether the folder's record is yet to take the create (the first close does that).
@@ -112,10 +114,11 @@ final class IndexStitcher: Sendable {
 
     // MARK: - Writers
 
-    /// `handle` writes `node` (made by it as `name` in `folder`): its close records the file.
-    func opened(_ handle: UInt64, writing node: Node, createdAs name: FileName? = nil, in folder: Node? = nil) {
+    /// `handle` (the backing descriptor, open for writing; `readable` when it can read too)
+    /// writes `node` (made by it as `name` in `folder`): its close records the file.
+    func opened(_ handle: UInt64, writing node: Node, readable: Bool, createdAs name: FileName? = nil, in folder: Node? = nil) {
         let created = name.flatMap { name in folder.map { (folder: $0, name: name) } }
-        writers.withLock { $0[handle] = Writer(node: node, createdIn: created, folderTouched: created == nil) }
+        writers.withLock { $0[handle] = Writer(node: node, readable: readable, createdIn: created, folderTouched: created == nil) }
     }
 
     /// The close (FLUSH) or fsync of `handle`: a writer's file is recorded (and, the first
@@ -132,7 +135,10 @@ final class IndexStitcher: Sendable {
             writers[handle]?.stitched = now
             return writer
         }) else { return nil }
-        let outlook = recordFile(writer.node, parent: writer.folderTouched ? nil : writer.createdIn?.folder, probably: writer.createdIn)
+        // The handle is open until its release, which the kernel sends only after this close:
+        // its descriptor reaches the file's extended attributes without a walk of /proc links.
+        let outlook = recordFile(writer.node, parent: writer.folderTouched ? nil : writer.createdIn?.folder, probably: writer.createdIn,
+                                 through: (Int32(truncatingIfNeeded: handle), writer.readable))
         return (writer.node, outlook)
     }
 
@@ -146,10 +152,11 @@ final class IndexStitcher: Sendable {
     /// The file or folder `node` changed (content, attributes, extended attributes, version):
     /// its record, at the name it was reached by, and its other names' (hard links); `parent`
     /// is a folder whose record is to be made again too. Answers what the look saw of the
-    /// file's thumbnail prospects (nothing pointless, unless it saw so).
+    /// file's thumbnail prospects (nothing pointless, unless it saw so). `handle`: an open
+    /// descriptor of the file (not O_PATH; `readable` when it can read), where the caller has one.
     @discardableResult
-    func recordFile(_ node: Node, parent: Node? = nil, probably place: (folder: Node, name: FileName)? = nil)
-        -> IndexRecordBuilder.ThumbnailOutlook {
+    func recordFile(_ node: Node, parent: Node? = nil, probably place: (folder: Node, name: FileName)? = nil,
+                    through handle: (fd: Int32, readable: Bool)? = nil) -> IndexRecordBuilder.ThumbnailOutlook {
         var outlook = IndexRecordBuilder.ThumbnailOutlook()
         // A superseded file is a kept version now, out of the namespace, though it still has
         // the document's id: the document's records are not its to write.
@@ -172,9 +179,10 @@ final class IndexStitcher: Sendable {
                 defer { close(opened.fd) }
                 let place = hinted.folder.place.appending(hinted.place.name.description)
                 paths.remember(place, opened.st)
+                var basis = IndexRecordBuilder.Basis()
                 let record = builder(place).record(item: node.item, file: node.fd, path: place.path, st: opened.st,
-                                                   readable: opened.fd, birth: opened.birth, outlook: &outlook)
-                let others = opened.st.st_nlink > 1 ? siblings(of: node, except: place, st: opened.st) : []
+                                                   readable: opened.fd, birth: opened.birth, outlook: &outlook, basis: &basis)
+                let others = opened.st.st_nlink > 1 ? siblings(of: node, except: place, st: opened.st, like: (record, basis)) : []
                 return [.put(record)] + others + folder
             }
             var st = stat()
@@ -186,8 +194,11 @@ final class IndexStitcher: Sendable {
                 return siblings(of: node, except: nil, st: st) + folder
             }
             guard !place.isScopeRoot else { return folder }  // a scope's root has no record
-            let record = builder(place).record(item: node.item, file: node.fd, path: place.path, st: st, outlook: &outlook)
-            let others = st.st_nlink > 1 && !node.isDirectory ? siblings(of: node, except: place, st: st) : []
+            var basis = IndexRecordBuilder.Basis()
+            let record = builder(place).record(item: node.item, file: node.fd, path: place.path, st: st,
+                                               readable: handle.map { $0.readable ? $0.fd : -1 } ?? -1,
+                                               attributes: handle?.fd ?? -1, outlook: &outlook, basis: &basis)
+            let others = st.st_nlink > 1 && !node.isDirectory ? siblings(of: node, except: place, st: st, like: (record, basis)) : []
             return [.put(record)] + others + folder
         }
         return outlook
@@ -283,11 +294,11 @@ final class IndexStitcher: Sendable {
             // stands where a document was): the file's record in the other scope goes. (Only a
             // file's: removing a folder's location removes everything under it.)
             var changes: [IndexChange] = []
-            if record.kind != "folder" {
+            if record.kind != IndexRecord.folderKind {
                 changes.append(.remove(record.scope == Scope.external.rawValue ? location(place) : externalLocation(place)))
             }
             changes.append(.put(record))
-            if nameChanged && record.kind == "folder" { changes += recordsUnder(name, in: folder) }
+            if nameChanged && record.kind == IndexRecord.folderKind { changes += recordsUnder(name, in: folder) }
             return changes + parent
         }
     }
@@ -333,16 +344,29 @@ final class IndexStitcher: Sendable {
 
     /// The records of the file's other names (hard links) the index knows, made again: the
     /// content is theirs too, and with a name that settles no type, so may be its type.
-    private func siblings(of node: Node, except place: StorePlace?, st: stat) -> [IndexChange] {
+    /// `primary`: the record just built for the name the change came through, which the
+    /// others take over (but for their places and name-decided types) instead of reading the
+    /// file again for each.
+    private func siblings(of node: Node, except place: StorePlace?, st: stat,
+                          like primary: (record: IndexRecord, basis: IndexRecordBuilder.Basis)? = nil) -> [IndexChange] {
         // The same id and the same backing inode: a file that replaced the document in a
         // safe-save has the id too, but is another inode.
         let known = (try? index.places(id: Int64(bitPattern: node.item.rawValue))) ?? []
+        var start: [UInt8]? = nil  // read once, for the first name that leaves the type open
         return known.compactMap { known -> StorePlace? in
             guard known.backingInode == UInt64(st.st_ino), let container = try? ContainerID(known.location.container),
                   let scope = Scope(rawValue: known.location.scope), scope != .external else { return nil }
             let other = StorePlace(container: container, scope: scope, path: known.location.path)
             return other == place ? nil : other
-        }.map { .put(builder($0).record(item: node.item, file: node.fd, path: $0.path, st: st)) }
+        }.map { other -> IndexChange in
+            guard let primary, !primary.record.isExternal else {
+                return .put(builder(other).record(item: node.item, file: node.fd, path: other.path, st: st))
+            }
+            return .put(builder(other).record(sibling: primary.record, basis: primary.basis, path: other.path) {
+                if start == nil { start = IndexRecordBuilder.start(ofFile: node.fd) }
+                return start!
+            })
+        }
     }
 
     /// The folder `fd`'s new times (a name in it came or went); none for the scope's root, or
@@ -396,7 +420,7 @@ final class IndexStitcher: Sendable {
             for name in IndexRebuild.names(in: fd) {
                 guard let record = record(of: name, in: fd) else { continue }
                 changes.append(.put(record))
-                if record.kind == "folder" {
+                if record.kind == IndexRecord.folderKind {
                     let sub = openat(fd, name.cString, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                     if sub >= 0 { pending.append(sub) }
                 }

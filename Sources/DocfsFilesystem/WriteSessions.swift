@@ -424,12 +424,19 @@ final class WriteSessions: Sendable {
                 state.sessions[node.key] = session
             }
         }
+        // One readable descriptor of the content serves the session's bookkeeping (attributes,
+        // version, the copy kept): the node's own is O_PATH, whose extended attributes the
+        // kernel reaches only by walking its /proc link again for each call.
+        let content = open(node.procPath, O_RDONLY | O_CLOEXEC)
+        defer { if content >= 0 { close(content) } }
+        let fd = content >= 0 ? content : node.fd
         var st = stat()
-        try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH))
-        let base = max(ItemAttributes.version(ofDescriptor: node.fd), 1)
-        let (kept, guardsPrefix, sees) = try keep(node, base: base, st, appending: appending, canSee: canSee)
+        try check(fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH))
+        let base = max(ItemAttributes.version(ofDescriptor: fd), 1)
+        let (kept, guardsPrefix, sees) = try keep(node, content: content >= 0 ? content : nil, base: base, st,
+                                                  appending: appending, canSee: canSee)
         do throws(DocfsError) {
-            try ItemAttributes.setVersion(base + 1, onDescriptor: node.fd)
+            try ItemAttributes.setVersion(base + 1, onDescriptor: fd)
         } catch {
             if kept != .nothing { versions.remove(node.item, version: base) }
             throw error
@@ -444,7 +451,8 @@ final class WriteSessions: Sendable {
     /// `st`), as the session's kind and the policy say (see the type's comment); whether the
     /// item's newest previous version is then a delta of the content; and whether the session
     /// is to see every write (its writers served through docfs) and save into that delta.
-    private func keep(_ node: Node, base: UInt64, _ st: stat, appending: Bool, canSee: Bool) throws(DocfsError) -> (Kept, Bool, Bool) {
+    /// `content`: a readable descriptor of the file, when the caller has one.
+    private func keep(_ node: Node, content: Int32?, base: UInt64, _ st: stat, appending: Bool, canSee: Bool) throws(DocfsError) -> (Kept, Bool, Bool) {
         let size = Int64(st.st_size)
         let now = Self.now()
         guard size > 0 else { return (.nothing, false, false) }
@@ -469,9 +477,9 @@ final class WriteSessions: Sendable {
         if appending || seeing {
             try versions.keepPrefix(item: node.item, record: record)
         } else {
-            let fd = open("/proc/self/fd/\(node.fd)", O_RDONLY | O_CLOEXEC)
+            let fd = content ?? open(node.procPath, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else { throw DocfsError.errno("opening item \(node.item) to keep version \(base)") }
-            defer { close(fd) }
+            defer { if content == nil { close(fd) } }
             try versions.keepCopy(of: fd, item: node.item, record: record)
         }
         let delta = appending || seeing ? Delta(version: base, size: size, saved: ByteRanges()) : nil

@@ -361,6 +361,9 @@ public final class VersionStore: Sendable {
     /// The folder of `item`'s versions, made if need be.
     private func makeItemDirectory(_ item: ItemID) throws(DocfsError) -> String {
         let folder = itemDirectory(item)
+        // Looked up first: a mkdir of a folder that is there takes the versions folder's lock
+        // exclusively, and every session of a versioned item would queue on it.
+        if access(folder, F_OK) == 0 { return folder }
         if mkdir(folder, 0o700) != 0 && errno != EEXIST {
             if errno == ENOENT {
                 try LocalStore.makeDirectory(directory)

@@ -10,6 +10,18 @@ import Glibc
 /// Thumbnails are derived state: losing them costs only their making again.
 public struct ThumbnailStore: Sendable {
     public let directory: String
+    /// Items found to have no set, shared by the copies of this store value: most files never
+    /// get one, and each close of a writer asks (the index records whether a file has one).
+    private let absent = AbsentSets()
+
+    /// Which items have no set, as last found, and a count of the sets installed since (an
+    /// absence found before an install finished is not remembered after it).
+    ///
+    /// Lock order: `state` is a leaf lock; no file is touched while it is held.
+    private final class AbsentSets: Sendable {
+        let state = Mutex((items: Set<UInt64>(), installs: UInt64(0)))
+        static let capacity = 1 << 16
+    }
 
     public init(directory: String) {
         self.directory = directory
@@ -55,8 +67,18 @@ public struct ThumbnailStore: Sendable {
     /// Whether a set is stored for `item` at all (damaged or not current included: only a
     /// missing file says no), and the set when it reads whole.
     public func stored(_ item: ItemID) -> (exists: Bool, file: ThumbnailFile?) {
+        let installs = absent.state.withLock { state -> UInt64? in state.items.contains(item.rawValue) ? nil : state.installs }
+        guard let installs else { return (false, nil) }
         let fd = Glibc.open(path(of: item), O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return (errno != ENOENT, nil) }
+        guard fd >= 0 else {
+            guard errno == ENOENT else { return (true, nil) }
+            absent.state.withLock { state in
+                guard state.installs == installs else { return }
+                if state.items.count >= AbsentSets.capacity { state.items.removeAll(keepingCapacity: true) }
+                state.items.insert(item.rawValue)
+            }
+            return (false, nil)
+        }
         defer { close(fd) }
         return (true, ThumbnailFile.read(fd))
     }
@@ -82,6 +104,11 @@ public struct ThumbnailStore: Sendable {
             let error = DocfsError.errno("installing the thumbnail of item \(item)")
             unlink(workPath)
             throw error
+        }
+        // After the rename: a look that missed the set began before this count moved.
+        absent.state.withLock { state in
+            state.installs &+= 1
+            state.items.remove(item.rawValue)
         }
     }
 

@@ -189,6 +189,51 @@ import Glibc
     }
 }
 
+extension StitchingTests {
+    /// A file with several names (hard links): a close through one name re-records every name,
+    /// each with the file's size, times and attributes, and the content type its own name
+    /// gives (sniffed from the content where the name leaves it open); a `user.mime_type` set
+    /// on the file is every name's type.
+    @Test func everyNameOfAHardLinkedFileIsRecordedWithItsOwnType() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        try write("# Title\n", to: fixture.path("a.md"))
+        #expect(link(fixture.path("a.md"), fixture.path("b")) == 0)
+        #expect(link(fixture.path("a.md"), fixture.path("c.pdf")) == 0)
+        func records() throws -> [String: (size: Int64, type: String, version: Int64, tags: [String])] {
+            var found: [String: (size: Int64, type: String, version: Int64, tags: [String])] = [:]
+            for path in ["/a.md", "/b", "/c.pdf"] {
+                let record = try #require(try indexedRecord(fixture, path), "\(path) is not in the index")
+                found[path] = (record.size, record.contentType, record.version, record.tags)
+            }
+            return found
+        }
+        // Written through the name without a type: every name's record follows.
+        let fd = open(fixture.path("b"), O_WRONLY | O_APPEND)
+        #expect(fd >= 0)
+        #expect(Glibc.write(fd, "more text\n", 10) == 10)
+        close(fd)
+        var seen = try records()
+        #expect(seen["/a.md"]!.type == "text/markdown" && seen["/b"]!.type == "text/plain" && seen["/c.pdf"]!.type == "application/pdf",
+                "\(seen)")
+        #expect(Set(seen.values.map(\.size)) == [18] && Set(seen.values.map(\.version)).count == 1, "\(seen)")
+        // Tags set through one name are the file's: every record carries them.
+        #expect(docfs_setxattr(fixture.path("c.pdf"), "user.xdg.tags", "work", 4, 0) == 0)
+        seen = try records()
+        #expect(seen.values.allSatisfy { $0.tags == ["work"] }, "\(seen)")
+        // A type chosen for the file is every name's.
+        #expect(docfs_setxattr(fixture.path("a.md"), "user.mime_type", "text/x-note", 11, 0) == 0)
+        let fd2 = open(fixture.path("a.md"), O_WRONLY | O_APPEND)
+        #expect(fd2 >= 0)
+        #expect(Glibc.write(fd2, "x", 1) == 1)
+        close(fd2)
+        seen = try records()
+        #expect(seen.values.allSatisfy { $0.type == "text/x-note" && $0.size == 19 }, "\(seen)")
+        let check = try shell("'\(MountFixture.binary)' index check '\(fixture.mountPoint)'")
+        #expect(check.status == 0 && check.output.contains("index and store agree"), "\(check.output)")
+    }
+}
+
 /// The record of `path` (a name in the documents scope, like `/notes.txt`) as `docfs query`
 /// reads it: from the index's journal and database, by another connection.
 func indexedRecord(_ fixture: MountFixture, _ path: String) throws -> IndexRecord? {
