@@ -63,5 +63,6 @@ static const unsigned int DOCFS_SET_ATTR_MTIME_NOW = FUSE_SET_ATTR_MTIME_NOW;
 
 static inline void docfs_fi_set_direct_io(struct fuse_file_info *fi, unsigned int v) { fi->direct_io = v; }
 static inline void docfs_fi_set_keep_cache(struct fuse_file_info *fi, unsigned int v) { fi->keep_cache = v; }
+static inline void docfs_fi_set_noflush(struct fuse_file_info *fi, unsigned int v) { fi->noflush = v; }
 
 #endif

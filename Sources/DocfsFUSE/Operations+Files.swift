@@ -56,7 +56,7 @@ extension Operations {
                     }
                 }
                 if let backing {
-                    replied = docfs_reply_open_backed(req, file.handle, 0, backing)
+                    replied = docfs_reply_open_backed(req, file.handle, file.needsFlush ? 0 : DOCFS_FOPEN_NOFLUSH, backing)
                 } else {
                     ctx.fileInfo(fi, file)
                     replied = fuse_reply_open(req, fi)

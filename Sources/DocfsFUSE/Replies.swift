@@ -75,6 +75,7 @@ extension BridgeContext {
         fi.pointee.fh = file.handle
         docfs_fi_set_direct_io(fi, file.directIO ? 1 : 0)
         docfs_fi_set_keep_cache(fi, file.keepCache ? 1 : 0)
+        docfs_fi_set_noflush(fi, file.needsFlush ? 0 : 1)
     }
 }
 

@@ -23,6 +23,9 @@ public struct OpenFile: Sendable {
     /// the kernel is given the backing file anyway (it was open that way already), call
     /// `Filesystem.lostSight` before replying.
     public var needsSight: Bool = false
+    /// Its closes need docfs (a writer's close is stitched and may end a session): when false
+    /// (an open for reading only) the kernel is told not to send them (FOPEN_NOFLUSH).
+    public var needsFlush: Bool = true
 }
 
 /// Opening, reading and writing file content. Reads and writes go to the backing descriptor:
@@ -75,7 +78,8 @@ extension Filesystem {
             // A reference's pages are its own node's in the kernel, the original's another's:
             // they are not kept, and I/O goes through docfs to the original's file.
             return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: !reached.isReference,
-                            mayPassThrough: mayPassThrough && !reached.isReference && !needsSight, needsSight: needsSight)
+                            mayPassThrough: mayPassThrough && !reached.isReference && !needsSight, needsSight: needsSight,
+                            needsFlush: writes)
         }
     }
 

@@ -16,13 +16,16 @@ import Glibc
 /// Each call looks at the item's backing file and stitches what it found (one append to the
 /// index's journal, `IndexDatabase.stitch`), so that the records follow the order in which the
 /// store changed, the newer look always winning:
-/// - A change of names (create, link, unlink, rename, replace, an uncoordinated change) and a
-///   rebuild's walk (folder by folder) look and append under `namespace`, and move `epoch` on.
+/// - A change of names (create, link, unlink, rename, replace, an uncoordinated change) is
+///   looked at outside `namespace` and appended under it, moving `epoch` on; a rebuild's walk
+///   (folder by folder) looks and appends under it.
 /// - A file's new content or attributes (a close, fsync, setattr, setxattr: the stream a busy
-///   mount makes) are looked at outside it, under the file's own lock (`files`, so two writers of
-///   one file closing at once append in the order they looked), and only the append takes
-///   `namespace`; a look that a change of names may have overtaken (`epoch` moved meanwhile) is
-///   made again there. Unrelated closes thus wait for each other's append, not their looks.
+///   mount makes) are looked at outside it too, under the file's own lock (`files`, so two
+///   writers of one file closing at once append in the order they looked).
+/// - Either look is made again under `namespace` when a change of names was appended since it
+///   began (`epoch` moved): every look is as new as the changes of names appended before it.
+///   Operations thus wait for each other's append, not their looks (the changes of one item are
+///   ordered by its claims, which are held until the stitch is done).
 ///   A folder's times only move forward in the index (`touch`), whichever of two creates in it
 ///   appends first.
 ///
@@ -314,12 +317,16 @@ final class IndexStitcher: Sendable {
 
     // MARK: - Records
 
-    /// A change of names: looked at and appended under `namespace`.
+    /// A change of names: looked at outside `namespace` (a look may build records, reading
+    /// files), appended under it, and looked at again there if another change of names was
+    /// appended meanwhile, so that every look is as new as the changes of names before it.
     private func stitch(_ changes: () -> [IndexChange]) {
+        let seen = epoch.load(ordering: .sequentiallyConsistent)
+        let found = changes()
         do throws(DocfsError) {
             try namespace.withLock { _ throws(DocfsError) in
-                epoch.add(1, ordering: .sequentiallyConsistent)
-                try index.stitch(changes())
+                let current = epoch.add(1, ordering: .sequentiallyConsistent).oldValue
+                try index.stitch(current == seen ? found : changes())
             }
         } catch {
             report(error)

@@ -23,6 +23,8 @@ void docfs_request_passthrough(int wanted);
 int docfs_backing_open(struct fuse_session *se, int fd);
 /// Unregisters a backing id; returns 0 or -errno.
 int docfs_backing_close(struct fuse_session *se, int id);
+/// FOPEN_NOFLUSH (Linux 5.15+): the kernel sends no FLUSH at the file's closes.
+#define DOCFS_FOPEN_NOFLUSH (1u << 5)
 /// OPEN reply with a backing id (passthrough when > 0).
 int docfs_reply_open_backed(struct fuse_req *req, uint64_t fh, uint32_t open_flags, int32_t backing_id);
 /// CREATE reply with a backing id (passthrough when > 0).
