@@ -234,6 +234,36 @@ extension StitchingTests {
     }
 }
 
+extension StitchingTests {
+    /// A write session that wrote nothing (an open for writing, an fsync, a close) takes its
+    /// version back at the release that follows the close (the kernel sends it without waiting),
+    /// and the index follows: the session's own change record (a rollback) re-records the file.
+    @Test func aSessionThatWroteNothingLeavesTheRecordAtTheFilesVersion() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("log.txt")
+        try write("one\n", to: f)
+        try write("two\n", to: f)
+        let before = try #require(attribute(f, "user.docfs.version").flatMap { Int64($0) })
+        #expect(try indexedRecord(fixture, "/log.txt")?.version == before)
+        for _ in 0..<3 {
+            let fd = open(f, O_WRONLY)
+            #expect(fd >= 0)
+            #expect(fsync(fd) == 0)
+            #expect(close(fd) == 0)
+            #expect(eventually(seconds: 5) {
+                attribute(f, "user.docfs.version").flatMap { Int64($0) } == before
+                    && (try? indexedRecord(fixture, "/log.txt"))??.version == before
+            })
+        }
+        // One that writes moves both on.
+        try write("three\n", to: f)
+        let after = try #require(attribute(f, "user.docfs.version").flatMap { Int64($0) })
+        #expect(after == before + 1)
+        #expect(try indexedRecord(fixture, "/log.txt")?.version == after)
+    }
+}
+
 /// The record of `path` (a name in the documents scope, like `/notes.txt`) as `docfs query`
 /// reads it: from the index's journal and database, by another connection.
 func indexedRecord(_ fixture: MountFixture, _ path: String) throws -> IndexRecord? {
