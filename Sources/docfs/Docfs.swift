@@ -1,5 +1,9 @@
 import ArgumentParser
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The `docfs` command: mounts document stores and works with their documents.
 @main
 struct Docfs: ParsableCommand {
@@ -13,10 +17,27 @@ struct Docfs: ParsableCommand {
 
             Start with:  docfs mount ~/Docs
             Stop with:   docfs unmount ~/Docs
+
+            Exit status: 0 done, 1 the operation failed, 2 a wrong command line, 3 `docfs index \
+            check` found differences.
             """,
+        version: "docfs \(DocfsVersion.number)",
         subcommands: [MountCommand.self, UnmountCommand.self, StatusCommand.self, VersionsCommand.self, WatchCommand.self,
                       QueryCommand.self, IndexCommand.self, BookmarkCommand.self, ContainerCommand.self, PickCommand.self,
                       MoveCommand.self, ExportCommand.self, ReapMountCommand.self,
                       ThumbnailWorkerCommand.self]
     )
+
+    /// Runs the command line; a wrong one exits with `ExitStatus.usage` (ArgumentParser's own
+    /// status for it is 64) after the usual message and usage.
+    static func main() {
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+        } catch {
+            guard exitCode(for: error) == .validationFailure else { exit(withError: error) }
+            printError(fullMessage(for: error) + "\n")
+            Glibc.exit(ExitStatus.usage)
+        }
+    }
 }

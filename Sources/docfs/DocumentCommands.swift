@@ -184,7 +184,7 @@ func reportingErrors<T>(_ body: () throws(DocfsError) -> T) throws -> T {
         return try body()
     } catch {
         printError("docfs: \(error)\n")
-        throw ExitCode.failure
+        throw ExitCode(ExitStatus.failed)
     }
 }
 

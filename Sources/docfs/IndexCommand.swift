@@ -35,7 +35,7 @@ struct IndexCommand: ParsableCommand {
     struct Check: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Compare the index with the store and list every difference.",
-            discussion: "Exit status 0 when they agree, 1 when there are differences (`docfs index rebuild` fixes them)."
+            discussion: "Exit status 0 when they agree, 3 when there are differences (`docfs index rebuild` fixes them), 1 when the check could not be made."
         )
 
         @OptionGroup var location: StoreLocation
@@ -44,7 +44,7 @@ struct IndexCommand: ParsableCommand {
             let (layout, _) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
             let differences = try reportingErrors { () throws(DocfsError) in try IndexAccess.walk(.check, layout) }
             for difference in differences { print(difference) }
-            if !differences.isEmpty { throw ExitCode(1) }
+            if !differences.isEmpty { throw ExitCode(ExitStatus.differences) }
         }
     }
 }

@@ -62,24 +62,24 @@ struct QueryCommand: ParsableCommand {
             parsed = try PredicateParser().parse(predicate)
         } catch {
             printError("docfs: bad predicate: \(error.pointed)\n")
-            throw ExitCode(2)
+            throw ExitCode(ExitStatus.usage)
         }
         let keys = try sort.map { text -> IndexQuery.SortKey in
             let parts = text.split(separator: ":", maxSplits: 1).map(String.init)
             guard let attribute = IndexAttribute.named(parts.first ?? ""),
                   parts.count == 1 || ["asc", "desc"].contains(parts[1].lowercased()) else {
                 printError("docfs: cannot sort by \(text): give an attribute (\(IndexAttribute.allCases.map(\.rawValue).joined(separator: ", "))), optionally followed by :desc\n")
-                throw ExitCode(2)
+                throw ExitCode(ExitStatus.usage)
             }
             return IndexQuery.SortKey(attribute: attribute, descending: parts.count == 2 && parts[1].lowercased() == "desc")
         }
         if watch && limit != nil {
             printError("docfs: --limit cannot be used with --watch (a live query follows every result)\n")
-            throw ExitCode(2)
+            throw ExitCode(ExitStatus.usage)
         }
         guard interval > 0 && interval <= 60 else {
             printError("docfs: --interval must be more than 0 and at most 60 seconds\n")
-            throw ExitCode(2)
+            throw ExitCode(ExitStatus.usage)
         }
         let query = IndexQuery(predicate: parsed, scope: scope, sort: keys, limit: limit)
         let (layout, mountPoint) = try reportingErrors { () throws(DocfsError) in try location.resolve() }

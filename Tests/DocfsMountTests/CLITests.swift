@@ -150,6 +150,27 @@ import Glibc
                           saying: "fusermount3 is not installed")
     }
 
+    /// The exit statuses scripts rely on (docs/user-guide.md): 0 done, 1 the operation failed,
+    /// 2 a wrong command line (ArgumentParser's own 64 is not used), 3 differences found by
+    /// `index check` (QueryTests); `--version` names the version.
+    @Test func exitStatusesTellFailuresFromMistakes() throws {
+        let fixture = try MountFixture(mount: false)
+        defer { fixture.tearDown() }
+        let version = try shell("'\(docfs)' --version")
+        #expect(version.status == 0)
+        #expect(version.output.wholeMatch(of: /docfs \d+\.\d+\.\d+\n/) != nil, "\(version.output)")
+        for wrong in ["frobnicate", "mount", "mount --no-such-option '\(fixture.mountPoint)'",
+                      "versions '\(fixture.root)' --keep theirs", "query 'size >' --store '\(fixture.store)'"] {
+            let result = try shell("'\(docfs)' \(wrong) 2>&1")
+            #expect(result.status == 2, "\(wrong): \(result.status) \(result.output)")
+            #expect(result.output.contains("Usage:") || result.output.contains("bad predicate"), "\(wrong): \(result.output)")
+        }
+        let failed = try shell("'\(docfs)' versions '\(fixture.root)/nowhere' 2>&1")
+        #expect(failed.status == 1 && failed.output.hasPrefix("docfs: "), "\(failed.output)")
+        let help = try shell("'\(docfs)' --help")
+        #expect(help.status == 0 && help.output.contains("Exit status"), "\(help.output)")
+    }
+
     @Test func helpReadsWell() throws {
         let top = try shell("'\(docfs)' --help")
         #expect(top.status == 0)
