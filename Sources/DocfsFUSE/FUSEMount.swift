@@ -209,7 +209,9 @@ public final class FUSEMount: Sendable {
         var found: Int? = nil
         while getline(&line, &capacity, file) > 0 {
             let fields = String(cString: line!).split(separator: " ")
-            guard fields.count > 4, fields[4] == mountPoint, let dash = fields.firstIndex(of: "-"),
+            // Compared as bytes, unescaped: a mount point with a space is `\040` there.
+            guard fields.count > 4, MountInfoField.unescape(Array(fields[4].utf8)) == Array(mountPoint.utf8),
+                  let dash = fields.firstIndex(of: "-"),
                   dash + 1 < fields.count, fields[dash + 1] == "fuse.docfs" else { continue }
             found = fields[2].split(separator: ":").last.flatMap { Int($0) }
         }

@@ -1,3 +1,4 @@
+import DocfsFUSE
 import DocfsProvider
 #if canImport(Glibc)
 import Glibc
@@ -22,7 +23,7 @@ enum MountTable {
         while getline(&line, &capacity, file) > 0 {
             let fields = String(cString: line!).split(separator: " ")
             guard fields.count >= 4 else { continue }
-            result.append(Mount(source: unescape(fields[0]), mountPoint: unescape(fields[1]),
+            result.append(Mount(source: MountInfoField.unescape(fields[0]), mountPoint: MountInfoField.unescape(fields[1]),
                                 type: String(fields[2]), options: String(fields[3])))
         }
         return result
@@ -51,22 +52,5 @@ enum MountTable {
         guard let cwd = getcwd(nil, 0) else { return path }
         defer { free(cwd) }
         return String(cString: cwd) + "/" + path
-    }
-
-    /// /proc/mounts writes space, tab, newline and backslash as octal escapes.
-    private static func unescape(_ field: Substring) -> String {
-        guard field.contains("\\") else { return String(field) }
-        var bytes: [UInt8] = []
-        var utf8 = Array(field.utf8)[...]
-        while let byte = utf8.popFirst() {
-            if byte == UInt8(ascii: "\\"), utf8.count >= 3,
-               let value = UInt8(String(decoding: utf8.prefix(3), as: UTF8.self), radix: 8) {
-                bytes.append(value)
-                utf8 = utf8.dropFirst(3)
-            } else {
-                bytes.append(byte)
-            }
-        }
-        return String(decoding: bytes, as: UTF8.self)
     }
 }

@@ -78,8 +78,12 @@ import Glibc
         #expect(daemon.terminationStatus == 0)
     }
 
-    @Test func aSecondSignalForcesTheEnd() throws {
-        let fixture = try MountFixture()
+    /// Mount points named plainly and with bytes the mount table escapes (a space, a backslash).
+    static let mountNames = ["mnt", "My Docs", #"back\slash"#]
+
+    @Test(arguments: mountNames)
+    func aSecondSignalForcesTheEnd(mountName: String) throws {
+        let fixture = try MountFixture(mountName: mountName)
         defer { fixture.tearDown() }
         let daemon = try #require(fixture.daemon)
         #expect(FileManager.default.createFile(atPath: fixture.path("open"), contents: Data("x".utf8)))
@@ -93,8 +97,9 @@ import Glibc
         #expect(!daemon.isRunning, "the daemon ignored a second SIGTERM")
     }
 
-    @Test func aCrashedDaemonLeavesNoDeadMount() throws {
-        let fixture = try MountFixture()
+    @Test(arguments: mountNames)
+    func aCrashedDaemonLeavesNoDeadMount(mountName: String) throws {
+        let fixture = try MountFixture(mountName: mountName)
         defer { fixture.tearDown() }
         let daemon = try #require(fixture.daemon)
         kill(daemon.processIdentifier, SIGKILL)

@@ -34,10 +34,11 @@ final class MountFixture: @unchecked Sendable {
         return ["allow_other"] + extra
     }
 
-    init(options: [String] = MountFixture.defaultOptions, mount: Bool = true) throws {
+    /// `mountName`: the mount point's name in the fixture's folder.
+    init(options: [String] = MountFixture.defaultOptions, mount: Bool = true, mountName: String = "mnt") throws {
         root = "/tmp/docfs-tests/" + UUID().uuidString.prefix(8)
         store = root + "/store"
-        mountPoint = root + "/mnt"
+        mountPoint = root + "/" + mountName
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
         chmod(root, 0o755)
         if mount { try start(options: options) }
@@ -139,7 +140,10 @@ final class MountFixture: @unchecked Sendable {
         guard let text = try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8) else { return false }
         return text.split(separator: "\n").contains { line in
             let fields = line.split(separator: " ")
-            return fields.count > 2 && fields[1] == path && fields[2] == "fuse.docfs"
+            // The table writes a space in a path as \040 (and tab, newline, backslash likewise).
+            let shown = path.replacingOccurrences(of: "\\", with: "\\134").replacingOccurrences(of: " ", with: "\\040")
+                .replacingOccurrences(of: "\t", with: "\\011").replacingOccurrences(of: "\n", with: "\\012")
+            return fields.count > 2 && fields[1] == shown && fields[2] == "fuse.docfs"
         }
     }
 }
