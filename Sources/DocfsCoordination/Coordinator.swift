@@ -34,21 +34,21 @@ public enum ClaimIntent: Sendable, CustomStringConvertible {
 ///
 /// Lock order: `state` is a leaf lock; waiters sleep on their own semaphore, outside it.
 public final class Coordinator: Sendable {
-    private final class Waiter: @unchecked Sendable {
-        // The semaphore is only waited on by its owner and posted by the releaser.
-        var semaphore = sem_t()
+    private final class Waiter: Sendable {
+        /// Waited on by its owner, signalled by the releaser (a semaphore at a stable address).
+        let semaphore = ThreadSemaphore()
         let shared: Bool
         init(shared: Bool) {
             self.shared = shared
-            sem_init(&semaphore, 0, 0)
         }
-        deinit { sem_destroy(&semaphore) }
     }
 
     private struct Item {
         var readers = 0
         var writer = false
         var queue: [Waiter] = []
+        /// Those waiting for the item to have no claim at all (`waitWhileClaimed`).
+        var unclaimedWaiters: [ThreadSemaphore] = []
 
         func admits(_ shared: Bool) -> Bool { shared ? !writer : !writer && readers == 0 }
     }
@@ -88,6 +88,20 @@ public final class Coordinator: Sendable {
     /// Whether `item` has a claim held or awaited right now.
     public func isClaimed(_ item: ItemID) -> Bool { state.withLock { $0.items[item] != nil } }
 
+    /// Waits until `item` has no claim held or awaited, up to `seconds` (the caller may hold one
+    /// itself); answers whether it had one when asked.
+    public func waitWhileClaimed(_ item: ItemID, seconds: Double) -> Bool {
+        let waiter = state.withLock { state -> ThreadSemaphore? in
+            guard state.items[item] != nil else { return nil }
+            let semaphore = ThreadSemaphore()
+            state.items[item]!.unclaimedWaiters.append(semaphore)
+            return semaphore
+        }
+        guard let waiter else { return false }
+        waiter.wait(seconds: seconds)
+        return true
+    }
+
     private func acquire(_ item: ItemID, shared: Bool) {
         let waiter: Waiter? = state.withLock { state in
             state.granted += 1
@@ -103,14 +117,12 @@ public final class Coordinator: Sendable {
             state.items[item] = entry
             return waiter
         }
-        if let waiter {
-            while sem_wait(&waiter.semaphore) != 0 && errno == EINTR {}
-        }
+        waiter?.semaphore.wait()
     }
 
     private func release(_ item: ItemID, shared: Bool) {
-        let woken: [Waiter] = state.withLock { state in
-            guard var entry = state.items[item] else { return [] }
+        let (woken, unclaimed) = state.withLock { state -> ([Waiter], [ThreadSemaphore]) in
+            guard var entry = state.items[item] else { return ([], []) }
             if shared { entry.readers -= 1 } else { entry.writer = false }
             // Hand the item to the waiters at the head of the queue that fit together.
             var woken: [Waiter] = []
@@ -119,9 +131,14 @@ public final class Coordinator: Sendable {
                 if next.shared { entry.readers += 1 } else { entry.writer = true }
                 woken.append(next)
             }
-            state.items[item] = entry.readers == 0 && !entry.writer && entry.queue.isEmpty ? nil : entry
-            return woken
+            guard entry.readers == 0 && !entry.writer && entry.queue.isEmpty else {
+                state.items[item] = entry
+                return (woken, [])
+            }
+            state.items[item] = nil
+            return (woken, entry.unclaimedWaiters)
         }
-        for waiter in woken { sem_post(&waiter.semaphore) }
+        for waiter in woken { waiter.semaphore.signal() }
+        for waiter in unclaimed { waiter.signal() }
     }
 }

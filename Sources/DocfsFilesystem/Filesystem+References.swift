@@ -40,9 +40,7 @@ extension Filesystem {
     /// Waits while `item` is claimed, up to two seconds (the caller may hold the claim itself);
     /// answers whether it was claimed at all.
     private func waitWhileClaimed(_ item: ItemID) -> Bool {
-        guard coordinator.isClaimed(item) else { return false }
-        for _ in 0..<2000 where coordinator.isClaimed(item) { usleep(1000) }
-        return true
+        coordinator.waitWhileClaimed(item, seconds: 2)
     }
 
     /// A reference's attributes: its original's (the item id is given by the caller).

@@ -73,7 +73,7 @@ final class WriteSessions: Sendable {
     private struct State {
         var sessions: [BackingKey: Session] = [:]
         /// Files (backing inodes) whose session is being started or ended: new writers wait for it.
-        var busy: Set<BackingKey> = []
+        var busy = BusyFiles()
         /// Open handles that write, and the node they write (held: the kernel may forget the
         /// node before the release of its last handle arrives).
         var writerHandles: [UInt64: Node] = [:]
@@ -129,6 +129,11 @@ final class WriteSessions: Sendable {
         self.versions = versions
     }
 
+    /// `key`'s session is done starting or ending: the writers waiting for that go on.
+    private func notBusy(_ key: BackingKey) {
+        for writer in state.withLock({ $0.busy.remove(key) }) { writer.signal() }
+    }
+
     /// A writer of `node` arrives (an open for writing or a truncate, before it touches the
     /// content). Starts the session if it is the first, or a new one if every writer of the
     /// current session has been closed and the file changed. `appending`: the writer can only
@@ -139,10 +144,10 @@ final class WriteSessions: Sendable {
     @discardableResult
     func begin(_ node: Node, caller: Caller, appending: Bool = false, canSee: Bool = false) throws(DocfsError) -> Bool {
         guard node.type == S_IFREG, !node.item.isDerived, !node.isSuperseded else { return false }
-        enum Arrival { case joined(sees: Bool), start, rollOver, wait, copyPrefix }
+        enum Arrival { case joined(sees: Bool), start, rollOver, wait(ThreadSemaphore), copyPrefix }
         while true {
             let arrival = state.withLock { state -> Arrival in
-                if state.busy.contains(node.key) { return .wait }
+                if state.busy.contains(node.key) { return .wait(state.busy.waiter(for: node.key)) }
                 guard let session = state.sessions[node.key] else {
                     state.busy.insert(node.key)
                     return .start
@@ -165,7 +170,7 @@ final class WriteSessions: Sendable {
             case .copyPrefix:
                 try copyPrefix(node, joining: true)
                 return false
-            case .wait: usleep(200)  // a session is starting or ending: wait for it
+            case .wait(let done): done.wait()  // a session is starting or ending: wait for it
             }
         }
     }
@@ -175,16 +180,16 @@ final class WriteSessions: Sendable {
     /// every write, so the delta it guards becomes a whole copy now, before any write.
     func lostSight(_ handle: UInt64) throws(DocfsError) {
         while true {
-            let outcome = state.withLock { state -> (node: Node?, wait: Bool) in
-                guard let node = state.writerHandles[handle] else { return (nil, false) }
-                if state.busy.contains(node.key) { return (nil, true) }
-                guard let session = state.sessions[node.key], session.sees else { return (nil, false) }
+            let outcome = state.withLock { state -> (node: Node?, wait: ThreadSemaphore?) in
+                guard let node = state.writerHandles[handle] else { return (nil, nil) }
+                if state.busy.contains(node.key) { return (nil, state.busy.waiter(for: node.key)) }
+                guard let session = state.sessions[node.key], session.sees else { return (nil, nil) }
                 state.busy.insert(node.key)
-                return (node, false)
+                return (node, nil)
             }
             if let node = outcome.node { return try copyPrefix(node, joining: false) }
-            if !outcome.wait { return }
-            usleep(200)
+            guard let done = outcome.wait else { return }
+            done.wait()
         }
     }
 
@@ -197,13 +202,13 @@ final class WriteSessions: Sendable {
     /// so only one starting below that page counts (writers that may write anywhere copied the
     /// prefix when they opened).
     func willChange(_ handle: UInt64, from offset: Int64, length: Int64, writtenBack: Bool = false) throws(DocfsError) {
-        enum Step { case none, wait, copy(Node), save(Node, UInt64, [Range<Int64>]) }
+        enum Step { case none, wait(ThreadSemaphore), copy(Node), save(Node, UInt64, [Range<Int64>]) }
         let end = length > Int64.max - offset ? Int64.max : offset + length
         while true {
             let step = state.withLock { state -> Step in
                 guard let node = state.writerHandles[handle] else { return .none }
                 guard let session = state.sessions[node.key], session.guardsPrefix else { return .none }
-                if state.busy.contains(node.key) { return .wait }
+                if state.busy.contains(node.key) { return .wait(state.busy.waiter(for: node.key)) }
                 if session.sees, let delta = state.lastKept[session.item]?.delta {
                     let missing = delta.saved.missing(in: offset..<max(offset, min(end, delta.size)))
                     guard !missing.isEmpty else { return .none }
@@ -216,10 +221,10 @@ final class WriteSessions: Sendable {
             }
             switch step {
             case .none: return
-            case .wait: usleep(200)
+            case .wait(let done): done.wait()
             case .copy(let node): return try copyPrefix(node, joining: false)
             case .save(let node, let version, let ranges):
-                defer { state.withLock { _ = $0.busy.remove(node.key) } }
+                defer { notBusy(node.key) }
                 try save(ranges, of: node, version: version)
                 state.withLock { state in
                     for range in ranges { state.lastKept[node.item]?.delta?.saved.insert(range) }
@@ -241,7 +246,7 @@ final class WriteSessions: Sendable {
     /// Gives the prefix `node`'s session kept its own copy (the node is busy); the session then
     /// holds a copy, and a `joining` writer joins it.
     private func copyPrefix(_ node: Node, joining: Bool) throws(DocfsError) {
-        defer { state.withLock { _ = $0.busy.remove(node.key) } }
+        defer { notBusy(node.key) }
         try copyNewestPrefix(of: node)
         state.withLock { state in
             state.sessions[node.key]!.guardsPrefix = false
@@ -271,10 +276,8 @@ final class WriteSessions: Sendable {
                 try copyPrefix(node, joining: true)
                 return false
             }
-            state.withLock { state in
-                state.sessions[node.key]!.writers += 1
-                state.busy.remove(node.key)
-            }
+            state.withLock { state in state.sessions[node.key]!.writers += 1 }
+            notBusy(node.key)
             return session.sees
         }
         if session.kept != .nothing { versions.prune(session.item, now: Self.now()) }
@@ -336,7 +339,7 @@ final class WriteSessions: Sendable {
     func end(_ node: Node, handle: UInt64? = nil) -> Node? {
         guard node.type == S_IFREG, !node.item.isDerived else { return nil }
         guard let session = leave(node, handle: handle) else { return nil }
-        defer { state.withLock { _ = $0.busy.remove(node.key) } }
+        defer { notBusy(node.key) }
         if changed(node, since: session) {
             if session.kept != .nothing { versions.prune(session.item, now: Self.now()) }
             if !session.announced { committed(node, session) }
@@ -356,21 +359,21 @@ final class WriteSessions: Sendable {
     /// then busy until the caller is done with it).
     private func leave(_ node: Node, handle: UInt64?) -> Session? {
         while true {
-            let outcome = state.withLock { state -> (wait: Bool, last: Session?) in
-                if state.busy.contains(node.key) { return (true, nil) }  // a session is starting
-                guard var session = state.sessions[node.key] else { return (false, nil) }
+            let outcome = state.withLock { state -> (wait: ThreadSemaphore?, last: Session?) in
+                if state.busy.contains(node.key) { return (state.busy.waiter(for: node.key), nil) }  // a session is starting
+                guard var session = state.sessions[node.key] else { return (nil, nil) }
                 session.writers -= 1
                 if let handle { session.closedHandles.remove(handle) }
                 if session.writers > 0 {
                     state.sessions[node.key] = session
-                    return (false, nil)
+                    return (nil, nil)
                 }
                 state.sessions[node.key] = nil
                 state.busy.insert(node.key)
-                return (false, session)
+                return (nil, session)
             }
-            if !outcome.wait { return outcome.last }
-            usleep(200)
+            guard let done = outcome.wait else { return outcome.last }
+            done.wait()
         }
     }
 
@@ -414,15 +417,17 @@ final class WriteSessions: Sendable {
     private func start(_ node: Node, caller: Caller, appending: Bool, canSee: Bool) throws(DocfsError) -> Bool {
         var session: Session? = nil
         defer {
-            state.withLock { state in
-                state.busy.remove(node.key)
-                guard var session else { return }
+            let waiting = state.withLock { state -> [ThreadSemaphore] in
+                let waiting = state.busy.remove(node.key)
+                guard var session else { return waiting }
                 if let previous = state.sessions[node.key] {  // rolled over: its open writers carry on in this one
                     session.writers += previous.writers
                     session.closedHandles = previous.closedHandles
                 }
                 state.sessions[node.key] = session
+                return waiting
             }
+            for writer in waiting { writer.signal() }
         }
         // One readable descriptor of the content serves the session's bookkeeping (attributes,
         // version, the copy kept): the node's own is O_PATH, whose extended attributes the

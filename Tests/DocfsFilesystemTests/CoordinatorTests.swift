@@ -36,6 +36,57 @@ import Testing
         #expect(coordinator.busyItems == 0)
     }
 
+    /// `waitWhileClaimed` sleeps until the last claim on the item goes (queued ones included),
+    /// not a poll's interval later; without a claim it answers at once; past its time it gives up.
+    @Test func waitingWhileClaimedEndsWhenTheLastClaimGoes() throws {
+        let coordinator = Coordinator()
+        #expect(!coordinator.waitWhileClaimed(a, seconds: 5))
+        let held = DispatchSemaphore(value: 0), letGo = DispatchSemaphore(value: 0), done = DispatchGroup()
+        for _ in 0..<2 {  // a holder and one queued behind it: the wait ends after both
+            done.enter()
+            Thread {
+                try? coordinator.withClaims([(a, .write)]) { () throws(DocfsError) in
+                    held.signal()
+                    letGo.wait()
+                }
+                done.leave()
+            }.start()
+        }
+        held.wait()
+        let queued = Date().addingTimeInterval(5)
+        while coordinator.statistics.waited < 1 && Date() < queued { usleep(1000) }  // the second is in the queue
+        #expect(coordinator.statistics.waited == 1)
+        let ended = Atomic(false)
+        let waiter = DispatchGroup()
+        waiter.enter()
+        Thread {
+            #expect(coordinator.waitWhileClaimed(a, seconds: 30))
+            ended.store(true, ordering: .sequentiallyConsistent)
+            waiter.leave()
+        }.start()
+        usleep(100_000)
+        var endedEarly = ended.load(ordering: .sequentiallyConsistent)
+        #expect(!endedEarly, "the wait ended while the item was claimed")
+        letGo.signal()  // the first holder goes; the queued one takes the item
+        held.wait()
+        usleep(100_000)
+        endedEarly = ended.load(ordering: .sequentiallyConsistent)
+        #expect(!endedEarly, "the wait ended while a queued claim held the item")
+        let released = Date()
+        letGo.signal()
+        #expect(waiter.wait(timeout: .now() + 5) == .success)
+        #expect(Date().timeIntervalSince(released) < 1)
+        #expect(done.wait(timeout: .now() + 5) == .success)
+        #expect(coordinator.busyItems == 0)
+        // Held past the wait's time: it gives up then.
+        try coordinator.withClaims([(b, .read)]) { () throws(DocfsError) in
+            let start = Date()
+            #expect(coordinator.waitWhileClaimed(b, seconds: 0.2))
+            let waited = Date().timeIntervalSince(start)
+            #expect(waited >= 0.15 && waited < 5, "\(waited)")
+        }
+    }
+
     @Test func aWaitingWriterIsNotStarvedByReaders() throws {
         let coordinator = Coordinator()
         let stop = Atomic(false)
