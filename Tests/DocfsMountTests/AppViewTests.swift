@@ -9,7 +9,7 @@ import Glibc
 /// (`Documents/` and `Data/`), served by the daemon that serves the user view; nothing else is
 /// reachable through it, and every attempt is refused with the errno a permission check gives
 /// (or the kernel's EXDEV between mounts), and logged.
-@Suite struct AppViewTests {
+@Suite(.needsRootAndFUSE) struct AppViewTests {
     func names(_ path: String) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: path).sorted()
     }

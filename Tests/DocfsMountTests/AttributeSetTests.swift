@@ -7,7 +7,7 @@ import Glibc
 
 /// The attribute set of DESIGN §6 as a user meets it, with getfattr and setfattr through a real
 /// mount (issue 5 §1): each name's access rule, the values refused, and what reaches the index.
-@Suite struct AttributeSetTests {
+@Suite(.needsRootAndFUSE) struct AttributeSetTests {
     private func run(_ command: String) throws -> (status: Int32, output: String) { try shell(command) }
 
     @Test func everyDocfsNameKeepsItsAccessRule() throws {

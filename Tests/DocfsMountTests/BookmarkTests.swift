@@ -9,7 +9,7 @@ import Glibc
 /// bookmark create` make tokens; `docfs bookmark resolve` finds the item after renames, moves,
 /// safe-saves and daemon restarts, says when the token is stale, and refuses what it cannot
 /// trust with exit status 1.
-@Suite struct BookmarkTests {
+@Suite(.needsRootAndFUSE) struct BookmarkTests {
     struct Resolved: Decodable {
         var path: String
         var stale: Bool

@@ -6,7 +6,7 @@ import Glibc
 
 /// `docfs mount` and `docfs unmount` as a person uses them: background start, clean stops on
 /// signals, no dead mount after a crash, and one-line errors that say what to do.
-@Suite struct CLITests {
+@Suite(.needsRootAndFUSE) struct CLITests {
     let docfs = MountFixture.binary
 
     /// Runs a command that must fail with a one-line `docfs: …` message containing `words`.

@@ -10,7 +10,7 @@ import Glibc
 /// mount, restores by the CLI through the control socket and the store watcher all take their
 /// claims from the daemon's one coordinator. Contended claims wait and are granted, operations
 /// that fail leave none behind, and an idle daemon holds none.
-@Suite struct ClaimTests {
+@Suite(.needsRootAndFUSE) struct ClaimTests {
     struct Status: Decodable {
         struct Claims: Decodable {
             var itemClaimed: Bool

@@ -3,7 +3,7 @@ import Testing
 
 /// `docfs container` (issue 6 §1) on a served store, named by --store or by its mount point:
 /// create, list (text and JSON), rename and delete, with the refusals exiting 1 and saying why.
-@Suite struct ContainerCommandTests {
+@Suite(.needsRootAndFUSE) struct ContainerCommandTests {
     @Test func containersAreManagedFromTheCommandLine() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }

@@ -9,7 +9,7 @@ import Glibc
 /// The control area through a real mount (issue 5 §3, DESIGN §5): `.docfs/by-id/` finds an
 /// item by id or bookmark token wherever it now lives, a read-only token's scope holds where
 /// the token is used to open, and the area is found by name, never listed, never changed.
-@Suite struct ControlAreaTests {
+@Suite(.needsRootAndFUSE) struct ControlAreaTests {
     static func link(_ path: String) -> String? {
         var buffer = [CChar](repeating: 0, count: 4096)
         let n = readlink(path, &buffer, buffer.count - 1)

@@ -6,7 +6,7 @@ import Glibc
 
 /// SIGKILL of the daemon in the middle of writes: the mount point is usable again after a
 /// remount, and every write whose fsync returned is intact.
-@Suite struct CrashTests {
+@Suite(.needsRootAndFUSE) struct CrashTests {
     static let writer = """
     import os, sys
     root = sys.argv[1]

@@ -9,7 +9,7 @@ import Glibc
 /// only the bytes it overwrites, before it overwrites them (its writers are served through
 /// docfs, which sees every write); every version reads back byte for byte, through chains of
 /// deltas, after writes of every kind and after a restart.
-@Suite struct DeltaVersionTests {
+@Suite(.needsRootAndFUSE) struct DeltaVersionTests {
     static let everySession = #"{"versions": {"thinningWindowSeconds": 0}}"#
 
     @Test func rewritesOfABigFileSaveOnlyWhatTheyOverwrite() throws {

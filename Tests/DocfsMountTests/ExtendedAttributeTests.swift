@@ -7,7 +7,7 @@ import Glibc
 
 /// user.* xattrs pass through to the store with ext4's answers for probes, ERANGE, ENODATA and
 /// XATTR_CREATE/REPLACE; other namespaces are not offered.
-@Suite struct ExtendedAttributeTests {
+@Suite(.needsRootAndFUSE) struct ExtendedAttributeTests {
     @Test func userAttributesBehaveAsOnExt4() throws {
         try expectSameAsPlainDirectory { dir, r in
             let f = dir + "/doc"

@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// create/open/read/write/truncate/fsync and their errno cases, compared with ext4.
-@Suite struct FileOperationTests {
+@Suite(.needsRootAndFUSE) struct FileOperationTests {
     @Test func createOpenReadWriteAndTheirErrors() throws {
         try expectSameAsPlainDirectory { dir, r in
             let f = dir + "/a.txt"

@@ -7,7 +7,7 @@ import Glibc
 
 /// Item identity (issue 3 §1): every file and folder has a persistent id, shown as its inode
 /// number and as `user.docfs.id`, that survives renames, moves, remounts and daemon restarts.
-@Suite struct IdentityTests {
+@Suite(.needsRootAndFUSE) struct IdentityTests {
     @Test func idIsTheInodeNumberAndSurvivesRenameMoveRemountAndRestart() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }

@@ -8,7 +8,7 @@ import Glibc
 /// events each change makes — create, modify, rename (within the results, and out of them),
 /// delete, and changes made in the store behind the mount — read from another process while the
 /// mount is written.
-@Suite struct LiveQueryTests {
+@Suite(.needsRootAndFUSE) struct LiveQueryTests {
     struct Line: Decodable, Equatable, CustomStringConvertible {
         struct Record: Decodable, Equatable { var path: String }
         var event: String

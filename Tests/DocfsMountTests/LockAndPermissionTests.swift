@@ -6,7 +6,7 @@ import Glibc
 
 /// flock and POSIX record locks between processes, and ext4's permission rules for other users
 /// (the mount uses default_permissions and allow_other).
-@Suite struct LockAndPermissionTests {
+@Suite(.needsRootAndFUSE) struct LockAndPermissionTests {
     @Test func flockAndRecordLocksExcludeOtherProcesses() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }

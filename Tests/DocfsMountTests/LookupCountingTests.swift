@@ -7,7 +7,7 @@ import Glibc
 /// The kernel's lookups are counted exactly: every node it learns of holds one backing
 /// descriptor in the daemon, and when the kernel forgets them (forget, forget_multi) the
 /// descriptors are released. Counted from outside through /proc/PID/fd.
-@Suite struct LookupCountingTests {
+@Suite(.needsRootAndFUSE) struct LookupCountingTests {
     private func openDescriptors(_ pid: pid_t) -> Int {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
     }

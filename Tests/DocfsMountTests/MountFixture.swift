@@ -214,3 +214,13 @@ func errnoOf(_ result: Int) -> Int32 { result < 0 ? errno : 0 }
 func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0) -> Int32 {
     Glibc.open(path, flags | O_CLOEXEC, mode)
 }
+
+extension Trait where Self == ConditionTrait {
+    /// Mount tests need root (allow_other, passthrough, other users' files, unshare) and
+    /// /dev/fuse: run without them, they are skipped and say so instead of failing on the first
+    /// mount. CI runs as root, so it runs them all.
+    static var needsRootAndFUSE: Self {
+        .enabled(if: getuid() == 0 && access("/dev/fuse", R_OK | W_OK) == 0,
+                 "mount tests need root and /dev/fuse: run them as root (CI does), e.g. sudo scripts/test")
+    }
+}

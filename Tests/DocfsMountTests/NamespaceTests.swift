@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// mkdir/rmdir/unlink/rename/link/symlink/mknod/readdir and their errno cases, compared with ext4.
-@Suite struct NamespaceTests {
+@Suite(.needsRootAndFUSE) struct NamespaceTests {
     private static func touch(_ path: String, _ text: String = "") {
         let fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0o644)
         _ = write(fd, text, text.utf8.count)

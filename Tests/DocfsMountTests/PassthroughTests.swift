@@ -8,7 +8,7 @@ import Glibc
 /// files itself. Every other mount test runs with it (the default) and without it
 /// (`scripts/test` repeats them with -o nopassthrough and -o writeback); this one checks it is
 /// really in use by default and that files opened many times at once share one backing file.
-@Suite struct PassthroughTests {
+@Suite(.needsRootAndFUSE) struct PassthroughTests {
     @Test func defaultMountsUsePassthroughForConcurrentOpens() throws {
         let fixture = try MountFixture(options: ["allow_other"])
         defer { fixture.tearDown() }

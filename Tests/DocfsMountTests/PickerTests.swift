@@ -10,7 +10,7 @@ import Glibc
 /// fails with ENOENT once it is deleted; import gives a copy with a new id; move leaves a
 /// reference behind; export copies out. References carry the external-document attributes
 /// and are the index's external scope.
-@Suite struct PickerTests {
+@Suite(.needsRootAndFUSE) struct PickerTests {
     func contents(_ path: String) -> String? { try? String(contentsOfFile: path, encoding: .utf8) }
 
     /// The user's report.txt, a private container Notes with its app view mounted.

@@ -9,7 +9,7 @@ import Glibc
 /// mount: records carry the S2 attributes, predicates select, sort and limit, bad predicates
 /// exit 2 pointing at the column, a served store is rebuilt through its daemon, and a missing
 /// or damaged index is made again on first use.
-@Suite struct QueryTests {
+@Suite(.needsRootAndFUSE) struct QueryTests {
     func docfs(_ arguments: String) throws -> (status: Int32, output: String) {
         try shell("'\(MountFixture.binary)' \(arguments)")
     }

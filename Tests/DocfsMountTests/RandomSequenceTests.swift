@@ -9,7 +9,7 @@ import Glibc
 /// and set xattrs through the mount; the same operations replayed on a plain directory must
 /// answer the same and leave the same tree. The replay applies docfs's one documented departure
 /// from a plain directory (`SafeSaveModel`: a safe-save keeps the document's user attributes).
-@Suite struct RandomSequenceTests {
+@Suite(.needsRootAndFUSE) struct RandomSequenceTests {
     static let threads = 4
     static let operationsPerThread = 400
 

@@ -7,7 +7,7 @@ import Glibc
 /// A root daemon's mount without allow_other is reachable by root alone: the kernel's
 /// permission checks are left off there (they would pass anyway), and the execute bits they
 /// would check come from `access(2)` answered by the store, as on ext4.
-@Suite struct RootOnlyMountTests {
+@Suite(.needsRootAndFUSE) struct RootOnlyMountTests {
     static var options: [String] { MountFixture.defaultOptions.filter { $0 != "allow_other" } }
 
     @Test func rootGetsExt4AnswersWithoutTheKernelChecks() throws {

@@ -8,7 +8,7 @@ import Glibc
 /// Safe-saves keep identity (C3, issue 3 §3): real editors and tools that save through a new
 /// file leave the document with its item id and user attributes, and exactly one new version
 /// whose predecessor is kept.
-@Suite struct SafeSaveTests {
+@Suite(.needsRootAndFUSE) struct SafeSaveTests {
     /// A document with an id, a user attribute, and version 1 holding "first draft".
     private func document(_ fixture: MountFixture, _ name: String = "report.txt") throws -> (path: String, id: UInt64) {
         let path = fixture.path(name)

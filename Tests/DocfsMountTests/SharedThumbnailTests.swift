@@ -10,7 +10,7 @@ import Glibc
 /// Thumbnails served as files (issue 5 §2): every folder answers for a freedesktop shared
 /// thumbnail repository, `.sh_thumbnails/<size>/<md5 of the file name>.png`, with the text
 /// chunks the spec requires, and `.docfs/thumbnails/<id>.png` holds the 1024-pixel one.
-@Suite struct SharedThumbnailTests {
+@Suite(.needsRootAndFUSE) struct SharedThumbnailTests {
     static func md5(_ text: String) -> String {
         Insecure.MD5.hash(data: Array(text.utf8)).map { String(format: "%02x", $0) }.joined()
     }

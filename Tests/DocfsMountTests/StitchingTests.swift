@@ -12,7 +12,7 @@ import Glibc
 /// version.
 /// Then `docfs index check` finds no difference, and a rebuild of the same store writes the
 /// same records (the property of §5: the index equals a fresh rebuild).
-@Suite(.serialized) struct StitchingTests {
+@Suite(.serialized, .needsRootAndFUSE) struct StitchingTests {
     /// What the index should say of a name, and what it does.
     struct Seen: Equatable, CustomStringConvertible {
         var kind: String

@@ -10,7 +10,7 @@ import Glibc
 /// Afterwards every payload ever committed is current content or a kept version (nothing
 /// silently vanished), and no reader saw a torn result of docfs's own operations (replaces and
 /// restores are whole or not at all).
-@Suite struct StressTests {
+@Suite(.needsRootAndFUSE) struct StressTests {
     /// Payloads committed by the actors, by document.
     final class Ledger: @unchecked Sendable {
         private let lock = NSLock()

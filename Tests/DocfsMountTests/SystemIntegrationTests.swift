@@ -6,7 +6,7 @@ import Glibc
 
 /// Mount/: `mount -t fuse.docfs`, an /etc/fstab line, and the systemd unit template, each
 /// driven for real.
-@Suite(.serialized) struct SystemIntegrationTests {
+@Suite(.serialized, .needsRootAndFUSE) struct SystemIntegrationTests {
     static let mountDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Mount").path
     static let installedHelper = "/sbin/mount.fuse.docfs"

@@ -10,7 +10,7 @@ import Glibc
 /// `user.docfs.thumbnail` within a bounded time, fitting 1024×1024 and 64 KiB, and the index
 /// knows; damaged and hostile files get none and never stall the ones after them; a user's own
 /// PNG is checked, kept until the content changes, and refused when it is not a usable PNG.
-@Suite struct ThumbnailTests {
+@Suite(.needsRootAndFUSE) struct ThumbnailTests {
     static let images: String = {
         let directory = "/tmp/docfs-tests/mount-images-\(getpid())"
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()

@@ -9,7 +9,7 @@ import Glibc
 /// Uncoordinated writers (C5, issue 3 §5): changes made in the store behind the mount are
 /// noticed by the store watcher, which makes the kernel forget what it cached. The mounts here
 /// cache names and attributes for 60 s, so only the watcher can make the changes show in time.
-@Suite struct UncoordinatedWriterTests {
+@Suite(.needsRootAndFUSE) struct UncoordinatedWriterTests {
     static var options: [String] { MountFixture.defaultOptions + ["timeout=60"] }
 
     /// Makes the kernel let go of the names and inodes no one uses (as memory pressure would):
@@ -311,7 +311,7 @@ func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
 
 /// Races (C4, issue 3 §4): a write session through the mount and an uncoordinated writer in the
 /// store. Neither content is lost.
-@Suite struct RaceTests {
+@Suite(.needsRootAndFUSE) struct RaceTests {
     @Test func aReplaceInTheStoreDuringASessionBecomesAConflictVersion() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }

@@ -10,7 +10,7 @@ import Glibc
 /// are the container's own (store, index, by-id); the user's own files keep their names when
 /// they collide; the folders cannot be removed, renamed or replaced through the mount; and
 /// container commands made while the store is served show at once.
-@Suite struct UserViewContainerTests {
+@Suite(.needsRootAndFUSE) struct UserViewContainerTests {
     func names(_ path: String) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: path).sorted()
     }

@@ -8,7 +8,7 @@ import Glibc
 /// What keeping versions costs (issue 20 §1): an append-only session keeps its predecessor as a
 /// prefix (nothing copied), a burst of rewrites within the thinning window keeps one copy, and
 /// every version the rules keep reads back byte for byte (`docfs versions --show`, restores).
-@Suite struct VersionCostTests {
+@Suite(.needsRootAndFUSE) struct VersionCostTests {
     @Test func appendOnlySessionsKeepPrefixesAndCopyNothing() throws {
         let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
         defer { fixture.tearDown() }

@@ -9,7 +9,7 @@ import Glibc
 
 /// Write sessions and versions (issue 3 §1, §4): each session that changes a file makes one
 /// version, and the content it superseded is kept and listed by `docfs versions`.
-@Suite struct VersionTests {
+@Suite(.needsRootAndFUSE) struct VersionTests {
     @Test func eachWriteSessionMakesOneVersionAndKeepsWhatItReplaced() throws {
         let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
         defer { fixture.tearDown() }
@@ -175,7 +175,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
 
 /// Restoring a version (issue 3 §4, C2): through the daemon's control socket while the store
 /// is served, on the store directly when not; atomic for readers; itself a new version.
-@Suite struct RestoreTests {
+@Suite(.needsRootAndFUSE) struct RestoreTests {
     @Test func restoreThroughTheDaemonIsANewVersionAndSeenAtOnce() throws {
         let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
         defer { fixture.tearDown() }

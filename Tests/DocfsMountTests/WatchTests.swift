@@ -7,7 +7,7 @@ import Glibc
 /// Presenters (C6, issue 3 §6): `docfs watch` streams what happens under a path — created,
 /// new versions, moves with the new path, deletions, conflicts — whoever causes it: this
 /// mount, the CLI (a restore), or a program writing in the store directly.
-@Suite struct WatchTests {
+@Suite(.needsRootAndFUSE) struct WatchTests {
     struct Event: Decodable, Equatable {
         var kind: String
         var path: String

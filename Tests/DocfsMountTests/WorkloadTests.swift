@@ -8,7 +8,7 @@ import Glibc
 /// os.replace) run on a plain directory and on a docfs mount: they answer the same and leave
 /// the same tree (names, modes, owners, sizes, contents, xattrs), but for the attributes a
 /// safe-save keeps.
-@Suite struct WorkloadTests {
+@Suite(.needsRootAndFUSE) struct WorkloadTests {
     static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .appendingPathComponent("Workloads/tools.sh").path
 
