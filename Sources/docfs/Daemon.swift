@@ -53,6 +53,7 @@ final class Daemon: Sendable {
         self.logger = logger
         self.options = options
         let store = try LocalStore(path: storePath)
+        let logPolicy = try LogPolicy.load(from: store.layout.settingsFile)
         lock = try StoreLock(store: store, mountPoint: mountPoint)
         store.versions.removeLeftovers()
         // The watches are in place before the daemon answers its first request, so every
@@ -86,6 +87,8 @@ final class Daemon: Sendable {
         })
         control.start()
         if let watcher { watch(watcher) }
+        let rotationLogger = logger
+        DaemonLogRotation.start(path: store.layout.daemonLog, limit: logPolicy.maximumSize) { rotationLogger.notice("\($0)") }
         logger.notice("serving \(store.layout.root) at \(mountPoint)\(app.map { " (the app view of \($0))" } ?? "") (pid \(getpid()))")
     }
 

@@ -46,6 +46,42 @@ import Glibc
         #expect(access(stale, F_OK) != 0)
     }
 
+    /// The background daemon's log in the store is rotated past the store's `log.maximumMiB`
+    /// (looked at every 10 s): the earlier part goes to daemon.log.1 and the daemon writes on
+    /// in a new daemon.log.
+    @Test func theDaemonsLogIsRotated() throws {
+        let fixture = try MountFixture(mount: false)
+        defer { fixture.tearDown() }
+        try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
+        try #"{"log": {"maximumMiB": 1}}"#.write(toFile: fixture.store + "/settings.json", atomically: false, encoding: .utf8)
+        let mounted = try shell("'\(docfs)' mount --store '\(fixture.store)' '\(fixture.mountPoint)'")
+        #expect(mounted.status == 0, "\(mounted.output)")
+        defer { _ = try? shell("'\(docfs)' unmount '\(fixture.mountPoint)'") }
+        let log = fixture.store + "/logs/daemon.log"
+        #expect(eventually(seconds: 5) { (try? String(contentsOfFile: log, encoding: .utf8))?.contains("serving") == true })
+        // 1.5 MiB more, as a chatty day would add.
+        let filler = open(log, O_WRONLY | O_APPEND)
+        #expect(filler >= 0)
+        let line = Array(String(repeating: "x", count: 1023).utf8) + [10]
+        for _ in 0..<1536 { _ = line.withUnsafeBytes { Glibc.write(filler, $0.baseAddress, $0.count) } }
+        close(filler)
+        var st = stat()
+        #expect(eventually(seconds: 30) { stat(log + ".1", &st) == 0 && st.st_size > 1 << 20 }, "no daemon.log.1")
+        #expect(stat(log, &st) == 0 && st.st_size < 64 << 10, "the new log has \(st.st_size) bytes")
+        // The daemon writes on in the new file (its note of the rotation is there) and serves on.
+        #expect(eventually(seconds: 5) { (try? String(contentsOfFile: log, encoding: .utf8))?.contains("the log passed 1 MiB") == true })
+        try write("from elsewhere\n", to: fixture.store + "/containers/docfs.default/Documents/note.txt")
+        #expect(eventually(seconds: 20) {
+            (try? String(contentsOfFile: fixture.mountPoint + "/note.txt", encoding: .utf8)) == "from elsewhere\n"
+        })
+        #expect((try? String(contentsOfFile: log + ".1", encoding: .utf8))?.contains("serving") == true)
+        // A bad limit is refused when mounting, saying which setting.
+        _ = try shell("'\(docfs)' unmount '\(fixture.mountPoint)'")
+        try #"{"log": {"maximumMiB": 0}}"#.write(toFile: fixture.store + "/settings.json", atomically: false, encoding: .utf8)
+        let refused = try shell("'\(docfs)' mount --store '\(fixture.store)' '\(fixture.mountPoint)' 2>&1")
+        #expect(refused.status == 1 && refused.output.contains("log.maximumMiB"), "\(refused.output)")
+    }
+
     @Test(arguments: [SIGTERM, SIGINT])
     func signalsUnmountCleanly(_ signal: Int32) throws {
         let fixture = try MountFixture()
