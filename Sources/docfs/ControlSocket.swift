@@ -3,6 +3,7 @@ import DocfsCore
 import DocfsFilesystem
 import DocfsProvider
 import FoundationEssentials
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -42,6 +43,8 @@ struct ControlRequest: Codable {
     var place: PlaceRequest? = nil
     /// The app whose view a watch's `path` is in; nil for the user view.
     var view: String? = nil
+    /// The protocol the sender speaks (`ControlProtocol.version`); nil from a docfs before it had one.
+    var protocolVersion: Int? = ControlProtocol.version
 
     init(kind: Kind, path: String, item: UInt64? = nil, version: UInt64? = nil, container: ContainerChange? = nil,
          mount: MountRequest? = nil, pick: PickRequest? = nil, view: String? = nil) {
@@ -95,9 +98,21 @@ struct ContainerChange: Codable {
     var force: Bool? = nil
 }
 
+/// The version of the control socket's requests and replies: a daemon and a `docfs` command
+/// that differ (an upgrade while a daemon runs) say so instead of misreading each other.
+enum ControlProtocol {
+    static let version = 2
+    /// How long the daemon waits for a request's line, and for a reply to be taken.
+    static let requestTimeout: Int = 10
+    /// Requests answered at once; more connections are refused (a client gone wild).
+    static let concurrentRequests = 64
+}
+
 struct ControlReply: Codable {
     var ok: Bool
     var message: String
+    /// The protocol the daemon speaks.
+    var protocolVersion: Int? = ControlProtocol.version
     /// The coordinator's state, for a `claims` request.
     var claims: ClaimReport?
     /// How far an index rebuild or check is: done, total.
@@ -150,13 +165,16 @@ struct ControlSocketAddress {
     }
 }
 
-/// The daemon's side: accepts connections on a thread of its own and answers each request
-/// with `handle`, which runs with the peer's credentials for the record. A streamed request
-/// (watch, index rebuild or check) keeps its connection: `stream` gets it, on a thread of its
-/// own, and closes it when done.
+/// The daemon's side: accepts connections on a thread of its own and answers each request on
+/// a thread of its own (one stuck or slow client holds up no other), with `handle`, which runs
+/// with the peer's credentials for the record. A request line must arrive within
+/// `ControlProtocol.requestTimeout` seconds, and the reply be taken as fast. A streamed request
+/// (watch, index rebuild or check) keeps its connection: `stream` gets it and closes it when done.
 final class ControlServer: @unchecked Sendable {
     // Only the accept thread touches `listener` after start.
     private let listener: Int32
+    /// Requests being answered now (not streams).
+    private let inFlight = Atomic<Int>(0)
     private let handle: @Sendable (ControlRequest, Caller) -> ControlReply
     private let stream: @Sendable (ControlRequest, Int32) -> Void
 
@@ -191,30 +209,61 @@ final class ControlServer: @unchecked Sendable {
                 if errno == EINTR || errno == ECONNABORTED { continue }
                 return
             }
-            if !serve(connection) { Glibc.close(connection) }
+            Self.limitWaits(on: connection, seconds: ControlProtocol.requestTimeout)
+            guard inFlight.add(1, ordering: .relaxed).newValue <= ControlProtocol.concurrentRequests else {
+                inFlight.subtract(1, ordering: .relaxed)
+                Self.reply(ControlReply(ok: false, message: "the daemon is answering \(ControlProtocol.concurrentRequests) requests already: try again"),
+                           on: connection)
+                Glibc.close(connection)
+                continue
+            }
+            DetachedThread.start { [self] in
+                let streamed = serve(connection)
+                inFlight.subtract(1, ordering: .relaxed)  // a stream may last: it is not counted
+                guard let streamed else {
+                    Glibc.close(connection)
+                    return
+                }
+                Self.limitWaits(on: connection, seconds: 0)  // a watch may wait for changes as long as it likes
+                stream(streamed, connection)
+            }
         }
     }
 
-    /// Answers one request; true when the connection was handed to a stream.
-    private func serve(_ connection: Int32) -> Bool {
+    /// Answers one request; the request when it is to be answered by a stream on the connection.
+    private func serve(_ connection: Int32) -> ControlRequest? {
         var pid: Int32 = 0
         var uid: UInt32 = 0
         var gid: UInt32 = 0
-        guard docfs_peer_credentials(connection, &pid, &uid, &gid) == 0 else { return false }
+        guard docfs_peer_credentials(connection, &pid, &uid, &gid) == 0 else { return nil }
         let caller = Caller(uid: uid, gid: gid, pid: pid)
         let reply: ControlReply
         if let line = ControlLine.read(connection), let request = try? JSONDecoder().decode(ControlRequest.self, from: Data(line)) {
-            if request.kind.isStreamed {
-                let stream = self.stream
-                DetachedThread.start { stream(request, connection) }
-                return true
+            if request.protocolVersion != ControlProtocol.version {
+                reply = ControlReply(ok: false, message: "this docfs command speaks protocol \(request.protocolVersion ?? 1) and the daemon "
+                                     + "serving the store \(ControlProtocol.version): unmount and mount again to run the installed docfs")
+            } else if request.kind.isStreamed {
+                return request
+            } else {
+                reply = handle(request, caller)
             }
-            reply = handle(request, caller)
         } else {
-            reply = ControlReply(ok: false, message: "malformed request: this daemon and the docfs command differ in version?")
+            reply = ControlReply(ok: false, message: "malformed or missing request (none within \(ControlProtocol.requestTimeout) s): "
+                                 + "this daemon and the docfs command may differ in version")
         }
+        Self.reply(reply, on: connection)
+        return nil
+    }
+
+    private static func reply(_ reply: ControlReply, on connection: Int32) {
         if let data = try? JSONEncoder().encode(reply) { ControlLine.write(Array(data), to: connection) }
-        return false
+    }
+
+    /// Bounds how long a read or write on `connection` may wait (0: no bound).
+    private static func limitWaits(on connection: Int32, seconds: Int) {
+        var limit = timeval(tv_sec: seconds, tv_usec: 0)
+        _ = setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        _ = setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
     }
 }
 

@@ -82,6 +82,64 @@ import Glibc
         #expect(refused.status == 1 && refused.output.contains("log.maximumMiB"), "\(refused.output)")
     }
 
+    /// Connects to a store's control socket; -1 when it cannot.
+    private func connectControl(_ fixture: MountFixture) -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return -1 }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let path = Array((fixture.store + "/control.sock").utf8)
+        withUnsafeMutableBytes(of: &address.sun_path) { for (i, byte) in path.enumerated() { $0[i] = byte } }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard connected == 0 else {
+            close(fd)
+            return -1
+        }
+        return fd
+    }
+
+    /// Reads what the daemon answers on `fd` until it closes the connection.
+    private func answer(on fd: Int32) -> String {
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = read(fd, &chunk, chunk.count)
+            guard n > 0 else { break }
+            bytes += chunk[0..<n]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The control socket answers each request on its own: clients that connect and say
+    /// nothing hold up no CLI command, and are answered and let go after 10 s; a request in
+    /// another protocol version is refused with what to do.
+    @Test func aStuckClientHoldsUpNoCommand() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        try write("x\n", to: fixture.path("doc"))
+        let stuck = (0..<3).map { _ in connectControl(fixture) }
+        defer { stuck.forEach { close($0) } }
+        #expect(stuck.allSatisfy { $0 >= 0 })
+        let start = Date()
+        let status = try shell("timeout 20 '\(docfs)' status '\(fixture.path("doc"))'")  // 124 if it hangs
+        #expect(status.status == 0 && status.output.contains("claims:"), "\(status.output)")
+        #expect(Date().timeIntervalSince(start) < 5, "a command waited behind clients that said nothing")
+        // Those get an answer once their time is up, and are let go.
+        let reply = answer(on: stuck[0])
+        #expect(reply.contains("\"ok\":false") && reply.contains("none within 10 s"), "\(reply)")
+        #expect(Date().timeIntervalSince(start) < 30)
+        // Another protocol version is told apart, not misread.
+        let old = connectControl(fixture)
+        #expect(old >= 0)
+        defer { close(old) }
+        let request = Array(#"{"kind":"claims","path":"","protocolVersion":1}"#.utf8) + [10]
+        #expect(request.withUnsafeBytes { write(old, $0.baseAddress, $0.count) } == request.count)
+        let refused = answer(on: old)
+        #expect(refused.contains("\"ok\":false") && refused.contains("protocol 1") && refused.contains("mount again"), "\(refused)")
+    }
+
     @Test(arguments: [SIGTERM, SIGINT])
     func signalsUnmountCleanly(_ signal: Int32) throws {
         let fixture = try MountFixture()
