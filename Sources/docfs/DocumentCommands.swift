@@ -95,23 +95,41 @@ struct VersionsCommand: ParsableCommand {
         discussion: """
             Each save through a docfs mount makes a new version; the content it replaced is kept \
             as a previous version (how many and for how long: the store's settings.json).
+
+            Without options it lists the versions; --show reads one. --restore and --resolve \
+            change the document (one at a time; through the daemon when one serves the store).
             """
     )
 
-    @Flag(name: .long, help: "Print JSON instead of a table.")
-    var json = false
+    /// Options that only read: the list, or one version's content.
+    struct Reading: ParsableArguments {
+        @Flag(name: .long, help: "Print JSON instead of a table.")
+        var json = false
 
-    @Option(name: .long, help: ArgumentHelp("Make kept version V the current content again (itself a new version).", valueName: "V"))
-    var restore: UInt64?
+        @Option(name: .long, help: ArgumentHelp("Write kept version V's content to standard output.", valueName: "V"))
+        var show: UInt64?
+    }
 
-    @Option(name: .long, help: ArgumentHelp("Write kept version V's content to standard output.", valueName: "V"))
-    var show: UInt64?
+    /// Options that change the document (a new version), each alone.
+    struct Changing: ParsableArguments {
+        @Option(name: .long, help: ArgumentHelp("Make kept version V the current content again (itself a new version).", valueName: "V"))
+        var restore: UInt64?
 
-    @Flag(name: .long, help: "Resolve a conflict: drop the conflict versions and clear user.docfs.conflict.")
-    var resolve = false
+        @Flag(name: .long, help: "Resolve a conflict: drop the conflict versions and clear user.docfs.conflict.")
+        var resolve = false
 
-    @Option(name: .long, help: ArgumentHelp("With --resolve: make version V current first.", valueName: "V"))
-    var keep: UInt64?
+        @Option(name: .long, help: ArgumentHelp("With --resolve: make version V current first.", valueName: "V"))
+        var keep: UInt64?
+    }
+
+    @OptionGroup(title: "Reading") var reading: Reading
+    @OptionGroup(title: "Changing the document") var changing: Changing
+
+    private var json: Bool { reading.json }
+    private var show: UInt64? { reading.show }
+    private var restore: UInt64? { changing.restore }
+    private var resolve: Bool { changing.resolve }
+    private var keep: UInt64? { changing.keep }
 
     @Argument(help: ArgumentHelp("The document.", valueName: "file"))
     var file: String

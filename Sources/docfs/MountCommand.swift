@@ -45,7 +45,7 @@ struct MountCommand: ParsableCommand {
         valueName: "opt[,opt]"))
     var options: [String] = []
 
-    @Option(name: .long, help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error.", valueName: "level"))
+    @Option(name: .long, help: ArgumentHelp("How much the daemon logs.", valueName: "level"))
     var logLevel: Logger.Level = .notice
 
     /// Set by the background launcher: the pipe to report readiness on.

@@ -33,7 +33,7 @@ struct QueryCommand: ParsableCommand {
     @Argument(help: ArgumentHelp("What to find ('' or '*' for everything).", valueName: "predicate"))
     var predicate: String
 
-    @Option(name: .long, help: ArgumentHelp("Where to look: documents, data, external or all.", valueName: "scope"))
+    @Option(name: .long, help: ArgumentHelp("Where to look.", valueName: "scope"))
     var scope: IndexQuery.Scope = .documents
 
     @Option(name: .long, help: ArgumentHelp("Order by an attribute, :desc for descending; repeatable.", valueName: "attr[:desc]"))
@@ -48,7 +48,7 @@ struct QueryCommand: ParsableCommand {
     @Flag(name: .long, help: "Keep the query live: print changes to its results until interrupted.")
     var watch = false
 
-    @Option(name: .long, help: ArgumentHelp("With --watch, how long changes are gathered into one batch (default 0.1).", valueName: "seconds"))
+    @Option(name: .long, help: ArgumentHelp("With --watch, how long changes are gathered into one batch.", valueName: "seconds"))
     var interval: Double = 0.1
 
     @Option(name: .long, help: ArgumentHelp("Run the query N times and print its latency (for scripts/bench).", valueName: "n", visibility: .hidden))

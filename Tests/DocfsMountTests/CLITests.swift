@@ -279,5 +279,24 @@ import Glibc
         #expect(mount.output.contains("--store"))
         #expect(mount.output.contains("--foreground"))
         #expect(!mount.output.contains("ready-fd"))
+        // `versions` keeps what reads apart from what changes the document.
+        let versions = try shell("'\(docfs)' versions --help").output
+        let reading = try #require(versions.range(of: "READING:")), changing = try #require(versions.range(of: "CHANGING THE DOCUMENT:"))
+        #expect(versions[reading.upperBound..<changing.lowerBound].contains("--show")
+                && !versions[reading.upperBound..<changing.lowerBound].contains("--restore"), "\(versions)")
+        #expect(versions[changing.upperBound...].contains("--restore") && versions[changing.upperBound...].contains("--resolve"), "\(versions)")
+        // Each option says its default (and its values) once: the parser adds them to the text.
+        for command in ["mount", "unmount", "status", "versions", "watch", "query", "index check", "index rebuild",
+                        "bookmark create", "bookmark resolve", "container create", "container list", "pick", "move", "export"] {
+            let help = try shell("'\(docfs)' \(command) --help").output
+            var blocks: [String] = []
+            for line in help.split(separator: "\n", omittingEmptySubsequences: false) {
+                if line.hasPrefix("  -") || line.hasPrefix("  <") || blocks.isEmpty { blocks.append(String(line)) } else { blocks[blocks.count - 1] += " " + line }
+            }
+            for block in blocks {
+                let defaults = block.matches(of: /\(default[ :]/).count, values = block.matches(of: /\(values:/).count
+                #expect(defaults <= 1 && values <= 1, "docfs \(command) --help repeats itself: \(block)")
+            }
+        }
     }
 }
