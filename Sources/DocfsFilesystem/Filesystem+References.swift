@@ -189,13 +189,18 @@ extension Filesystem {
 
     /// An existing reference of container `app` to `item`, from the index.
     func existingReference(to item: ItemID, in app: ContainerID) -> StorePlace? {
-        guard let records = try? stitcher?.index.records(id: Int64(bitPattern: item.rawValue)) else { return nil }
-        for record in records where record.container == app.rawValue && record.scope == Scope.external.rawValue {
+        referencePlaces(to: item, in: app).first { place in node(at: place).map { $0.isReference && $0.item == item } ?? false }
+    }
+
+    /// Where the index says container `app` holds references to `item` (an app view shows its
+    /// original's changes at these places too).
+    public func referencePlaces(to item: ItemID, in app: ContainerID) -> [StorePlace] {
+        guard let records = try? stitcher?.index.records(id: Int64(bitPattern: item.rawValue)) else { return [] }
+        return records.compactMap { record -> StorePlace? in
+            guard record.container == app.rawValue && record.scope == Scope.external.rawValue else { return nil }
             let parts = record.path.split(separator: "/", maxSplits: 1).map(String.init)
-            guard let scope = StorePaths.scopeFolders.first(where: { $0.name == parts.first })?.scope else { continue }
-            let place = StorePlace(container: app, scope: scope, path: parts.count > 1 ? "/" + parts[1] : "")
-            if let found = node(at: place), found.isReference, found.item == item { return place }
+            guard let scope = StorePaths.scopeFolders.first(where: { $0.name == parts.first })?.scope else { return nil }
+            return StorePlace(container: app, scope: scope, path: parts.count > 1 ? "/" + parts[1] : "")
         }
-        return nil
     }
 }

@@ -80,7 +80,8 @@ final class Daemon: Sendable {
         }, stream: { request, connection in
             if request.kind == .watch {
                 WatchStream.serve(request.path, app: request.view.flatMap { try? ContainerID($0) }, on: connection,
-                                  presenters: primary.presenters, userView: primary.shared.userView)
+                                  presenters: primary.presenters, userView: primary.shared.userView,
+                                  references: { item, app in primary.referencePlaces(to: item, in: app) })
             } else {
                 IndexWalkStream.serve(request.kind == .checkIndex ? .check : .rebuild, on: connection, filesystem: primary, logger: log)
             }

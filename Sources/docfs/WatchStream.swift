@@ -14,10 +14,17 @@ import Glibc
 enum WatchStream {
     /// Streams the changes under `path` of a view: the user view, or with `app` that app's view
     /// (paths relative to the view's root).
-    static func serve(_ path: String, app: ContainerID?, on connection: Int32, presenters: Presenters, userView: UserView) {
+    /// `references` finds where the app's container holds references to an item: an app view
+    /// is told of its originals' changes there.
+    static func serve(_ path: String, app: ContainerID?, on connection: Int32, presenters: Presenters, userView: UserView,
+                      references: @escaping @Sendable (ItemID, ContainerID) -> [StorePlace]) {
         let queue = ChangeQueue()
         let token = presenters.subscribe { change in
-            if let shown = shown(change, app: app, userView: userView), shown.concerns(path) { queue.push(shown) }
+            if let shown = shown(change, app: app, userView: userView), shown.concerns(path) {
+                queue.push(shown)
+            } else if let app {
+                for shown in shownAtReferences(change, app: app, references: references) where shown.concerns(path) { queue.push(shown) }
+            }
         }
         defer {
             presenters.unsubscribe(token)
@@ -69,6 +76,24 @@ enum WatchStream {
             return nil
         }
         return shown
+    }
+
+    /// A change of a document outside the app's container, as the app's view says it at each
+    /// of its references to the document: new content is a new version there, a move or a
+    /// deletion of the original a change (the reference stays, pointing where it now is or
+    /// saying its original is gone).
+    static func shownAtReferences(_ change: PresentedChange, app: ContainerID,
+                                  references: (ItemID, ContainerID) -> [StorePlace]) -> [PresentedChange] {
+        guard let item = change.item, change.place?.container != app, change.kind != .created else { return [] }
+        return references(ItemID(rawValue: item), app).map { place in
+            var shown = change
+            shown.path = String(Filesystem.localPath(place).dropFirst())
+            shown.newPath = nil
+            shown.place = place
+            shown.newPlace = nil
+            if change.kind == .moved || change.kind == .deleted { shown.kind = .changed }
+            return shown
+        }
     }
 
     /// Whether the client closed its end (nothing more will be read from it).

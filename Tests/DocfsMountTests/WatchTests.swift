@@ -120,6 +120,38 @@ import Glibc
         #expect(inStore.events == [Event(kind: "created", path: "Documents/note.txt", newPath: nil, version: nil, uncoordinated: false)])
     }
 
+    /// An app view's watch hears of its references' originals changing elsewhere (through the
+    /// user view, or in the store behind the mount), at the reference's path in the app's view:
+    /// new content as a version, a move or a deletion of the original as a change.
+    @Test func anAppViewHearsOfItsReferencesOriginals() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        #expect(try runDocfs("container create com.example.Notes --name Notes '\(fixture.mountPoint)'").status == 0)
+        let app = try fixture.mountApp("com.example.Notes")
+        try write("report\n", to: fixture.path("report.txt"))
+        #expect(try runDocfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))'").status == 0)
+        let appWatcher = try Watcher(app, in: fixture)
+        defer { appWatcher.stop() }
+        try write("report, revised\n", to: fixture.path("report.txt"))
+        #expect(eventually(seconds: 20) {
+            appWatcher.events.contains { $0.kind == "version" && $0.path == "Documents/report.txt" && $0.version == 2 && !$0.uncoordinated }
+        }, "\(appWatcher.events)")
+        try write("from elsewhere\n", to: fixture.documents + "/report.txt")
+        #expect(eventually(seconds: 20) {
+            appWatcher.events.contains { $0.kind == "version" && $0.path == "Documents/report.txt" && $0.version == 3 && $0.uncoordinated }
+        }, "\(appWatcher.events)")
+        #expect(rename(fixture.path("report.txt"), fixture.path("final.txt")) == 0)
+        #expect(eventually(seconds: 20) { appWatcher.events.filter { $0.kind == "changed" && $0.path == "Documents/report.txt" }.count == 1 },
+                "\(appWatcher.events)")
+        #expect(unlink(fixture.path("final.txt")) == 0)
+        #expect(eventually(seconds: 20) { appWatcher.events.filter { $0.kind == "changed" && $0.path == "Documents/report.txt" }.count == 2 },
+                "\(appWatcher.events)")
+        // Nothing else of the user view reached the app's watch.
+        try write("mine\n", to: fixture.path("other.txt"))
+        usleep(300_000)
+        #expect(appWatcher.events.allSatisfy { $0.path == "Documents/report.txt" }, "\(appWatcher.events)")
+    }
+
     @Test func changesByTheCLIAndBehindTheMount() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
