@@ -20,8 +20,10 @@ extension Filesystem {
     func keepBoth(_ ours: Node, caller: Caller) {
         guard let place = ours.place, let folder = nodes.known(key: place.directory) else { return }
         let item = ours.item
-        let effects = try? coordinator.withClaims([(folder.item, .write), (item, .replace)]) { () throws(DocfsError) -> KernelInvalidations in
-            try putBack(ours, at: place.name, in: folder, caller: caller)
+        let effects = reporting("put the raced save of item \(item) back in place at \(place.name)") { () throws(DocfsError) in
+            try coordinator.withClaims([(folder.item, .write), (item, .replace)]) { () throws(DocfsError) -> KernelInvalidations in
+                try putBack(ours, at: place.name, in: folder, caller: caller)
+            }
         }
         if let effects { invalidate(effects) }
     }

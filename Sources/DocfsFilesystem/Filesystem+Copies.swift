@@ -46,21 +46,23 @@ extension Filesystem {
     private func separateCopy(_ fd: Int32, _ st: stat, at path: String, into result: inout StoreChangeEffects) {
         guard let id = ItemAttributes.id(ofDescriptor: fd), !id.isDerived, ReferenceStub.target(ofDescriptor: fd, st) == nil,
               otherHolder(of: id, than: st) != nil else { return }
-        let separated = try? coordinator.withClaims([(id, .write)]) { () throws(DocfsError) -> (ItemID, String)? in
-            var now = stat()
-            guard fstat(fd, &now) == 0, now.st_nlink > 0, ItemAttributes.id(ofDescriptor: fd) == id,
-                  let holder = otherHolder(of: id, than: now) else { return nil }
-            let key = BackingKey(now)
-            ownChanges.willWrite(key)
-            var after: stat? = nil
-            defer { ownChanges.abandon(key, now: after) }
-            let fresh = try identity.allocator.allocate()
-            try ItemAttributes.setID(fresh, onDescriptor: fd)
-            // Written into, a reference's file is a document of its own: no reference any more.
-            _ = docfs_removexattr("/proc/self/fd/\(fd)", ReferenceStub.attribute)
-            if fstat(fd, &now) == 0 { after = now }
-            if let node = nodes.known(key: key) { result.invalidations.add(letGo(node)) }
-            return (fresh, holder)
+        let separated = reporting("give the copy at \(path) an id of its own") { () throws(DocfsError) in
+            try coordinator.withClaims([(id, .write)]) { () throws(DocfsError) -> (ItemID, String)? in
+                var now = stat()
+                guard fstat(fd, &now) == 0, now.st_nlink > 0, ItemAttributes.id(ofDescriptor: fd) == id,
+                      let holder = otherHolder(of: id, than: now) else { return nil }
+                let key = BackingKey(now)
+                ownChanges.willWrite(key)
+                var after: stat? = nil
+                defer { ownChanges.abandon(key, now: after) }
+                let fresh = try identity.allocator.allocate()
+                try ItemAttributes.setID(fresh, onDescriptor: fd)
+                // Written into, a reference's file is a document of its own: no reference any more.
+                _ = docfs_removexattr("/proc/self/fd/\(fd)", ReferenceStub.attribute)
+                if fstat(fd, &now) == 0 { after = now }
+                if let node = nodes.known(key: key) { result.invalidations.add(letGo(node)) }
+                return (fresh, holder)
+            }
         }
         guard let (fresh, holder) = separated ?? nil else { return }
         forgetStaleNode(of: BackingKey(st), carrying: fresh)

@@ -269,7 +269,9 @@ extension Filesystem {
     /// store refuses it, the file is left as one made behind docfs's back: it gets an id when
     /// next looked up.
     private func storePendingID(createdAs handle: UInt64, fd: Int32) {
-        _ = try? identity.pending.store(createdAs: handle, fd: fd)
+        reporting("store the id given at create to the file of handle \(handle) (it gets one when next looked up)") { () throws(DocfsError) in
+            try identity.pending.store(createdAs: handle, fd: fd)
+        }
     }
 
     public func fsync(_ handle: UInt64, dataOnly: Bool) throws(DocfsError) {

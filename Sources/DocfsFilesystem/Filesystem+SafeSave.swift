@@ -107,10 +107,14 @@ extension Filesystem {
             try perform()
         } catch {
             // Undone: each file keeps the identity it had.
-            _ = try? ItemAttributes.setID(newContent.item, onDescriptor: newContent.fd)
-            try? ItemAttributes.setVersion(max(ItemAttributes.version(ofDescriptor: newContent.fd), 1), onDescriptor: newContent.fd)
-            _ = try? ItemAttributes.setID(document.item, onDescriptor: document.fd)
-            try? ItemAttributes.setVersion(version, onDescriptor: document.fd)
+            reporting("give the new content of item \(document.item) its identity back after a failed replace") { () throws(DocfsError) in
+                try ItemAttributes.setID(newContent.item, onDescriptor: newContent.fd)
+                try ItemAttributes.setVersion(max(ItemAttributes.version(ofDescriptor: newContent.fd), 1), onDescriptor: newContent.fd)
+            }
+            reporting("give item \(document.item) its identity back after a failed replace") { () throws(DocfsError) in
+                try ItemAttributes.setID(document.item, onDescriptor: document.fd)
+                try ItemAttributes.setVersion(version, onDescriptor: document.fd)
+            }
             store.versions.remove(document.item, version: version)
             throw error
         }

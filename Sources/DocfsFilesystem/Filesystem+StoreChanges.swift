@@ -181,11 +181,13 @@ extension Filesystem {
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0, let item = identity.existingID(of: fd, st) else { return nil }  // new: it gets an id when looked up
-        return try? coordinator.withClaims([(item, .write)]) { () throws(DocfsError) -> String in
-            let version = max(ItemAttributes.version(ofDescriptor: fd), 1) + 1
-            try ItemAttributes.setVersion(version, onDescriptor: fd)
-            if fstat(fd, &st) == 0 { ownChanges.changedFile(st) }
-            return "uncoordinated change to \(path) (item \(item)): now version \(version)"
+        return reporting("move the version of \(path) on after an uncoordinated change") { () throws(DocfsError) in
+            try coordinator.withClaims([(item, .write)]) { () throws(DocfsError) -> String in
+                let version = max(ItemAttributes.version(ofDescriptor: fd), 1) + 1
+                try ItemAttributes.setVersion(version, onDescriptor: fd)
+                if fstat(fd, &st) == 0 { ownChanges.changedFile(st) }
+                return "uncoordinated change to \(path) (item \(item)): now version \(version)"
+            }
         }
     }
 }

@@ -42,6 +42,8 @@ public final class ServedStore: Sendable {
     /// Checks thumbnails users set (a worker of its own, so a setxattr never waits behind
     /// the background's jobs).
     let userThumbnailWorker: ThumbnailWorkerClient?
+    /// Where problems that failed no operation go (see `Filesystem.reporting`).
+    let problemSink = Callback<String>()
     /// The views being served, weakly (a view leaves when it is unmounted).
     private let views = Mutex<[WeakView]>([])
 

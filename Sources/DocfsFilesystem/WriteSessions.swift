@@ -121,6 +121,13 @@ final class WriteSessions: Sendable {
         changeSink.set(sink)
     }
 
+    /// Told of failures that failed no writer (the daemon logs them).
+    private let problemSink = Callback<String>()
+
+    func onProblem(_ sink: @escaping @Sendable (String) -> Void) {
+        problemSink.set(sink)
+    }
+
     private func committed(_ node: Node, _ session: Session) {
         changeSink(.file(.versionCommitted(session.base + 1), node))
     }
@@ -346,7 +353,11 @@ final class WriteSessions: Sendable {
             return session.raced ? node : nil
         }
         // Nothing written: as if the session never was (a racing writer's content simply wins).
-        try? ItemAttributes.setVersion(session.base, onDescriptor: node.fd)
+        do throws(DocfsError) {
+            try ItemAttributes.setVersion(session.base, onDescriptor: node.fd)
+        } catch {
+            problemSink("could not take the version of item \(node.item) back to \(session.base) after a session that wrote nothing: \(error)")
+        }
         if session.kept != .nothing {
             versions.remove(session.item, version: session.base)
             state.withLock { _ = $0.lastKept.removeValue(forKey: session.item) }

@@ -68,6 +68,8 @@ final class Daemon: Sendable {
         let indexLogger = logger
         let thumbnailLogger = logger
         shared.onThumbnailProblem { problem in thumbnailLogger.notice("\(problem)") }
+        let problemLogger = logger
+        shared.onProblem { problem in problemLogger.warning("\(problem)") }
         shared.onIndexFailure { error in
             indexLogger.error("the index could not be updated (queries may miss this change until the next mount, or `docfs index rebuild`): \(error)")
         }

@@ -1,6 +1,7 @@
 import DocfsCore
 @testable import DocfsProvider
 import Foundation
+import Synchronization
 import Testing
 @testable import DocfsFilesystem
 #if canImport(Glibc)
@@ -120,6 +121,35 @@ import Glibc
         #expect(inside.attributes.st_gid == 5678)  // setgid folder: its group, not the caller's
         #expect(inside.attributes.st_uid == 42)
         #expect(inside.attributes.st_mode & S_ISGID != 0)
+    }
+
+    /// A step that must not fail its operation but did (here: storing a new file's id, which
+    /// an immutable file refuses) is reported to the daemon's log, naming what was not done,
+    /// and the operation itself succeeds.
+    @Test(.enabled(if: getuid() == 0, "needs root for chattr +i"))
+    func problemsThatFailNoOperationAreReported() throws {
+        defer { cleanUp() }
+        let reported = Mutex<[String]>([])
+        filesystem.shared.onProblem { problem in reported.withLock { $0.append(problem) } }
+        let (_, handle) = try filesystem.create(parent: 1, name: "stuck", mode: 0o644, flags: O_WRONLY, caller: .daemon)
+        let backing = directory + "/containers/docfs.default/Documents/stuck"
+        #expect(FileManager.default.fileExists(atPath: backing))
+        let immutable = Process()
+        immutable.executableURL = URL(fileURLWithPath: "/usr/bin/chattr")
+        immutable.arguments = ["+i", backing]
+        try immutable.run()
+        immutable.waitUntilExit()
+        #expect(immutable.terminationStatus == 0)
+        defer {
+            let undo = Process()
+            undo.executableURL = URL(fileURLWithPath: "/usr/bin/chattr")
+            undo.arguments = ["-i", backing]
+            try? undo.run()
+            undo.waitUntilExit()
+        }
+        filesystem.release(handle.handle)
+        let problems = reported.withLock { $0 }
+        #expect(problems.count == 1 && problems[0].hasPrefix("could not store the id given at create"), "\(problems)")
     }
 
     /// The watcher's events are sorted out in batches bigger than one lock holds: every name
