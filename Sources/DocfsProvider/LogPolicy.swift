@@ -24,14 +24,7 @@ public struct LogPolicy: Sendable, Equatable {
 
     /// The policy in `settings` (a settings.json file), or the defaults when there is none.
     public static func load(from settings: String) throws(DocfsError) -> LogPolicy {
-        guard let bytes = try StoreFiles.read(settings) else { return defaults }
-        let log: Settings.Log?
-        do {
-            log = try JSONDecoder().decode(Settings.self, from: Data(bytes)).log
-        } catch {
-            throw DocfsError(.storeUnavailable, "\(settings) is not valid JSON: fix it or remove it to use the defaults", cause: error)
-        }
-        guard let mib = log?.maximumMiB else { return defaults }
+        guard let mib = try StoreSettingsFile.decode(Settings.self, from: settings)?.log?.maximumMiB else { return defaults }
         guard mib >= 1, mib <= 1 << 20 else {
             throw DocfsError(.storeUnavailable, "\(settings): log.maximumMiB must be between 1 and 1048576")
         }

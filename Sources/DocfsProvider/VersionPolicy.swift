@@ -46,13 +46,8 @@ public struct VersionPolicy: Sendable, Equatable {
 
     /// The policy in `settings` (a settings.json file), or the defaults when there is none.
     public static func load(from settings: String) throws(DocfsError) -> VersionPolicy {
-        guard let bytes = try StoreFiles.read(settings) else { return defaults }
-        let versions: Settings.Versions?
-        do {
-            versions = try JSONDecoder().decode(Settings.self, from: Data(bytes)).versions
-        } catch {
-            throw DocfsError(.storeUnavailable, "\(settings) is not valid JSON: fix it or remove it to use the defaults", cause: error)
-        }
+        guard let file = try StoreSettingsFile.decode(Settings.self, from: settings) else { return defaults }
+        let versions = file.versions
         var policy = defaults
         if let keep = versions?.keep { policy.maximumCount = keep }
         if let days = versions?.maximumAgeDays { policy.maximumAge = days * 86400 }
