@@ -140,6 +140,7 @@ extension Filesystem {
                 item = document
             } else {
                 item = try identity.assignNew(to: BackingKey(st), createdAs: UInt64(fd))
+                sessions.noteAuthor(of: item, version: 1, caller: caller)  // who made version 1
             }
             if let (uid, gid) = try ownership(for: caller, in: directory) {
                 try check(fchown(fd, uid, gid))

@@ -144,6 +144,11 @@ public final class ServedStore: Sendable {
         thumbnailer?.onProblem(sink)
     }
 
+    /// Who made version `version` of `item` (its current content), if this daemon saw it made.
+    public func author(of item: ItemID, version: UInt64) -> Author? {
+        sessions.author(of: item, version: version)
+    }
+
     /// Where failed index writes are reported (the operations themselves succeed).
     public func onIndexFailure(_ sink: @escaping @Sendable (DocfsError) -> Void) {
         stitcher?.onFailure(sink)

@@ -14,6 +14,8 @@ import Glibc
 struct ControlRequest: Codable {
     enum Kind: String, Codable {
         case restore, resolve, watch, claims, rebuildIndex, checkIndex
+        /// Who made the item's current version (the request's `version`), if the daemon saw it.
+        case author
         case createContainer, renameContainer, deleteContainer
         /// Mount one more view of the served store.
         case mount
@@ -115,6 +117,8 @@ struct ControlReply: Codable {
     var protocolVersion: Int? = ControlProtocol.version
     /// The coordinator's state, for a `claims` request.
     var claims: ClaimReport?
+    /// Who made a version, for an `author` request (nil: the daemon did not see it made).
+    var author: Author? = nil
     /// How far an index rebuild or check is: done, total.
     var progress: [Int]? = nil
     /// The outcome of an index rebuild or check (its last line).

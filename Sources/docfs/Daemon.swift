@@ -231,6 +231,9 @@ final class Daemon: Sendable {
                 guard let number = request.item, let item = ItemID(text: String(number)) else {
                     throw DocfsError(.invalidArgument, "\(request.item.map(String.init) ?? "none") is not an item id")
                 }
+                if request.kind == .author {
+                    return ControlReply(ok: true, message: "author", author: request.version.flatMap { shared.author(of: item, version: $0) })
+                }
                 if request.kind == .claims {
                     let coordinator = shared.coordinator
                     let counts = coordinator.statistics

@@ -174,8 +174,9 @@ struct VersionsCommand: ParsableCommand {
             Row(version: $0.version, kind: $0.kind.rawValue, modified: $0.modified, size: $0.size, stored: $0.storedSize,
                 pid: $0.author?.pid, uid: $0.author?.uid, command: $0.author?.command)
         }
+        let author = currentAuthor(of: document, version: current)
         rows.append(Row(version: current, kind: "current", modified: seconds(document.attributes.st_mtim),
-                        size: Int64(document.attributes.st_size), stored: 0))
+                        size: Int64(document.attributes.st_size), stored: 0, pid: author?.pid, uid: author?.uid, command: author?.command))
         rows.sort { $0.version > $1.version }
         if json { return printJSON(rows) }
         print("VERSION  KIND      MODIFIED             SIZE        STORED      WHO")
@@ -185,6 +186,13 @@ struct VersionsCommand: ParsableCommand {
                   + "\(String(row.size).padding(11)) \(String(row.stored).padding(11)) \(who)")
         }
         print("kept versions of this document take \(rows.reduce(0) { $0 + $1.stored }) bytes; of the store, \(store.storedSize()) bytes")
+    }
+
+    /// Who made the current version, as the daemon serving the store saw it (nil without one).
+    private func currentAuthor(of document: LocatedDocument, version: UInt64) -> Author? {
+        guard StoreLock.holder(of: document.store) != nil else { return nil }
+        let request = ControlRequest(kind: .author, path: "", item: document.item.rawValue, version: version)
+        return (try? ControlClient.send(request, to: document.store))?.author
     }
 
     /// `--show`: kept version `version`'s content on standard output.

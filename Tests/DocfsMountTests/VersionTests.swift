@@ -70,6 +70,26 @@ import Glibc
         #expect(attribute(f, "user.docfs.version") == "2")
     }
 
+    /// `docfs versions` says who made every version while the daemon saw it: the one a create
+    /// made (kept once it is superseded) and the current one, in the table and in JSON.
+    @Test func versionsSayWhoMadeThemTheCurrentAndTheCreatedOneToo() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let f = fixture.path("log.txt")
+        #expect(try shell("sh -c 'echo first > \"\(f)\"'").status == 0)
+        var rows = try versionsJSON(fixture, f)
+        #expect(rows.count == 1 && rows[0].kind == "current" && rows[0].command == "sh", "\(rows)")
+        #expect(try shell("echo second | tee '\(f)' > /dev/null").status == 0)
+        rows = try versionsJSON(fixture, f)
+        #expect(rows.map(\.version) == [2, 1], "\(rows)")
+        #expect(rows.first { $0.version == 2 }?.command == "tee", "\(rows)")
+        #expect(rows.first { $0.version == 1 }?.command == "sh", "the create's version keeps who made it: \(rows)")
+        let table = try shell("'\(MountFixture.binary)' versions '\(f)'").output
+        let lines = table.split(separator: "\n")
+        #expect(lines.contains { $0.hasPrefix("2 ") && $0.hasSuffix(", tee") } && lines.contains { $0.hasPrefix("1 ") && $0.hasSuffix(", sh") },
+                "\(table)")
+    }
+
     @Test func truncateByPathIsASession() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
