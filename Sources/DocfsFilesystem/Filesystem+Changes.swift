@@ -147,7 +147,8 @@ extension ServedStore {
             }
         case .uncoordinated(let what):
             guard let path = change.path else { return }
-            if case .name = what { stitcher.recordUncoordinated(path, nameChanged: true) } else { stitcher.recordUncoordinated(path, nameChanged: false) }
+            let nameChanged = if case .name = what { true } else { false }
+            stitcher.recordUncoordinated(path, nameChanged: nameChanged)
         case let .container(id, deleted):
             if deleted { stitcher.removeContainer(id) } else { stitcher.recordContainer(id, layout: store.layout) }
         case .createdOpen, .written, .versionCommitted:

@@ -87,7 +87,7 @@ struct IndexRecordBuilder: Sendable {
         case S_IFDIR: (kind, contentType) = (IndexRecord.folderKind, .folder)
         case S_IFLNK: (kind, contentType) = ("symlink", .symlink)
         case S_IFREG:
-            kind = "file"
+            kind = IndexRecord.fileKind
             var start: [UInt8]? = nil
             contentType = ContentType.of(name: name, reading: {
                 guard st.st_size > 0 else {
@@ -158,7 +158,7 @@ struct IndexRecordBuilder: Sendable {
         record.container = container.rawValue
         record.containerName = containerName
         record.scope = scope
-        if record.kind == "file" && !basis.typeChosen {
+        if record.kind == IndexRecord.fileKind && !basis.typeChosen {
             let type = ContentType.of(name: record.name, reading: { basis.start ?? start() })
             record.contentType = type.mime
             record.uti = type.uti

@@ -23,8 +23,8 @@ public struct IndexRecord: Sendable, Equatable {
     public var scope: String
     /// `file`, `folder`, `symlink` or `other`.
     public var kind: String
-    /// The kind of a folder's record.
-    public static let folderKind = "folder"
+    /// The kinds of a folder's and a regular file's records.
+    public static let folderKind = "folder", fileKind = "file"
     public var size: Int64
     /// Seconds since the epoch.
     public var created: Double

@@ -18,14 +18,10 @@ enum WatchStream {
     /// is told of its originals' changes there.
     static func serve(_ path: String, app: ContainerID?, on connection: Int32, presenters: Presenters, userView: UserView,
                       references: @escaping @Sendable (ItemID, ContainerID) -> [StorePlace]) {
+        // Presenters call from the operations' own threads (FUSE requests): the change is only
+        // queued there; how the view says it (an index lookup for references) is worked out here.
         let queue = ChangeQueue()
-        let token = presenters.subscribe { change in
-            if let shown = shown(change, app: app, userView: userView), shown.concerns(path) {
-                queue.push(shown)
-            } else if let app {
-                for shown in shownAtReferences(change, app: app, references: references) where shown.concerns(path) { queue.push(shown) }
-            }
-        }
+        let token = presenters.subscribe { change in queue.push(change) }
         defer {
             presenters.unsubscribe(token)
             close(connection)
@@ -41,7 +37,11 @@ enum WatchStream {
                 continue
             }
             for change in changes {
-                guard let line = try? encoder.encode(change), ControlLine.write(Array(line), to: connection) else { return }
+                let said = shown(change, app: app, userView: userView).map { [$0] }
+                    ?? app.map { shownAtReferences(change, app: $0, references: references) } ?? []
+                for shown in said where shown.concerns(path) {
+                    guard let line = try? encoder.encode(shown), ControlLine.write(Array(line), to: connection) else { return }
+                }
             }
         }
     }
@@ -107,27 +107,19 @@ enum WatchStream {
 /// Changes waiting to be written to one watcher.
 ///
 /// Lock order: `changes` is a leaf lock.
-final class ChangeQueue: @unchecked Sendable {
-    // The semaphore is posted by pushers and waited on by the one writer thread.
-    private var signal = sem_t()
+final class ChangeQueue: Sendable {
+    /// Signalled by pushers, waited on by the one writer thread (at a stable address).
+    private let signal = ThreadSemaphore()
     private let changes = Mutex<[PresentedChange]>([])
-
-    init() { sem_init(&signal, 0, 0) }
-    deinit { sem_destroy(&signal) }
 
     func push(_ change: PresentedChange) {
         changes.withLock { $0.append(change) }
-        sem_post(&signal)
+        signal.signal()
     }
 
     /// The changes queued so far, waiting up to `seconds` for the first.
     func take(waitingUpTo seconds: Int) -> [PresentedChange] {
-        var deadline = timespec()
-        clock_gettime(CLOCK_REALTIME, &deadline)
-        deadline.tv_sec += seconds
-        while sem_timedwait(&signal, &deadline) != 0 {
-            if errno == ETIMEDOUT { break }
-        }
+        signal.wait(seconds: Double(seconds))
         return changes.withLock { queued in
             defer { queued.removeAll() }
             return queued

@@ -1,0 +1,4 @@
+/// The version `docfs --version` prints.
+enum DocfsVersion {
+    static let number = "0.20.0"
+}
