@@ -57,11 +57,13 @@ extension BridgeContext {
 
     /// The backing id for an open `file` of `node`: nil when it is served through docfs.
     func acquireBacking(_ node: NodeID, _ file: OpenFile) throws(DocfsError) -> Int32? {
-        try passthrough.acquire(node, handle: file.handle, eligible: file.mayPassThrough,
-                                withPathDescriptor: { (register) throws(DocfsError) in
-                                    try filesystem.withPathDescriptor(of: node, register)
-                                },
-                                openBacking: { () throws(DocfsError) in try filesystem.openBacking(node) })
+        let backing = try passthrough.acquire(node, handle: file.handle, eligible: file.mayPassThrough,
+                                              withPathDescriptor: { (register) throws(DocfsError) in
+                                                  try filesystem.withPathDescriptor(of: node, register)
+                                              },
+                                              openBacking: { () throws(DocfsError) in try filesystem.openBacking(node) })
+        if backing != nil { filesystem.passedThrough(file.handle) }
+        return backing
     }
 
     /// Gives back an open file's share of its node's backing file, then closes it.

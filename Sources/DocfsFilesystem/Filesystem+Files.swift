@@ -220,6 +220,7 @@ extension Filesystem {
     @inline(__always)
     public func prepareWrite(_ handle: UInt64, at offset: off_t, length: Int, caller: Caller) throws(DocfsError) {
         try sessions.willChange(handle, from: Int64(offset), length: Int64(length), writtenBack: cachePolicy.writebackCache)
+        ownChanges.willWrite(through: handle)
         try dropSetIDBitsBeforeWrite(handle, caller: caller)
     }
 
@@ -227,6 +228,11 @@ extension Filesystem {
     /// through to the kernel: its session stops saving deltas and copies what they rely on.
     public func lostSight(_ handle: UInt64) throws(DocfsError) {
         try sessions.lostSight(handle)
+    }
+
+    /// The open `handle` is passed through to the kernel, which serves its reads and writes.
+    public func passedThrough(_ handle: UInt64) {
+        ownChanges.passedThrough(handle)
     }
 
     public func write(_ handle: UInt64, bytes: [UInt8], offset: off_t, caller: Caller = .daemon) throws(DocfsError) -> Int {
@@ -243,6 +249,7 @@ extension Filesystem {
         guard copy >= 0 else { throw DocfsError.system(Glibc.errno) }
         try check(close(copy))
         sessions.flushed(handle)
+        ownChanges.flushed(handle, fd: backingDescriptor(of: handle))
         if let written = stitcher?.closed(handle) { stitchedWriter(written) }
     }
 
@@ -252,7 +259,7 @@ extension Filesystem {
         let writer = sessions.detach(handle)
         let fd = backingDescriptor(of: handle)
         storePendingID(createdAs: handle, fd: fd)  // while a writer: an own change
-        ownChanges.closingForWriting(handle, fd: fd)
+        if let recheck = ownChanges.closingForWriting(handle, fd: fd) { shared.storeRechecks.post(recheck) }
         guard let writer else {
             close(fd)
             return
@@ -263,7 +270,7 @@ extension Filesystem {
         }
         close(fd)
         if let raced { keepBoth(raced, caller: .daemon) }
-        ownChanges.changedFile(at: writer.fd)
+        ownChanges.changedAttributes(at: writer.fd)  // the session's version
     }
 
     /// Stores the id given at create to the file `handle` made (see `PendingItemIDs`). When the

@@ -78,7 +78,8 @@ extension Filesystem {
             switch changes[index] {
             case .overflow: return nil
             case let .name(folder, name, _): return .name(name, in: BackingKey(device: folder.device, inode: folder.inode))
-            case .content, .modified: return states[index].map { .content($0) }
+            case .content: return states[index].map { .content($0, closed: changes[index]) }
+            case .modified: return states[index].map { .content($0, closed: nil) }
             case .attributes: return states[index].map { .attributes($0) }
             }
         }

@@ -1,5 +1,6 @@
 import CLinux
 import DocfsCore
+import DocfsProvider
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -11,6 +12,13 @@ import Glibc
 /// modification time and size (a content change that shows another is someone else's; docfs's
 /// own attribute changes move ctime, never these) and change time (an attribute change that
 /// shows another is someone else's).
+///
+/// While docfs has a file open for writing, every change of it looks like docfs's. Between a
+/// writer's last close(2) (FLUSH) and its release another writer may still change the file
+/// behind the mount: for a handle whose writes docfs serves (not passed through to the
+/// kernel), the release compares the file with its state at the last FLUSH, and a change that
+/// docfs did not write is someone else's (the watcher is asked to look at it again if it
+/// already took it for docfs's).
 ///
 /// Lock order: `state` is a leaf lock.
 final class OwnChanges: Sendable {
@@ -26,12 +34,23 @@ final class OwnChanges: Sendable {
         var size: Int64 = -1
         /// When docfs last touched the file (SafeSaveTracker.now()).
         var time: Double = 0
+        /// A close by another writer the watcher saw while docfs was writing (taken for
+        /// docfs's own then): looked at again if the last writer's release shows it was not.
+        var heard: StoreWatcher.Change?
+        /// Whether `mtime` and `size` are the file as docfs's writers left it: recorded at a
+        /// FLUSH, with no write through docfs since.
+        var settled = false
+        /// Writers passed through to the kernel: while there are any, docfs does not see
+        /// every write, and a change after a FLUSH may be theirs.
+        var unseenWriters = 0
     }
 
     private struct State {
         var names: [Place: (count: Int, time: Double)] = [:]
         var files: [BackingKey: Activity] = [:]
         var handles: [UInt64: BackingKey] = [:]
+        /// Writer handles passed through to the kernel (see `Activity.unseenWriters`).
+        var unseen: Set<UInt64> = []
         /// Sizes at which the records are next swept of what the watcher no longer needs.
         var nextNameSweep = OwnChanges.capacity
         var nextFileSweep = OwnChanges.capacity
@@ -44,11 +63,17 @@ final class OwnChanges: Sendable {
         }
 
         /// Whether a content change of the file in state `st` is docfs's own: written through
-        /// an open handle, or unchanged since docfs last closed it.
-        func isOwnContent(_ st: stat) -> Bool {
-            guard let activity = files[BackingKey(st)] else { return false }
-            return activity.writers > 0 || (activity.size == Int64(st.st_size)
-                && activity.mtime.tv_sec == st.st_mtim.tv_sec && activity.mtime.tv_nsec == st.st_mtim.tv_nsec)
+        /// an open handle, or unchanged since docfs last closed it. `closed`: the watcher's
+        /// change, when it is a close (kept to be looked at again, see `Activity.heard`).
+        mutating func isOwnContent(_ st: stat, closed: StoreWatcher.Change?) -> Bool {
+            let key = BackingKey(st)
+            guard let activity = files[key] else { return false }
+            if activity.writers > 0 {
+                if let closed { files[key]!.heard = closed }
+                return true
+            }
+            return activity.size == Int64(st.st_size)
+                && activity.mtime.tv_sec == st.st_mtim.tv_sec && activity.mtime.tv_nsec == st.st_mtim.tv_nsec
         }
 
         /// Whether an attribute change of the file in state `st` is docfs's own: made while
@@ -107,7 +132,8 @@ final class OwnChanges: Sendable {
     /// attributes (its state as the watcher found it).
     enum Event {
         case name(FileName, in: BackingKey)
-        case content(stat)
+        /// `closed`: the watcher's change when it is a close.
+        case content(stat, closed: StoreWatcher.Change?)
         case attributes(stat)
     }
 
@@ -124,7 +150,7 @@ final class OwnChanges: Sendable {
                 for event in events[start..<min(start + Self.eventsPerLock, events.count)] {
                     switch event {
                     case let .name(name, directory): own.append(state.consumeName(Place(directory: directory, name: name), now: now))
-                    case let .content(st): own.append(state.isOwnContent(st))
+                    case let .content(st, closed): own.append(state.isOwnContent(st, closed: closed))
                     case let .attributes(st): own.append(state.isOwnAttributeChange(st))
                     }
                 }
@@ -168,24 +194,85 @@ final class OwnChanges: Sendable {
         }
     }
 
+    /// The writer `handle` was passed through to the kernel: docfs does not see its writes.
+    func passedThrough(_ handle: UInt64) {
+        state.withLock { state in
+            guard let key = state.handles[handle], state.unseen.insert(handle).inserted else { return }
+            state.files[key]?.unseenWriters += 1
+        }
+    }
+
+    /// A descriptor of the writer `handle` was closed (FLUSH); `fd` reaches its file, which is
+    /// as docfs's writers left it (unless a writer docfs does not see is open).
+    func flushed(_ handle: UInt64, fd: Int32) {
+        guard state.withLock({ state in state.handles[handle].map { state.files[$0]?.unseenWriters == 0 } ?? false }) else { return }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return }
+        state.withLock { state in
+            guard let key = state.handles[handle], state.files[key] != nil else { return }
+            state.record(st, now: SafeSaveTracker.now())
+            state.files[key]!.settled = true
+        }
+    }
+
+    /// docfs is about to write through `handle` (a write docfs serves).
+    func willWrite(through handle: UInt64) {
+        state.withLock { state in
+            guard let key = state.handles[handle], state.files[key]?.settled == true else { return }
+            state.files[key]!.settled = false
+        }
+    }
+
     /// The writing `handle` is being closed; `fd` still reaches the file, whose state now is
-    /// docfs's last change to it.
-    func closingForWriting(_ handle: UInt64, fd: Int32) {
-        guard state.withLock({ $0.handles[handle] != nil }) else { return }
+    /// docfs's last change to it, unless it was settled (see `Activity.settled`) and changed
+    /// since: then another writer changed it behind the mount, and the file as docfs left it
+    /// is the settled state. Answers a change for the watcher to look at again: one it took
+    /// for docfs's while the file was open for writing, when it was not.
+    func closingForWriting(_ handle: UInt64, fd: Int32) -> StoreWatcher.Change? {
+        guard state.withLock({ $0.handles[handle] != nil }) else { return nil }
         var st = stat()
         let known = fstat(fd, &st) == 0
         let now = SafeSaveTracker.now()
-        state.withLock { state in
-            guard let key = state.handles.removeValue(forKey: handle), var activity = state.files[key] else { return }
+        return state.withLock { state -> StoreWatcher.Change? in
+            guard let key = state.handles.removeValue(forKey: handle), var activity = state.files[key] else { return nil }
+            let unseen = state.unseen.remove(handle) != nil
             activity.writers -= 1
             activity.time = now
+            let changedBehind = known && activity.settled && activity.unseenWriters == 0
+                && (activity.size != Int64(st.st_size) || activity.mtime.tv_sec != st.st_mtim.tv_sec
+                    || activity.mtime.tv_nsec != st.st_mtim.tv_nsec)
+            if unseen { activity.unseenWriters -= 1 }
             if known {
-                activity.mtime = st.st_mtim
                 activity.ctime = st.st_ctim
-                activity.size = Int64(st.st_size)
+                if !changedBehind {
+                    activity.mtime = st.st_mtim
+                    activity.size = Int64(st.st_size)
+                }
+            }
+            var recheck: StoreWatcher.Change?
+            if activity.writers == 0 {
+                if changedBehind { recheck = activity.heard }
+                activity.heard = nil
+                activity.settled = false
             }
             state.files[key] = activity
             state.sweep(now: now)
+            return recheck
+        }
+    }
+
+    /// docfs changed the attributes (extended attributes included) of the file the O_PATH
+    /// descriptor `fd` names, not its content: what its writers left stays the content docfs
+    /// knows (see `closingForWriting`).
+    func changedAttributes(at fd: Int32) {
+        var st = stat()
+        guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return }
+        let now = SafeSaveTracker.now()
+        state.withLock { state in
+            let key = BackingKey(st)
+            guard state.files[key] != nil else { return state.record(st, now: now) }
+            state.files[key]!.ctime = st.st_ctim
+            state.files[key]!.time = now
         }
     }
 

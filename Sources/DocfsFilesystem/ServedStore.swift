@@ -25,6 +25,8 @@ public final class ServedStore: Sendable {
     let sessions: WriteSessions
     let safeSaves = SafeSaveTracker()
     let ownChanges = OwnChanges()
+    /// Changes the store watcher is to look at again (see `OwnChanges`).
+    public let storeRechecks: StoreRechecks
     /// The arbiter every operation that changes an item claims it from (C1).
     public let coordinator = Coordinator()
     /// Whoever wants to hear about changes (C6).
@@ -53,9 +55,12 @@ public final class ServedStore: Sendable {
 
     /// Serves `store`, stitching records into `index` (the store's index, reconciled with the
     /// store) when one is given, and making thumbnails with worker processes `thumbnailWorker`
-    /// starts (`docfs thumbnail-worker`) when it is given.
-    public init(store: LocalStore, index: IndexDatabase? = nil, thumbnailWorker: [String]? = nil) throws(DocfsError) {
+    /// starts (`docfs thumbnail-worker`) when it is given; `storeRechecks` goes to the store's
+    /// watcher.
+    public init(store: LocalStore, index: IndexDatabase? = nil, thumbnailWorker: [String]? = nil,
+                storeRechecks: StoreRechecks = StoreRechecks()) throws(DocfsError) {
         self.store = store
+        self.storeRechecks = storeRechecks
         identity = ItemIdentity(allocator: store.itemIDs, ownChanges: ownChanges)
         sessions = WriteSessions(versions: store.versions)
         paths = StorePaths(containersPath: try Self.containersPath(of: store))

@@ -29,7 +29,7 @@ struct WorkingFile {
     }
 
     func close() {
-        ownChanges.closingForWriting(UInt64(fd), fd: fd)
+        _ = ownChanges.closingForWriting(UInt64(fd), fd: fd)
         _ = Glibc.close(fd)
     }
 }

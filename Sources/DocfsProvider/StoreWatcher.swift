@@ -45,6 +45,8 @@ public final class StoreWatcher: @unchecked Sendable {
     }
 
     private let fd: Int32
+    /// Changes posted to be looked at again (see `StoreRechecks`).
+    private let rechecks: StoreRechecks?
     private var folders: [Int32: (path: String, folder: Folder)] = [:]
     private let root: String
 
@@ -68,8 +70,10 @@ public final class StoreWatcher: @unchecked Sendable {
     /// that died in the middle leaves them; the first walk of the tree removes them.
     public static let workingFilePrefixes = [".docfs-restore-", ".docfs-conflict-", ".docfs-pick-"]
 
-    /// Starts watching every folder under `root`.
-    public init(root: String) throws(DocfsError) {
+    /// Starts watching every folder under `root`; changes posted to `rechecks` are reported
+    /// with the others.
+    public init(root: String, rechecks: StoreRechecks? = nil) throws(DocfsError) {
+        self.rechecks = rechecks
         fd = inotify_init1(Int32(IN_CLOEXEC))
         guard fd >= 0 else {
             throw DocfsError(.missingSystemSupport, "cannot watch the store (inotify)", cause: DocfsError.errno("inotify_init1"))
@@ -91,7 +95,14 @@ public final class StoreWatcher: @unchecked Sendable {
         let size = 64 * 1024
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 8)
         defer { buffer.deallocate() }
+        var polled = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
+                      pollfd(fd: rechecks?.signal ?? -1, events: Int16(POLLIN), revents: 0)]
         while true {
+            if rechecks != nil {
+                guard poll(&polled, 2, -1) >= 0 || errno == EINTR else { return }
+                if polled[1].revents & Int16(POLLIN) != 0, let again = rechecks?.take(), !again.isEmpty { handle(again) }
+                guard polled[0].revents & Int16(POLLIN | POLLERR | POLLHUP | POLLNVAL) != 0 else { continue }
+            }
             let n = read(fd, buffer, size)
             if n < 0 {
                 if errno == EINTR { continue }

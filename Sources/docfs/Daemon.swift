@@ -59,11 +59,13 @@ final class Daemon: Sendable {
         // The watches are in place before the daemon answers its first request, so every
         // change docfs makes is seen (an unseen own change would leave a record that hides
         // someone else's later one).
-        let watcher = Self.makeWatcher(store: store, logger: logger)
+        let rechecks = StoreRechecks()
+        let watcher = Self.makeWatcher(store: store, rechecks: rechecks, logger: logger)
         timeout = options.cacheTimeout ?? (watcher == nil ? Self.unwatchedCacheTimeout : Self.watchedCacheTimeout)
         let index = try Self.openIndex(store: store, logger: logger)
         shared = try ServedStore(store: store, index: index,
-                                 thumbnailWorker: options.thumbnails ? [BackgroundLauncher.executablePath(), "thumbnail-worker"] : nil)
+                                 thumbnailWorker: options.thumbnails ? [BackgroundLauncher.executablePath(), "thumbnail-worker"] : nil,
+                                 storeRechecks: rechecks)
         primary = try Filesystem(serving: shared, view: .user, cachePolicy: Self.cachePolicy(timeout, options))
         let indexLogger = logger
         let thumbnailLogger = logger
@@ -179,9 +181,9 @@ final class Daemon: Sendable {
 
     /// Watches for uncoordinated writers (C5) in the store's containers; nil (with a warning)
     /// when inotify cannot.
-    private static func makeWatcher(store: LocalStore, logger: Logger) -> StoreWatcher? {
+    private static func makeWatcher(store: LocalStore, rechecks: StoreRechecks, logger: Logger) -> StoreWatcher? {
         do {
-            return try StoreWatcher(root: store.layout.containersDirectory)
+            return try StoreWatcher(root: store.layout.containersDirectory, rechecks: rechecks)
         } catch {
             logger.warning("changes made in the store behind docfs will be seen only after the cache timeout (\(unwatchedCacheTimeout) s): \(error)")
             return nil

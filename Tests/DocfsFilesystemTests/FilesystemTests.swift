@@ -177,9 +177,9 @@ import Glibc
         own.changedFile(written)
         var later = written
         later.st_mtim.tv_nsec = 6
-        #expect(own.areOwn([.content(written), .content(later)]) == [true, false])
+        #expect(own.areOwn([.content(written, closed: nil), .content(later, closed: nil)]) == [true, false])
         own.willWrite(BackingKey(written))
-        #expect(own.areOwn([.content(later)]) == [true])
+        #expect(own.areOwn([.content(later, closed: nil)]) == [true])
     }
 
     @Test func anAttributeChangeIsOwnWhileDocfsWritesOrUntilTheChangeTimeMoves() throws {
@@ -194,7 +194,7 @@ import Glibc
         chmodded.st_ctim.tv_nsec = 2  // a chmod, a touch or an xattr behind docfs: ctime moves
         chmodded.st_mtim = file.st_mtim
         #expect(own.areOwn([.attributes(file), .attributes(chmodded)]) == [true, false])
-        #expect(own.areOwn([.content(chmodded)]) == [true])  // the content itself is unchanged
+        #expect(own.areOwn([.content(chmodded, closed: nil)]) == [true])  // the content itself is unchanged
         own.willWrite(BackingKey(file))
         #expect(own.areOwn([.attributes(chmodded)]) == [true])
     }
@@ -229,5 +229,71 @@ import Glibc
         var afterOutside = stat()
         #expect(lstat(path, &afterOutside) == 0)
         #expect(filesystem.sortOutOwnChanges([closed], sampled: [afterOutside]).own == [false])
+    }
+
+    /// Between a writer's last close (FLUSH) and its release, another writer changes the file
+    /// behind the mount and the watcher sees it while docfs still has the file open for
+    /// writing (so it takes the change for docfs's). The release shows the file is not as
+    /// docfs's writer left it: the watcher is asked to look again, and then judges the change
+    /// someone else's. A writer that writes again after its FLUSH (a dup'd descriptor) leaves
+    /// nothing to look at again.
+    @Test func aChangeBehindTheMountBetweenAWritersCloseAndItsReleaseIsSeen() throws {
+        defer { cleanUp() }
+        let (entry, created) = try filesystem.create(parent: 1, name: "doc", mode: 0o644, flags: O_WRONLY, caller: .daemon)
+        _ = try filesystem.write(created.handle, bytes: Array("save 1".utf8), offset: 0)
+        try filesystem.flush(created.handle)
+        filesystem.release(created.handle)
+        let documents = StoreLayout(root: directory).documentsDirectory(.userDefault)
+        let path = documents + "/doc"
+        var folderState = stat()
+        #expect(lstat(documents, &folderState) == 0)
+        let folder = StoreWatcher.Folder(device: UInt64(folderState.st_dev), inode: UInt64(folderState.st_ino))
+        let closed = StoreWatcher.Change.content(path: path, folder: folder, name: "doc")
+        func writeBehind(_ text: String) {
+            let outside = open(path, O_WRONLY | O_TRUNC)
+            #expect(outside >= 0)
+            #expect(Glibc.write(outside, text, text.utf8.count) == text.utf8.count)
+            close(outside)
+        }
+        func state() -> stat {
+            var st = stat()
+            #expect(lstat(path, &st) == 0)
+            return st
+        }
+        let rechecks = filesystem.shared.storeRechecks
+
+        // Another writer between the FLUSH and the release, heard before the release.
+        let writer = try filesystem.open(entry.node, flags: O_WRONLY, caller: .daemon)
+        _ = try filesystem.write(writer.handle, bytes: Array("save 2".utf8), offset: 0)
+        try filesystem.flush(writer.handle)
+        usleep(10_000)  // so the other writer's mtime differs from docfs's at any clock granularity
+        writeBehind("from elsewhere")
+        #expect(filesystem.sortOutOwnChanges([closed], sampled: [state()]).own == [true])  // docfs still writes
+        filesystem.release(writer.handle)
+        let again = rechecks.take()
+        #expect(again.count == 1 && again.first?.filePath == path, "\(again)")
+        #expect(filesystem.sortOutOwnChanges(again, sampled: [state()]).own == [false])
+
+        // The same, heard only after the release: nothing to look at again, and the change is
+        // someone else's when the watcher gets to it.
+        let second = try filesystem.open(entry.node, flags: O_WRONLY, caller: .daemon)
+        _ = try filesystem.write(second.handle, bytes: Array("save 3".utf8), offset: 0)
+        try filesystem.flush(second.handle)
+        usleep(10_000)
+        writeBehind("from elsewhere, again")
+        filesystem.release(second.handle)
+        #expect(rechecks.take().isEmpty)
+        #expect(filesystem.sortOutOwnChanges([closed], sampled: [state()]).own == [false])
+
+        // docfs's writer writes again after its FLUSH: all of it is docfs's.
+        let third = try filesystem.open(entry.node, flags: O_WRONLY, caller: .daemon)
+        _ = try filesystem.write(third.handle, bytes: Array("save 4".utf8), offset: 0)
+        try filesystem.flush(third.handle)
+        usleep(10_000)
+        _ = try filesystem.write(third.handle, bytes: Array("save 4, more".utf8), offset: 0)
+        #expect(filesystem.sortOutOwnChanges([closed], sampled: [state()]).own == [true])
+        filesystem.release(third.handle)
+        #expect(rechecks.take().isEmpty)
+        #expect(filesystem.sortOutOwnChanges([closed], sampled: [state()]).own == [true])
     }
 }

@@ -4,6 +4,7 @@
 #ifndef DOCFS_LINUX_H
 #define DOCFS_LINUX_H
 
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
