@@ -1,6 +1,6 @@
 /// The persistent identity of an item (DESIGN §1): it survives renames, moves between folders,
-/// safe-saves, remounts and daemon restarts. It is what a user sees as the inode number
-/// (`ls -i`, `st_ino`) and reads as `user.docfs.id`.
+/// safe-saves, remounts and daemon restarts: the document id, read as `user.docfs.id`. It is not
+/// the inode number, which is the file's own (its backing file's) and follows POSIX.
 ///
 /// Files and folders carry their id in the store (the `user.docfs.id` extended attribute of the
 /// backing file), so it travels with them. Symbolic links and special files cannot carry user

@@ -158,15 +158,35 @@ public final class FUSEMount: Sendable {
             return true
         }
         guard start else { return }
+        let forgetting = startForgetting()
         // Every worker stays once started: with fewer kept idle, a burst of requests from a few
         // processes made libfuse start and end a thread for many requests (tens of µs each).
         let result = docfs_session_loop_mt(session.pointer, maxThreads, maxThreads)
         phase.withLock { $0 = .finished }
+        forgetting.stop()
         if result != 0 { logger.notice("FUSE loop ended with \(result)") }
         fuse_session_unmount(session.pointer)
         fuse_session_destroy(session.pointer)
         context.release()
         logger.info("unmounted \(mountPoint)")
+    }
+
+    /// Starts the thread that asks the kernel to forget the names of nodes past the view's
+    /// limit (see `NodeTable`): the kernel then forgets the nodes it does not use, and the
+    /// daemon's descriptors stay bounded whatever the kernel would cache. A thread of its own,
+    /// as the kernel takes a folder's lock for each name (a request in that folder holds it).
+    private func startForgetting() -> ForgettingThread {
+        let filesystem = context.takeUnretainedValue().filesystem
+        let kernel = context.takeUnretainedValue().kernel
+        let thread = ForgettingThread(wake: { filesystem.wakeForgetting() })
+        DetachedThread.start {
+            while !thread.stopping.load(ordering: .acquiring) {
+                let names = filesystem.namesToForget(waitingUpTo: 5)
+                if !thread.stopping.load(ordering: .acquiring) { kernel.forgetEntries(names) }
+            }
+            thread.done.signal()
+        }
+        return thread
     }
 
     /// Ends the session. The first call detaches the mount (as `umount -l`): new opens fail at
@@ -235,5 +255,20 @@ public final class FUSEMount: Sendable {
     public static func detach(_ mountPoint: String) -> Bool {
         if getuid() == 0, umount2(mountPoint, DOCFS_MNT_DETACH) == 0 { return true }
         return ProcessRunner.run("fusermount3", ["-u", "-z", mountPoint]) == 0
+    }
+}
+
+/// The thread `FUSEMount.startForgetting` runs, stopped before the session is destroyed.
+private final class ForgettingThread: Sendable {
+    let stopping = Atomic<Bool>(false)
+    let done = ThreadSemaphore()
+    let wake: @Sendable () -> Void
+
+    init(wake: @escaping @Sendable () -> Void) { self.wake = wake }
+
+    func stop() {
+        stopping.store(true, ordering: .releasing)
+        wake()
+        done.wait()
     }
 }

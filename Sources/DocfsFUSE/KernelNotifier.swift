@@ -3,8 +3,8 @@ import DocfsCore
 import Synchronization
 
 /// Tells the kernel to forget what it caches about nodes that changed without its knowing:
-/// a safe-save gives the new content the document's inode number, which the kernel cached
-/// under the old one. Notifications go out before the reply of the request that caused them,
+/// a safe-save hands the document's id (and attributes) on to the new content, whose attributes
+/// the kernel cached before. Notifications go out before the reply of the request that caused them,
 /// so the caller's next stat already sees the change; they take no inode locks (attributes only).
 ///
 /// Lock order: `session` is a leaf lock, held only to read the pointer.

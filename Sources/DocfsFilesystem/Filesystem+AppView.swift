@@ -38,9 +38,9 @@ extension Filesystem {
             defer { close(fd) }
             var st = stat()
             guard fstat(fd, &st) == 0 else { return nil }
-            return (name, (nodes.known(key: BackingKey(st))?.item ?? identity.item(of: fd, st)).rawValue, UInt8(DT_DIR))
+            return (name, UInt64(st.st_ino), UInt8(DT_DIR))
         }
-        return DirectoryHandle(listing: entries, inode: root.item.rawValue, virtualParent: rootID, node: root)
+        return DirectoryHandle(listing: entries, inode: root.key.inode, virtualParent: rootID, node: root)
     }
 
     /// Refuses to make, remove or rename anything at an app view's root.

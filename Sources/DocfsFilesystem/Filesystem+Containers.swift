@@ -53,28 +53,18 @@ extension Filesystem {
                 if Glibc.errno != 0 { throw DocfsError.errno("readdir") }
                 break
             }
-            var entry = DirectoryHandle.entry(raw)
+            let entry = DirectoryHandle.entry(raw)
             if entry.name == "." || entry.name == ".." { continue }
             own.insert(entry.name.description)
-            entry.inode = itemID(of: entry, in: root).rawValue
             entries.append((entry.name, entry.inode, entry.type))
         }
         for (name, record) in containerFolders.catalog.shown(ownNames: own.contains) {
-            guard let item = containerFolderItem(record) else { continue }
-            entries.append((FileName(name), item.rawValue, UInt8(DT_DIR)))
+            guard let id = try? ContainerID(record.id) else { continue }
+            var st = stat()
+            guard lstat(store.layout.documentsDirectory(id), &st) == 0 else { continue }
+            entries.append((FileName(name), UInt64(st.st_ino), UInt8(DT_DIR)))
         }
-        return DirectoryHandle(listing: entries, inode: root.item.rawValue, virtualParent: rootID, node: root)
-    }
-
-    /// The item id of a container's documents folder (given one, as a lookup would).
-    private func containerFolderItem(_ record: ContainerRecord) -> ItemID? {
-        guard let id = try? ContainerID(record.id) else { return nil }
-        let fd = Glibc.open(store.layout.documentsDirectory(id), DOCFS_O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return nil }
-        return nodes.known(key: BackingKey(st))?.item ?? identity.item(of: fd, st)
+        return DirectoryHandle(listing: entries, inode: root.key.inode, virtualParent: rootID, node: root)
     }
 
     /// The value of a container folder's attribute `name` for `node`; nil when `node` is no

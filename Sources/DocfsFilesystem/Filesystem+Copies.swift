@@ -7,8 +7,8 @@ import Glibc
 
 /// Copies made in the store behind docfs's back (`cp -a`, `rsync -X`, a file manager that keeps
 /// extended attributes, a reference's empty file written into) carry the item id of the file
-/// they copy. Two items never share an id: tar, `rsync -H` and `cp -a` take two files with one
-/// inode number for hard links of one file, and bookmarks must lead to one document. So when
+/// they copy. Two items never share an id: bookmarks, versions and the index must lead to one
+/// document. So when
 /// the store watcher sees such a file appear or be closed after writing, it gets an id of its
 /// own and the file that had the id keeps it. A file whose id no other file carries keeps it
 /// (moved in from outside the store, restored from a backup after its original was deleted), so
@@ -22,7 +22,7 @@ extension Filesystem {
     func separateCopies(atBackingPath path: String, andContents: Bool, into result: inout StoreChangeEffects) {
         var pending = [path]
         while let next = pending.popLast() {
-            let fd = Glibc.open(next, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+            let fd = Glibc.open(FileName(next).cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { continue }
             defer { close(fd) }
             var st = stat()
@@ -30,7 +30,7 @@ extension Filesystem {
             let type = st.st_mode & S_IFMT
             guard type == S_IFREG || type == S_IFDIR else { continue }
             if andContents && type == S_IFDIR {
-                let folder = Glibc.open(next, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                let folder = Glibc.open(FileName(next).cString, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
                 if folder >= 0 {
                     pending += IndexRebuild.names(in: folder).map { next + "/" + $0.description }
                     close(folder)

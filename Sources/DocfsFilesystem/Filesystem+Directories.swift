@@ -43,20 +43,9 @@ extension Filesystem {
     }
 
     /// Hands entries from `offset` on to `body` until it answers false (the buffer is full).
-    /// Each entry's inode number is its item id, as lookups report it.
+    /// Each entry's inode number is its backing file's, as lookups report it.
     public func readDirectory(_ handle: UInt64, offset: Int64, _ body: (DirectoryEntry) -> Bool) throws(DocfsError) {
-        let directory = directoryHandle(handle).takeUnretainedValue()
-        try directory.read(from: offset) { entry throws(DocfsError) in
-            var entry = entry
-            if !directory.isListed, let folder = directory.node { entry.inode = itemID(of: entry, in: folder).rawValue }
-            return body(entry)
-        }
-    }
-
-    func itemID(of entry: DirectoryEntry, in directory: Node) -> ItemID {
-        if entry.name == "." { return directory.item }
-        if let known = nodes.known(key: BackingKey(device: directory.key.device, inode: entry.inode)) { return known.item }
-        return identity.item(in: directory, name: entry.name, backingInode: entry.inode, type: entry.type)
+        try directoryHandle(handle).takeUnretainedValue().read(from: offset, body)
     }
 
     /// readdirplus: each entry but `.` and `..` comes with its looked-up Entry. `body` answers
@@ -65,11 +54,9 @@ extension Filesystem {
                                   _ body: (DirectoryEntry, Entry?) -> Bool) throws(DocfsError) {
         let directory = directoryHandle(handle).takeUnretainedValue()
         try directory.read(from: offset) { item throws(DocfsError) in
-            if item.name == "." || item.name == ".." {
-                var item = item
-                if !directory.isListed, let folder = directory.node { item.inode = itemID(of: item, in: folder).rawValue }
-                return body(item, nil)
-            }
+            // Past the node limit, entries go without a lookup (the kernel then looks up only
+            // what a program stats, rather than every name listed).
+            if item.name == "." || item.name == ".." || nodes.isPastLimit { return body(item, nil) }
             let looked: Entry
             do throws(DocfsError) {
                 if let parent = directory.virtualParent {

@@ -89,7 +89,7 @@ extension Filesystem {
         let made = try changing([(directory.item, .write)], touching: .name(name, in: directory), by: caller) { () throws(DocfsError) in
             let creation = try createExclusively(in: directory, name: name, mode: mode, flags: flags, caller: caller)
             guard case .made(let entry, _) = creation else { return (creation, []) }
-            return (creation, [.name(.createdOpen, name, in: directory, item: ItemID(rawValue: UInt64(entry.attributes.st_ino)))])
+            return (creation, [.name(.createdOpen, name, in: directory, item: try nodes.node(entry.node).item)])
         }
         switch made {
         case let .made(entry, file):

@@ -43,7 +43,7 @@ extension Filesystem {
         ownChanges.changedName(name, in: directory.key)
         try giveToCaller(in: directory, name: name, caller: caller, mode: mode)
         let made = try entry(in: directory, name: name)
-        return (made, [.name(.created, name, in: directory, item: ItemID(rawValue: UInt64(made.attributes.st_ino)))])
+        return (made, [.name(.created, name, in: directory, item: try nodes.node(made.node).item)])
     }
 
     /// A hard link: the new name reaches the same node.
@@ -65,7 +65,6 @@ extension Filesystem {
             ownChanges.changedName(newName, in: directory.key)
             var st = stat()
             try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
-            st.st_ino = ino_t(node.item.rawValue)
             nodes.reference(node)
             return (Entry(node: node.id, generation: generation, attributes: st), [.name(.created, newName, in: directory, item: node.item)])
         }
@@ -76,11 +75,12 @@ extension Filesystem {
         try refuseControlArea(parent, name)
         try refuseChangingContainerFolder(parent, name)
         try changing(claims(writing: [directory], deleting: name, in: directory), touching: .name(name, in: directory)) { () throws(DocfsError) in
-            let victim = knownNode(at: name, in: directory)
+            let gone = knownNode(at: name, in: directory)
+            let victim = gone?.type == S_IFREG ? gone : nil
             let wasReference = victim?.isReference ?? (reference(at: name, in: directory) != nil)
             ownChanges.changedName(name, in: directory.key)
             try check(unlinkat(directory.fd, name.cString, 0))
-            victim?.found(at: nil)  // gone by docfs's hand: no writer raced for it
+            gone?.found(at: nil)  // gone by docfs's hand: no writer raced for it
             var change = ChangeRecord.name(.deleted(wasReference: wasReference), name, in: directory, item: victim?.item)
             change.node = victim
             return ((), [change])
@@ -100,7 +100,7 @@ extension Filesystem {
 
     /// rename(2) and renameat2(2): `flags` may hold RENAME_NOREPLACE or RENAME_EXCHANGE. A
     /// rename that completes a safe-save is a replace (see Filesystem+SafeSave). Answers the
-    /// nodes whose inode numbers changed (the kernel must forget their cached attributes).
+    /// nodes whose item ids changed (the kernel must forget their cached attributes).
     @discardableResult
     public func rename(parent: NodeID, name: FileName, newParent: NodeID, newName: FileName, flags: UInt32,
                        caller: Caller) throws(DocfsError) -> [NodeID] {
@@ -169,10 +169,10 @@ extension Filesystem {
         knownNode(at: name, in: directory)?.found(at: Node.Place(directory: directory.key, name: name))
     }
 
-    /// The kernel's node of the regular file at `name` in `directory`, if it knows it.
+    /// The kernel's node of the file or folder at `name` in `directory`, if it knows it.
     private func knownNode(at name: FileName, in directory: Node) -> Node? {
         var st = stat()
-        guard fstatat(directory.fd, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG else { return nil }
+        guard fstatat(directory.fd, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
         return nodes.known(key: BackingKey(st))
     }
 

@@ -43,11 +43,12 @@ extension Filesystem {
         coordinator.waitWhileClaimed(item, seconds: 2)
     }
 
-    /// A reference's attributes: its original's (the item id is given by the caller).
+    /// A reference's attributes: its original's, with the inode number of the reference's own file.
     func referenceAttributes(of node: Node) throws(DocfsError) -> stat {
         let original = try contentNode(node)
         var st = stat()
         try check(fstatat(original.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+        st.st_ino = ino_t(node.key.inode)  // a file of its own: its inode number is the reference's
         return st
     }
 

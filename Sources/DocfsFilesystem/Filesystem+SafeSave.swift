@@ -43,8 +43,8 @@ extension Filesystem {
 
     /// rename(2) over an existing file, or RENAME_EXCHANGE of two files, where one side is a
     /// file made moments ago through the mount: the rename, done as a replace. Nil when it is
-    /// not a safe-save (the caller renames as usual); else the nodes whose inode numbers (item
-    /// ids) changed, for the kernel to forget their attributes.
+    /// not a safe-save (the caller renames as usual); else the nodes whose item ids changed
+    /// (and with them attributes), for the kernel to forget their attributes.
     func renameAsReplace(from: Node, name: FileName, to: Node, newName: FileName, flags: UInt32, caller: Caller) throws(DocfsError) -> [NodeID]? {
         guard flags & DOCFS_RENAME_NOREPLACE == 0, let source = replaceSide(in: from, name: name) else { return nil }
         defer { close(source.fd) }

@@ -91,7 +91,7 @@ extension Filesystem {
                 own[index] = isOwn
                 guard !isOwn, round < Self.judgingRounds, let path = changes[index].filePath, let sample = states[index] else { continue }
                 var now = stat()
-                guard lstat(path, &now) == 0, now.st_mode & S_IFMT == sample.st_mode & S_IFMT,
+                guard lstat(FileName(path).cString, &now) == 0, now.st_mode & S_IFMT == sample.st_mode & S_IFMT,
                       Self.changedSince(sample, now) else { continue }
                 states[index] = now
                 again.append(index)
@@ -130,7 +130,7 @@ extension Filesystem {
         func state(_ path: String) -> stat? {
             if let known = found[path] { return known }
             var st = stat()
-            let result: stat? = lstat(path, &st) == 0 ? st : nil
+            let result: stat? = lstat(FileName(path).cString, &st) == 0 ? st : nil
             found[path] = result
             return result
         }
@@ -177,7 +177,7 @@ extension Filesystem {
 
     /// The file at `path` was written behind docfs's back: its version number moves on.
     private func recordUncoordinatedVersion(_ path: String) -> String? {
-        let fd = Glibc.open(path, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        let fd = Glibc.open(FileName(path).cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var st = stat()
@@ -209,10 +209,10 @@ extension Filesystem {
                 }
             case let .content(path, _, _), let .modified(path):
                 var st = stat()
-                if lstat(path, &st) == 0, let node = nodes.known(key: BackingKey(st)) { invalidations.inodes.append(node.id) }
+                if lstat(FileName(path).cString, &st) == 0, let node = nodes.known(key: BackingKey(st)) { invalidations.inodes.append(node.id) }
             case let .attributes(path):
                 var st = stat()
-                if lstat(path, &st) == 0, let node = nodes.known(key: BackingKey(st)) { invalidations.attributes.append(node.id) }
+                if lstat(FileName(path).cString, &st) == 0, let node = nodes.known(key: BackingKey(st)) { invalidations.attributes.append(node.id) }
             }
         }
         return invalidations

@@ -27,7 +27,7 @@ extension Filesystem {
     /// know a node of: a restore, a change made behind docfs).
     func contentChanged(atBackingPath path: String) {
         guard thumbnailer != nil else { return }
-        let fd = Glibc.open(path, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        let fd = Glibc.open(FileName(path).cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return }
         enqueueOwnNode(fd)
     }

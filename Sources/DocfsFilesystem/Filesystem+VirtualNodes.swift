@@ -63,7 +63,6 @@ extension Filesystem {
                 st = try realAttributes(of: real)
             }
             st.st_mode &= ~mode_t(0o222)
-            st.st_ino = ino_t(real.item.rawValue)
             return st
         }
     }

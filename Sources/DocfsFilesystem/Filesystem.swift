@@ -171,6 +171,27 @@ public final class Filesystem: Sendable {
         }
     }
 
+    /// Waits up to `seconds` for this view to know more nodes than it keeps (`NodeTable`), then
+    /// answers the names of the least recently used, for the kernel to be asked to forget them
+    /// (`fuse_lowlevel_notify_inval_entry`, from a thread that answers no request). Empty when
+    /// there are not too many, or when `wakeForgetting` woke the wait.
+    public func namesToForget(waitingUpTo seconds: Double) -> [(parent: NodeID, name: FileName)] {
+        let names = nodes.leastRecentlyUsed(waitingUpTo: seconds).compactMap { node -> (parent: NodeID, name: FileName)? in
+            guard let place = node.place, let parent = nodes.known(key: place.directory) else { return nil }
+            return (parent.id, place.name)
+        }
+        if nodes.takeFolderWarning() {
+            shared.problemSink("the kernel keeps more folders than docfs keeps descriptors for (\(nodes.limit)): it is asked to forget some, and a program whose working directory is one of them may find getcwd failing; raise the daemon's descriptor limit (ulimit -n, or LimitNOFILE= in its systemd unit)")
+        }
+        return names
+    }
+
+    /// Ends a wait of `namesToForget` at once (the mount is ending).
+    public func wakeForgetting() { nodes.wakeWaiter() }
+
+    /// How many nodes this view keeps before it asks the kernel to forget some.
+    public var nodeLimit: Int { nodes.limit }
+
     public func forget(_ node: NodeID, count: UInt64) {
         if VirtualNodes.isVirtual(node) { return virtualNodes.forget(node, count: count) }
         nodes.forget(node, count: count)
@@ -190,7 +211,7 @@ public final class Filesystem: Sendable {
         let fd = openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
         let (node, st) = try referenced(fd, newItem: newItem)
-        if node.type == S_IFREG { node.found(at: Node.Place(directory: directory.key, name: name)) }
+        node.found(at: Node.Place(directory: directory.key, name: name))
         return Entry(node: node.id, generation: generation, attributes: st)
     }
 
@@ -202,7 +223,7 @@ public final class Filesystem: Sendable {
     }
 
     /// The node of `fd` (kept by it, or closed), counted one lookup more, and its attributes
-    /// as the kernel is shown them (the item id as inode number).
+    /// as the kernel is shown them (the backing file's, its inode number included).
     private func referenced(_ fd: Int32, newItem: ItemID?) throws(DocfsError) -> (Node, stat) {
         var st = stat()
         guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else {
@@ -224,7 +245,6 @@ public final class Filesystem: Sendable {
             }
         }
         if node.isReference, let original = try? referenceAttributes(of: node) { st = original }
-        st.st_ino = ino_t(node.item.rawValue)
         return (node, st)
     }
 
@@ -234,8 +254,10 @@ public final class Filesystem: Sendable {
         if VirtualNodes.isVirtual(id) { return try virtualAttributes(id, try virtualNodes.node(id), handle: handle) }
         let node = try nodes.node(id)
         var st = try backingAttributes(of: node, handle: handle)
-        if node.isReference, handle == nil, let original = try? referenceAttributes(of: node) { st = original }
-        st.st_ino = ino_t(node.item.rawValue)
+        if node.isReference {
+            if handle == nil, let original = try? referenceAttributes(of: node) { st = original }
+            st.st_ino = ino_t(node.key.inode)  // the reference's own file, not the original's
+        }
         return st
     }
 
@@ -256,10 +278,8 @@ public final class Filesystem: Sendable {
     public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
         let node = try changeableNode(id)
         return try changing([(node.item, changes.size == nil ? .metadata : .write)], touching: .file(node), by: caller) { () throws(DocfsError) in
-            var st = try setAttributes(of: node, handle: handle, changes, caller: caller)
-            // The watcher knows backing inodes; the kernel is shown the item id.
+            let st = try setAttributes(of: node, handle: handle, changes, caller: caller)
             ownChanges.changedFile(st)
-            st.st_ino = ino_t(node.item.rawValue)
             // Mode and owner are no part of the index's record; size and times are.
             return (st, changes.size != nil || changes.changesTimes ? [.file(.attributes, node)] : [])
         }

@@ -186,7 +186,7 @@ public enum IndexRebuild {
 
         /// Records the names in `directory` (at `relative` in its scope); answers its subfolders.
         mutating func visit(_ directory: String, relative: String, builder: IndexRecordBuilder) throws(DocfsError) -> [(String, String)] {
-            let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            let fd = open(FileName(directory).cString, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             guard fd >= 0 else { return [] }  // gone meanwhile
             defer { close(fd) }
             var changes: [IndexChange] = []
@@ -253,7 +253,7 @@ public enum IndexRebuild {
             pending += [layout.documentsDirectory(container), layout.dataDirectory(container)]
         }
         while let directory = pending.popLast() {
-            guard let dir = opendir(directory) else { continue }
+            guard let dir = opendir(FileName(directory).cString) else { continue }
             while let entry = readdir(dir) {
                 let name = DirectoryHandle.entry(entry).name
                 if isSkipped(name) { continue }

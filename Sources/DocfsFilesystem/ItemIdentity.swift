@@ -30,19 +30,6 @@ struct ItemIdentity: Sendable {
         ItemAttributes.id(ofDescriptor: fd) ?? pending.item(of: BackingKey(st))
     }
 
-    /// The id of `name` in `directory` as a listing reports it (d_ino), giving one if needed so
-    /// it matches what a later lookup answers.
-    func item(in directory: Node, name: FileName, backingInode: UInt64, type: UInt8) -> ItemID {
-        guard type == DT_REG || type == DT_DIR || type == DT_UNKNOWN else { return .derived(fromBackingInode: backingInode) }
-        if let id = ItemAttributes.id(in: directory.fd, name: name) { return id }
-        let fd = openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return .derived(fromBackingInode: backingInode) }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return .derived(fromBackingInode: backingInode) }
-        return item(of: fd, st)
-    }
-
     /// A new id for `file`, just made through the mount and open as `handle`: stored when that
     /// handle is released or synced (`PendingItemIDs`).
     func assignNew(to file: BackingKey, createdAs handle: UInt64) throws(DocfsError) -> ItemID {

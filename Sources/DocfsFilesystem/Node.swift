@@ -25,8 +25,8 @@ struct BackingKey: Hashable, Sendable {
 /// backing file, so it can be reached after renames and unlinks without a path, and so its
 /// backing inode cannot be reused while the kernel still knows it.
 ///
-/// The node id is the kernel's handle for one backing inode; the item id is the document's
-/// identity, which users see as the inode number. They differ on purpose: after a safe-save
+/// The node id is the kernel's handle for one backing inode, whose inode number users see; the
+/// item id is the document's identity (`user.docfs.id`). They differ on purpose: after a safe-save
 /// the document (same item) lives in a new backing inode, while a reader that opened it
 /// before keeps the old content under the old node.
 final class Node: Sendable {
@@ -96,11 +96,17 @@ func backingPath(of fd: Int32) -> String? {
     var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
     let n = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
     guard n > 0 else { return nil }
-    return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return NameText.encode(buffer[0..<n].map { UInt8(bitPattern: $0) })
 }
 
 /// The nodes the kernel knows, with their lookup counts (FUSE's reference counting: each entry
 /// replied adds one, `forget` takes some back; at zero the node is dropped).
+///
+/// Each node holds a descriptor, and the kernel keeps a node for every name it caches (a
+/// `find` over a million files would make a million), so the table is bounded: past `limit`
+/// nodes, the least recently used are handed out by `leastRecentlyUsed` for the kernel to be
+/// asked to forget their names (it then forgets the nodes unless something holds them: an open
+/// file, a working directory). Use is counted in ticks of a clock that moves on at every use.
 ///
 /// Lock order: `NodeTable.state` is a leaf lock; nothing else is taken while holding it, and it
 /// is never held across a reply to the kernel.
@@ -108,25 +114,71 @@ final class NodeTable: Sendable {
     private struct Slot {
         var node: Node
         var lookups: UInt64
+        /// The clock when the node was last used.
+        var used: UInt64
+        /// The clock when the kernel was last asked to forget the node (0: never).
+        var asked: UInt64 = 0
     }
 
     private struct State {
         var slots: [NodeID: Slot] = [:]
         var byKey: [BackingKey: NodeID] = [:]
         var nextID: NodeID = 2
+        var clock: UInt64 = 1
+        /// Nodes made since the last time some were handed out to be forgotten.
+        var madeSinceRound = 0
+        /// Whether `pastLimit` was signalled since that time.
+        var signalled = false
+
+        mutating func tick() -> UInt64 {
+            clock += 1
+            return clock
+        }
     }
 
     private let state = Mutex(State())
+    /// How many nodes the table keeps before it asks for some to be forgotten.
+    let limit: Int
+    /// Signalled when the table is past its limit (see `leastRecentlyUsed`).
+    private let pastLimit = ThreadSemaphore()
 
-    init(root: Node) {
+    init(root: Node, limit: Int = NodeTable.defaultLimit()) {
+        self.limit = max(limit, 16)
         state.withLock {
-            $0.slots[root.id] = Slot(node: root, lookups: 1)
+            $0.slots[root.id] = Slot(node: root, lookups: 1, used: 1)
             $0.byKey[root.key] = root.id
         }
     }
 
+    /// The limit for a process whose descriptors are limited to `descriptors`: half of what is
+    /// left beside 512 for open files, folders being listed, the index and the store (the
+    /// other half is room for what the kernel looks up before it forgets), and at most 100,000
+    /// (a few hundred bytes each, so tens of megabytes at most).
+    static func defaultLimit(descriptors: Int = NodeTable.descriptorLimit()) -> Int {
+        min(100_000, max(256, (descriptors - 512) / 2))
+    }
+
+    /// Whether the table holds more nodes than its limit.
+    var isPastLimit: Bool { state.withLock { $0.slots.count > limit } }
+
+    /// This process's soft limit on open descriptors.
+    static func descriptorLimit() -> Int {
+        var limit = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+        return limit.rlim_cur > UInt(Int32.max) ? Int(Int32.max) : Int(limit.rlim_cur)
+    }
+
+    /// How many nodes one round hands out: a tenth of the limit, so the kernel is asked in
+    /// batches and the table scanned once per batch.
+    private var roundSize: Int { max(limit / 10, 8) }
+
     func node(_ id: NodeID) throws(DocfsError) -> Node {
-        guard let node = state.withLock({ $0.slots[id]?.node }) else {
+        guard let node = state.withLock({ state -> Node? in
+            guard state.slots[id] != nil else { return nil }
+            let now = state.tick()
+            state.slots[id]!.used = now
+            return state.slots[id]!.node
+        }) else {
             if VirtualNodes.isVirtual(id) {
                 // Anything that would change a file or folder of docfs's own comes here.
                 throw DocfsError(.system(.readOnlyFileSystem), "docfs's own files and folders are read-only")
@@ -139,10 +191,11 @@ final class NodeTable: Sendable {
     /// Counts one more lookup of the backing file `key` when the kernel already knows it.
     func referenceExisting(key: BackingKey) -> Node? {
         state.withLock { state -> Node? in
-            guard let id = state.byKey[key], var slot = state.slots[id] else { return nil }
-            slot.lookups += 1
-            state.slots[id] = slot
-            return slot.node
+            guard let id = state.byKey[key], state.slots[id] != nil else { return nil }
+            let now = state.tick()
+            state.slots[id]!.lookups += 1
+            state.slots[id]!.used = now
+            return state.slots[id]!.node
         }
     }
 
@@ -150,20 +203,25 @@ final class NodeTable: Sendable {
     /// O_PATH descriptor of that file) if the kernel did not know it. When another lookup made
     /// the node meanwhile, `fd` is closed and that node counted.
     func reference(key: BackingKey, fd: Int32, type: mode_t, item: ItemID, isReference: Bool = false) -> Node {
-        let (node, duplicate) = state.withLock { state -> (Node, Bool) in
-            if let id = state.byKey[key], var slot = state.slots[id] {
-                slot.lookups += 1
-                state.slots[id] = slot
-                return (slot.node, true)
+        let (node, duplicate, overLimit) = state.withLock { state -> (Node, Bool, Bool) in
+            let now = state.tick()
+            if let id = state.byKey[key], state.slots[id] != nil {
+                state.slots[id]!.lookups += 1
+                state.slots[id]!.used = now
+                return (state.slots[id]!.node, true, false)
             }
             let id = state.nextID
             state.nextID += 1
             let node = Node(id: id, fd: fd, key: key, type: type, item: item, isReference: isReference)
-            state.slots[id] = Slot(node: node, lookups: 1)
+            state.slots[id] = Slot(node: node, lookups: 1, used: now)
             state.byKey[key] = id
-            return (node, false)
+            state.madeSinceRound += 1
+            let signal = !state.signalled && state.slots.count > limit && state.madeSinceRound >= roundSize
+            if signal { state.signalled = true }
+            return (node, false, signal)
         }
         if duplicate { close(fd) }
+        if overLimit { pastLimit.signal() }
         return node
     }
 
@@ -183,8 +241,78 @@ final class NodeTable: Sendable {
     /// Counts one more lookup of a node already known (hard link, readdirplus of a known file).
     func reference(_ node: Node) {
         state.withLock { state in
-            state.slots[node.id]?.lookups += 1
+            guard state.slots[node.id] != nil else { return }
+            let now = state.tick()
+            state.slots[node.id]!.lookups += 1
+            state.slots[node.id]!.used = now
         }
+    }
+
+    /// Waits up to `seconds` for the table to be past its limit, then answers the least
+    /// recently used nodes (never the root) to bring it back a round below it, leaving out any
+    /// the kernel was asked to forget less than a round of lookups ago (it keeps what is in
+    /// use). Empty when the table is within its limit.
+    func leastRecentlyUsed(waitingUpTo seconds: Double) -> [Node] {
+        _ = pastLimit.wait(seconds: seconds)
+        return state.withLock { state -> [Node] in
+            state.signalled = false
+            let excess = state.slots.count - (limit - roundSize)
+            guard state.slots.count > limit, excess > 0 else { return [] }
+            state.madeSinceRound = 0
+            let recentlyAsked = state.clock > UInt64(limit) ? state.clock - UInt64(limit) : 0
+            // Folders only when there are not enough files: forgetting a folder's name unhashes
+            // it even while it is some process's working directory, whose getcwd(3) then fails.
+            var files: [(used: UInt64, id: NodeID)] = [], folders: [(used: UInt64, id: NodeID)] = []
+            files.reserveCapacity(state.slots.count)
+            for (id, slot) in state.slots where id != rootID && slot.asked <= recentlyAsked {
+                if slot.node.isDirectory { folders.append((slot.used, id)) } else { files.append((slot.used, id)) }
+            }
+            var chosen = Self.smallest(min(excess, files.count), of: &files)
+            if chosen.count < excess && !folders.isEmpty {
+                chosen += Self.smallest(min(excess - chosen.count, folders.count), of: &folders)
+                _ = folderWarning.compareExchange(expected: 0, desired: 1, ordering: .relaxed)
+            }
+            let now = state.tick()
+            return chosen.map { id in
+                state.slots[id]!.asked = now
+                return state.slots[id]!.node
+            }
+        }
+    }
+
+    /// 0 until `leastRecentlyUsed` first hands out folders (the kernel holds more folders than
+    /// the limit allows), 1 then, 2 once `takeFolderWarning` said so.
+    private let folderWarning = Atomic<Int>(0)
+
+    /// True once, after folders were first handed out to be forgotten.
+    func takeFolderWarning() -> Bool {
+        folderWarning.compareExchange(expected: 1, desired: 2, ordering: .relaxed).exchanged
+    }
+
+    /// Ends a wait of `leastRecentlyUsed` at once.
+    func wakeWaiter() { pastLimit.signal() }
+
+    /// The ids of the `count` candidates used least recently (a partial selection, not a sort).
+    private static func smallest(_ count: Int, of candidates: inout [(used: UInt64, id: NodeID)]) -> [NodeID] {
+        guard count > 0 else { return [] }
+        guard count < candidates.count else { return candidates.map(\.id) }
+        var low = 0, high = candidates.count - 1
+        let k = count - 1
+        while low < high {
+            let pivot = candidates[(low + high) / 2].used
+            var i = low, j = high
+            while i <= j {
+                while candidates[i].used < pivot { i += 1 }
+                while candidates[j].used > pivot { j -= 1 }
+                if i <= j {
+                    candidates.swapAt(i, j)
+                    i += 1
+                    j -= 1
+                }
+            }
+            if k <= j { high = j } else if k >= i { low = i } else { break }
+        }
+        return candidates[0..<count].map(\.id)
     }
 
     /// Takes back `count` lookups; the node is dropped (and its descriptor closed, once no

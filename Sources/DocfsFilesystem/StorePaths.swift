@@ -5,7 +5,8 @@ import Synchronization
 import Glibc
 #endif
 
-/// Where files and folders are in the store (container, scope and path: `StorePlace`), found
+/// Where files and folders are in the store (container, scope and path: `StorePlace`, its path
+/// in NameText, so names that are not UTF-8 are exact), found
 /// from their backing descriptors, for the records the stitcher writes and the bookmarks a
 /// mount hands out. A descriptor's /proc link names its file, but reading it builds the whole
 /// backing path up to `/` — once the costliest part of stitching an unlink. (A create's close
@@ -28,7 +29,7 @@ public final class StorePaths: Sendable {
 
     init(containersPath: String) {
         self.containersPath = containersPath
-        containersFD = open(containersPath, DOCFS_O_PATH | O_DIRECTORY | O_CLOEXEC)
+        containersFD = open(FileName(containersPath).cString, DOCFS_O_PATH | O_DIRECTORY | O_CLOEXEC)
     }
 
     deinit {
@@ -54,7 +55,7 @@ public final class StorePaths: Sendable {
     private func read(_ fd: Int32, _ st: stat) -> StorePlace? {
         guard let backing = backingPath(of: fd) else { return nil }
         // The kernel marks a removed name so (a name that really ends so is still there).
-        if backing.hasSuffix(" (deleted)") && access(backing, F_OK) != 0 { return nil }
+        if backing.hasSuffix(" (deleted)") && access(FileName(backing).cString, F_OK) != 0 { return nil }
         guard let place = place(ofBacking: backing) else { return nil }
         remember(place, st)
         return place
@@ -91,7 +92,7 @@ public final class StorePaths: Sendable {
         var fd = dup(containersFD)
         guard fd >= 0 else { return -1 }
         for component in Self.relativeBacking(place).split(separator: "/") where !component.isEmpty {
-            let next = openat(fd, String(component), DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+            let next = openat(fd, FileName(String(component)).cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
             let failure = errno
             close(fd)
             guard next >= 0 else {
@@ -107,7 +108,7 @@ public final class StorePaths: Sendable {
     private func leads(_ place: StorePlace, to key: BackingKey) -> Bool {
         guard containersFD >= 0 else { return false }
         var st = stat()
-        let found = fstatat(containersFD, Self.relativeBacking(place), &st, AT_SYMLINK_NOFOLLOW)
+        let found = fstatat(containersFD, FileName(Self.relativeBacking(place)).cString, &st, AT_SYMLINK_NOFOLLOW)
         return found == 0 && BackingKey(st) == key
     }
 }

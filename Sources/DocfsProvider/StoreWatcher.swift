@@ -1,4 +1,5 @@
 import DocfsCore
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -44,10 +45,19 @@ public final class StoreWatcher: @unchecked Sendable {
         }
     }
 
-    private let fd: Int32
+    let fd: Int32
     /// Changes posted to be looked at again (see `StoreRechecks`).
     private let rechecks: StoreRechecks?
-    private var folders: [Int32: (path: String, folder: Folder)] = [:]
+    let maximumWatches: Int
+    let onUnwatched: (@Sendable (String) -> Void)?
+    /// Folders the kernel would not watch (past fs.inotify.max_user_watches), by path, with
+    /// what a rescan last found in them.
+    var unwatched: [String: FolderScan] = [:]
+    /// How many folders are in `unwatched` (read from any thread).
+    public let unwatchedCount = Atomic<Int>(0)
+    /// Whether `onUnwatched` was told.
+    var limitReported = false
+    var folders: [Int32: (path: String, folder: Folder)] = [:]
     private let root: String
 
     /// A file in a watched folder, as inotify names it.
@@ -71,9 +81,14 @@ public final class StoreWatcher: @unchecked Sendable {
     public static let workingFilePrefixes = [".docfs-restore-", ".docfs-conflict-", ".docfs-pick-"]
 
     /// Starts watching every folder under `root`; changes posted to `rechecks` are reported
-    /// with the others.
-    public init(root: String, rechecks: StoreRechecks? = nil) throws(DocfsError) {
+    /// with the others. `maximumWatches` bounds the watches below the kernel's own limit (for
+    /// trying what happens past it); `onUnwatched` hears, from the watcher's thread, the first
+    /// time a folder cannot be watched.
+    public init(root: String, rechecks: StoreRechecks? = nil, maximumWatches: Int = Int.max,
+                onUnwatched: (@Sendable (String) -> Void)? = nil) throws(DocfsError) {
         self.rechecks = rechecks
+        self.maximumWatches = maximumWatches
+        self.onUnwatched = onUnwatched
         fd = inotify_init1(Int32(IN_CLOEXEC))
         guard fd >= 0 else {
             throw DocfsError(.missingSystemSupport, "cannot watch the store (inotify)", cause: DocfsError.errno("inotify_init1"))
@@ -97,12 +112,20 @@ public final class StoreWatcher: @unchecked Sendable {
         defer { buffer.deallocate() }
         var polled = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
                       pollfd(fd: rechecks?.signal ?? -1, events: Int16(POLLIN), revents: 0)]
+        var nextRescan = Self.monotonicSeconds() + Self.rescanInterval
         while true {
-            if rechecks != nil {
-                guard poll(&polled, 2, -1) >= 0 || errno == EINTR else { return }
-                if polled[1].revents & Int16(POLLIN) != 0, let again = rechecks?.take(), !again.isEmpty { handle(again) }
-                guard polled[0].revents & Int16(POLLIN | POLLERR | POLLHUP | POLLNVAL) != 0 else { continue }
+            // Folders past the watch limit are looked at every `rescanInterval` seconds.
+            let wait = unwatched.isEmpty ? -1 : Int32(max(0, (nextRescan - Self.monotonicSeconds()) * 1000))
+            polled[0].revents = 0
+            polled[1].revents = 0
+            guard poll(&polled, 2, wait) >= 0 || errno == EINTR else { return }
+            if !unwatched.isEmpty && Self.monotonicSeconds() >= nextRescan {
+                let found = rescanUnwatched()
+                if !found.isEmpty { handle(found) }
+                nextRescan = Self.monotonicSeconds() + Self.rescanInterval
             }
+            if polled[1].revents & Int16(POLLIN) != 0, let again = rechecks?.take(), !again.isEmpty { handle(again) }
+            guard polled[0].revents & Int16(POLLIN | POLLERR | POLLHUP | POLLNVAL) != 0 else { continue }
             let n = read(fd, buffer, size)
             if n < 0 {
                 if errno == EINTR { continue }
@@ -160,45 +183,55 @@ public final class StoreWatcher: @unchecked Sendable {
         }
         if event.mask & UInt32(IN_ISDIR) != 0 {
             let child = path + "/" + name.description
-            if event.mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0 { watchTree(child) }
+            if event.mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0 { watchTree(child, announced: false) }
             if event.mask & UInt32(IN_MOVED_FROM) != 0 { forgetTree(child) }
         }
         return [.name(folder, name, path: path + "/" + name.description)]
     }
 
     /// Watches `path` and every folder under it (folders made before the watch existed too).
-    private func watchTree(_ path: String) {
+    /// `announced`: whether the names in a folder that cannot be watched were already reported
+    /// (false for a folder that just appeared: a rescan reports what it holds).
+    func watchTree(_ path: String, announced: Bool = true) {
         // Watched through a descriptor, so the watch and the identity recorded for it are
         // surely of the same folder, even if it moves meanwhile.
-        let folder = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        let folder = open(FileName(path).cString, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard folder >= 0 else { return }
         defer { close(folder) }
         var st = stat()
         guard fstat(folder, &st) == 0 else { return }
-        let wd = inotify_add_watch(fd, "/proc/self/fd/\(folder)", Self.folderEvents)
-        guard wd >= 0 else { return }
-        folders[wd] = (path, Folder(device: UInt64(st.st_dev), inode: UInt64(st.st_ino)))
-        guard let dir = opendir(path) else { return }
+        let identity = Folder(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+        let wd = folders.count < maximumWatches ? inotify_add_watch(fd, "/proc/self/fd/\(folder)", Self.folderEvents) : -1
+        if wd >= 0 {
+            folders[wd] = (path, identity)
+        } else {
+            let reason = folders.count >= maximumWatches ? ENOSPC : errno
+            guard reason == ENOSPC || reason == ENOMEM else { return }
+            // Past the kernel's limit (fs.inotify.max_user_watches): looked at by rescans.
+            unwatch(path, identity, folder, announced: announced)
+        }
+        guard let dir = opendir(FileName(path).cString) else { return }
         defer { closedir(dir) }
         while let entry = readdir(dir) {
             let name = withUnsafePointer(to: &entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { FileName(cString: $0).description }
             }
             if entry.pointee.d_type == DT_REG && Self.workingFilePrefixes.contains(where: name.hasPrefix) {
-                unlinkat(dirfd(dir), name, 0)
+                unlinkat(dirfd(dir), FileName(name).cString, 0)
                 continue
             }
             guard entry.pointee.d_type == DT_DIR else { continue }
-            if name != "." && name != ".." { watchTree(path + "/" + name) }
+            if name != "." && name != ".." { watchTree(path + "/" + name, announced: announced) }
         }
     }
 
     /// A folder moved away: its watches stay (they follow the folder) but their paths are
     /// stale; they are dropped, and the folder is watched again where it reappears.
-    private func forgetTree(_ path: String) {
+    func forgetTree(_ path: String) {
         for (wd, entry) in folders where entry.path == path || entry.path.hasPrefix(path + "/") {
             inotify_rm_watch(fd, wd)
             folders[wd] = nil
         }
+        forgetUnwatched(under: path)
     }
 }

@@ -42,7 +42,7 @@ struct BookmarkCommand: ParsableCommand {
             let token = try reportingErrors { () throws(DocfsError) -> String in
                 let document = try LocatedDocument.locate(file)
                 var backing = stat()
-                guard lstat(document.backingPath, &backing) == 0 else {
+                guard lstat(FileName(document.backingPath).cString, &backing) == 0 else {
                     throw DocfsError(.storeUnavailable, "cannot find \(file) in its store", cause: DocfsError.errno("lstat"))
                 }
                 let key = try StoreKey.load(document.store)
@@ -87,16 +87,16 @@ struct BookmarkCommand: ParsableCommand {
             }
             if json { return printJSON(resolution.report) }
             let report = resolution.report
-            var lines = [("path", report.path), ("stale", report.stale ? "yes (\(report.staleBecause.joined(separator: ", "))): make a new bookmark" : "no"),
+            var lines = [("path", PlainOutput.name(report.path)), ("stale", report.stale ? "yes (\(report.staleBecause.joined(separator: ", "))): make a new bookmark" : "no"),
                          ("item id", String(report.resourceIdentifier)), ("type", report.resourceType),
-                         ("name", report.localizedName), ("modified", formatDate(report.contentModificationDate)),
-                         ("made at", report.recordedPath), ("made", formatDate(report.made))]
+                         ("name", PlainOutput.name(report.localizedName)), ("modified", formatDate(report.contentModificationDate)),
+                         ("made at", PlainOutput.name(report.recordedPath)), ("made", formatDate(report.made))]
             if let scope = report.securityScope {
                 lines.append(("scope", "issued to \(scope.issuedTo), " + (scope.readOnly ? "read-only" : "read-write")))
             } else {
                 lines.append(("scope", "none (not security-scoped)"))
             }
-            for (label, value) in lines { print("\((label + ":").padding(10)) \(value)") }
+            for (label, value) in lines { PlainOutput.line("\((label + ":").padding(10)) \(value)") }
         }
 
         /// The store the token belongs to, and what it says: the one named (--store or a mount

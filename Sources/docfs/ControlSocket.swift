@@ -132,6 +132,10 @@ struct ClaimReport: Codable {
     var claimedItems: Int
     var granted: Int
     var waited: Int
+    /// Folders of the store past the kernel's inotify limit (rescanned instead of watched).
+    var unwatchedFolders: Int?
+    /// Whether the daemon watches the store at all.
+    var watched: Bool?
 }
 
 /// The unix socket's address: its path in the store, or, when that is too long for a socket

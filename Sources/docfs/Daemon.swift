@@ -28,6 +28,8 @@ final class Daemon: Sendable {
     private let options: FUSEMount.Options
     private let timeout: Double
     private let mounts = Mutex<[ServedMount]>([])
+    /// The store's watcher, nil when inotify could not watch the store at all.
+    private let watcher: StoreWatcher?
     /// Signalled each time a mount's session ends.
     private let ended = ThreadSemaphore()
 
@@ -60,7 +62,7 @@ final class Daemon: Sendable {
         // change docfs makes is seen (an unseen own change would leave a record that hides
         // someone else's later one).
         let rechecks = StoreRechecks()
-        let watcher = Self.makeWatcher(store: store, rechecks: rechecks, logger: logger)
+        watcher = Self.makeWatcher(store: store, rechecks: rechecks, logger: logger)
         timeout = options.cacheTimeout ?? (watcher == nil ? Self.unwatchedCacheTimeout : Self.watchedCacheTimeout)
         let index = try Self.openIndex(store: store, logger: logger)
         shared = try ServedStore(store: store, index: index,
@@ -181,9 +183,14 @@ final class Daemon: Sendable {
 
     /// Watches for uncoordinated writers (C5) in the store's containers; nil (with a warning)
     /// when inotify cannot.
+    /// `DOCFS_MAX_STORE_WATCHES` bounds its inotify watches below the kernel's limit, to try
+    /// what happens past it without changing the limit for every process of the user.
     private static func makeWatcher(store: LocalStore, rechecks: StoreRechecks, logger: Logger) -> StoreWatcher? {
+        let maximum = getenv("DOCFS_MAX_STORE_WATCHES").flatMap { Int(String(cString: $0)) } ?? Int.max
+        let warnings = logger
         do {
-            return try StoreWatcher(root: store.layout.containersDirectory, rechecks: rechecks)
+            return try StoreWatcher(root: store.layout.containersDirectory, rechecks: rechecks, maximumWatches: maximum,
+                                    onUnwatched: { problem in warnings.warning("\(problem)") })
         } catch {
             logger.warning("changes made in the store behind docfs will be seen only after the cache timeout (\(unwatchedCacheTimeout) s): \(error)")
             return nil
@@ -241,7 +248,8 @@ final class Daemon: Sendable {
                     let counts = coordinator.statistics
                     return ControlReply(ok: true, message: "claims", claims: ClaimReport(
                         itemClaimed: coordinator.isClaimed(item), claimedItems: coordinator.busyItems,
-                        granted: counts.granted, waited: counts.waited))
+                        granted: counts.granted, waited: counts.waited,
+                        unwatchedFolders: watcher?.unwatchedCount.load(ordering: .relaxed) ?? 0, watched: watcher != nil))
                 }
                 message = try DocumentChange.apply(request, item: item, filesystem: primary, caller: caller, invalidate: invalidate)
                     + " (item \(item))"

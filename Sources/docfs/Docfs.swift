@@ -1,4 +1,5 @@
 import ArgumentParser
+import DocfsCore
 
 #if canImport(Glibc)
 import Glibc
@@ -32,12 +33,22 @@ struct Docfs: ParsableCommand {
     /// status for it is 64) after the usual message and usage.
     static func main() {
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(commandLineAsText())
             try command.run()
         } catch {
             guard exitCode(for: error) == .validationFailure else { exit(withError: error) }
             printError(fullMessage(for: error) + "\n")
             Glibc.exit(ExitStatus.usage)
         }
+    }
+}
+
+/// The command line's arguments (after the program's name) in NameText: Swift's
+/// `CommandLine.arguments` turn bytes that are not UTF-8 into U+FFFD, and a file name given on
+/// the command line must reach the file it names.
+func commandLineAsText() -> [String] {
+    (1..<Int(CommandLine.argc)).map { index in
+        guard let argument = CommandLine.unsafeArgv[index] else { return "" }
+        return NameText.encode(UnsafeBufferPointer(start: argument, count: strlen(argument)).map { UInt8(bitPattern: $0) })
     }
 }

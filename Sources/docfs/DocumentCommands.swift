@@ -59,7 +59,7 @@ struct StatusCommand: ParsableCommand {
                             containerName: containerName, scope: place.scope.rawValue,
                             reference: ReferenceReport(document), claims: claims(on: document))
         if json { return printJSON(report) }
-        var lines = [("path", report.path), ("item id", String(report.item)), ("kind", report.kind)]
+        var lines = [("path", PlainOutput.name(report.path)), ("item id", String(report.item)), ("kind", report.kind)]
         if let version = report.version { lines.append(("version", String(version))) }
         lines.append(("size", "\(report.size) bytes"))
         if let created = report.created { lines.append(("created", formatDate(created))) }
@@ -68,15 +68,22 @@ struct StatusCommand: ParsableCommand {
         lines.append(("conflict", report.conflict ? "yes: see docfs versions \(file)" : "none"))
         lines.append(("container", "\(report.containerName) (\(report.container)), \(report.scope) scope"))
         if let reference = report.reference {
-            lines.append(("reference", reference.original.map { "to \($0) (in \(reference.originalContainer ?? "?"))" }
+            lines.append(("reference", reference.original.map { "to \(PlainOutput.name($0)) (in \(reference.originalContainer ?? "?"))" }
                           ?? "its original (item \(report.item)) was deleted: the reference cannot be opened; remove it"))
         }
         lines.append(("store", report.store))
         if let claims = report.claims {
             lines.append(("claims", (claims.itemClaimed ? "held on this item now" : "none on this item")
                           + "; the daemon holds \(claims.claimedItems), granted \(claims.granted) (\(claims.waited) waited)"))
+            if claims.watched == false {
+                lines.append(("watcher", "none: inotify could not watch the store; changes behind docfs show after the cache timeout"))
+            } else if let unwatched = claims.unwatchedFolders, unwatched > 0 {
+                lines.append(("watcher", "\(unwatched) folders past the inotify limit are rescanned every \(Int(StoreWatcher.rescanInterval)) s; raise fs.inotify.max_user_watches to have them watched"))
+            } else if claims.watched == true {
+                lines.append(("watcher", "every folder watched"))
+            }
         }
-        for (label, value) in lines { print("\((label + ":").padding(10)) \(value)") }
+        for (label, value) in lines { PlainOutput.line("\((label + ":").padding(10)) \(value)") }
     }
 
     /// What the daemon serving the document's store holds, when one does.
@@ -218,15 +225,16 @@ func printJSON(_ value: some Encodable) {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
     guard let data = try? encoder.encode(value) else { return }
-    print(String(decoding: data, as: UTF8.self))
+    print(NameText.reversibleJSON(String(decoding: data, as: UTF8.self)))
 }
 
-/// A value as one line of JSON (for streams of objects).
+/// A value as one line of JSON (for streams of objects). Names in it that are not UTF-8 are
+/// written reversibly (`NameText.reversibleJSON`), as in all of docfs's JSON output.
 func jsonLine(_ value: some Encodable) -> String {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     guard let data = try? encoder.encode(value) else { return "{}" }
-    return String(decoding: data, as: UTF8.self)
+    return NameText.reversibleJSON(String(decoding: data, as: UTF8.self))
 }
 
 func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
@@ -245,7 +253,7 @@ func formatDate(_ seconds: Double) -> String {
 func birthTime(_ path: String) -> Double? {
     var sec: Int64 = 0
     var nsec: UInt32 = 0
-    guard docfs_birth_time(path, &sec, &nsec) == 0 else { return nil }
+    guard docfs_birth_time(FileName(path).cString, &sec, &nsec) == 0 else { return nil }
     return Double(sec) + Double(nsec) / 1e9
 }
 
@@ -263,7 +271,7 @@ struct ReferenceReport: Encodable {
     init?(_ document: LocatedDocument) {
         let read = { (name: String) -> String? in
             var buffer = [UInt8](repeating: 0, count: 4096)
-            let n = buffer.withUnsafeMutableBytes { docfs_getxattr(document.path, name, $0.baseAddress, $0.count) }
+            let n = buffer.withUnsafeMutableBytes { docfs_getxattr(FileName(document.path).cString, name, $0.baseAddress, $0.count) }
             return n < 0 ? nil : String(decoding: buffer[0..<n], as: UTF8.self)
         }
         guard read(ItemAttributes.external) == "1" || read(ReferenceStub.attribute) != nil else { return nil }

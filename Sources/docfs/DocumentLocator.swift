@@ -59,7 +59,7 @@ struct LocatedDocument {
     static func locate(_ path: String) throws(DocfsError) -> LocatedDocument {
         let absolute = MountTable.canonical(path)
         var st = stat()
-        guard lstat(absolute, &st) == 0 else {
+        guard lstat(FileName(absolute).cString, &st) == 0 else {
             throw DocfsError(.system(.noSuchFileOrDirectory), "\(path) does not exist")
         }
         let store: StoreLayout
@@ -80,7 +80,7 @@ struct LocatedDocument {
         } else {
             throw DocfsError(.invalidArgument, "\(path) is neither on a docfs mount nor in a docfs store")
         }
-        let fd = open(absolute, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        let fd = open(FileName(absolute).cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw DocfsError(.system(.permissionDenied), "cannot open \(path)") }
         defer { close(fd) }
         guard let item = ItemAttributes.id(ofDescriptor: fd) else {

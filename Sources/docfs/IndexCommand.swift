@@ -43,7 +43,7 @@ struct IndexCommand: ParsableCommand {
         func run() throws {
             let (layout, _) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
             let differences = try reportingErrors { () throws(DocfsError) in try IndexAccess.walk(.check, layout) }
-            for difference in differences { print(difference) }
+            for difference in differences { PlainOutput.line(difference) }
             if !differences.isEmpty { throw ExitCode(ExitStatus.differences) }
         }
     }

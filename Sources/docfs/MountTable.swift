@@ -1,3 +1,4 @@
+import DocfsCore
 import DocfsFUSE
 import DocfsProvider
 #if canImport(Glibc)
@@ -44,13 +45,13 @@ enum MountTable {
 
     /// Absolute path with symlinks resolved (or as given, when that fails: a dead mount).
     static func canonical(_ path: String) -> String {
-        if let resolved = realpath(path, nil) {
+        if let resolved = realpath(FileName(path).cString, nil) {
             defer { free(resolved) }
-            return String(cString: resolved)
+            return FileName(cString: resolved).description
         }
         if path.hasPrefix("/") { return path }
         guard let cwd = getcwd(nil, 0) else { return path }
         defer { free(cwd) }
-        return String(cString: cwd) + "/" + path
+        return FileName(cString: cwd).description + "/" + path
     }
 }

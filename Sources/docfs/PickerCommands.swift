@@ -153,14 +153,14 @@ enum Picker {
     /// so under coordination there).
     static func copyOut(_ file: String, to folder: String) throws(DocfsError) -> String {
         var st = stat()
-        guard stat(folder, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
+        guard stat(FileName(folder).cString, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
             throw DocfsError(.invalidArgument, "\(folder) is not a folder: give the folder to copy the document to")
         }
-        let source = Glibc.open(file, O_RDONLY | O_CLOEXEC)
+        let source = Glibc.open(FileName(file).cString, O_RDONLY | O_CLOEXEC)
         guard source >= 0 else { throw DocfsError.errno("opening \(file)") }
         defer { close(source) }
         let name = String(file.split(separator: "/").last ?? "document")
-        let into = Glibc.open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let into = Glibc.open(FileName(folder).cString, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard into >= 0 else { throw DocfsError.errno("opening \(folder)") }
         defer { close(into) }
         let free = DocumentPicker.freeName(FileName(name), in: into)

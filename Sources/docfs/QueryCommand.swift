@@ -90,7 +90,7 @@ struct QueryCommand: ParsableCommand {
         let records = try reportingErrors { () throws(DocfsError) in try index.records(matching: query) }
             .map { Self.withOriginal($0, index: index, view: view) }
         if json { return printJSON(records.map(RecordJSON.init)) }
-        for record in records { print(Self.describe(record, mountPoint: mountPoint, view: view)) }
+        for record in records { PlainOutput.line(Self.describe(record, mountPoint: mountPoint, view: view)) }
     }
 
     /// Runs `query` `runs` times and prints the latency of one run (median and 99th
@@ -112,14 +112,15 @@ struct QueryCommand: ParsableCommand {
     /// shows there), with the container and scope when it is not the mount's own.
     static func describe(_ record: IndexRecord, mountPoint: String?, view: UserView) -> String {
         if record.isExternal {
-            let original = record.originalPath.isEmpty ? "(its original was deleted)" : "\(record.originalPath) (in \(record.originalContainerName))"
-            return "\(record.container) \(record.localPath) -> \(original)"
+            let original = record.originalPath.isEmpty ? "(its original was deleted)"
+                : "\(PlainOutput.name(record.originalPath)) (in \(record.originalContainerName))"
+            return "\(record.container) \(PlainOutput.name(record.localPath)) -> \(original)"
         }
         if let container = try? ContainerID(record.container), let scope = Scope(rawValue: record.scope),
            let path = view.path(of: StorePlace(container: container, scope: scope, path: record.path)) {
-            return (mountPoint.map { $0 == "/" ? "" : $0 } ?? "") + path
+            return PlainOutput.name((mountPoint.map { $0 == "/" ? "" : $0 } ?? "") + path)
         }
-        return "\(record.container) (\(record.scope)) \(record.path)"
+        return "\(record.container) (\(record.scope)) \(PlainOutput.name(record.path))"
     }
 }
 

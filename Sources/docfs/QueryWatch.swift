@@ -41,7 +41,7 @@ struct QueryWatch {
             print(jsonLine(WatchEventJSON(event: event, record: RecordJSON(record))))
         } else {
             let record = QueryCommand.withOriginal(record, index: index, view: view)
-            print((event == "result" ? "" : event + " ") + QueryCommand.describe(record, mountPoint: mountPoint, view: view))
+            PlainOutput.line((event == "result" ? "" : event + " ") + QueryCommand.describe(record, mountPoint: mountPoint, view: view))
         }
     }
 }

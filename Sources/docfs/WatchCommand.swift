@@ -46,9 +46,9 @@ struct WatchCommand: ParsableCommand {
         printError("docfs: \(reply.message) (Ctrl-C to stop)\n")
         while let line = reader.next() {
             if json {
-                print(String(decoding: line, as: UTF8.self))
+                print(NameText.reversibleJSON(String(decoding: line, as: UTF8.self)))
             } else if let change = try? JSONDecoder().decode(PresentedChange.self, from: Data(line)) {
-                print(Self.describe(change))
+                PlainOutput.line(Self.describe(change))
             }
             fflush(nil)  // one change per line, as it happens, into pipes too
         }
@@ -68,8 +68,8 @@ struct WatchCommand: ParsableCommand {
     }
 
     static func describe(_ change: PresentedChange) -> String {
-        var text = "\(change.kind.rawValue.padding(9))\(change.path)"
-        if let newPath = change.newPath { text += " -> \(newPath)" }
+        var text = "\(change.kind.rawValue.padding(9))\(PlainOutput.name(change.path))"
+        if let newPath = change.newPath { text += " -> \(PlainOutput.name(newPath))" }
         if let version = change.version { text += " (version \(version))" }
         if change.uncoordinated { text += " [uncoordinated]" }
         return text

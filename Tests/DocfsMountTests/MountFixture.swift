@@ -11,6 +11,10 @@ final class MountFixture: @unchecked Sendable {
     let store: String
     let mountPoint: String
     private(set) var daemon: Process?
+    /// When set, the daemon runs with its open descriptors limited to this (soft and hard).
+    var descriptorLimit: Int?
+    /// Environment variables the daemon gets besides the test's own.
+    var daemonEnvironment: [String: String] = [:]
     /// App views mounted beside the user view (served by the same daemon).
     private(set) var appMountPoints: [String] = []
 
@@ -73,6 +77,13 @@ final class MountFixture: @unchecked Sendable {
         var arguments = ["mount", "--foreground", "--store", store]
         if !options.isEmpty { arguments += ["-o", options.joined(separator: ",")] }
         process.arguments = arguments + [mountPoint]
+        if !daemonEnvironment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(daemonEnvironment) { $1 }
+        }
+        if let descriptorLimit {  // prlimit execs docfs: the process is the daemon
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
+            process.arguments = ["--nofile=\(descriptorLimit):\(descriptorLimit)", "--", Self.binary] + process.arguments!
+        }
         _ = FileManager.default.createFile(atPath: daemonLog, contents: nil)
         let log = FileHandle(forWritingAtPath: daemonLog)
         log?.seekToEndOfFile()

@@ -30,7 +30,8 @@ import Glibc
         let reference = app + "/Documents/report.txt"
         #expect(contents(reference) == "report v1\n")
         #expect(itemID(reference) == id)
-        #expect(try directoryInodes(app + "/Documents")["report.txt"] == id)
+        #expect(try directoryInodes(app + "/Documents")["report.txt"] == inode(reference))  // the reference's own number
+        #expect(inode(reference) != inode(fixture.path("report.txt")))
         // Picking it again gives the same reference.
         #expect(try runDocfs("pick --app com.example.Notes --open '\(fixture.path("report.txt"))'").output.contains("/Documents/report.txt"))
         #expect((try? FileManager.default.contentsOfDirectory(atPath: app + "/Documents")) == ["report.txt"])
@@ -265,7 +266,7 @@ import Glibc
         #expect(contents(backup) == "report v2\n")
         let backupID = try #require(itemID(backup))
         #expect(backupID != id)
-        #expect(try directoryInodes(app + "/Documents")["report.txt~"] == backupID)
+        #expect(try directoryInodes(app + "/Documents")["report.txt~"] == inode(backup))
         #expect(attribute(backup, "user.docfs.external") == nil)
         let external = try runDocfs("query --scope external '*' --store '\(fixture.store)'").output
         #expect(external.split(separator: "\n").count == 1 && external.contains("report.txt"), "\(external)")

@@ -60,6 +60,48 @@ import Glibc
         #expect(log.contains("uncoordinated change to"))
     }
 
+    /// Past the kernel's inotify limit (here the daemon's own bound, DOCFS_MAX_STORE_WATCHES, so
+    /// other processes keep theirs), folders are rescanned instead of watched: the daemon logs
+    /// it, `docfs status` says so, and changes made there behind the mount still show through
+    /// it (names, content as a new version) and reach the index.
+    @Test func foldersPastTheWatchLimitAreRescanned() throws {
+        let fixture = try MountFixture(options: Self.options)
+        defer { fixture.tearDown() }
+        fixture.stop()
+        for folder in ["a", "b", "c", "d", "e", "f"] {
+            try FileManager.default.createDirectory(atPath: fixture.documents + "/" + folder + "/deep", withIntermediateDirectories: true)
+            try write("one\n", to: fixture.documents + "/" + folder + "/deep/doc.txt")
+        }
+        fixture.daemonEnvironment = ["DOCFS_MAX_STORE_WATCHES": "4"]
+        try fixture.start(options: Self.options)
+        #expect(eventually(seconds: 10) { fixture.log.contains("fs.inotify.max_user_watches") }, "\(fixture.log)")
+        let status = try runDocfs("status '\(fixture.path("f/deep/doc.txt"))'")
+        #expect(status.output.contains("folders past the inotify limit are rescanned"), "\(status.output)")
+        // Looked at through the mount (cached for 60 s), then changed behind it.
+        let doc = fixture.path("f/deep/doc.txt")
+        #expect(try String(contentsOfFile: doc, encoding: .utf8) == "one\n")
+        #expect(attribute(doc, "user.docfs.version") == "1")
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: fixture.path("f/deep"))) == ["doc.txt"])
+        try write("two, from elsewhere\n", to: fixture.documents + "/f/deep/doc.txt")
+        try write("new\n", to: fixture.documents + "/f/deep/new.txt")
+        #expect(eventually(seconds: 15) { (try? String(contentsOfFile: doc, encoding: .utf8)) == "two, from elsewhere\n" })
+        #expect(eventually(seconds: 15) { attribute(doc, "user.docfs.version") == "2" })
+        #expect(eventually(seconds: 15) {
+            (try? FileManager.default.contentsOfDirectory(atPath: fixture.path("f/deep")))?.sorted() == ["doc.txt", "new.txt"]
+        })
+        #expect(eventually(seconds: 15) {
+            (try? runDocfs("query 'name == \"new.txt\"' --store '\(fixture.store)'"))?.output.contains("/f/deep/new.txt") == true
+        })
+        // A folder made behind the mount in an unwatched one, with a file in it.
+        try FileManager.default.createDirectory(atPath: fixture.documents + "/f/deep/later", withIntermediateDirectories: true)
+        try write("later\n", to: fixture.documents + "/f/deep/later/inside.txt")
+        #expect(eventually(seconds: 15) {
+            (try? runDocfs("query 'name == \"inside.txt\"' --store '\(fixture.store)'"))?.output.contains("/f/deep/later/inside.txt") == true
+        })
+        let check = try runDocfs("index check '\(fixture.mountPoint)'")
+        #expect(check.status == 0, "\(check.output)")
+    }
+
     @Test func namesChangedInTheStoreShowThroughTheMount() throws {
         let fixture = try MountFixture(options: Self.options)
         defer { fixture.tearDown() }

@@ -211,7 +211,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
         #expect(result.status == 0, "\(result.output)")
         #expect(result.output.contains("restored version 1"))
         #expect(try String(contentsOfFile: f, encoding: .utf8) == "one\n")
-        #expect(itemID(f) == id && inode(f) == id)
+        #expect(itemID(f) == id && inode(f) == inode(fixture.documents + "/notes.txt"))
         #expect(attribute(f, "user.xdg.tags") == "work")
         #expect(attribute(f, "user.docfs.version") == "4")
         #expect(try versionsJSON(fixture, f).map(\.version) == [4, 3, 2, 1])
