@@ -45,12 +45,24 @@ struct BookmarkCommand: ParsableCommand {
                 guard lstat(FileName(document.backingPath).cString, &backing) == 0 else {
                     throw DocfsError(.storeUnavailable, "cannot find \(file) in its store", cause: DocfsError.errno("lstat"))
                 }
-                let key = try StoreKey.load(document.store)
+                let place = document.place
+                let scoped = securityScope || readOnly || issuedTo != nil
+                let key: StoreKey
+                do throws(DocfsError) {
+                    key = try StoreKey.load(document.store)
+                } catch {
+                    // Root serves this user's store with a key only root reads: the daemon makes it.
+                    var request = ControlRequest(kind: .bookmark, path: "", item: document.item.rawValue)
+                    request.place = PlaceRequest(place)
+                    request.bookmarkScope = scoped ? BookmarkScopeRequest(issuedTo: issuedTo, readOnly: readOnly) : nil
+                    guard let reply = try? ControlClient.send(request, to: document.store) else { throw error }
+                    guard reply.ok, let token = reply.token else { throw DocfsError(.invalidArgument, reply.message) }
+                    return token
+                }
                 var scope: Bookmark.SecurityScope?
-                if securityScope || readOnly || issuedTo != nil {
+                if scoped {
                     scope = Bookmark.SecurityScope(issuedTo: issuedTo ?? "uid:\(getuid())", readOnly: readOnly)
                 }
-                let place = document.place
                 let bookmark = Bookmark(item: document.item, container: place.container.rawValue, scope: place.scope.rawValue,
                                         path: place.path, backing: backing, storeID: key.storeID, securityScope: scope)
                 return BookmarkToken.encode(bookmark, key: key)
@@ -80,6 +92,7 @@ struct BookmarkCommand: ParsableCommand {
         func run() throws {
             let resolution = try reportingErrors { () throws(DocfsError) -> BookmarkResolution in
                 let text = token.trimmingCharacters(in: .whitespacesAndNewlines)
+                if let viaDaemon = try resolvedByDaemon(text) { return viaDaemon }
                 let (layout, mountPoint, bookmark) = try findStore(of: text)
                 let index = try IndexAccess.open(layout)
                 return try BookmarkResolution.find(bookmark, index: index, store: layout,
@@ -97,6 +110,19 @@ struct BookmarkCommand: ParsableCommand {
                 lines.append(("scope", "none (not security-scoped)"))
             }
             for (label, value) in lines { PlainOutput.line("\((label + ":").padding(10)) \(value)") }
+        }
+
+        /// The named store's daemon's answer, when this user cannot read that store's key (root
+        /// serves the user's store); nil when the key is readable or no store is named.
+        private func resolvedByDaemon(_ text: String) throws(DocfsError) -> BookmarkResolution? {
+            guard location.store != nil || location.mountPoint != nil else { return nil }
+            let (layout, _) = try location.resolve()
+            guard access(layout.bookmarkKeyFile, R_OK) != 0 && errno == EACCES else { return nil }
+            var request = ControlRequest(kind: .resolveBookmark, path: "")
+            request.token = text
+            guard let reply = try? ControlClient.send(request, to: layout) else { return nil }
+            guard reply.ok, let report = reply.resolution else { throw DocfsError(.invalidArgument, reply.message) }
+            return BookmarkResolution(report: report)
         }
 
         /// The store the token belongs to, and what it says: the one named (--store or a mount
@@ -131,12 +157,12 @@ struct BookmarkCommand: ParsableCommand {
 /// Where the item a bookmark names is now (from the index, which every write updates before it
 /// returns), and whether the bookmark is stale.
 struct BookmarkResolution {
-    struct ScopeReport: Encodable {
+    struct ScopeReport: Codable {
         var issuedTo: String
         var readOnly: Bool
     }
 
-    struct Report: Encodable {
+    struct Report: Codable {
         var path: String
         var stale: Bool
         var staleBecause: [String]

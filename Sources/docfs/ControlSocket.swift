@@ -21,6 +21,9 @@ struct ControlRequest: Codable {
         case mount
         /// A picker mode: open, import, move or export a document.
         case pick
+        /// Make a bookmark of the item at `place`, or resolve `token` (for a user who cannot
+        /// read the store's key: `BookmarkRequests`).
+        case bookmark, resolveBookmark
 
         /// Requests about a container rather than an item.
         var isContainerChange: Bool { self == .createContainer || self == .renameContainer || self == .deleteContainer }
@@ -45,6 +48,9 @@ struct ControlRequest: Codable {
     var place: PlaceRequest? = nil
     /// The app whose view a watch's `path` is in; nil for the user view.
     var view: String? = nil
+    /// The security scope a bookmark asks for; the token to resolve.
+    var bookmarkScope: BookmarkScopeRequest? = nil
+    var token: String? = nil
     /// The protocol the sender speaks (`ControlProtocol.version`); nil from a docfs before it had one.
     var protocolVersion: Int? = ControlProtocol.version
 
@@ -123,6 +129,9 @@ struct ControlReply: Codable {
     var progress: [Int]? = nil
     /// The outcome of an index rebuild or check (its last line).
     var index: IndexWalkOutcome? = nil
+    /// The bookmark token made, or where a resolved bookmark's item is.
+    var token: String? = nil
+    var resolution: BookmarkResolution.Report? = nil
 }
 
 /// What the daemon's coordinator holds (`docfs status` shows it): whether the item asked about
@@ -202,6 +211,12 @@ final class ControlServer: @unchecked Sendable {
             let error = DocfsError(.storeUnavailable, "cannot listen on \(store.controlSocket)", cause: DocfsError.errno("bind"))
             Glibc.close(fd)
             throw error
+        }
+        // Root serving another user's store: the store's owner may talk to the daemon too
+        // (bookmarks made with a key only root reads, `docfs status`); the socket stays 0600.
+        var owner = stat()
+        if getuid() == 0, stat(store.root, &owner) == 0, owner.st_uid != 0 {
+            _ = address.path.withCString { chown($0, owner.st_uid, owner.st_gid) }
         }
         listener = fd
     }

@@ -30,6 +30,8 @@ final class Daemon: Sendable {
     private let mounts = Mutex<[ServedMount]>([])
     /// The store's watcher, nil when inotify could not watch the store at all.
     private let watcher: StoreWatcher?
+    /// The store's index (also the stitcher's), for bookmarks resolved for other users.
+    private let index: IndexDatabase?
     /// Signalled each time a mount's session ends.
     private let ended = ThreadSemaphore()
 
@@ -42,6 +44,10 @@ final class Daemon: Sendable {
 
     init(storePath: String, mountPoint: String, app: ContainerID?, options: FUSEMount.Options, logLevel: Logger.Level) throws(DocfsError) {
         umask(0)  // the kernel already applied the caller's umask
+        // Before any thread is made (logging, the index, thumbnail workers): a thread made with
+        // the signals unblocked could take a SIGTERM, whose default action ends the daemon
+        // without unmounting (as `kill` from a shell or systemd's stop did).
+        SignalThread.blockTerminationSignals()
         signal(SIGPIPE, SIG_IGN)  // a launcher or log reader that went away must not kill the daemon
         Self.raiseDescriptorLimit()
         Self.presizeDescriptorTable()
@@ -65,6 +71,7 @@ final class Daemon: Sendable {
         watcher = Self.makeWatcher(store: store, rechecks: rechecks, logger: logger)
         timeout = options.cacheTimeout ?? (watcher == nil ? Self.unwatchedCacheTimeout : Self.watchedCacheTimeout)
         let index = try Self.openIndex(store: store, logger: logger)
+        self.index = index
         shared = try ServedStore(store: store, index: index,
                                  thumbnailWorker: options.thumbnails ? [BackgroundLauncher.executablePath(), "thumbnail-worker"] : nil,
                                  storeRechecks: rechecks)
@@ -77,7 +84,6 @@ final class Daemon: Sendable {
         shared.onIndexFailure { error in
             indexLogger.error("the index could not be updated (queries may miss this change until the next mount, or `docfs index rebuild`): \(error)")
         }
-        SignalThread.blockTerminationSignals()
         try addMount(at: mountPoint, app: app)
         let log = logger
         let primary = self.primary
@@ -237,6 +243,15 @@ final class Daemon: Sendable {
                 }
                 message = try ContainerCommand.apply(request, filesystem: primary, invalidate: invalidate)
             } else {
+                if request.kind == .bookmark {
+                    let token = try BookmarkRequests.create(request, store: shared.store, caller: caller)
+                    return ControlReply(ok: true, message: "bookmark", token: token)
+                }
+                if request.kind == .resolveBookmark {
+                    let report = try BookmarkRequests.resolve(request, store: shared.store, index: index,
+                                                              mountPoint: mount(of: primary)?.mountPoint)
+                    return ControlReply(ok: true, message: "resolved", resolution: report)
+                }
                 guard let number = request.item, let item = ItemID(text: String(number)) else {
                     throw DocfsError(.invalidArgument, "\(request.item.map(String.init) ?? "none") is not an item id")
                 }

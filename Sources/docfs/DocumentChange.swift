@@ -33,7 +33,8 @@ enum DocumentChange {
             invalidate(try DocumentRestorer(view: filesystem).resolveConflict(path: request.path, place: try request.place?.place(), item: item,
                                                       keep: request.version, caller: caller))
             return "resolved the conflict of \(request.path)" + (request.version.map { ", keeping version \($0)" } ?? "")
-        case .watch, .claims, .author, .rebuildIndex, .checkIndex, .createContainer, .renameContainer, .deleteContainer, .mount, .pick:
+        case .watch, .claims, .author, .rebuildIndex, .checkIndex, .createContainer, .renameContainer, .deleteContainer, .mount, .pick,
+             .bookmark, .resolveBookmark:
             throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request changes nothing")
         }
     }

@@ -199,20 +199,26 @@ import Glibc
         #expect(own.areOwn([.attributes(chmodded)]) == [true])
     }
 
+    /// A document "doc" made and saved once through docfs: its entry, its backing path, and the
+    /// watcher's change for a close of it.
+    private func documentSavedOnce() throws -> (Entry, String, StoreWatcher.Change) {
+        let (entry, created) = try filesystem.create(parent: 1, name: "doc", mode: 0o644, flags: O_WRONLY, caller: .daemon)
+        _ = try filesystem.write(created.handle, bytes: Array("save 1".utf8), offset: 0)
+        try filesystem.flush(created.handle)
+        filesystem.release(created.handle)
+        let documents = StoreLayout(root: directory).documentsDirectory(.userDefault)
+        var folderState = stat()
+        #expect(lstat(documents, &folderState) == 0)
+        let folder = StoreWatcher.Folder(device: UInt64(folderState.st_dev), inode: UInt64(folderState.st_ino))
+        return (entry, documents + "/doc", .content(path: documents + "/doc", folder: folder, name: "doc"))
+    }
+
     /// The watcher samples a file's state before it judges whose change it was. A write through
     /// docfs that ends in between leaves a record newer than the sample: the change is still
     /// docfs's own, judged again by the file's state now. A write behind docfs's back is not.
     @Test func aStateSampledBeforeDocfsFinishedWritingIsStillItsOwnChange() throws {
         defer { cleanUp() }
-        let (entry, created) = try filesystem.create(parent: 1, name: "doc", mode: 0o644, flags: O_WRONLY, caller: .daemon)
-        _ = try filesystem.write(created.handle, bytes: Array("save 1".utf8), offset: 0)
-        try filesystem.flush(created.handle)
-        filesystem.release(created.handle)
-        let path = StoreLayout(root: directory).documentsDirectory(.userDefault) + "/doc"
-        var folderState = stat()
-        #expect(lstat(StoreLayout(root: directory).documentsDirectory(.userDefault), &folderState) == 0)
-        let folder = StoreWatcher.Folder(device: UInt64(folderState.st_dev), inode: UInt64(folderState.st_ino))
-        let closed = StoreWatcher.Change.content(path: path, folder: folder, name: "doc")
+        let (entry, path, closed) = try documentSavedOnce()
 
         let writer = try filesystem.open(entry.node, flags: O_WRONLY | O_TRUNC, caller: .daemon)
         var midWrite = stat()
@@ -239,16 +245,7 @@ import Glibc
     /// nothing to look at again.
     @Test func aChangeBehindTheMountBetweenAWritersCloseAndItsReleaseIsSeen() throws {
         defer { cleanUp() }
-        let (entry, created) = try filesystem.create(parent: 1, name: "doc", mode: 0o644, flags: O_WRONLY, caller: .daemon)
-        _ = try filesystem.write(created.handle, bytes: Array("save 1".utf8), offset: 0)
-        try filesystem.flush(created.handle)
-        filesystem.release(created.handle)
-        let documents = StoreLayout(root: directory).documentsDirectory(.userDefault)
-        let path = documents + "/doc"
-        var folderState = stat()
-        #expect(lstat(documents, &folderState) == 0)
-        let folder = StoreWatcher.Folder(device: UInt64(folderState.st_dev), inode: UInt64(folderState.st_ino))
-        let closed = StoreWatcher.Change.content(path: path, folder: folder, name: "doc")
+        let (entry, path, closed) = try documentSavedOnce()
         func writeBehind(_ text: String) {
             let outside = open(path, O_WRONLY | O_TRUNC)
             #expect(outside >= 0)

@@ -9,10 +9,6 @@ import Glibc
 /// used past its limit, so walks of a tree many times bigger than its descriptor limit finish
 /// without EMFILE. (`scripts/bench --only scale` walks a million items.)
 @Suite(.needsRootAndFUSE) struct BigTreeTests {
-    private func openDescriptors(_ pid: pid_t) -> Int {
-        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
-    }
-
     @Test func walksOfATreeBiggerThanTheDescriptorLimitFinish() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }

@@ -82,6 +82,41 @@ import Glibc
         #expect(gone.status == 1 && gone.output.contains("is gone"), "\(gone.output)")
     }
 
+    /// Root serves another user's store (issue 21 §4): the store's key and index are root's,
+    /// and that user's `docfs bookmark create|resolve` goes through the daemon, which makes
+    /// bookmarks only of files the user may read.
+    @Test func anotherUsersBookmarksWorkThroughARootDaemon() throws {
+        let fixture = try MountFixture(mount: false)
+        defer { fixture.tearDown() }
+        try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
+        #expect(chown(fixture.store, 65534, 65534) == 0)
+        try fixture.start()
+        try write("mine\n", to: fixture.path("mine.txt"))
+        #expect(chown(fixture.path("mine.txt"), 65534, 65534) == 0)
+        try write("root's\n", to: fixture.path("secret.txt"))
+        #expect(chmod(fixture.path("secret.txt"), 0o600) == 0)
+        let asNobody = "setpriv --reuid=65534 --regid=65534 --clear-groups '\(MountFixture.binary)'"
+        // The key is root's: nobody cannot read it.
+        #expect(try shell("setpriv --reuid=65534 --regid=65534 --clear-groups cat '\(fixture.store)/keys/bookmarks.key'").status != 0)
+
+        let made = try shell("\(asNobody) bookmark create '\(fixture.documents)/mine.txt' 2>&1")
+        #expect(made.status == 0 && made.output.hasPrefix("docfs-bm1:"), "\(made.output)")
+        let token = made.output.trimmingCharacters(in: .whitespacesAndNewlines)
+        let resolved = try shell("\(asNobody) bookmark resolve --json '\(token)' --store '\(fixture.store)' 2>&1")
+        #expect(resolved.status == 0, "\(resolved.output)")
+        let first = try JSONDecoder().decode(Resolved.self, from: Data(resolved.output.utf8))
+        #expect(first.path.hasSuffix("/mine.txt") && !first.stale, "\(resolved.output)")
+        #expect(rename(fixture.path("mine.txt"), fixture.path("moved.txt")) == 0)
+        let again = try shell("\(asNobody) bookmark resolve --json '\(token)' --store '\(fixture.store)' 2>&1")
+        let second = try JSONDecoder().decode(Resolved.self, from: Data(again.output.utf8))
+        #expect(second.path.hasSuffix("/moved.txt") && second.stale, "\(again.output)")
+        // A file nobody may not read gets no bookmark; a forged token is refused.
+        let refused = try shell("\(asNobody) bookmark create '\(fixture.documents)/secret.txt' 2>&1")
+        #expect(refused.status != 0, "\(refused.output)")
+        let forged = try shell("\(asNobody) bookmark resolve '\(token.dropLast(4))AAAA' --store '\(fixture.store)' 2>&1")
+        #expect(forged.status != 0, "\(forged.output)")
+    }
+
     @Test func foldersAndTheRootHaveBookmarksThatUsersCannotSet() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }

@@ -140,6 +140,26 @@ import Glibc
         #expect(refused.contains("\"ok\":false") && refused.contains("protocol 1") && refused.contains("mount again"), "\(refused)")
     }
 
+    /// A daemon started from a shell (signals unblocked, as under systemd) and sent SIGTERM as
+    /// soon as its mount is there unmounts and exits 0: no thread of it takes the signal's
+    /// default action (which once ended it without unmounting).
+    @Test func aDaemonStartedFromAShellUnmountsOnSIGTERM() throws {
+        let fixture = try MountFixture(mount: false)
+        defer { fixture.tearDown() }
+        let script = """
+        for i in 1 2 3 4 5; do
+          '\(MountFixture.binary)' mount --foreground --store '\(fixture.store)' '\(fixture.mountPoint)' >> '\(fixture.daemonLog)' 2>&1 &
+          pid=$!
+          for k in $(seq 1 500); do grep -q " \(fixture.mountPoint) " /proc/mounts && break; sleep 0.01; done
+          kill -TERM $pid; wait $pid; echo "exit $?"
+          for k in $(seq 1 500); do grep -q " \(fixture.mountPoint) " /proc/mounts || break; sleep 0.01; done
+        done
+        """
+        let run = try shell(script)
+        #expect(run.output.split(separator: "\n").filter { $0.hasPrefix("exit ") } == Array(repeating: "exit 0", count: 5), "\(run.output)")
+        #expect(!MountFixture.isMounted(fixture.mountPoint))
+    }
+
     @Test(arguments: [SIGTERM, SIGINT])
     func signalsUnmountCleanly(_ signal: Int32) throws {
         let fixture = try MountFixture()

@@ -8,10 +8,6 @@ import Glibc
 /// descriptor in the daemon, and when the kernel forgets them (forget, forget_multi) the
 /// descriptors are released. Counted from outside through /proc/PID/fd.
 @Suite(.needsRootAndFUSE) struct LookupCountingTests {
-    private func openDescriptors(_ pid: pid_t) -> Int {
-        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
-    }
-
     @Test func forgottenNodesReleaseTheirDescriptors() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }

@@ -235,3 +235,8 @@ extension Trait where Self == ConditionTrait {
                  "mount tests need root and /dev/fuse: run them as root (CI does), e.g. sudo scripts/test")
     }
 }
+
+/// How many descriptors process `pid` has open (-1 when it cannot tell).
+func openDescriptors(_ pid: pid_t) -> Int {
+    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
+}
