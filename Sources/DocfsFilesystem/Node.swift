@@ -264,11 +264,16 @@ final class NodeTable: Sendable {
             // it even while it is some process's working directory, whose getcwd(3) then fails.
             var files: [(used: UInt64, id: NodeID)] = [], folders: [(used: UInt64, id: NodeID)] = []
             files.reserveCapacity(state.slots.count)
-            for (id, slot) in state.slots where id != rootID && slot.asked <= recentlyAsked {
+            var folderCount = 0
+            for (id, slot) in state.slots where id != rootID {
+                if slot.node.isDirectory { folderCount += 1 }
+                guard slot.asked <= recentlyAsked else { continue }
                 if slot.node.isDirectory { folders.append((slot.used, id)) } else { files.append((slot.used, id)) }
             }
             var chosen = Self.smallest(min(excess, files.count), of: &files)
-            if chosen.count < excess && !folders.isEmpty {
+            // Folders only when they alone are past the limit (files asked about but not yet
+            // forgotten by the kernel are no reason: their FORGETs are on their way).
+            if chosen.count < excess && folderCount > limit - roundSize && !folders.isEmpty {
                 chosen += Self.smallest(min(excess - chosen.count, folders.count), of: &folders)
                 _ = folderWarning.compareExchange(expected: 0, desired: 1, ordering: .relaxed)
             }
