@@ -63,6 +63,7 @@ public final class ServedStore: Sendable {
         self.storeRechecks = storeRechecks
         identity = ItemIdentity(allocator: store.itemIDs, ownChanges: ownChanges)
         sessions = WriteSessions(versions: store.versions)
+        sessions.restoreAuthors(VersionMakers.load(store.layout))
         paths = StorePaths(containersPath: try Self.containersPath(of: store))
         let catalog = ContainerCatalog(registry: ContainerRegistry(layout: store.layout))
         containerFolders = ContainerFolders(catalog: catalog, layout: store.layout)
@@ -138,6 +139,7 @@ public final class ServedStore: Sendable {
     }
 
     private func finish() {
+        saveMakers()
         identity.pending.storeAll()
         thumbnailer?.stop()
         userThumbnailWorker?.shutDown()
@@ -147,6 +149,17 @@ public final class ServedStore: Sendable {
     /// Where thumbnail problems are reported (a worker that crashed or ran out of time).
     public func onThumbnailProblem(_ sink: @escaping @Sendable (String) -> Void) {
         thumbnailer?.onProblem(sink)
+    }
+
+    /// Writes who made the current versions to the store, when that changed (see
+    /// `VersionMakers`); the daemon calls this every few seconds.
+    public func saveMakers() {
+        guard let entries = sessions.takeAuthorsIfChanged() else { return }
+        do throws(DocfsError) {
+            try VersionMakers.save(entries, to: store.layout)
+        } catch {
+            problemSink("could not save who made the current versions (docfs versions will not name them after a restart): \(error)")
+        }
     }
 
     /// Who made version `version` of `item` (its current content), if this daemon saw it made.

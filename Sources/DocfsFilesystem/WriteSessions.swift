@@ -79,6 +79,8 @@ final class WriteSessions: Sendable {
         var writerHandles: [UInt64: Node] = [:]
         /// Who made the current version of recently written items (bounded).
         var authors: [ItemID: (version: UInt64, author: Author)] = [:]
+        /// Whether `authors` changed since `takeAuthorsIfChanged` last took them.
+        var authorsChanged = false
         /// When items' content was last kept by a session, and the delta it is, if it is one
         /// (for thinning, and for saving into it; bounded). Only this daemon's sessions keep
         /// deltas, so the newest previous version of an item listed here is a delta exactly
@@ -414,6 +416,25 @@ final class WriteSessions: Sendable {
         state.withLock { state in
             if state.authors.count > 65536 { state.authors.removeAll(keepingCapacity: true) }
             state.authors[item] = (version, author)
+            state.authorsChanged = true
+        }
+    }
+
+    /// Every maker known, when they changed since the last call (nil otherwise).
+    func takeAuthorsIfChanged() -> [VersionMakers.Entry]? {
+        state.withLock { state in
+            guard state.authorsChanged else { return nil }
+            state.authorsChanged = false
+            return state.authors.map { VersionMakers.Entry(item: $0.key.rawValue, version: $0.value.version, author: $0.value.author) }
+        }
+    }
+
+    /// Makers a previous daemon saved (those this one knows already win).
+    func restoreAuthors(_ entries: [VersionMakers.Entry]) {
+        state.withLock { state in
+            for entry in entries.prefix(65536) where state.authors[ItemID(rawValue: entry.item)] == nil {
+                state.authors[ItemID(rawValue: entry.item)] = (entry.version, entry.author)
+            }
         }
     }
 

@@ -102,6 +102,15 @@ final class Daemon: Sendable {
         if let watcher { watch(watcher) }
         let rotationLogger = logger
         DaemonLogRotation.start(path: store.layout.daemonLog, limit: logPolicy.maximumSize) { rotationLogger.notice("\($0)") }
+        // Who made the current versions goes to the store every few seconds (VersionMakers).
+        let makers = shared
+        DetachedThread.start {
+            let tick = ThreadSemaphore()
+            while true {
+                tick.wait(seconds: Self.makersInterval)
+                makers.saveMakers()
+            }
+        }
         logger.notice("serving \(store.layout.root) at \(mountPoint)\(app.map { " (the app view of \($0))" } ?? "") (pid \(getpid()))")
     }
 
@@ -186,6 +195,8 @@ final class Daemon: Sendable {
     static let watchedCacheTimeout: Double = 10
     /// Without the watcher, changes made in the store behind docfs show after this long.
     static let unwatchedCacheTimeout: Double = 1
+    /// Seconds between saves of who made the current versions.
+    static let makersInterval: Double = 5
 
     /// Watches for uncoordinated writers (C5) in the store's containers; nil (with a warning)
     /// when inotify cannot.

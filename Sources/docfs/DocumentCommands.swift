@@ -195,11 +195,14 @@ struct VersionsCommand: ParsableCommand {
         print("kept versions of this document take \(rows.reduce(0) { $0 + $1.stored }) bytes; of the store, \(store.storedSize()) bytes")
     }
 
-    /// Who made the current version, as the daemon serving the store saw it (nil without one).
+    /// Who made the current version: as the daemon serving the store knows it, else as the
+    /// last daemon saved it (`VersionMakers`).
     private func currentAuthor(of document: LocatedDocument, version: UInt64) -> Author? {
-        guard StoreLock.holder(of: document.store) != nil else { return nil }
-        let request = ControlRequest(kind: .author, path: "", item: document.item.rawValue, version: version)
-        return (try? ControlClient.send(request, to: document.store))?.author
+        if StoreLock.holder(of: document.store) != nil {
+            let request = ControlRequest(kind: .author, path: "", item: document.item.rawValue, version: version)
+            if let author = (try? ControlClient.send(request, to: document.store))?.author { return author }
+        }
+        return VersionMakers.maker(of: document.item, version: version, in: document.store)
     }
 
     /// `--show`: kept version `version`'s content on standard output.

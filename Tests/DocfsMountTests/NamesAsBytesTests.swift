@@ -93,6 +93,23 @@ import Glibc
             #expect(try Self.jsonBytes(resolved, key: "path").first.map { $0.hasSuffix(Self.hex(name.bytes)) } == true)
         }
 
+        // The picker: an app gets a reference to one and a copy of another, each under the
+        // exact name, which the index records exactly.
+        #expect(try shell("\(docfs) container create com.example.Notes --name Notes '\(fixture.mountPoint)'").status == 0)
+        let opened = try shell("\(docfs) pick --app com.example.Notes --open \(Self.names[2].word)", in: fixture.mountPoint)
+        #expect(opened.status == 0, "\(opened.output)")
+        let imported = try shell("\(docfs) pick --app com.example.Notes --import \(Self.names[0].word)", in: fixture.mountPoint)
+        #expect(imported.status == 0, "\(imported.output)")
+        let picked = fixture.root + "/picked.json"
+        #expect(try shell("\(docfs) query 'container == \"com.example.Notes\"' --scope all --json --store '\(fixture.store)' > '\(picked)'").status == 0)
+        let pickedPaths = try Self.jsonBytes(picked, key: "path")
+        // The copy's path in its documents scope; the reference's in the app (external scope).
+        #expect(Set(pickedPaths) == [Self.hex(Array("/".utf8) + Self.names[0].bytes), Self.hex(Array("/Documents/".utf8) + Self.names[2].bytes)],
+                "\(pickedPaths) \((try? String(contentsOfFile: picked, encoding: .utf8)) ?? "")")
+        let appFiles = try shell("python3 -c 'import os; [print(n.hex()) for n in sorted(os.listdir(b\".\"))]'",
+                                 in: fixture.store + "/containers/com.example.Notes/Documents")
+        #expect(Set(appFiles.output.split(separator: "\n").map(String.init)) == [Self.hex(Self.names[0].bytes), Self.hex(Self.names[2].bytes)])
+
         // Watched: made through the mount and behind it, each event with its exact name.
         let watcher = try WatchTests.Watcher(fixture.mountPoint, in: fixture)
         defer { watcher.stop() }

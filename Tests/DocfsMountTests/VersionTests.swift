@@ -88,6 +88,27 @@ import Glibc
         let lines = table.split(separator: "\n")
         #expect(lines.contains { $0.hasPrefix("2 ") && $0.hasSuffix(", tee") } && lines.contains { $0.hasPrefix("1 ") && $0.hasSuffix(", sh") },
                 "\(table)")
+        // Saved in the store (versions/makers.json): known with no daemon, after the daemon
+        // restarts, and to the next save, which keeps version 2 with who made it although this
+        // daemon never saw it made.
+        fixture.stop()
+        rows = try versionsJSON(fixture, fixture.documents + "/log.txt")
+        #expect(rows.first { $0.version == 2 }?.command == "tee", "with no daemon: \(rows)")
+        try fixture.start()
+        rows = try versionsJSON(fixture, f)
+        #expect(rows.first { $0.version == 2 }?.command == "tee" && rows.first { $0.version == 1 }?.command == "sh", "\(rows)")
+        #expect(try shell("echo third | dd of='\(f)' status=none").status == 0)
+        rows = try versionsJSON(fixture, f)
+        #expect(rows.map(\.version) == [3, 2, 1] && rows[0].command == "dd" && rows[1].command == "tee", "\(rows)")
+        // Saved every few seconds while the daemon runs, so a daemon killed after that loses nothing.
+        #expect(try shell("sh -c 'echo new > \"\(fixture.path("new.txt"))\"'").status == 0)
+        usleep(6_000_000)
+        kill(try #require(fixture.daemon).processIdentifier, SIGKILL)
+        fixture.daemon?.waitUntilExit()
+        fixture.stop()
+        try fixture.restartAfterCrash()
+        rows = try versionsJSON(fixture, fixture.path("new.txt"))
+        #expect(rows.count == 1 && rows[0].command == "sh", "after a killed daemon: \(rows)")
     }
 
     @Test func truncateByPathIsASession() throws {
