@@ -57,6 +57,9 @@ let package = Package(
         .target(name: "DocfsCoordination", dependencies: ["DocfsCore"]),
         .target(name: "DocfsIndex", dependencies: ["DocfsCore", .product(name: "GRDB", package: "GRDB.swift")]),
         .target(name: "DocfsThumbnails", dependencies: ["DocfsCore", "CLinux", "CVips", .product(name: "Crypto", package: "swift-crypto")]),
+        // The sync engine's side of many machines (DESIGN §9): the Remote interface and its
+        // in-memory implementation; the PostgreSQL remote will be a target of its own.
+        .target(name: "DocfsSync", dependencies: ["DocfsChunks"]),
         .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsIndex", "DocfsProvider", "DocfsThumbnails", "CLinux"]),
         .target(
             name: "DocfsFUSE",
@@ -77,6 +80,7 @@ let package = Package(
         .testTarget(name: "DocfsChunksTests", dependencies: ["DocfsChunks"]),
         .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider"]),
         .testTarget(name: "DocfsThumbnailsTests", dependencies: ["DocfsThumbnails"]),
+        .testTarget(name: "DocfsSyncTests", dependencies: ["DocfsSync", "DocfsChunks"]),
         .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex", "DocfsThumbnails", .product(name: "Crypto", package: "swift-crypto")], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]

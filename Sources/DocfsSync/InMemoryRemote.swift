@@ -1,0 +1,109 @@
+import DocfsChunks
+import Synchronization
+
+/// A remote held in memory (issue 22 §0): what the PostgreSQL remote keeps, with the same
+/// answers, for fast tests of the sync engine without a kernel or a server. Several engines
+/// (several "machines") share one instance.
+///
+/// Lock order: `state` is a leaf lock.
+public final class InMemoryRemote: Remote {
+    private struct State {
+        var chunks: [ChunkDigest: [UInt8]] = [:]
+        var log: [RemoteChange] = []
+        /// Each item's current version, and the highest number it has given.
+        var current: [UInt64: RemoteVersion] = [:]
+        var numbers: [UInt64: UInt64] = [:]
+        var operations: [String: RemoteCommitOutcome] = [:]
+        var values: [String: [String: [UInt8]]] = [:]
+        var sequence: UInt64 = 0
+
+        mutating func nextSequence() -> UInt64 {
+            sequence += 1
+            return sequence
+        }
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public func changes(after anchor: RemoteAnchor, limit: Int) throws(RemoteError) -> (changes: [RemoteChange], next: RemoteAnchor) {
+        guard limit > 0 else { throw RemoteError(.refused, "a page of changes holds at least one") }
+        return state.withLock { state in
+            // The log is in sequence order: the first change past the anchor, by bisection.
+            var low = 0, high = state.log.count
+            while low < high {
+                let middle = (low + high) / 2
+                if state.log[middle].sequence <= anchor.sequence { low = middle + 1 } else { high = middle }
+            }
+            let page = Array(state.log[low..<min(state.log.count, low + limit)])
+            return (page, page.last.map { RemoteAnchor(sequence: $0.sequence) } ?? anchor)
+        }
+    }
+
+    public func missingChunks(_ digests: [ChunkDigest]) throws(RemoteError) -> [ChunkDigest] {
+        state.withLock { state in digests.filter { state.chunks[$0] == nil } }
+    }
+
+    public func putChunk(_ digest: ChunkDigest, bytes: [UInt8]) throws(RemoteError) {
+        guard bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
+            throw RemoteError(.refused, "chunk \(digest): its bytes have another digest")
+        }
+        state.withLock { state in
+            if state.chunks[digest] == nil { state.chunks[digest] = bytes }
+        }
+    }
+
+    public func fetchChunk(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8] {
+        guard let bytes = state.withLock({ $0.chunks[digest] }) else {
+            throw RemoteError(.notFound, "the remote holds no chunk \(digest)")
+        }
+        return bytes
+    }
+
+    public func commit(_ proposal: RemoteVersion, operation: String) throws(RemoteError) -> RemoteCommitOutcome {
+        guard let digests = proposal.chunks else { throw RemoteError(.refused, "the manifest of item \(proposal.item) names chunks wrongly") }
+        guard proposal.item > 0, proposal.path.hasPrefix("/") else {
+            throw RemoteError(.refused, "a version needs an item id and a path starting with /")
+        }
+        return try state.withLock { (state: inout State) throws(RemoteError) -> RemoteCommitOutcome in
+            if let outcome = state.operations[operation] { return outcome }
+            let missing = digests.filter { state.chunks[$0] == nil }
+            guard missing.isEmpty else {
+                throw RemoteError(.missingChunks(missing), "\(missing.count) chunks of item \(proposal.item) are not on the remote yet")
+            }
+            var version = proposal
+            let current = state.current[proposal.item]?.number ?? 0
+            version.number = (state.numbers[proposal.item] ?? 0) + 1
+            state.numbers[proposal.item] = version.number
+            version.conflict = proposal.base != current
+            let sequence = state.nextSequence()
+            if !version.conflict { state.current[proposal.item] = version }
+            state.log.append(RemoteChange(sequence: sequence, version: version))
+            let outcome: RemoteCommitOutcome = version.conflict
+                ? .conflict(version: version.number, sequence: sequence) : .current(version: version.number, sequence: sequence)
+            state.operations[operation] = outcome
+            return outcome
+        }
+    }
+
+    public func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {
+        state.withLock { $0.current[item] }
+    }
+
+    public func value(forKey key: String, in container: String) throws(RemoteError) -> [UInt8]? {
+        state.withLock { $0.values[container]?[key] }
+    }
+
+    @discardableResult
+    public func setValue(_ value: [UInt8]?, forKey key: String, in container: String) throws(RemoteError) -> UInt64 {
+        state.withLock { state in
+            state.values[container, default: [:]][key] = value
+            return state.nextSequence()
+        }
+    }
+
+    public func keys(in container: String) throws(RemoteError) -> [String] {
+        state.withLock { ($0.values[container] ?? [:]).keys.sorted() }
+    }
+}

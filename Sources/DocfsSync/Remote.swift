@@ -1,0 +1,67 @@
+import DocfsChunks
+
+/// What a machine's sync engine needs of the place its store is linked to (DESIGN §9, issue 22
+/// §0): the change log read from an anchor, chunks put and fetched (each stored once, named by
+/// its digest), versions committed with a compare-and-swap on their base, and each container's
+/// key-value store. Two implementations sit behind it: `InMemoryRemote`, for kernel-free and
+/// server-free tests of the engine, and PostgreSQL; one conformance suite runs against both.
+///
+/// Calls block the calling thread (the sync engine's own, never a FUSE worker's) and are safe
+/// from several threads. A call that fails for the network may be retried; a commit carries an
+/// operation id, so a retry after a lost answer is applied once.
+public protocol Remote: Sendable {
+    /// The changes committed after `anchor`, oldest first, at most `limit`, and the anchor to
+    /// read from next (past the last one given; `anchor` itself when there are none).
+    func changes(after anchor: RemoteAnchor, limit: Int) throws(RemoteError) -> (changes: [RemoteChange], next: RemoteAnchor)
+
+    /// Which of `digests` the remote does not hold (what an upload must put first).
+    func missingChunks(_ digests: [ChunkDigest]) throws(RemoteError) -> [ChunkDigest]
+
+    /// Stores a chunk; its bytes must have the digest it is named by. Putting one the remote
+    /// holds already changes nothing.
+    func putChunk(_ digest: ChunkDigest, bytes: [UInt8]) throws(RemoteError)
+
+    /// A chunk's bytes.
+    func fetchChunk(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8]
+
+    /// Commits `proposal` (its `number` is ignored) once every chunk of its manifest is held:
+    /// the item's current version when its base is the current one, else a conflict version.
+    /// `operation` names the attempt: the same operation committed again answers the first
+    /// outcome and adds nothing to the log.
+    func commit(_ proposal: RemoteVersion, operation: String) throws(RemoteError) -> RemoteCommitOutcome
+
+    /// The item's current version (a tombstone when it was deleted); nil when it never was.
+    func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion?
+
+    /// A container's key-value store (issue 24 builds on these): a value, nil when absent.
+    func value(forKey key: String, in container: String) throws(RemoteError) -> [UInt8]?
+    /// Sets (or with nil, removes) a key's value; answers the sequence the change took.
+    @discardableResult
+    func setValue(_ value: [UInt8]?, forKey key: String, in container: String) throws(RemoteError) -> UInt64
+    /// A container's keys, sorted.
+    func keys(in container: String) throws(RemoteError) -> [String]
+}
+
+/// Why a remote call failed, in words, with what to do.
+public struct RemoteError: Error, Equatable, CustomStringConvertible, Sendable {
+    public enum Kind: Equatable, Sendable {
+        /// The remote cannot be reached now (worth retrying with backoff).
+        case unreachable
+        /// The remote refused the request as it stands (bad input; retrying will not help).
+        case refused
+        /// A commit names chunks the remote does not hold: put them, then commit again.
+        case missingChunks([ChunkDigest])
+        /// No such chunk or item.
+        case notFound
+    }
+
+    public var kind: Kind
+    public var message: String
+
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+
+    public var description: String { message }
+}

@@ -1,0 +1,108 @@
+import DocfsChunks
+
+/// Where a machine is in a remote's change log: the changes after it are the ones it has yet to
+/// apply. Persisted by each machine; a change that commits late still comes after every anchor
+/// handed out before it (the remote orders its log by commit, DESIGN §9).
+public struct RemoteAnchor: Codable, Hashable, Comparable, Sendable {
+    public var sequence: UInt64
+
+    public init(sequence: UInt64) { self.sequence = sequence }
+
+    /// Before every change.
+    public static let start = RemoteAnchor(sequence: 0)
+
+    public static func < (a: RemoteAnchor, b: RemoteAnchor) -> Bool { a.sequence < b.sequence }
+}
+
+/// What an item is, as it travels.
+public enum RemoteItemKind: String, Codable, Sendable {
+    case file, folder, symlink
+}
+
+/// Who committed a version: the machine (its name) and the user there.
+public struct RemoteAuthor: Codable, Hashable, Sendable {
+    public var machine: String
+    public var user: String
+
+    public init(machine: String, user: String) {
+        self.machine = machine
+        self.user = user
+    }
+}
+
+/// One version of an item as a remote keeps it (DESIGN §9 `versions` joined with `items`):
+/// where the item is, its content as a manifest of chunks (a symlink's target is its one
+/// chunk), its modes, times and user attributes, and whether it is a conflict version or a
+/// tombstone. Paths and names are NameText.
+public struct RemoteVersion: Codable, Hashable, Sendable {
+    /// The document id, the same on every machine.
+    public var item: UInt64
+    public var container: String
+    /// `documents` or `data`.
+    public var scope: String
+    /// Within the scope, starting with `/`.
+    public var path: String
+    public var kind: RemoteItemKind
+    /// Given by the remote when the version commits (ignored in a proposal).
+    public var number: UInt64
+    /// The version this one was made from (0 for a new item): the remote's compare-and-swap.
+    public var base: UInt64
+    /// The content's chunks, in order (hex digests).
+    public var manifest: [String]
+    public var size: Int64
+    public var mode: UInt32
+    /// Seconds since the epoch.
+    public var modified: Double
+    /// `user.*` extended attributes (tags, comments, …), name to value.
+    public var attributes: [String: [UInt8]]
+    public var author: RemoteAuthor
+    /// A version that lost a race: kept beside the current content until resolved (C4).
+    public var conflict: Bool
+    /// The item was deleted (a tombstone).
+    public var deleted: Bool
+
+    public init(item: UInt64, container: String, scope: String = "documents", path: String, kind: RemoteItemKind,
+                number: UInt64 = 0, base: UInt64, manifest: [ChunkDigest], size: Int64, mode: UInt32 = 0o644,
+                modified: Double, attributes: [String: [UInt8]] = [:], author: RemoteAuthor, conflict: Bool = false,
+                deleted: Bool = false) {
+        self.item = item
+        self.container = container
+        self.scope = scope
+        self.path = path
+        self.kind = kind
+        self.number = number
+        self.base = base
+        self.manifest = manifest.map(\.hex)
+        self.size = size
+        self.mode = mode
+        self.modified = modified
+        self.attributes = attributes
+        self.author = author
+        self.conflict = conflict
+        self.deleted = deleted
+    }
+
+    /// The manifest's digests; nil when one is not a digest (a damaged answer).
+    public var chunks: [ChunkDigest]? {
+        let digests = manifest.compactMap { ChunkDigest(hex: $0) }
+        return digests.count == manifest.count ? digests : nil
+    }
+}
+
+/// One entry of a remote's change log: a version committed, in commit order.
+public struct RemoteChange: Codable, Hashable, Sendable {
+    public var sequence: UInt64
+    public var version: RemoteVersion
+
+    public init(sequence: UInt64, version: RemoteVersion) {
+        self.sequence = sequence
+        self.version = version
+    }
+}
+
+/// What became of a proposed version: the item's current version, or a conflict version (its
+/// base was no longer current: another machine committed first). Either way it is in the log.
+public enum RemoteCommitOutcome: Codable, Hashable, Sendable {
+    case current(version: UInt64, sequence: UInt64)
+    case conflict(version: UInt64, sequence: UInt64)
+}

@@ -1,0 +1,188 @@
+import DocfsChunks
+import DocfsSync
+import Dispatch
+import Synchronization
+import Testing
+
+/// The remotes a sync engine can be linked to, each run through the same suite (as JuiceFS
+/// runs one suite per metadata engine). The PostgreSQL remote joins this list when it exists.
+enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
+    case inMemory
+
+    var description: String { rawValue }
+
+    func make() throws -> any Remote {
+        switch self {
+        case .inMemory: InMemoryRemote()
+        }
+    }
+}
+
+/// What every `Remote` must answer (issue 22 §0): the change log read from anchors, chunks
+/// stored once and checked, commits with a compare-and-swap on their base (a lost race is a
+/// conflict version, never lost), retries applied once, and each container's key-value store.
+@Suite struct RemoteConformanceTests {
+    static let machineA = RemoteAuthor(machine: "a", user: "alice")
+    static let machineB = RemoteAuthor(machine: "b", user: "alice")
+
+    /// Puts `text` as one chunk and answers a proposal of it for `item` at `path` from `base`.
+    static func proposal(_ remote: any Remote, item: UInt64, path: String, text: String, base: UInt64,
+                         by author: RemoteAuthor = machineA) throws -> RemoteVersion {
+        let bytes = Array(text.utf8)
+        let digest = bytes.withUnsafeBytes { ChunkDigest(of: $0) }
+        try remote.putChunk(digest, bytes: bytes)
+        return RemoteVersion(item: item, container: "docfs.default", path: path, kind: .file, base: base,
+                             manifest: [digest], size: Int64(bytes.count), modified: 1_700_000_000, author: author)
+    }
+
+    @Test(arguments: RemoteUnderTest.allCases)
+    func committedVersionsAreListedInCommitOrderAfterAnyAnchor(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        #expect(try remote.changes(after: .start, limit: 10).changes.isEmpty)
+        var outcomes: [RemoteCommitOutcome] = []
+        for (index, name) in ["a.txt", "b.txt", "c.txt"].enumerated() {
+            let proposal = try Self.proposal(remote, item: UInt64(100 + index), path: "/" + name, text: name, base: 0)
+            outcomes.append(try remote.commit(proposal, operation: "create-\(name)"))
+        }
+        guard case .current(1, let first) = outcomes[0], case .current(1, let last) = outcomes[2] else {
+            Issue.record("\(outcomes)")
+            return
+        }
+        let all = try remote.changes(after: .start, limit: 10)
+        #expect(all.changes.map(\.version.path) == ["/a.txt", "/b.txt", "/c.txt"])
+        #expect(all.changes.map(\.sequence) == all.changes.map(\.sequence).sorted() && all.next.sequence == last)
+        // Pages: a reader that takes one at a time sees each change once, in order.
+        var anchor = RemoteAnchor.start
+        var seen: [String] = []
+        while true {
+            let page = try remote.changes(after: anchor, limit: 1)
+            if page.changes.isEmpty { break }
+            seen += page.changes.map(\.version.path)
+            anchor = page.next
+        }
+        #expect(seen == ["/a.txt", "/b.txt", "/c.txt"] && anchor.sequence == last)
+        #expect(try remote.changes(after: RemoteAnchor(sequence: first), limit: 10).changes.count == 2)
+        #expect(try remote.changes(after: all.next, limit: 10).changes.isEmpty)
+        #expect(throws: RemoteError.self) { try remote.changes(after: .start, limit: 0) }
+    }
+
+    @Test(arguments: RemoteUnderTest.allCases)
+    func chunksAreStoredOnceAndChecked(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        let bytes = Array("some content".utf8)
+        let digest = bytes.withUnsafeBytes { ChunkDigest(of: $0) }
+        let other = Array("other".utf8).withUnsafeBytes { ChunkDigest(of: $0) }
+        #expect(try remote.missingChunks([digest, other]) == [digest, other])
+        try remote.putChunk(digest, bytes: bytes)
+        try remote.putChunk(digest, bytes: bytes)  // again: nothing changes
+        #expect(try remote.missingChunks([digest, other]) == [other])
+        #expect(try remote.fetchChunk(digest) == bytes)
+        // Bytes that are not what the digest names are refused; an unknown chunk is not found.
+        #expect { try remote.putChunk(other, bytes: bytes) } throws: { ($0 as? RemoteError)?.kind == .refused }
+        #expect { try remote.fetchChunk(other) } throws: { ($0 as? RemoteError)?.kind == .notFound }
+        // A commit naming a chunk the remote lacks says which.
+        let proposal = RemoteVersion(item: 7, container: "docfs.default", path: "/x", kind: .file, base: 0,
+                                     manifest: [digest, other], size: 17, modified: 0, author: Self.machineA)
+        #expect { try remote.commit(proposal, operation: "x") } throws: { ($0 as? RemoteError)?.kind == .missingChunks([other]) }
+        #expect(try remote.currentVersion(of: 7) == nil)
+        #expect(try remote.changes(after: .start, limit: 10).changes.isEmpty)
+    }
+
+    /// Two machines save one document from the same base: the first commit is current, the
+    /// second a conflict version (kept, never lost); both are in the log for every machine.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aCommitFromAStaleBaseIsAConflictVersion(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        let created = try remote.commit(try Self.proposal(remote, item: 42, path: "/doc", text: "v1", base: 0), operation: "a1")
+        #expect(created == .current(version: 1, sequence: try #require(remote.changes(after: .start, limit: 1).changes.first?.sequence)))
+        let fromA = try remote.commit(try Self.proposal(remote, item: 42, path: "/doc", text: "v2 by a", base: 1), operation: "a2")
+        let fromB = try remote.commit(try Self.proposal(remote, item: 42, path: "/doc", text: "v2 by b", base: 1, by: Self.machineB),
+                                      operation: "b2")
+        guard case .current(2, _) = fromA, case .conflict(3, _) = fromB else {
+            Issue.record("\(fromA) \(fromB)")
+            return
+        }
+        let current = try #require(try remote.currentVersion(of: 42))
+        #expect(current.number == 2 && current.author == Self.machineA && !current.conflict)
+        let log = try remote.changes(after: .start, limit: 10).changes.map(\.version)
+        #expect(log.map(\.number) == [1, 2, 3] && log.map(\.conflict) == [false, false, true])
+        #expect(log[2].author == Self.machineB)
+        // Saving on from the current version is current again.
+        let next = try remote.commit(try Self.proposal(remote, item: 42, path: "/doc", text: "v4", base: 2), operation: "a4")
+        guard case .current(4, _) = next else {
+            Issue.record("\(next)")
+            return
+        }
+    }
+
+    /// Eight machines save one document from the same base at once: exactly one becomes
+    /// current, the seven others conflict versions, every number given once.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func simultaneousSavesFromOneBaseMakeOneCurrentVersion(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        _ = try remote.commit(try Self.proposal(remote, item: 77, path: "/shared", text: "base", base: 0), operation: "base")
+        let proposals = try (0..<8).map { machine in
+            try Self.proposal(remote, item: 77, path: "/shared", text: "from \(machine)", base: 1,
+                              by: RemoteAuthor(machine: "m\(machine)", user: "alice"))
+        }
+        let outcomes = Mutex<[RemoteCommitOutcome]>([])
+        DispatchQueue.concurrentPerform(iterations: proposals.count) { machine in
+            if let outcome = try? remote.commit(proposals[machine], operation: "m\(machine)") {
+                outcomes.withLock { $0.append(outcome) }
+            }
+        }
+        let all = outcomes.withLock { $0 }
+        let current = all.filter { if case .current = $0 { true } else { false } }
+        #expect(all.count == 8 && current.count == 1, "\(all)")
+        let numbers = try remote.changes(after: .start, limit: 20).changes.map(\.version.number)
+        #expect(numbers.sorted() == Array(1...9))
+    }
+
+    /// A commit retried after its answer was lost (same operation id) is applied once.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aRetriedCommitIsAppliedOnce(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        let proposal = try Self.proposal(remote, item: 9, path: "/once", text: "once", base: 0)
+        let first = try remote.commit(proposal, operation: "op-1")
+        let again = try remote.commit(proposal, operation: "op-1")
+        #expect(first == again)
+        #expect(try remote.changes(after: .start, limit: 10).changes.count == 1)
+        // A deletion is a tombstone version: the item's current version says so.
+        var tombstone = proposal
+        tombstone.base = 1
+        tombstone.deleted = true
+        tombstone.manifest = []
+        tombstone.size = 0
+        _ = try remote.commit(tombstone, operation: "op-2")
+        #expect(try remote.currentVersion(of: 9)?.deleted == true)
+        #expect(try remote.changes(after: .start, limit: 10).changes.last?.version.deleted == true)
+    }
+
+    @Test(arguments: RemoteUnderTest.allCases)
+    func eachContainerHasItsOwnKeyValueStore(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        #expect(try remote.value(forKey: "page", in: "com.example.Reader") == nil)
+        let first = try remote.setValue(Array("12".utf8), forKey: "page", in: "com.example.Reader")
+        let second = try remote.setValue(Array("dark".utf8), forKey: "theme", in: "com.example.Reader")
+        try remote.setValue(Array("x".utf8), forKey: "page", in: "com.example.Other")
+        #expect(second > first)
+        #expect(try remote.value(forKey: "page", in: "com.example.Reader") == Array("12".utf8))
+        #expect(try remote.keys(in: "com.example.Reader") == ["page", "theme"])
+        try remote.setValue(nil, forKey: "page", in: "com.example.Reader")
+        #expect(try remote.keys(in: "com.example.Reader") == ["theme"])
+        #expect(try remote.value(forKey: "page", in: "com.example.Other") == Array("x".utf8))
+    }
+
+    /// Bad proposals are refused with a reason and change nothing.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func badProposalsAreRefused(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        var proposal = try Self.proposal(remote, item: 5, path: "/ok", text: "ok", base: 0)
+        proposal.manifest = ["not a digest"]
+        #expect { try remote.commit(proposal, operation: "bad-1") } throws: { ($0 as? RemoteError)?.kind == .refused }
+        var noPath = try Self.proposal(remote, item: 5, path: "/ok", text: "ok", base: 0)
+        noPath.path = "relative"
+        #expect { try remote.commit(noPath, operation: "bad-2") } throws: { ($0 as? RemoteError)?.kind == .refused }
+        #expect(try remote.changes(after: .start, limit: 10).changes.isEmpty)
+    }
+}
