@@ -53,7 +53,7 @@ extension Filesystem {
                 ownChanges.changedFile(at: node.fd)
             }
             if writes { ownChanges.willWrite(node.key) }
-            let fd = Glibc.open(node.procPath, backingFlags(flags & ~Self.strippedOpenFlags) | O_CLOEXEC)
+            let fd = withDescriptorsToSpare { Glibc.open(node.procPath, backingFlags(flags & ~Self.strippedOpenFlags) | O_CLOEXEC) }
             guard fd >= 0 else {
                 let e = Glibc.errno
                 if writes {

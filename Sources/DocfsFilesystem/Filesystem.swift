@@ -186,6 +186,24 @@ public final class Filesystem: Sendable {
         return names
     }
 
+    /// Opens a descriptor with `open`; when the daemon is out of descriptors (a burst of lookups
+    /// outran the forgetting of nodes: EMFILE, ENFILE), wakes the forgetting and tries again for
+    /// up to half a second, sleeping between tries, rather than answering EMFILE to a program
+    /// (git reports a file it cannot stat as modified). A timed wait, never one on a condition:
+    /// the kernel holds this lookup's folder, which a forgetting of a name in it waits for.
+    func withDescriptorsToSpare(_ open: () -> Int32) -> Int32 {
+        var fd = open()
+        var waited: useconds_t = 0
+        while fd < 0 && (Glibc.errno == EMFILE || Glibc.errno == ENFILE) && waited < 500_000 {
+            nodes.wakeWaiter()
+            let pause: useconds_t = waited < 20_000 ? 2_000 : 10_000
+            usleep(pause)
+            waited += pause
+            fd = open()
+        }
+        return fd
+    }
+
     /// Ends a wait of `namesToForget` at once (the mount is ending).
     public func wakeForgetting() { nodes.wakeWaiter() }
 
@@ -208,7 +226,7 @@ public final class Filesystem: Sendable {
     /// Looks `name` up in `directory` and counts one lookup of it. `newItem` is the id just
     /// given to an item made there, so it need not be read back.
     func entry(in directory: Node, name: FileName, newItem: ItemID? = nil) throws(DocfsError) -> Entry {
-        let fd = openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        let fd = withDescriptorsToSpare { openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
         guard fd >= 0 else { throw DocfsError.system(Glibc.errno) }
         let (node, st) = try referenced(fd, newItem: newItem)
         node.found(at: Node.Place(directory: directory.key, name: name))
