@@ -207,9 +207,6 @@ public final class Filesystem: Sendable {
     /// Ends a wait of `namesToForget` at once (the mount is ending).
     public func wakeForgetting() { nodes.wakeWaiter() }
 
-    /// How many nodes this view keeps before it asks the kernel to forget some.
-    public var nodeLimit: Int { nodes.limit }
-
     public func forget(_ node: NodeID, count: UInt64) {
         if VirtualNodes.isVirtual(node) { return virtualNodes.forget(node, count: count) }
         nodes.forget(node, count: count)

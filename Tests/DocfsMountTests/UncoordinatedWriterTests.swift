@@ -84,8 +84,11 @@ import Glibc
         #expect((try? FileManager.default.contentsOfDirectory(atPath: fixture.path("f/deep"))) == ["doc.txt"])
         try write("two, from elsewhere\n", to: fixture.documents + "/f/deep/doc.txt")
         try write("new\n", to: fixture.documents + "/f/deep/new.txt")
-        #expect(eventually(seconds: 15) { (try? String(contentsOfFile: doc, encoding: .utf8)) == "two, from elsewhere\n" })
         #expect(eventually(seconds: 15) { attribute(doc, "user.docfs.version") == "2" })
+        // Under the writeback cache the kernel owns the file's size: the longer content shows
+        // once it lets the file go (as in cachedAndOpenFilesNeverServeStaleContentOnceTheChangeIsSeen).
+        if Self.options.contains("writeback") { Self.dropKernelCaches() }
+        #expect(eventually(seconds: 15) { (try? String(contentsOfFile: doc, encoding: .utf8)) == "two, from elsewhere\n" })
         #expect(eventually(seconds: 15) {
             (try? FileManager.default.contentsOfDirectory(atPath: fixture.path("f/deep")))?.sorted() == ["doc.txt", "new.txt"]
         })
