@@ -20,6 +20,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
         .systemLibrary(
@@ -60,6 +63,15 @@ let package = Package(
         // The sync engine's side of many machines (DESIGN §9): the Remote interface and its
         // in-memory implementation; the PostgreSQL remote will be a target of its own.
         .target(name: "DocfsSync", dependencies: ["DocfsChunks"]),
+        // The PostgreSQL remote (DESIGN §9): the only target that imports the PostgreSQL client.
+        .target(name: "DocfsRemotePostgres", dependencies: [
+            "DocfsSync", "DocfsChunks",
+            .product(name: "PostgresNIO", package: "postgres-nio"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsIndex", "DocfsProvider", "DocfsThumbnails", "CLinux"]),
         .target(
             name: "DocfsFUSE",
@@ -80,7 +92,7 @@ let package = Package(
         .testTarget(name: "DocfsChunksTests", dependencies: ["DocfsChunks"]),
         .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider"]),
         .testTarget(name: "DocfsThumbnailsTests", dependencies: ["DocfsThumbnails"]),
-        .testTarget(name: "DocfsSyncTests", dependencies: ["DocfsSync", "DocfsChunks"]),
+        .testTarget(name: "DocfsSyncTests", dependencies: ["DocfsSync", "DocfsChunks", "DocfsRemotePostgres"]),
         .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex", "DocfsThumbnails", .product(name: "Crypto", package: "swift-crypto")], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,19 +1,25 @@
 import DocfsChunks
+import DocfsRemotePostgres
 import DocfsSync
 import Dispatch
 import Synchronization
 import Testing
 
 /// The remotes a sync engine can be linked to, each run through the same suite (as JuiceFS
-/// runs one suite per metadata engine). The PostgreSQL remote joins this list when it exists.
+/// runs one suite per metadata engine): in memory, and PostgreSQL on the test process's own
+/// throwaway server, a new database for each test.
 enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
     case inMemory
+    case postgres
 
     var description: String { rawValue }
 
     func make() throws -> any Remote {
         switch self {
-        case .inMemory: InMemoryRemote()
+        case .inMemory:
+            InMemoryRemote()
+        case .postgres:
+            try PostgresRemote(PostgresLocation(try ThrowawayPostgres.shared().makeDatabase("conformance")), machine: "test")
         }
     }
 }

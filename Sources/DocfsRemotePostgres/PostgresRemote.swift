@@ -1,0 +1,311 @@
+import DocfsChunks
+import DocfsSync
+import Foundation
+import Logging
+import NIOCore
+import NIOSSL
+import PostgresNIO
+import Synchronization
+
+/// The `Remote` on a PostgreSQL database (DESIGN §9, issue 22): no docfs server, only tables
+/// (`RemoteSchema`) and transactions. Calls block their caller and run on the bridge's own
+/// thread (`BlockingBridge`), over connections of its own that it reconnects when one breaks;
+/// serialization failures, deadlocks and a commit racing its own retry are tried again with
+/// jitter; every other failure is a `RemoteError` in words.
+///
+/// Lock order: `idle` is a leaf lock, held only to take or give back a connection, never
+/// across a query.
+public final class PostgresRemote: Remote {
+    public let location: PostgresLocation
+    let machine: String
+    let logger: Logger
+    let bridge: BlockingBridge
+    let idle = Mutex<[PostgresConnection]>([])
+    let connectionNumbers = Atomic<Int>(0)
+    let tls: PostgresConnection.Configuration.TLS
+
+    /// Connects to `location`, prepares its schema (creating it in an empty database,
+    /// migrating an older one) and records this machine. Throws a `RemoteError` that says
+    /// what to do: a wrong password, an unreachable host, a database that is not docfs's, a
+    /// schema newer than this docfs.
+    public init(_ location: PostgresLocation, machine: String, logger: Logger = Logger(label: "docfs.remote")) throws(RemoteError) {
+        self.location = location
+        self.machine = machine
+        self.logger = logger
+        self.bridge = BlockingBridge(name: "docfs-remote")
+        do {
+            self.tls = try Self.tls(for: location)
+        } catch {
+            bridge.stop()
+            throw error
+        }
+        do {
+            try perform("link") { connection in
+                try await RemoteSchema.prepare(connection, database: location.database, logger: logger)
+                try await connection.query("""
+                    INSERT INTO docfs.machines (name) VALUES (\(machine))
+                    ON CONFLICT (name) DO UPDATE SET last_seen = now()
+                    """, logger: logger)
+            }
+        } catch {
+            close()
+            throw error
+        }
+    }
+
+    /// Closes the connections and ends the bridge's thread.
+    public func close() {
+        let connections = idle.withLock { idle in
+            defer { idle.removeAll() }
+            return idle
+        }
+        for connection in connections {
+            // The connection must outlive its closing (PostgresNIO checks): the callback holds it.
+            let closing: EventLoopFuture<Void> = connection.close()
+            closing.whenComplete { _ in withExtendedLifetime(connection) {} }
+        }
+        bridge.stop()
+    }
+
+    deinit { close() }
+
+    // MARK: The change log
+
+    public func changes(after anchor: RemoteAnchor, limit: Int) throws(RemoteError) -> (changes: [RemoteChange], next: RemoteAnchor) {
+        guard limit > 0 else { throw RemoteError(.refused, "a page of changes holds at least one") }
+        let logger = logger
+        let rows = try perform("read the change log") { connection in
+            try await connection.query("""
+                SELECT \(unescaped: Self.versionColumns) FROM docfs.versions
+                WHERE sequence > \(Int64(bitPattern: anchor.sequence)) ORDER BY sequence LIMIT \(limit)
+                """, logger: logger).collect()
+        }
+        var changes: [RemoteChange] = []
+        for row in rows {
+            let (version, sequence) = try Self.version(from: row)
+            changes.append(RemoteChange(sequence: sequence, version: version))
+        }
+        return (changes, changes.last.map { RemoteAnchor(sequence: $0.sequence) } ?? anchor)
+    }
+
+    public func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {
+        let logger = logger
+        let rows = try perform("read item \(item)") { connection in
+            try await connection.query("""
+                SELECT \(unescaped: Self.versionColumns.split(separator: ",").map { "v." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", "))
+                FROM docfs.versions v JOIN docfs.items i ON i.item = v.item AND i.current_number = v.number
+                WHERE i.item = \(Int64(bitPattern: item))
+                """, logger: logger).collect()
+        }
+        return try rows.first.map { row throws(RemoteError) in try Self.version(from: row).version }
+    }
+
+    // MARK: Chunks
+
+    public func missingChunks(_ digests: [ChunkDigest]) throws(RemoteError) -> [ChunkDigest] {
+        guard !digests.isEmpty else { return [] }
+        let logger = logger
+        let hexes = digests.map(\.hex)
+        let held = try perform("look for chunks") { connection in
+            var held: Set<String> = []
+            for try await digest in try await connection.query(
+                "SELECT digest FROM docfs.chunks WHERE digest = ANY(\(hexes))", logger: logger).decode(String.self) {
+                held.insert(digest)
+            }
+            return held
+        }
+        return digests.filter { !held.contains($0.hex) }
+    }
+
+    public func putChunk(_ digest: ChunkDigest, bytes: [UInt8]) throws(RemoteError) {
+        guard bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
+            throw RemoteError(.refused, "chunk \(digest): its bytes have another digest")
+        }
+        let logger = logger
+        let buffer = ByteBuffer(bytes: bytes)
+        try perform("put chunk \(digest)") { connection in
+            try await connection.query("""
+                INSERT INTO docfs.chunks (digest, bytes) VALUES (\(digest.hex), \(buffer)) ON CONFLICT (digest) DO NOTHING
+                """, logger: logger)
+        }
+    }
+
+    public func fetchChunk(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8] {
+        let logger = logger
+        let found = try perform("fetch chunk \(digest)") { connection in
+            try await connection.query("SELECT bytes FROM docfs.chunks WHERE digest = \(digest.hex)", logger: logger)
+                .collect().first?.decode(ByteBuffer.self)
+        }
+        guard let found else { throw RemoteError(.notFound, "the remote holds no chunk \(digest)") }
+        let bytes = Array(found.readableBytesView)
+        guard bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
+            throw RemoteError(.refused, "the remote's chunk \(digest) is damaged (its bytes have another digest)")
+        }
+        return bytes
+    }
+
+    // MARK: Commits
+
+    public func commit(_ proposal: RemoteVersion, operation: String) throws(RemoteError) -> RemoteCommitOutcome {
+        guard let digests = proposal.chunks else { throw RemoteError(.refused, "the manifest of item \(proposal.item) names chunks wrongly") }
+        guard proposal.item > 0, proposal.path.hasPrefix("/") else {
+            throw RemoteError(.refused, "a version needs an item id and a path starting with /")
+        }
+        let attributes: Data
+        do { attributes = try JSONEncoder().encode(proposal.attributes) } catch {
+            throw RemoteError(.refused, "the attributes of item \(proposal.item) cannot be encoded: \(error)")
+        }
+        let logger = logger
+        return try perform("commit item \(proposal.item)", transaction: true) { connection in
+            try await Self.commit(proposal, digests: digests, attributes: attributes, operation: operation,
+                                  on: connection, logger: logger)
+        }
+    }
+
+    private static func commit(_ proposal: RemoteVersion, digests: [ChunkDigest], attributes: Data, operation: String,
+                               on connection: PostgresConnection, logger: Logger) async throws -> RemoteCommitOutcome {
+        let item = Int64(bitPattern: proposal.item)
+        for try await (conflict, number, sequence) in try await connection.query("""
+            SELECT conflict, number, sequence FROM docfs.operations WHERE operation = \(operation)
+            """, logger: logger).decode((Bool, Int64, Int64).self) {
+            return outcome(conflict: conflict, number: number, sequence: sequence)
+        }
+        let hexes = Array(Set(digests.map(\.hex)))
+        if !hexes.isEmpty {
+            var held: Set<String> = []
+            for try await digest in try await connection.query(
+                "SELECT digest FROM docfs.chunks WHERE digest = ANY(\(hexes))", logger: logger).decode(String.self) {
+                held.insert(digest)
+            }
+            let missing = digests.filter { !held.contains($0.hex) }
+            guard missing.isEmpty else {
+                throw RemoteError(.missingChunks(missing), "\(missing.count) chunks of item \(proposal.item) are not on the remote yet")
+            }
+        }
+        try await connection.query("""
+            INSERT INTO docfs.items (item, current_number, last_number) VALUES (\(item), 0, 0) ON CONFLICT (item) DO NOTHING
+            """, logger: logger)
+        var current: Int64 = 0, last: Int64 = 0
+        for try await (foundCurrent, foundLast) in try await connection.query("""
+            SELECT current_number, last_number FROM docfs.items WHERE item = \(item) FOR UPDATE
+            """, logger: logger).decode((Int64, Int64).self) {
+            (current, last) = (foundCurrent, foundLast)
+        }
+        // The one log_head row serializes commits: sequences are taken in commit order.
+        var sequence: Int64 = 0
+        for try await next in try await connection.query(
+            "UPDATE docfs.log_head SET sequence = sequence + 1 WHERE id = 1 RETURNING sequence", logger: logger).decode(Int64.self) {
+            sequence = next
+        }
+        let number = last + 1
+        let conflict = Int64(bitPattern: proposal.base) != current
+        let manifest = proposal.manifest.joined()
+        try await connection.query("""
+            INSERT INTO docfs.versions (item, number, base, container, scope, path, kind, manifest, size, mode, modified,
+                attributes, author_machine, author_user, conflict, deleted, sequence)
+            VALUES (\(item), \(number), \(Int64(bitPattern: proposal.base)), \(proposal.container), \(proposal.scope),
+                \(proposal.path), \(proposal.kind.rawValue), \(manifest), \(proposal.size), \(Int64(proposal.mode)),
+                \(proposal.modified), \(attributes), \(proposal.author.machine), \(proposal.author.user), \(conflict),
+                \(proposal.deleted), \(sequence))
+            """, logger: logger)
+        try await connection.query("""
+            UPDATE docfs.items SET last_number = \(number), current_number = \(conflict ? current : number) WHERE item = \(item)
+            """, logger: logger)
+        try await connection.query("""
+            INSERT INTO docfs.operations VALUES (\(operation), \(item), \(number), \(conflict), \(sequence))
+            """, logger: logger)
+        // A wake-up only (DESIGN §9): machines read the log from their anchors.
+        try await connection.query("SELECT pg_notify('docfs_changes', \(proposal.container + ":" + String(sequence)))", logger: logger)
+        return outcome(conflict: conflict, number: number, sequence: sequence)
+    }
+
+    private static func outcome(conflict: Bool, number: Int64, sequence: Int64) -> RemoteCommitOutcome {
+        let (number, sequence) = (UInt64(bitPattern: number), UInt64(bitPattern: sequence))
+        return conflict ? .conflict(version: number, sequence: sequence) : .current(version: number, sequence: sequence)
+    }
+
+    // MARK: Each container's key-value store
+
+    public func value(forKey key: String, in container: String) throws(RemoteError) -> [UInt8]? {
+        let logger = logger
+        let found = try perform("read key \(key)") { connection in
+            try await connection.query("SELECT value FROM docfs.kv WHERE container = \(container) AND key = \(key)", logger: logger)
+                .collect().first?.decode(ByteBuffer.self)
+        }
+        return found.map { Array($0.readableBytesView) }
+    }
+
+    @discardableResult
+    public func setValue(_ value: [UInt8]?, forKey key: String, in container: String) throws(RemoteError) -> UInt64 {
+        let logger = logger
+        let buffer = value.map { ByteBuffer(bytes: $0) }
+        let sequence = try perform("set key \(key)", transaction: true) { connection in
+            var sequence: Int64 = 0
+            for try await next in try await connection.query(
+                "UPDATE docfs.log_head SET sequence = sequence + 1 WHERE id = 1 RETURNING sequence", logger: logger).decode(Int64.self) {
+                sequence = next
+            }
+            if let buffer {
+                try await connection.query("""
+                    INSERT INTO docfs.kv VALUES (\(container), \(key), \(buffer), \(sequence))
+                    ON CONFLICT (container, key) DO UPDATE SET value = excluded.value, sequence = excluded.sequence
+                    """, logger: logger)
+            } else {
+                try await connection.query("DELETE FROM docfs.kv WHERE container = \(container) AND key = \(key)", logger: logger)
+            }
+            return sequence
+        }
+        return UInt64(bitPattern: sequence)
+    }
+
+    public func keys(in container: String) throws(RemoteError) -> [String] {
+        let logger = logger
+        return try perform("list keys") { connection in
+            var keys: [String] = []
+            for try await key in try await connection.query(
+                "SELECT key FROM docfs.kv WHERE container = \(container)", logger: logger).decode(String.self) {
+                keys.append(key)
+            }
+            return keys
+        }.sorted()
+    }
+
+    // MARK: Rows
+
+    static let versionColumns = """
+        item, number, base, container, scope, path, kind, manifest, size, mode, modified, attributes,
+        author_machine, author_user, conflict, deleted, sequence
+        """
+
+    static func version(from row: PostgresRow) throws(RemoteError) -> (version: RemoteVersion, sequence: UInt64) {
+        do {
+            let (item, number, base, container, scope, path, kind, manifest, size, mode, modified, attributes,
+                 machine, user, conflict, deleted, sequence) = try row.decode(
+                    (Int64, Int64, Int64, String, String, String, String, String, Int64, Int64, Double, Data,
+                     String, String, Bool, Bool, Int64).self)
+            guard let itemKind = RemoteItemKind(rawValue: kind), manifest.utf8.count % 64 == 0,
+                  let mode = UInt32(exactly: mode) else {
+                throw RemoteError(.refused, "the remote's version \(number) of item \(item) is damaged")
+            }
+            var digests: [ChunkDigest] = []
+            var rest = Substring(manifest)
+            while !rest.isEmpty {
+                guard let digest = ChunkDigest(hex: rest.prefix(64)) else {
+                    throw RemoteError(.refused, "the remote's version \(number) of item \(item) names a chunk wrongly")
+                }
+                digests.append(digest)
+                rest = rest.dropFirst(64)
+            }
+            let decoded = try JSONDecoder().decode([String: [UInt8]].self, from: attributes)
+            let version = RemoteVersion(item: UInt64(bitPattern: item), container: container, scope: scope, path: path,
+                                        kind: itemKind, number: UInt64(bitPattern: number), base: UInt64(bitPattern: base),
+                                        manifest: digests, size: size, mode: mode, modified: modified, attributes: decoded,
+                                        author: RemoteAuthor(machine: machine, user: user), conflict: conflict, deleted: deleted)
+            return (version, UInt64(bitPattern: sequence))
+        } catch let error as RemoteError {
+            throw error
+        } catch {
+            throw RemoteError(.refused, "the remote answered a version docfs cannot read: \(error)")
+        }
+    }
+}
