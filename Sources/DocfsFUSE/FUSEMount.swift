@@ -85,7 +85,9 @@ public final class FUSEMount: Sendable {
 
     public let mountPoint: String
     private let session: Session
-    private let context: Unmanaged<BridgeContext>
+    /// What libfuse's callbacks reach through their userdata pointer (unretained: the mount
+    /// holds it for as long as any thread, in libfuse or not, may use it).
+    private let bridge: BridgeContext
     private let logger: Logger
     private let maxThreads: UInt32
     /// Lock order: leaf lock, never held across a call into libfuse's loop.
@@ -95,9 +97,9 @@ public final class FUSEMount: Sendable {
         self.mountPoint = mountPoint
         self.logger = logger
         self.maxThreads = options.maxThreads
-        let context = Unmanaged.passRetained(BridgeContext(filesystem: filesystem, logger: logger,
-                                                           writebackCache: options.writebackCache,
-                                                           passthrough: options.passthrough))
+        let bridge = BridgeContext(filesystem: filesystem, logger: logger, writebackCache: options.writebackCache,
+                                   passthrough: options.passthrough)
+        let context = Unmanaged.passUnretained(bridge)
         var standard = ["fsname=docfs", "subtype=docfs"]
         if options.kernelChecksPermissions && !options.fuseOptions.contains("default_permissions") {
             standard.append("default_permissions")
@@ -111,7 +113,6 @@ public final class FUSEMount: Sendable {
         var args = docfs_fuse_args(Int32(cStrings.count), &cStrings)
         var ops = Operations.table()
         guard let pointer = docfs_session_new(&args, &ops, context.toOpaque()) else {
-            context.release()
             fuse_opt_free_args(&args)
             throw DocfsError(.invalidArgument,
                              "libfuse refused the mount options \(options.fuseOptions.joined(separator: ",")): see `man mount.fuse3` for valid -o options")
@@ -119,12 +120,11 @@ public final class FUSEMount: Sendable {
         fuse_opt_free_args(&args)
         guard fuse_session_mount(pointer, mountPoint) == 0 else {
             fuse_session_destroy(pointer)
-            context.release()
             throw DocfsError(.badMountPoint,
                              "cannot mount on \(mountPoint): check that it is an empty directory you own and that fuse3 is installed")
         }
-        context.takeUnretainedValue().kernel.attach(pointer)
-        let kernel = context.takeUnretainedValue().kernel
+        bridge.kernel.attach(pointer)
+        let kernel = bridge.kernel
         filesystem.onInvalidations { invalidations in
             kernel.forgetContent(of: invalidations.inodes)
         kernel.forgetAttributes(of: invalidations.attributes)
@@ -135,16 +135,16 @@ public final class FUSEMount: Sendable {
         if installed != 0 {
             logger.notice("cannot route FUSE traffic through docfs's io (\(installed)); serving reads and writes through docfs")
         } else if options.passthrough && !options.writebackCache {
-            context.takeUnretainedValue().passthrough.attach(session: pointer)
+            bridge.passthrough.attach(session: pointer)
         }
         self.session = Session(pointer: pointer)
-        self.context = context
+        self.bridge = bridge
         self.connectionNumber = Self.connectionNumber(of: mountPoint)
     }
 
     /// Makes the kernel forget what a change docfs made itself outside any request left stale.
     public func invalidate(_ invalidations: KernelInvalidations) {
-        let kernel = context.takeUnretainedValue().kernel
+        let kernel = bridge.kernel
         kernel.forgetContent(of: invalidations.inodes)
         kernel.forgetAttributes(of: invalidations.attributes)
         kernel.forgetEntries(invalidations.entries)
@@ -164,10 +164,13 @@ public final class FUSEMount: Sendable {
         let result = docfs_session_loop_mt(session.pointer, maxThreads, maxThreads)
         phase.withLock { $0 = .finished }
         forgetting.stop()
+        // No thread may reach the session once it is unmounted and freed (the store watcher
+        // and delayed invalidations run outside libfuse's loop).
+        bridge.kernel.detach()
+        bridge.passthrough.detach()
         if result != 0 { logger.notice("FUSE loop ended with \(result)") }
         fuse_session_unmount(session.pointer)
         fuse_session_destroy(session.pointer)
-        context.release()
         logger.info("unmounted \(mountPoint)")
     }
 
@@ -176,8 +179,8 @@ public final class FUSEMount: Sendable {
     /// daemon's descriptors stay bounded whatever the kernel would cache. A thread of its own,
     /// as the kernel takes a folder's lock for each name (a request in that folder holds it).
     private func startForgetting() -> ForgettingThread {
-        let filesystem = context.takeUnretainedValue().filesystem
-        let kernel = context.takeUnretainedValue().kernel
+        let filesystem = bridge.filesystem
+        let kernel = bridge.kernel
         let thread = ForgettingThread(wake: { filesystem.wakeForgetting() })
         DetachedThread.start {
             while !thread.stopping.load(ordering: .acquiring) {

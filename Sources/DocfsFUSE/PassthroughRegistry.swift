@@ -50,6 +50,11 @@ final class PassthroughRegistry: Sendable {
         state.withLock { $0.session = UnsafeSendable(session).value }
     }
 
+    /// Forgets the session before it is unmounted and freed (ioctls take the lock too).
+    func detach() {
+        state.withLock { $0.session = nil }
+    }
+
     /// The backing id for the open `handle` of `node`, registering its backing file on the
     /// node's first open if it is `eligible`; nil when the open is served through docfs
     /// (passthrough off, or the node's first open was not eligible). The file is named by the

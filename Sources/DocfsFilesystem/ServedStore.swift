@@ -16,7 +16,8 @@ import Glibc
 /// one kernel mount knows); whatever concerns a file rather than a mount lives here, keyed by
 /// backing inode or item id, so two views of one file share one session and one version.
 ///
-/// Lock order: `views` is a leaf lock, held for a copy of the list only.
+/// Lock order: `views` is a leaf lock, held for a copy of the list only; `makersSaving` is
+/// held across one save of versions/makers.json (file writes only, no other lock taken).
 public final class ServedStore: Sendable {
     public let store: LocalStore
     /// Generation of every node the daemon hands out; node ids are never reused within it.
@@ -48,6 +49,9 @@ public final class ServedStore: Sendable {
     let problemSink = Callback<String>()
     /// The views being served, weakly (a view leaves when it is unmounted).
     private let views = Mutex<[WeakView]>([])
+    /// One save of who made the current versions at a time (the periodic save and the one at
+    /// the end write the same file), the newest list last.
+    private let makersSaving = Mutex(())
 
     private struct WeakView {
         weak var view: Filesystem?
@@ -154,11 +158,13 @@ public final class ServedStore: Sendable {
     /// Writes who made the current versions to the store, when that changed (see
     /// `VersionMakers`); the daemon calls this every few seconds.
     public func saveMakers() {
-        guard let entries = sessions.takeAuthorsIfChanged() else { return }
-        do throws(DocfsError) {
-            try VersionMakers.save(entries, to: store.layout)
-        } catch {
-            problemSink("could not save who made the current versions (docfs versions will not name them after a restart): \(error)")
+        makersSaving.withLock { _ in
+            guard let entries = sessions.takeAuthorsIfChanged() else { return }
+            do throws(DocfsError) {
+                try VersionMakers.save(entries, to: store.layout)
+            } catch {
+                problemSink("could not save who made the current versions (docfs versions will not name them after a restart): \(error)")
+            }
         }
     }
 
