@@ -13,6 +13,12 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
     public struct Server: Sendable, Equatable {
         public var host: String
         public var port: Int
+
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+
         public var isSocketFolder: Bool { host.hasPrefix("/") }
         /// The socket's path when `host` is a folder, as PostgreSQL names it.
         public var socketPath: String { "\(host)/.s.PGSQL.\(port)" }

@@ -147,10 +147,8 @@ public final class PostgresRemote: Remote {
     // MARK: Commits
 
     public func commit(_ proposal: RemoteVersion, operation: String) throws(RemoteError) -> RemoteCommitOutcome {
-        guard let digests = proposal.chunks else { throw RemoteError(.refused, "the manifest of item \(proposal.item) names chunks wrongly") }
-        guard proposal.item > 0, proposal.path.hasPrefix("/") else {
-            throw RemoteError(.refused, "a version needs an item id and a path starting with /")
-        }
+        if let problem = proposal.problem { throw RemoteError(.refused, problem) }
+        let digests = proposal.chunks ?? []
         let attributes: Data
         do { attributes = try JSONEncoder().encode(proposal.attributes) } catch {
             throw RemoteError(.refused, "the attributes of item \(proposal.item) cannot be encoded: \(error)")
@@ -201,10 +199,10 @@ public final class PostgresRemote: Remote {
         let conflict = Int64(bitPattern: proposal.base) != current
         let manifest = proposal.manifest.joined()
         try await connection.query("""
-            INSERT INTO docfs.versions (item, number, base, container, scope, path, kind, manifest, size, mode, modified,
+            INSERT INTO docfs.versions (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified,
                 attributes, author_machine, author_user, conflict, deleted, sequence)
             VALUES (\(item), \(number), \(Int64(bitPattern: proposal.base)), \(proposal.container), \(proposal.scope),
-                \(proposal.path), \(proposal.kind.rawValue), \(manifest), \(proposal.size), \(Int64(proposal.mode)),
+                \(Int64(bitPattern: proposal.parent)), \(proposal.name), \(proposal.kind.rawValue), \(manifest), \(proposal.size), \(Int64(proposal.mode)),
                 \(proposal.modified), \(attributes), \(proposal.author.machine), \(proposal.author.user), \(conflict),
                 \(proposal.deleted), \(sequence))
             """, logger: logger)
@@ -273,15 +271,15 @@ public final class PostgresRemote: Remote {
     // MARK: Rows
 
     static let versionColumns = """
-        item, number, base, container, scope, path, kind, manifest, size, mode, modified, attributes,
+        item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
         author_machine, author_user, conflict, deleted, sequence
         """
 
     static func version(from row: PostgresRow) throws(RemoteError) -> (version: RemoteVersion, sequence: UInt64) {
         do {
-            let (item, number, base, container, scope, path, kind, manifest, size, mode, modified, attributes,
+            let (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
                  machine, user, conflict, deleted, sequence) = try row.decode(
-                    (Int64, Int64, Int64, String, String, String, String, String, Int64, Int64, Double, Data,
+                    (Int64, Int64, Int64, String, String, Int64, String, String, String, Int64, Int64, Double, Data,
                      String, String, Bool, Bool, Int64).self)
             guard let itemKind = RemoteItemKind(rawValue: kind), manifest.utf8.count % 64 == 0,
                   let mode = UInt32(exactly: mode) else {
@@ -297,7 +295,8 @@ public final class PostgresRemote: Remote {
                 rest = rest.dropFirst(64)
             }
             let decoded = try JSONDecoder().decode([String: [UInt8]].self, from: attributes)
-            let version = RemoteVersion(item: UInt64(bitPattern: item), container: container, scope: scope, path: path,
+            let version = RemoteVersion(item: UInt64(bitPattern: item), container: container, scope: scope,
+                                        parent: UInt64(bitPattern: parent), name: name,
                                         kind: itemKind, number: UInt64(bitPattern: number), base: UInt64(bitPattern: base),
                                         manifest: digests, size: size, mode: mode, modified: modified, attributes: decoded,
                                         author: RemoteAuthor(machine: machine, user: user), conflict: conflict, deleted: deleted)

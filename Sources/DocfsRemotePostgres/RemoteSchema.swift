@@ -30,7 +30,7 @@ enum RemoteSchema {
             """
             CREATE TABLE docfs.versions (
                 item bigint NOT NULL, number bigint NOT NULL, base bigint NOT NULL,
-                container text NOT NULL, scope text NOT NULL, path text NOT NULL, kind text NOT NULL,
+                container text NOT NULL, scope text NOT NULL, parent bigint NOT NULL, name text NOT NULL, kind text NOT NULL,
                 manifest text NOT NULL, size bigint NOT NULL, mode bigint NOT NULL,
                 modified double precision NOT NULL, attributes bytea NOT NULL,
                 author_machine text NOT NULL, author_user text NOT NULL,

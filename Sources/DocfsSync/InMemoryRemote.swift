@@ -62,10 +62,8 @@ public final class InMemoryRemote: Remote {
     }
 
     public func commit(_ proposal: RemoteVersion, operation: String) throws(RemoteError) -> RemoteCommitOutcome {
-        guard let digests = proposal.chunks else { throw RemoteError(.refused, "the manifest of item \(proposal.item) names chunks wrongly") }
-        guard proposal.item > 0, proposal.path.hasPrefix("/") else {
-            throw RemoteError(.refused, "a version needs an item id and a path starting with /")
-        }
+        if let problem = proposal.problem { throw RemoteError(.refused, problem) }
+        let digests = proposal.chunks ?? []
         return try state.withLock { (state: inout State) throws(RemoteError) -> RemoteCommitOutcome in
             if let outcome = state.operations[operation] { return outcome }
             let missing = digests.filter { state.chunks[$0] == nil }

@@ -31,7 +31,8 @@ public struct RemoteAuthor: Codable, Hashable, Sendable {
 }
 
 /// One version of an item as a remote keeps it (DESIGN §9 `versions` joined with `items`):
-/// where the item is, its content as a manifest of chunks (a symlink's target is its one
+/// where the item is (its parent folder's item and its name, so a folder's move is one version,
+/// not one per item under it), its content as a manifest of chunks (a symlink's target is its one
 /// chunk), its modes, times and user attributes, and whether it is a conflict version or a
 /// tombstone. Paths and names are NameText.
 public struct RemoteVersion: Codable, Hashable, Sendable {
@@ -40,8 +41,10 @@ public struct RemoteVersion: Codable, Hashable, Sendable {
     public var container: String
     /// `documents` or `data`.
     public var scope: String
-    /// Within the scope, starting with `/`.
-    public var path: String
+    /// The folder the item is in: its item id, 0 for the scope's top.
+    public var parent: UInt64
+    /// The item's name in its parent (NameText).
+    public var name: String
     public var kind: RemoteItemKind
     /// Given by the remote when the version commits (ignored in a proposal).
     public var number: UInt64
@@ -61,14 +64,15 @@ public struct RemoteVersion: Codable, Hashable, Sendable {
     /// The item was deleted (a tombstone).
     public var deleted: Bool
 
-    public init(item: UInt64, container: String, scope: String = "documents", path: String, kind: RemoteItemKind,
+    public init(item: UInt64, container: String, scope: String = "documents", parent: UInt64 = 0, name: String, kind: RemoteItemKind,
                 number: UInt64 = 0, base: UInt64, manifest: [ChunkDigest], size: Int64, mode: UInt32 = 0o644,
                 modified: Double, attributes: [String: [UInt8]] = [:], author: RemoteAuthor, conflict: Bool = false,
                 deleted: Bool = false) {
         self.item = item
         self.container = container
         self.scope = scope
-        self.path = path
+        self.parent = parent
+        self.name = name
         self.kind = kind
         self.number = number
         self.base = base
@@ -80,6 +84,17 @@ public struct RemoteVersion: Codable, Hashable, Sendable {
         self.author = author
         self.conflict = conflict
         self.deleted = deleted
+    }
+
+    /// Why the version cannot be committed as it stands; nil when it can.
+    public var problem: String? {
+        if item == 0 { return "a version needs an item id" }
+        if name.isEmpty || name == "." || name == ".." || name.contains("/") || name.contains("\0") {
+            return "item \(item): '\(name)' is not a name"
+        }
+        if parent == item { return "item \(item) cannot be its own parent" }
+        if chunks == nil { return "the manifest of item \(item) names chunks wrongly" }
+        return nil
     }
 
     /// The manifest's digests; nil when one is not a digest (a damaged answer).

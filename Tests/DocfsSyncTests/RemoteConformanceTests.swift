@@ -31,13 +31,13 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
     static let machineA = RemoteAuthor(machine: "a", user: "alice")
     static let machineB = RemoteAuthor(machine: "b", user: "alice")
 
-    /// Puts `text` as one chunk and answers a proposal of it for `item` at `path` from `base`.
-    static func proposal(_ remote: any Remote, item: UInt64, path: String, text: String, base: UInt64,
+    /// Puts `text` as one chunk and answers a proposal of it for `item` named `name` from `base`.
+    static func proposal(_ remote: any Remote, item: UInt64, name: String, text: String, base: UInt64,
                          by author: RemoteAuthor = machineA) throws -> RemoteVersion {
         let bytes = Array(text.utf8)
         let digest = bytes.withUnsafeBytes { ChunkDigest(of: $0) }
         try remote.putChunk(digest, bytes: bytes)
-        return RemoteVersion(item: item, container: "docfs.default", path: path, kind: .file, base: base,
+        return RemoteVersion(item: item, container: "docfs.default", name: name, kind: .file, base: base,
                              manifest: [digest], size: Int64(bytes.count), modified: 1_700_000_000, author: author)
     }
 
@@ -47,7 +47,7 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try remote.changes(after: .start, limit: 10).changes.isEmpty)
         var outcomes: [RemoteCommitOutcome] = []
         for (index, name) in ["a.txt", "b.txt", "c.txt"].enumerated() {
-            let proposal = try Self.proposal(remote, item: UInt64(100 + index), path: "/" + name, text: name, base: 0)
+            let proposal = try Self.proposal(remote, item: UInt64(100 + index), name: "" + name, text: name, base: 0)
             outcomes.append(try remote.commit(proposal, operation: "create-\(name)"))
         }
         guard case .current(1, let first) = outcomes[0], case .current(1, let last) = outcomes[2] else {
@@ -55,7 +55,7 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
             return
         }
         let all = try remote.changes(after: .start, limit: 10)
-        #expect(all.changes.map(\.version.path) == ["/a.txt", "/b.txt", "/c.txt"])
+        #expect(all.changes.map(\.version.name) == ["a.txt", "b.txt", "c.txt"])
         #expect(all.changes.map(\.sequence) == all.changes.map(\.sequence).sorted() && all.next.sequence == last)
         // Pages: a reader that takes one at a time sees each change once, in order.
         var anchor = RemoteAnchor.start
@@ -63,10 +63,10 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         while true {
             let page = try remote.changes(after: anchor, limit: 1)
             if page.changes.isEmpty { break }
-            seen += page.changes.map(\.version.path)
+            seen += page.changes.map(\.version.name)
             anchor = page.next
         }
-        #expect(seen == ["/a.txt", "/b.txt", "/c.txt"] && anchor.sequence == last)
+        #expect(seen == ["a.txt", "b.txt", "c.txt"] && anchor.sequence == last)
         #expect(try remote.changes(after: RemoteAnchor(sequence: first), limit: 10).changes.count == 2)
         #expect(try remote.changes(after: all.next, limit: 10).changes.isEmpty)
         #expect(throws: RemoteError.self) { try remote.changes(after: .start, limit: 0) }
@@ -87,7 +87,7 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect { try remote.putChunk(other, bytes: bytes) } throws: { ($0 as? RemoteError)?.kind == .refused }
         #expect { try remote.fetchChunk(other) } throws: { ($0 as? RemoteError)?.kind == .notFound }
         // A commit naming a chunk the remote lacks says which.
-        let proposal = RemoteVersion(item: 7, container: "docfs.default", path: "/x", kind: .file, base: 0,
+        let proposal = RemoteVersion(item: 7, container: "docfs.default", name: "x", kind: .file, base: 0,
                                      manifest: [digest, other], size: 17, modified: 0, author: Self.machineA)
         #expect { try remote.commit(proposal, operation: "x") } throws: { ($0 as? RemoteError)?.kind == .missingChunks([other]) }
         #expect(try remote.currentVersion(of: 7) == nil)
@@ -99,10 +99,10 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
     @Test(arguments: RemoteUnderTest.allCases)
     func aCommitFromAStaleBaseIsAConflictVersion(_ kind: RemoteUnderTest) throws {
         let remote = try kind.make()
-        let created = try remote.commit(try Self.proposal(remote, item: 42, path: "/doc", text: "v1", base: 0), operation: "a1")
+        let created = try remote.commit(try Self.proposal(remote, item: 42, name: "doc", text: "v1", base: 0), operation: "a1")
         #expect(created == .current(version: 1, sequence: try #require(remote.changes(after: .start, limit: 1).changes.first?.sequence)))
-        let fromA = try remote.commit(try Self.proposal(remote, item: 42, path: "/doc", text: "v2 by a", base: 1), operation: "a2")
-        let fromB = try remote.commit(try Self.proposal(remote, item: 42, path: "/doc", text: "v2 by b", base: 1, by: Self.machineB),
+        let fromA = try remote.commit(try Self.proposal(remote, item: 42, name: "doc", text: "v2 by a", base: 1), operation: "a2")
+        let fromB = try remote.commit(try Self.proposal(remote, item: 42, name: "doc", text: "v2 by b", base: 1, by: Self.machineB),
                                       operation: "b2")
         guard case .current(2, _) = fromA, case .conflict(3, _) = fromB else {
             Issue.record("\(fromA) \(fromB)")
@@ -114,7 +114,7 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(log.map(\.number) == [1, 2, 3] && log.map(\.conflict) == [false, false, true])
         #expect(log[2].author == Self.machineB)
         // Saving on from the current version is current again.
-        let next = try remote.commit(try Self.proposal(remote, item: 42, path: "/doc", text: "v4", base: 2), operation: "a4")
+        let next = try remote.commit(try Self.proposal(remote, item: 42, name: "doc", text: "v4", base: 2), operation: "a4")
         guard case .current(4, _) = next else {
             Issue.record("\(next)")
             return
@@ -126,9 +126,9 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
     @Test(arguments: RemoteUnderTest.allCases)
     func simultaneousSavesFromOneBaseMakeOneCurrentVersion(_ kind: RemoteUnderTest) throws {
         let remote = try kind.make()
-        _ = try remote.commit(try Self.proposal(remote, item: 77, path: "/shared", text: "base", base: 0), operation: "base")
+        _ = try remote.commit(try Self.proposal(remote, item: 77, name: "shared", text: "base", base: 0), operation: "base")
         let proposals = try (0..<8).map { machine in
-            try Self.proposal(remote, item: 77, path: "/shared", text: "from \(machine)", base: 1,
+            try Self.proposal(remote, item: 77, name: "shared", text: "from \(machine)", base: 1,
                               by: RemoteAuthor(machine: "m\(machine)", user: "alice"))
         }
         let outcomes = Mutex<[RemoteCommitOutcome]>([])
@@ -148,7 +148,7 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
     @Test(arguments: RemoteUnderTest.allCases)
     func aRetriedCommitIsAppliedOnce(_ kind: RemoteUnderTest) throws {
         let remote = try kind.make()
-        let proposal = try Self.proposal(remote, item: 9, path: "/once", text: "once", base: 0)
+        let proposal = try Self.proposal(remote, item: 9, name: "once", text: "once", base: 0)
         let first = try remote.commit(proposal, operation: "op-1")
         let again = try remote.commit(proposal, operation: "op-1")
         #expect(first == again)
@@ -183,12 +183,17 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
     @Test(arguments: RemoteUnderTest.allCases)
     func badProposalsAreRefused(_ kind: RemoteUnderTest) throws {
         let remote = try kind.make()
-        var proposal = try Self.proposal(remote, item: 5, path: "/ok", text: "ok", base: 0)
+        var proposal = try Self.proposal(remote, item: 5, name: "ok", text: "ok", base: 0)
         proposal.manifest = ["not a digest"]
         #expect { try remote.commit(proposal, operation: "bad-1") } throws: { ($0 as? RemoteError)?.kind == .refused }
-        var noPath = try Self.proposal(remote, item: 5, path: "/ok", text: "ok", base: 0)
-        noPath.path = "relative"
-        #expect { try remote.commit(noPath, operation: "bad-2") } throws: { ($0 as? RemoteError)?.kind == .refused }
+        for bad in ["", ".", "..", "a/b"] {
+            var badName = try Self.proposal(remote, item: 5, name: "ok", text: "ok", base: 0)
+            badName.name = bad
+            #expect { try remote.commit(badName, operation: "bad-name-\(bad)") } throws: { ($0 as? RemoteError)?.kind == .refused }
+        }
+        var ownParent = try Self.proposal(remote, item: 5, name: "ok", text: "ok", base: 0)
+        ownParent.parent = 5
+        #expect { try remote.commit(ownParent, operation: "bad-parent") } throws: { ($0 as? RemoteError)?.kind == .refused }
         #expect(try remote.changes(after: .start, limit: 10).changes.isEmpty)
     }
 }

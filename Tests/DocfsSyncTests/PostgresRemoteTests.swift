@@ -1,0 +1,125 @@
+import DocfsChunks
+import DocfsRemotePostgres
+import DocfsSync
+import Foundation
+import Synchronization
+import Testing
+
+/// What only the PostgreSQL remote has to get right (issue 22 §1, §5, §6): a link that cannot
+/// work says why in one line and changes nothing; the schema is docfs's and versioned; a commit
+/// that takes long to commit is never skipped by a reader of the log.
+@Suite struct PostgresRemoteTests {
+    static func link(_ uri: String) throws(RemoteError) -> PostgresRemote {
+        let location: PostgresLocation
+        do { location = try PostgresLocation(uri, environment: [:], home: "/nonexistent") } catch {
+            throw RemoteError(.refused, "\(error)")
+        }
+        return try PostgresRemote(location, machine: "test")
+    }
+
+    static func refusal(_ uri: String) -> RemoteError? {
+        do {
+            let remote = try link(uri)
+            remote.close()
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test func aWrongPasswordIsRefusedInWordsWithoutThePassword() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("password")
+        let wrong = uri.replacingOccurrences(of: server.password, with: "hunter2")
+        let error = try #require(Self.refusal(wrong))
+        #expect(error.kind == .refused)
+        #expect(error.message.contains("refused the login of user 'docfs_test'") && error.message.contains("~/.pgpass"))
+        #expect(!error.message.contains("hunter2") && !error.message.contains(server.password))
+        // Nothing was made in the database.
+        #expect(try server.sql("SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'docfs'",
+                               database: String(uri.split(separator: "/").last!.split(separator: "?")[0])) == "0\n")
+    }
+
+    @Test func anUnreachableServerAndAMissingDatabaseSayWhatToDo() throws {
+        let server = try ThrowawayPostgres.shared()
+        // A loopback port nothing listens on: refused at once, not after a long wait.
+        let started = Date()
+        let unreachable = try #require(Self.refusal("postgresql://docfs_test:x@127.0.0.1:1/db?sslmode=disable&connect_timeout=3"))
+        #expect(unreachable.kind == .unreachable && unreachable.message.contains("cannot reach PostgreSQL at 127.0.0.1:1"))
+        #expect(Date().timeIntervalSince(started) < 5)
+        let missing = try #require(Self.refusal("postgresql://docfs_test:\(server.password)@127.0.0.1:\(server.port)/nosuchdb?sslmode=disable"))
+        #expect(missing.kind == .refused && missing.message.contains("has no database 'nosuchdb'") && missing.message.contains("createdb"))
+        // sslmode=require against a server without TLS.
+        let tls = try #require(Self.refusal("postgresql://docfs_test:\(server.password)@127.0.0.1:\(server.port)/postgres?sslmode=require"))
+        #expect(tls.kind == .refused && tls.message.contains("does not offer TLS"))
+    }
+
+    @Test func aDatabaseThatIsNotDocfssIsRefusedAndLeftAlone() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("foreign")
+        let name = String(uri.split(separator: "/").last!.split(separator: "?")[0])
+        try server.sql("CREATE TABLE invoices (id int); INSERT INTO invoices VALUES (1)", database: name)
+        let error = try #require(Self.refusal(uri))
+        #expect(error.kind == .refused && error.message.contains("tables that are not docfs's") && error.message.contains("empty database"))
+        #expect(try server.sql("SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'docfs'", database: name) == "0\n")
+        #expect(try server.sql("SELECT count(*) FROM invoices", database: name) == "1\n")
+    }
+
+    @Test func aSchemaNewerThanThisDocfsIsRefusedAndTheCurrentOneKept() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("schema")
+        let name = String(uri.split(separator: "/").last!.split(separator: "?")[0])
+        let first = try Self.link(uri)
+        first.close()
+        #expect(try server.sql("SELECT value FROM docfs.meta WHERE key = 'schema_version'", database: name) == "1\n")
+        // Linking again finds the schema current and changes nothing.
+        let again = try Self.link(uri)
+        again.close()
+        #expect(try server.sql("SELECT count(*) FROM docfs.machines", database: name) == "1\n")
+        try server.sql("UPDATE docfs.meta SET value = '99' WHERE key = 'schema_version'", database: name)
+        let error = try #require(Self.refusal(uri))
+        #expect(error.kind == .refused && error.message.contains("version 99") && error.message.contains("update docfs"))
+    }
+
+    /// A commit whose transaction is slow to finish holds the log's head: a later commit waits
+    /// for it and takes the next sequence, so a reader never sees a later change before an
+    /// earlier one and never skips one (DESIGN §9).
+    @Test func aLateCommitIsNeverSkippedByAReaderOfTheLog() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("late")
+        let name = String(uri.split(separator: "/").last!.split(separator: "?")[0])
+        let remote = try Self.link(uri)
+        defer { remote.close() }
+        let bytes = Array("one".utf8)
+        let digest = bytes.withUnsafeBytes { ChunkDigest(of: $0) }
+        try remote.putChunk(digest, bytes: bytes)
+        let author = RemoteAuthor(machine: "a", user: "u")
+        @Sendable func version(_ item: UInt64) -> RemoteVersion {
+            RemoteVersion(item: item, container: "docfs.default", name: "f\(item)", kind: .file, base: 0,
+                          manifest: [digest], size: 3, modified: 0, author: author)
+        }
+        _ = try remote.commit(version(1), operation: "one")
+        let anchor = try remote.changes(after: .start, limit: 10).next
+        // Another session's transaction holds the head for two seconds, as a slow commit would.
+        let holder = Thread {
+            _ = try? server.sql("BEGIN; SELECT sequence FROM docfs.log_head FOR UPDATE; SELECT pg_sleep(2); COMMIT;", database: name)
+        }
+        holder.start()
+        Thread.sleep(forTimeInterval: 0.5)
+        let committed = Mutex<RemoteCommitOutcome?>(nil)
+        let second = version(2)
+        let committer = Thread {
+            let outcome = try? remote.commit(second, operation: "two")
+            committed.withLock { $0 = outcome }
+        }
+        committer.start()
+        Thread.sleep(forTimeInterval: 0.5)
+        // The second commit waits; the reader sees nothing past its anchor yet.
+        #expect(committed.withLock { $0 } == nil)
+        #expect(try remote.changes(after: anchor, limit: 10).changes.isEmpty)
+        let deadline = Date().addingTimeInterval(10)
+        while committed.withLock({ $0 }) == nil && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        let after = try remote.changes(after: anchor, limit: 10)
+        #expect(after.changes.map(\.version.item) == [2] && after.changes.first?.sequence == anchor.sequence + 1)
+    }
+}
