@@ -146,7 +146,7 @@ public final class PostgresRemote: Remote {
 
     // MARK: Commits
 
-    public func commit(_ proposal: RemoteVersion, operation: String) throws(RemoteError) -> RemoteCommitOutcome {
+    public func commit(_ proposal: RemoteVersion, operation: String, whenStale: StaleBase) throws(RemoteError) -> RemoteCommitOutcome {
         if let problem = proposal.problem { throw RemoteError(.refused, problem) }
         let digests = proposal.chunks ?? []
         let attributes: Data
@@ -156,12 +156,12 @@ public final class PostgresRemote: Remote {
         let logger = logger
         return try perform("commit item \(proposal.item)", transaction: true) { connection in
             try await Self.commit(proposal, digests: digests, attributes: attributes, operation: operation,
-                                  on: connection, logger: logger)
+                                  whenStale: whenStale, on: connection, logger: logger)
         }
     }
 
     private static func commit(_ proposal: RemoteVersion, digests: [ChunkDigest], attributes: Data, operation: String,
-                               on connection: PostgresConnection, logger: Logger) async throws -> RemoteCommitOutcome {
+                               whenStale: StaleBase, on connection: PostgresConnection, logger: Logger) async throws -> RemoteCommitOutcome {
         let item = Int64(bitPattern: proposal.item)
         for try await (conflict, number, sequence) in try await connection.query("""
             SELECT conflict, number, sequence FROM docfs.operations WHERE operation = \(operation)
@@ -188,6 +188,9 @@ public final class PostgresRemote: Remote {
             SELECT current_number, last_number FROM docfs.items WHERE item = \(item) FOR UPDATE
             """, logger: logger).decode((Int64, Int64).self) {
             (current, last) = (foundCurrent, foundLast)
+        }
+        if whenStale == .refuse && Int64(bitPattern: proposal.base) != current {
+            return .stale(current: UInt64(bitPattern: current))
         }
         // The one log_head row serializes commits: sequences are taken in commit order.
         var sequence: Int64 = 0

@@ -61,7 +61,7 @@ public final class InMemoryRemote: Remote {
         return bytes
     }
 
-    public func commit(_ proposal: RemoteVersion, operation: String) throws(RemoteError) -> RemoteCommitOutcome {
+    public func commit(_ proposal: RemoteVersion, operation: String, whenStale: StaleBase) throws(RemoteError) -> RemoteCommitOutcome {
         if let problem = proposal.problem { throw RemoteError(.refused, problem) }
         let digests = proposal.chunks ?? []
         return try state.withLock { (state: inout State) throws(RemoteError) -> RemoteCommitOutcome in
@@ -72,6 +72,7 @@ public final class InMemoryRemote: Remote {
             }
             var version = proposal
             let current = state.current[proposal.item]?.number ?? 0
+            if whenStale == .refuse && proposal.base != current { return .stale(current: current) }
             version.number = (state.numbers[proposal.item] ?? 0) + 1
             state.numbers[proposal.item] = version.number
             version.conflict = proposal.base != current

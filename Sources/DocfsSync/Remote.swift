@@ -28,7 +28,9 @@ public protocol Remote: Sendable {
     /// the item's current version when its base is the current one, else a conflict version.
     /// `operation` names the attempt: the same operation committed again answers the first
     /// outcome and adds nothing to the log.
-    func commit(_ proposal: RemoteVersion, operation: String) throws(RemoteError) -> RemoteCommitOutcome
+    /// With `whenStale: .refuse`, a proposal whose base is not current is not committed at all
+    /// (`.stale`, nothing logged, the operation id still free): the engine merges first.
+    func commit(_ proposal: RemoteVersion, operation: String, whenStale: StaleBase) throws(RemoteError) -> RemoteCommitOutcome
 
     /// The item's current version (a tombstone when it was deleted); nil when it never was.
     func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion?
@@ -40,6 +42,21 @@ public protocol Remote: Sendable {
     func setValue(_ value: [UInt8]?, forKey key: String, in container: String) throws(RemoteError) -> UInt64
     /// A container's keys, sorted.
     func keys(in container: String) throws(RemoteError) -> [String]
+}
+
+/// What a commit does when its base is no longer the item's current version.
+public enum StaleBase: Sendable {
+    /// Commits it as a conflict version (kept, never current).
+    case keepAsConflict
+    /// Commits nothing and answers `.stale`.
+    case refuse
+}
+
+extension Remote {
+    /// Commits `proposal`, as a conflict version when its base is stale.
+    public func commit(_ proposal: RemoteVersion, operation: String) throws(RemoteError) -> RemoteCommitOutcome {
+        try commit(proposal, operation: operation, whenStale: .keepAsConflict)
+    }
 }
 
 /// Why a remote call failed, in words, with what to do.

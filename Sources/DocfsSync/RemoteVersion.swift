@@ -116,8 +116,11 @@ public struct RemoteChange: Codable, Hashable, Sendable {
 }
 
 /// What became of a proposed version: the item's current version, or a conflict version (its
-/// base was no longer current: another machine committed first). Either way it is in the log.
+/// base was no longer current: another machine committed first), either way in the log; or,
+/// when asked, nothing (its base was stale).
 public enum RemoteCommitOutcome: Codable, Hashable, Sendable {
     case current(version: UInt64, sequence: UInt64)
     case conflict(version: UInt64, sequence: UInt64)
+    /// Not committed (asked to refuse a stale base): `current` is the item's current version.
+    case stale(current: UInt64)
 }

@@ -113,9 +113,19 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         let log = try remote.changes(after: .start, limit: 10).changes.map(\.version)
         #expect(log.map(\.number) == [1, 2, 3] && log.map(\.conflict) == [false, false, true])
         #expect(log[2].author == Self.machineB)
+        // Asked to refuse a stale base, the remote commits nothing and names the current version;
+        // the operation id stays free for the conflict version made after.
+        let stale = try Self.proposal(remote, item: 42, name: "doc", text: "v2 by c", base: 1)
+        #expect(try remote.commit(stale, operation: "c2", whenStale: .refuse) == .stale(current: 2))
+        #expect(try remote.changes(after: .start, limit: 10).changes.count == 3)
+        guard case .conflict(4, _) = try remote.commit(stale, operation: "c2") else {
+            Issue.record("the refused operation id was taken")
+            return
+        }
         // Saving on from the current version is current again.
-        let next = try remote.commit(try Self.proposal(remote, item: 42, name: "doc", text: "v4", base: 2), operation: "a4")
-        guard case .current(4, _) = next else {
+        let next = try remote.commit(try Self.proposal(remote, item: 42, name: "doc", text: "v5", base: 2), operation: "a5",
+                                     whenStale: .refuse)
+        guard case .current(5, _) = next else {
             Issue.record("\(next)")
             return
         }

@@ -1,0 +1,287 @@
+import DocfsChunks
+
+/// Keeps one machine's store in step with a remote (DESIGN §9, issue 22): what the store's
+/// outbox says changed goes up (its chunks first, then a version committed with the remote
+/// version it was made from as its base), and what other machines committed comes down from
+/// the remote's log, read from a persisted anchor, applied through the store's one coordinated
+/// path. Races are settled by the remote's commit order and never lose content (§4):
+///
+/// - Both machines changed the content from one base: the first commit is current, the other
+///   a conflict version, kept on every machine (the loser's machine keeps its content as a
+///   conflict version and takes the winner's).
+/// - One side changed only what the other did not (a rename against an edit, attributes
+///   against content): the changes are merged into one version, both kept.
+/// - A deletion against an edit: the edit wins, the item comes back with it.
+/// - Two new items under one name: the one whose creation committed later takes a new name
+///   (`SyncNames`), the same on every machine.
+///
+/// Calls block (the remote's calls do); run them on a thread of their own (`SyncLoop`).
+public final class SyncEngine: Sendable {
+    public let store: any SyncedStore
+    public let remote: any Remote
+    /// Changes read from the log per page.
+    let pageSize: Int
+
+    public init(store: any SyncedStore, remote: any Remote, pageSize: Int = 500) {
+        self.store = store
+        self.remote = remote
+        self.pageSize = pageSize
+    }
+
+    /// What one round did.
+    public struct Round: Sendable, Equatable {
+        public var uploaded = 0
+        public var applied = 0
+        public var conflicts = 0
+        public var merged = 0
+
+        public init() {}
+    }
+
+    /// Sends up everything waiting, then applies everything the log holds past the anchor.
+    @discardableResult
+    public func syncOnce() throws(SyncError) -> Round {
+        var round = Round()
+        try push(&round)
+        try pull(&round)
+        return round
+    }
+
+    // MARK: Up
+
+    func push(_ round: inout Round) throws(SyncError) {
+        while true {
+            let entries = try SyncError.local("read the outbox") { try store.pendingChanges(limit: 100) }
+            if entries.isEmpty { return }
+            for entry in entries {
+                try upload(entry, &round)
+                try SyncError.local("acknowledge outbox entry \(entry.sequence)") { try store.acknowledge(entry) }
+            }
+        }
+    }
+
+    private func upload(_ entry: OutboxEntry, _ round: inout Round) throws(SyncError) {
+        let item = entry.item
+        let state = try syncState(of: item)
+        let local = try SyncError.local("read item \(item)") { try store.current(item) }
+        // The operation id is the outbox entry's: a retry after a lost answer is applied once.
+        let operation = "\(store.author.machine)/\(item)/\(entry.sequence)"
+        let proposal: RemoteVersion
+        if let local {
+            if let state, LocalItem(state.version) == local { return }  // in step already
+            try uploadChunks(of: local)
+            proposal = local.proposal(base: state?.number ?? 0, by: store.author)
+        } else {
+            // Gone here: a tombstone, if the remote knows the item at all.
+            guard let state, !state.version.deleted else { return }
+            var tombstone = state.version
+            tombstone.base = state.number
+            tombstone.deleted = true
+            tombstone.conflict = false
+            tombstone.author = store.author
+            proposal = tombstone
+        }
+        let outcome = try SyncError.remote { () throws(RemoteError) in
+            try remote.commit(proposal, operation: operation, whenStale: .refuse)
+        }
+        switch outcome {
+        case .current(let number, let sequence):
+            try settle(proposal, number: number, sequence: sequence, after: state)
+            round.uploaded += 1
+        case .conflict:
+            // Our own earlier attempt made it a conflict version (its answer was lost).
+            try takeCurrent(over: proposal, keepingOurs: !proposal.deleted, after: state, &round)
+        case .stale:
+            try resolve(proposal, lostFrom: state, operation: operation, &round)
+        }
+    }
+
+    private func uploadChunks(of local: LocalItem) throws(SyncError) {
+        guard !local.manifest.isEmpty else { return }
+        var seen = Set<ChunkDigest>()
+        let distinct = local.manifest.filter { seen.insert($0).inserted }
+        let missing = try SyncError.remote { () throws(RemoteError) in try remote.missingChunks(distinct) }
+        for digest in missing {
+            let bytes = try SyncError.local("read a chunk of item \(local.item)") { try store.chunk(digest, of: local.item) }
+            try SyncError.remote { () throws(RemoteError) in try remote.putChunk(digest, bytes: bytes) }
+        }
+    }
+
+    private func syncState(of item: UInt64) throws(SyncError) -> ItemSyncState? {
+        try SyncError.local("read the sync state of item \(item)") { try store.syncState(of: item) }
+    }
+
+    /// Records that the item is in step with the remote's version `number` of `version`,
+    /// committed at `sequence` of the log.
+    private func settle(_ version: RemoteVersion, number: UInt64, sequence: UInt64?, after state: ItemSyncState?) throws(SyncError) {
+        var version = version
+        version.number = number
+        let created = number == 1 ? (sequence ?? state?.created) : state?.created
+        try SyncError.local("save the sync state of item \(version.item)") {
+            try store.setSyncState(ItemSyncState(version: version, created: created), of: version.item)
+        }
+    }
+
+    /// Our proposal's base is stale (another machine committed first): merge what can be
+    /// merged onto the current version; what cannot (content changed on both sides) is
+    /// committed as a conflict version, kept on every machine, and the winner taken here.
+    private func resolve(_ ours: RemoteVersion, lostFrom state: ItemSyncState?, operation: String,
+                         _ round: inout Round) throws(SyncError) {
+        guard let current = try SyncError.remote({ () throws(RemoteError) in try remote.currentVersion(of: ours.item) }) else {
+            throw SyncError(remote: RemoteError(.refused, "item \(ours.item) has a stale base but no current version on the remote"))
+        }
+        guard let merged = SyncMerge.merge(ours: ours, theirs: current, base: state?.version) else {
+            if !ours.deleted {
+                // Kept for every machine: in the log as a conflict version.
+                _ = try SyncError.remote { () throws(RemoteError) in try remote.commit(ours, operation: operation) }
+            }
+            try takeCurrent(current, over: ours, keepingOurs: !ours.deleted, after: state, &round)
+            return
+        }
+        if SyncMerge.same(merged, current) {
+            // They made the change we made (the same rename): nothing to send.
+            try takeCurrent(current, over: ours, keepingOurs: false, after: state, &round)
+            return
+        }
+        var proposal = merged
+        proposal.base = current.number
+        proposal.author = store.author
+        let outcome = try SyncError.remote { () throws(RemoteError) in
+            try remote.commit(proposal, operation: operation + "/onto-\(current.number)", whenStale: .refuse)
+        }
+        guard case .current(let number, let sequence) = outcome else {
+            // Changed again meanwhile (a third machine was quicker): the next round tries again.
+            throw SyncError(remote: RemoteError(.unreachable, "item \(ours.item) changed on the remote again while merging; trying again"))
+        }
+        var applied = proposal
+        applied.number = number
+        if try apply(applied, expecting: ApplyExpectation(ours), keepingHereAsConflict: false) == .applied {
+            try settle(proposal, number: number, sequence: sequence, after: state)
+        }
+        round.merged += 1
+    }
+
+    /// The remote's current version becomes the item here (ours, if asked, kept as a conflict
+    /// version), unless the item changed here again meanwhile: that goes up next, from the old
+    /// base, and is settled the same way.
+    private func takeCurrent(_ known: RemoteVersion? = nil, over ours: RemoteVersion, keepingOurs: Bool,
+                             after state: ItemSyncState?, _ round: inout Round) throws(SyncError) {
+        var fetched = known
+        if fetched == nil {
+            fetched = try SyncError.remote { () throws(RemoteError) in try remote.currentVersion(of: ours.item) }
+        }
+        guard let current = fetched else { return }
+        if try apply(current, expecting: ApplyExpectation(ours), keepingHereAsConflict: keepingOurs) == .applied {
+            try settle(current, number: current.number, sequence: nil, after: state)
+        }
+        round.conflicts += keepingOurs ? 1 : 0
+        round.merged += keepingOurs ? 0 : 1
+    }
+
+    // MARK: Down
+
+    func pull(_ round: inout Round) throws(SyncError) {
+        var anchor = try SyncError.local("read the anchor") { try store.anchor() }
+        while true {
+            let from = anchor
+            let page = try SyncError.remote { () throws(RemoteError) in try remote.changes(after: from, limit: pageSize) }
+            for change in page.changes {
+                try take(change, &round)
+                anchor = RemoteAnchor(sequence: change.sequence)
+                let reached = anchor
+                try SyncError.local("save the anchor") { try store.setAnchor(reached) }
+            }
+            if page.changes.count < pageSize { return }
+        }
+    }
+
+    private func take(_ change: RemoteChange, _ round: inout Round) throws(SyncError) {
+        let version = change.version
+        let state = try syncState(of: version.item)
+        if version.conflict {
+            // Our own lost commits were settled when they lost; others' are kept here too,
+            // unless they hold what the item holds now (nothing would be lost).
+            guard version.author != store.author else { return }
+            if let state, SyncMerge.same(version, state.version) { return }
+            try SyncError.local("keep a conflict version of item \(version.item)") {
+                try store.keepConflict(version) { digest in try self.fetch(digest) }
+            }
+            round.conflicts += 1
+            return
+        }
+        if let state, state.number >= version.number { return }  // ours, or applied already
+        let name = try placement(of: version, committedAt: change.sequence, state: state)
+        switch try apply(version, placedAs: name, expecting: ApplyExpectation(state?.version), keepingHereAsConflict: false) {
+        case .applied:
+            try settle(version, number: version.number, sequence: change.sequence, after: state)
+            round.applied += 1
+        case .changedHere:
+            break  // the outbox sends the change up from the old base; the remote decides
+        }
+    }
+
+    /// Applies `version` through the store.
+    private func apply(_ version: RemoteVersion, placedAs name: String? = nil, expecting expected: ApplyExpectation,
+                       keepingHereAsConflict: Bool) throws(SyncError) -> ApplyOutcome {
+        try SyncError.local("apply version \(version.number) of item \(version.item)") {
+            try store.apply(version, placedAs: name ?? version.name, expecting: expected,
+                            keepingHereAsConflict: keepingHereAsConflict) { digest in try self.fetch(digest) }
+        }
+    }
+
+    /// The name `version`'s item takes here: its own, unless another item holds it (two
+    /// items claimed one name). Then the later of the two (`SyncNames`) takes a new name: the
+    /// incoming one (the name it is placed as), or the one here (moved aside first).
+    private func placement(of version: RemoteVersion, committedAt sequence: UInt64, state: ItemSyncState?) throws(SyncError) -> String {
+        guard !version.deleted else { return version.name }
+        let holder = try SyncError.local("look up a name") {
+            try store.item(named: version.name, in: version.parent, container: version.container, scope: version.scope)
+        }
+        guard let holder, holder != version.item else { return version.name }
+        let incoming = version.number == 1 ? sequence : (state?.created ?? sequence)
+        let held = try syncState(of: holder).flatMap(\.created) ?? UInt64.max
+        let freeName = try SyncNames.free(version.name) { candidate throws(SyncError) in
+            try SyncError.local("look up a name") {
+                try store.item(named: candidate, in: version.parent, container: version.container, scope: version.scope) != nil
+            }
+        }
+        if incoming > held || (incoming == held && version.item > holder) { return freeName }
+        try SyncError.local("move item \(holder) aside for item \(version.item)") { try store.moveAside(holder, to: freeName) }
+        return version.name
+    }
+
+    private func fetch(_ digest: ChunkDigest) throws -> [UInt8] {
+        try remote.fetchChunk(digest)
+    }
+}
+
+/// Why a round of sync stopped: the remote (worth retrying when unreachable) or the store.
+public struct SyncError: Error, CustomStringConvertible, Sendable {
+    public var remote: RemoteError?
+    public var description: String
+
+    init(remote: RemoteError) {
+        self.remote = remote
+        self.description = remote.message
+    }
+
+    init(local description: String) {
+        self.remote = nil
+        self.description = description
+    }
+
+    /// Whether trying again later may help.
+    public var isTransient: Bool { remote?.kind == .unreachable }
+
+    static func remote<Value>(_ body: () throws(RemoteError) -> Value) throws(SyncError) -> Value {
+        do { return try body() } catch { throw SyncError(remote: error) }
+    }
+
+    static func local<Value>(_ what: String, _ body: () throws -> Value) throws(SyncError) -> Value {
+        do { return try body() } catch let error as SyncError { throw error } catch let error as RemoteError {
+            throw SyncError(remote: error)
+        } catch {
+            throw SyncError(local: "could not \(what): \(error)")
+        }
+    }
+}

@@ -1,0 +1,159 @@
+import DocfsChunks
+
+/// An item as this machine's store has it now, in the terms a remote keeps (issue 22 §2):
+/// where it is, its content as chunks, its modes, times and user attributes.
+public struct LocalItem: Sendable, Equatable {
+    public var item: UInt64
+    public var container: String
+    public var scope: String
+    public var parent: UInt64
+    public var name: String
+    public var kind: RemoteItemKind
+    public var manifest: [ChunkDigest]
+    public var size: Int64
+    public var mode: UInt32
+    public var modified: Double
+    public var attributes: [String: [UInt8]]
+
+    public init(item: UInt64, container: String, scope: String = "documents", parent: UInt64 = 0, name: String,
+                kind: RemoteItemKind, manifest: [ChunkDigest], size: Int64, mode: UInt32 = 0o644, modified: Double,
+                attributes: [String: [UInt8]] = [:]) {
+        self.item = item
+        self.container = container
+        self.scope = scope
+        self.parent = parent
+        self.name = name
+        self.kind = kind
+        self.manifest = manifest
+        self.size = size
+        self.mode = mode
+        self.modified = modified
+        self.attributes = attributes
+    }
+
+    /// The item as `version` has it.
+    public init(_ version: RemoteVersion) {
+        self.init(item: version.item, container: version.container, scope: version.scope, parent: version.parent,
+                  name: version.name, kind: version.kind, manifest: version.chunks ?? [], size: version.size,
+                  mode: version.mode, modified: version.modified, attributes: version.attributes)
+    }
+
+    /// A proposal of this state from `base`, by `author`.
+    public func proposal(base: UInt64, by author: RemoteAuthor) -> RemoteVersion {
+        RemoteVersion(item: item, container: container, scope: scope, parent: parent, name: name, kind: kind,
+                      base: base, manifest: manifest, size: size, mode: mode, modified: modified,
+                      attributes: attributes, author: author)
+    }
+}
+
+/// Where an item stood the last time this machine was in step with the remote about it: the
+/// remote version it matched, as that version has it (the base of a three-way merge when
+/// both sides changed it since).
+public struct ItemSyncState: Codable, Sendable, Equatable {
+    public var version: RemoteVersion
+    /// Where in the remote's log the item's first version is, when this machine saw it: which
+    /// of two items claiming one name came later (`SyncNames`).
+    public var created: UInt64?
+
+    public init(version: RemoteVersion, created: UInt64?) {
+        self.version = version
+        self.created = created
+    }
+
+    public var number: UInt64 { version.number }
+}
+
+/// One entry of the store's durable outbox: an item changed here (content, attributes, place,
+/// or it went) and must go up. Written with the change itself, so a crash between the save and
+/// the upload loses nothing; several entries of one item go up as one version of its state then.
+public struct OutboxEntry: Sendable, Hashable {
+    public var sequence: UInt64
+    public var item: UInt64
+
+    public init(sequence: UInt64, item: UInt64) {
+        self.sequence = sequence
+        self.item = item
+    }
+}
+
+/// What the store must find an item to be for a remote version to be applied over it (else
+/// it changed here meanwhile, and that change goes up first).
+public enum ApplyExpectation: Sendable, Equatable {
+    /// Whatever it is.
+    case anything
+    /// Not in the store.
+    case absent
+    /// Exactly this.
+    case item(LocalItem)
+
+    /// What the store has when it is in step with `version`.
+    public init(_ version: RemoteVersion?) {
+        guard let version, !version.deleted else {
+            self = .absent
+            return
+        }
+        self = .item(LocalItem(version))
+    }
+
+    public func isMet(by local: LocalItem?) -> Bool {
+        switch self {
+        case .anything: true
+        case .absent: local == nil
+        case .item(let expected): local == expected
+        }
+    }
+}
+
+/// What becomes of a remote version applied to the store.
+public enum ApplyOutcome: Sendable, Equatable {
+    /// The store holds it now.
+    case applied
+    /// The item changed here since it was last in step: nothing was applied (the change goes
+    /// up first, and the remote's compare-and-swap decides).
+    case changedHere
+}
+
+/// The local side of the sync engine (issue 22 §0): the store of one machine, its durable
+/// outbox, each item's sync state and the anchor in the remote's log, and the one coordinated
+/// path by which remote changes are applied (under the coordinator's write claim, stitched,
+/// told to presenters and the kernel; never echoed into the outbox). The filesystem implements
+/// it for a served store; tests use one in memory.
+public protocol SyncedStore: Sendable {
+    /// Who this machine is, in versions it commits.
+    var author: RemoteAuthor { get }
+
+    /// The outbox's oldest entries, at most `limit`.
+    func pendingChanges(limit: Int) throws -> [OutboxEntry]
+    /// Removes `entry` from the outbox (durably): its item's state then went up.
+    func acknowledge(_ entry: OutboxEntry) throws
+
+    /// The item as the store has it now; nil when it is gone.
+    func current(_ item: UInt64) throws -> LocalItem?
+    /// The bytes of one chunk of the item's current content.
+    func chunk(_ digest: ChunkDigest, of item: UInt64) throws -> [UInt8]
+    /// The item that holds `name` in the folder `parent` of a container's scope, if any.
+    func item(named name: String, in parent: UInt64, container: String, scope: String) throws -> UInt64?
+
+    func syncState(of item: UInt64) throws -> ItemSyncState?
+    func setSyncState(_ state: ItemSyncState?, of item: UInt64) throws
+    /// Where this machine is in the remote's log (persisted).
+    func anchor() throws -> RemoteAnchor
+    func setAnchor(_ anchor: RemoteAnchor) throws
+
+    /// Makes `version`'s item what it says here (created, moved, renamed under `name`, content
+    /// or attributes replaced, or deleted when `version.deleted`), atomically, as one
+    /// coordinated write, if the item here is what `expected` says (else `.changedHere`,
+    /// nothing done). Content comes from `fetch`, chunk by chunk. `keepingHereAsConflict`: the
+    /// content here is kept as a conflict version of the item first (it lost a race). Applied
+    /// changes are not local changes (nothing enters the outbox), but for a `name` other than
+    /// the version's (two items claimed one name): that rename is one, and goes up.
+    func apply(_ version: RemoteVersion, placedAs name: String, expecting expected: ApplyExpectation,
+               keepingHereAsConflict: Bool, fetch: (ChunkDigest) throws -> [UInt8]) throws -> ApplyOutcome
+    /// Renames `item` here to `name` in its folder, as a local change (it enters the outbox):
+    /// an item of this machine's that must give its name to one that came first.
+    func moveAside(_ item: UInt64, to name: String) throws
+
+    /// Keeps `version` (another machine's content that lost a race) as a conflict version of
+    /// its item, beside the current content.
+    func keepConflict(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws
+}

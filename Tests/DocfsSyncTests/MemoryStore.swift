@@ -1,0 +1,218 @@
+import DocfsChunks
+import DocfsSync
+import Foundation
+import Synchronization
+
+/// A machine's store held in memory, for tests of the sync engine without a kernel: items
+/// with content, an outbox that every local change appends to, sync states and an anchor, and
+/// conflict versions kept per item. Local changes are made as a user would make them (create,
+/// write, rename, delete); applied remote changes never enter the outbox.
+final class MemoryStore: SyncedStore, Sendable {
+    struct State {
+        var items: [UInt64: LocalItem] = [:]
+        var chunks: [ChunkDigest: [UInt8]] = [:]
+        var outbox: [OutboxEntry] = []
+        var nextEntry: UInt64 = 1
+        var states: [UInt64: ItemSyncState] = [:]
+        var anchor = RemoteAnchor.start
+        /// Content kept as conflict versions, per item.
+        var conflicts: [UInt64: [String]] = [:]
+        var clock: Double = 1_700_000_000
+
+        mutating func enqueue(_ item: UInt64) {
+            outbox.append(OutboxEntry(sequence: nextEntry, item: item))
+            nextEntry += 1
+        }
+
+        mutating func tick() -> Double {
+            clock += 1
+            return clock
+        }
+    }
+
+    let author: RemoteAuthor
+    let state = Mutex(State())
+
+    init(machine: String) {
+        author = RemoteAuthor(machine: machine, user: "alice")
+    }
+
+    // MARK: What a user does here
+
+    /// Makes a new item, or (a file's name that is taken) writes the file there, as `>` does.
+    @discardableResult
+    func create(_ name: String, in parent: UInt64 = 0, text: String? = "", kind: RemoteItemKind = .file) -> UInt64 {
+        if let existing = state.withLock({ $0.items.values.first { $0.name == name && $0.parent == parent } }) {
+            if existing.kind == .file && kind == .file { write(existing.item, text ?? "") }
+            return existing.item
+        }
+        let item = UInt64.random(in: 1...UInt64(Int64.max))
+        state.withLock { state in
+            let (manifest, size) = Self.store(text ?? "", in: &state)
+            let now = state.tick()
+            state.items[item] = LocalItem(item: item, container: "docfs.default", parent: parent, name: name, kind: kind,
+                                          manifest: kind == .folder ? [] : manifest, size: kind == .folder ? 0 : size,
+                                          mode: kind == .folder ? 0o755 : 0o644, modified: now)
+            state.enqueue(item)
+        }
+        return item
+    }
+
+    func write(_ item: UInt64, _ text: String) {
+        state.withLock { state in
+            let (manifest, size) = Self.store(text, in: &state)
+            let now = state.tick()
+            state.items[item]?.manifest = manifest
+            state.items[item]?.size = size
+            state.items[item]?.modified = now
+            state.enqueue(item)
+        }
+    }
+
+    /// Renames as rename(2) does: an item the new name held is replaced (deleted).
+    func rename(_ item: UInt64, to name: String, in parent: UInt64? = nil) {
+        state.withLock { state in
+            guard let moving = state.items[item] else { return }
+            let folder = parent ?? moving.parent
+            if let replaced = state.items.values.first(where: { $0.name == name && $0.parent == folder && $0.item != item }) {
+                state.items[replaced.item] = nil
+                state.enqueue(replaced.item)
+            }
+            state.items[item]?.name = name
+            if let parent { state.items[item]?.parent = parent }
+            state.enqueue(item)
+        }
+    }
+
+    func setAttribute(_ item: UInt64, _ name: String, _ value: String?) {
+        state.withLock { state in
+            state.items[item]?.attributes[name] = value.map { Array($0.utf8) }
+            state.enqueue(item)
+        }
+    }
+
+    func delete(_ item: UInt64) {
+        state.withLock { state in
+            state.items[item] = nil
+            state.enqueue(item)
+        }
+    }
+
+    // MARK: What a test looks at
+
+    func text(of item: UInt64) -> String? {
+        state.withLock { state in
+            state.items[item].map { local in String(decoding: local.manifest.flatMap { state.chunks[$0] ?? [] }, as: UTF8.self) }
+        }
+    }
+
+    func item(_ item: UInt64) -> LocalItem? { state.withLock { $0.items[item] } }
+
+    func conflicts(of item: UInt64) -> [String] { state.withLock { $0.conflicts[item] ?? [] }.sorted() }
+
+    var pending: Int { state.withLock { $0.outbox.count } }
+
+    /// Every item as path → (id, content), comparable across machines.
+    func tree() -> [String: String] {
+        state.withLock { state in
+            var tree: [String: String] = [:]
+            for local in state.items.values {
+                var path = local.name
+                var parent = local.parent
+                while parent != 0, let folder = state.items[parent] {
+                    path = folder.name + "/" + path
+                    parent = folder.parent
+                }
+                let content = String(decoding: local.manifest.flatMap { state.chunks[$0] ?? [] }, as: UTF8.self)
+                tree[path] = "\(local.item) \(local.kind) \(content) \(local.attributes.keys.sorted())"
+            }
+            return tree
+        }
+    }
+
+    private static func store(_ text: String, in state: inout State) -> ([ChunkDigest], Int64) {
+        let bytes = Array(text.utf8)
+        guard !bytes.isEmpty else { return ([], 0) }
+        // Chunks of at most 8 bytes, so content shares chunks and edits change some.
+        var manifest: [ChunkDigest] = []
+        var start = 0
+        while start < bytes.count {
+            let piece = Array(bytes[start..<min(bytes.count, start + 8)])
+            let digest = piece.withUnsafeBytes { ChunkDigest(of: $0) }
+            state.chunks[digest] = piece
+            manifest.append(digest)
+            start += 8
+        }
+        return (manifest, Int64(bytes.count))
+    }
+
+    // MARK: SyncedStore
+
+    func pendingChanges(limit: Int) throws -> [OutboxEntry] {
+        state.withLock { Array($0.outbox.prefix(limit)) }
+    }
+
+    func acknowledge(_ entry: OutboxEntry) throws {
+        state.withLock { $0.outbox.removeAll { $0 == entry } }
+    }
+
+    func current(_ item: UInt64) throws -> LocalItem? { state.withLock { $0.items[item] } }
+
+    func chunk(_ digest: ChunkDigest, of item: UInt64) throws -> [UInt8] {
+        guard let bytes = state.withLock({ $0.chunks[digest] }) else { throw MemoryStoreError.noChunk }
+        return bytes
+    }
+
+    func item(named name: String, in parent: UInt64, container: String, scope: String) throws -> UInt64? {
+        state.withLock { state in
+            state.items.values.first { $0.name == name && $0.parent == parent && $0.container == container && $0.scope == scope }?.item
+        }
+    }
+
+    func syncState(of item: UInt64) throws -> ItemSyncState? { state.withLock { $0.states[item] } }
+
+    func setSyncState(_ syncState: ItemSyncState?, of item: UInt64) throws {
+        state.withLock { $0.states[item] = syncState }
+    }
+
+    func anchor() throws -> RemoteAnchor { state.withLock { $0.anchor } }
+
+    func setAnchor(_ anchor: RemoteAnchor) throws { state.withLock { $0.anchor = anchor } }
+
+    func apply(_ version: RemoteVersion, placedAs name: String, expecting expected: ApplyExpectation,
+               keepingHereAsConflict: Bool, fetch: (ChunkDigest) throws -> [UInt8]) throws -> ApplyOutcome {
+        // Content first, outside the lock (as the real store writes beside, then renames).
+        var fetched: [ChunkDigest: [UInt8]] = [:]
+        for digest in version.chunks ?? [] where state.withLock({ $0.chunks[digest] }) == nil {
+            fetched[digest] = try fetch(digest)
+        }
+        return state.withLock { state in
+            guard expected.isMet(by: state.items[version.item]) else { return .changedHere }
+            if keepingHereAsConflict, let here = state.items[version.item] {
+                state.conflicts[version.item, default: []].append(
+                    String(decoding: here.manifest.flatMap { state.chunks[$0] ?? [] }, as: UTF8.self))
+            }
+            state.chunks.merge(fetched) { old, _ in old }
+            if version.deleted {
+                state.items[version.item] = nil
+            } else {
+                var local = LocalItem(version)
+                local.name = name
+                state.items[version.item] = local
+                if name != version.name { state.enqueue(version.item) }
+            }
+            return .applied
+        }
+    }
+
+    func moveAside(_ item: UInt64, to name: String) throws {
+        rename(item, to: name)
+    }
+
+    func keepConflict(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws {
+        let bytes = try (version.chunks ?? []).flatMap { try fetch($0) }
+        state.withLock { $0.conflicts[version.item, default: []].append(String(decoding: bytes, as: UTF8.self)) }
+    }
+}
+
+enum MemoryStoreError: Error { case noChunk }

@@ -1,0 +1,279 @@
+import DocfsChunks
+import DocfsSync
+import Foundation
+import Synchronization
+import Testing
+
+/// A remote whose link can be cut (every call fails as unreachable) and whose answer to a
+/// commit can be lost after the commit was made, as a dropped connection loses it.
+final class FlakyRemote: Remote {
+    let base: any Remote
+    let down = Atomic<Bool>(false)
+    let loseNextCommitAnswer = Atomic<Bool>(false)
+
+    init(_ base: any Remote) { self.base = base }
+
+    private func check() throws(RemoteError) {
+        if down.load(ordering: .relaxed) { throw RemoteError(.unreachable, "the link is cut") }
+    }
+
+    func changes(after anchor: RemoteAnchor, limit: Int) throws(RemoteError) -> (changes: [RemoteChange], next: RemoteAnchor) {
+        try check()
+        return try base.changes(after: anchor, limit: limit)
+    }
+    func missingChunks(_ digests: [ChunkDigest]) throws(RemoteError) -> [ChunkDigest] {
+        try check()
+        return try base.missingChunks(digests)
+    }
+    func putChunk(_ digest: ChunkDigest, bytes: [UInt8]) throws(RemoteError) {
+        try check()
+        try base.putChunk(digest, bytes: bytes)
+    }
+    func fetchChunk(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8] {
+        try check()
+        return try base.fetchChunk(digest)
+    }
+    func commit(_ proposal: RemoteVersion, operation: String, whenStale: StaleBase) throws(RemoteError) -> RemoteCommitOutcome {
+        try check()
+        let outcome = try base.commit(proposal, operation: operation, whenStale: whenStale)
+        if loseNextCommitAnswer.exchange(false, ordering: .relaxed) { throw RemoteError(.unreachable, "the answer was lost") }
+        return outcome
+    }
+    func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {
+        try check()
+        return try base.currentVersion(of: item)
+    }
+    func value(forKey key: String, in container: String) throws(RemoteError) -> [UInt8]? {
+        try check()
+        return try base.value(forKey: key, in: container)
+    }
+    func setValue(_ value: [UInt8]?, forKey key: String, in container: String) throws(RemoteError) -> UInt64 {
+        try check()
+        return try base.setValue(value, forKey: key, in: container)
+    }
+    func keys(in container: String) throws(RemoteError) -> [String] {
+        try check()
+        return try base.keys(in: container)
+    }
+}
+
+/// Several machines (stores in memory) kept in step through one remote by their sync engines
+/// (issue 22 §2–§4), run against each remote: what travels, and the races of §4 settled the
+/// same way on every machine with nothing lost.
+@Suite struct SyncEngineTests {
+    struct Machines {
+        let remote: FlakyRemote
+        let stores: [MemoryStore]
+        let engines: [SyncEngine]
+
+        init(_ kind: RemoteUnderTest, count: Int = 3) throws {
+            remote = FlakyRemote(try kind.make())
+            stores = (0..<count).map { MemoryStore(machine: ["a", "b", "c", "d"][$0]) }
+            let remote = remote
+            engines = stores.map { SyncEngine(store: $0, remote: remote, pageSize: 7) }
+        }
+
+        subscript(_ index: Int) -> MemoryStore { stores[index] }
+
+        func sync(_ index: Int) throws { try engines[index].syncOnce() }
+
+        /// Every machine syncs, in turn, until a whole pass changes nothing anywhere.
+        func settle() throws {
+            for _ in 0..<10 {
+                var changed = false
+                for engine in engines where try engine.syncOnce() != SyncEngine.Round() { changed = true }
+                if !changed { return }
+            }
+            Issue.record("the machines did not settle after 10 passes")
+        }
+    }
+
+    @Test(arguments: RemoteUnderTest.allCases)
+    func everyKindOfChangeOnOneMachineReachesTheOthers(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let a = machines[0], b = machines[1], c = machines[2]
+        let folder = a.create("Projects", text: nil, kind: .folder)
+        let doc = a.create("plan.txt", in: folder, text: "first draft of the plan")
+        let link = a.create("latest", text: "Projects/plan.txt", kind: .symlink)
+        a.setAttribute(doc, "user.xdg.tags", "work")
+        try machines.sync(0)
+        try machines.sync(1)
+        // B has each item under the same id, with its content, kind, place and attributes.
+        #expect(b.item(doc)?.name == "plan.txt" && b.item(doc)?.parent == folder)
+        #expect(b.text(of: doc) == "first draft of the plan" && b.item(doc)?.attributes["user.xdg.tags"] == Array("work".utf8))
+        #expect(b.item(folder)?.kind == .folder && b.item(link)?.kind == .symlink && b.text(of: link) == "Projects/plan.txt")
+        #expect(b.tree() == a.tree() && b.pending == 0)
+        // B edits, renames, moves; A and C see it all.
+        b.write(doc, "second draft of the plan, longer")
+        let archive = b.create("Archive", text: nil, kind: .folder)
+        b.rename(doc, to: "plan-v2.txt", in: archive)
+        b.setAttribute(doc, "user.xdg.tags", nil)
+        try machines.sync(1)
+        try machines.settle()
+        #expect(a.text(of: doc) == "second draft of the plan, longer" && a.item(doc)?.parent == archive)
+        #expect(a.item(doc)?.name == "plan-v2.txt" && a.item(doc)?.attributes.isEmpty == true)
+        #expect(a.tree() == b.tree() && c.tree() == b.tree())
+        // A deletion travels as a tombstone.
+        c.delete(link)
+        try machines.settle()
+        #expect(a.item(link) == nil && b.item(link) == nil)
+        #expect(a.tree() == c.tree() && b.tree() == c.tree())
+        #expect(machines.stores.allSatisfy { $0.pending == 0 })
+    }
+
+    /// Three machines; two save one document from the same base: the remote's first commit is
+    /// current everywhere, the other is a conflict version on every machine.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func twoSavesFromOneBaseKeepTheLoserAsAConflictVersionEverywhere(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let doc = machines[0].create("notes.txt", text: "base")
+        try machines.settle()
+        machines[0].write(doc, "edited on a")
+        machines[1].write(doc, "edited on b")
+        try machines.sync(0)  // a commits first: current
+        try machines.sync(1)  // b loses: takes a's, keeps its own as a conflict version
+        try machines.settle()
+        for store in machines.stores {
+            #expect(store.text(of: doc) == "edited on a", "\(store.author.machine)")
+            #expect(store.conflicts(of: doc) == ["edited on b"], "\(store.author.machine)")
+        }
+        #expect(machines[0].tree() == machines[1].tree() && machines[1].tree() == machines[2].tree())
+    }
+
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aRenameOnOneMachineAndAnEditOnAnotherAreBothKept(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let doc = machines[0].create("draft.txt", text: "v1")
+        try machines.settle()
+        machines[0].rename(doc, to: "final.txt")
+        machines[1].write(doc, "v2 from b")
+        machines[1].setAttribute(doc, "user.comment", "checked")
+        try machines.sync(0)
+        try machines.sync(1)
+        try machines.settle()
+        for store in machines.stores {
+            #expect(store.item(doc)?.name == "final.txt" && store.text(of: doc) == "v2 from b")
+            #expect(store.item(doc)?.attributes["user.comment"] == Array("checked".utf8) && store.conflicts(of: doc).isEmpty)
+        }
+    }
+
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aDeletionAgainstAnEditKeepsTheEditWhicheverCommitsFirst(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let first = machines[0].create("one.txt", text: "one")
+        let second = machines[0].create("two.txt", text: "two")
+        try machines.settle()
+        // The deletion commits first: the edit brings the document back.
+        machines[0].delete(first)
+        machines[1].write(first, "one, edited")
+        // The edit commits first: the deletion loses.
+        machines[1].write(second, "two, edited")
+        machines[0].delete(second)
+        try machines.sync(0)
+        try machines.sync(1)
+        try machines.settle()
+        for store in machines.stores {
+            #expect(store.text(of: first) == "one, edited" && store.text(of: second) == "two, edited", "\(store.author.machine)")
+        }
+        #expect(machines[0].tree() == machines[2].tree() && machines[1].tree() == machines[2].tree())
+    }
+
+    /// Two machines create one name apart: both items are kept; the one committed later is
+    /// renamed `name (2).ext` on every machine.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func twoCreatesOfOneNameKeepBothAndRenameTheLater(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let fromA = machines[0].create("report.txt", text: "a's report")
+        let fromB = machines[1].create("report.txt", text: "b's report")
+        try machines.sync(0)  // a's commits first
+        try machines.sync(1)  // b's commits second, then b meets a's under the same name
+        try machines.settle()
+        for store in machines.stores {
+            #expect(store.item(fromA)?.name == "report.txt" && store.item(fromB)?.name == "report (2).txt", "\(store.author.machine)")
+            #expect(store.text(of: fromA) == "a's report" && store.text(of: fromB) == "b's report")
+        }
+        #expect(machines[0].tree() == machines[1].tree() && machines[1].tree() == machines[2].tree())
+    }
+
+    /// Changes made while the link is cut wait in the outbox and go up once it is back; a
+    /// commit whose answer was lost is retried under its operation id and applied once.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func changesWaitOfflineAndARetriedCommitIsAppliedOnce(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind, count: 2)
+        let doc = machines[0].create("offline.txt", text: "before")
+        try machines.settle()
+        machines.remote.down.store(true, ordering: .relaxed)
+        machines[0].write(doc, "written offline")
+        #expect { try machines.sync(0) } throws: { ($0 as? SyncError)?.isTransient == true }
+        #expect(machines[0].pending == 1)
+        machines.remote.down.store(false, ordering: .relaxed)
+        machines.remote.loseNextCommitAnswer.store(true, ordering: .relaxed)
+        #expect { try machines.sync(0) } throws: { ($0 as? SyncError)?.isTransient == true }
+        #expect(machines[0].pending == 1)
+        try machines.settle()
+        #expect(machines[0].pending == 0 && machines[1].text(of: doc) == "written offline")
+        let versions = try machines.remote.changes(after: .start, limit: 100).changes.filter { $0.version.item == doc }
+        #expect(versions.map(\.version.number) == [1, 2] && versions.allSatisfy { !$0.version.conflict })
+    }
+
+    /// Three machines make random changes (creates, writes, renames, moves, deletions) and sync
+    /// at random moments; when all have synced, their trees are identical, and every content
+    /// any machine ever saved is current or a kept conflict version somewhere (nothing lost).
+    @Test(arguments: RemoteUnderTest.allCases)
+    func randomMixedWorkOnThreeMachinesConverges(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        var generator = SystemRandomNumberGenerator()
+        var saved: Set<String> = []
+        var counter = 0
+        for _ in 0..<(kind == .postgres ? 150 : 400) {
+            let index = Int.random(in: 0..<3, using: &generator)
+            let store = machines[index]
+            let items = store.state.withLock { Array($0.items.values.filter { $0.kind == .file }.map(\.item)) }
+            counter += 1
+            let text = "content \(counter) from \(store.author.machine)"
+            switch Int.random(in: 0..<10, using: &generator) {
+            case 0...2 where items.count < 30:
+                store.create("file\(Int.random(in: 0..<12, using: &generator)).txt", text: text)
+                saved.insert(text)
+            case 3...5 where !items.isEmpty:
+                store.write(items.randomElement(using: &generator)!, text)
+                saved.insert(text)
+            case 6 where !items.isEmpty:
+                store.rename(items.randomElement(using: &generator)!, to: "renamed\(Int.random(in: 0..<12, using: &generator)).txt")
+            case 7 where !items.isEmpty:
+                store.delete(items.randomElement(using: &generator)!)
+            default:
+                try? machines.sync(index)
+            }
+        }
+        try machines.settle()
+        let trees = machines.stores.map { $0.tree() }
+        #expect(trees[0] == trees[1] && trees[1] == trees[2], """
+            differing: \(Set(trees[0].map { "\($0) \($1)" }).symmetricDifference(trees[1].map { "\($0) \($1)" }).sorted()) \
+            \(Set(trees[1].map { "\($0) \($1)" }).symmetricDifference(trees[2].map { "\($0) \($1)" }).sorted())
+            """)
+        // No two items hold one name anywhere (the tree is keyed by path).
+        for (store, tree) in zip(machines.stores, trees) {
+            #expect(store.state.withLock { $0.items.count } == tree.count, "\(store.author.machine)")
+        }
+        // Every payload committed survives: each item's current version is what every machine
+        // holds, and each conflict version is kept by every machine but the one that made it.
+        let log = try machines.remote.changes(after: .start, limit: 100_000).changes.map(\.version)
+        #expect(log.count > 20)
+        func text(_ version: RemoteVersion) throws -> String {
+            String(decoding: try (version.chunks ?? []).flatMap { try machines.remote.fetchChunk($0) }, as: UTF8.self)
+        }
+        for item in Set(log.map(\.item)) {
+            let current = try #require(try machines.remote.currentVersion(of: item))
+            for store in machines.stores {
+                #expect(current.deleted ? store.item(item) == nil : try store.text(of: item) == text(current))
+            }
+        }
+        for conflict in log where conflict.conflict && !conflict.deleted {
+            for store in machines.stores where store.author != conflict.author {
+                #expect(store.conflicts(of: conflict.item).contains(try text(conflict)), "\(store.author.machine): \(conflict)")
+            }
+        }
+        #expect(saved.count > 50)
+    }
+}
