@@ -55,6 +55,11 @@ extension PostgresRemote {
         while let connection = takeIdle() {
             if !connection.isClosed { return connection }
         }
+        return try await connect()
+    }
+
+    /// A new connection to the first of the location's servers that answers.
+    func connect() async throws -> PostgresConnection {
         var lastError: (any Error)?
         for server in location.servers {
             var configuration: PostgresConnection.Configuration

@@ -23,6 +23,8 @@ public final class PostgresRemote: Remote {
     let idle = Mutex<[PostgresConnection]>([])
     let connectionNumbers = Atomic<Int>(0)
     let tls: PostgresConnection.Configuration.TLS
+    /// Watches of the log (`watchChanges`), cancelled when the remote closes.
+    let watches = Mutex<[RemoteWatch]>([])
 
     /// Connects to `location`, prepares its schema (creating it in an empty database,
     /// migrating an older one) and records this machine. Throws a `RemoteError` that says
@@ -55,6 +57,7 @@ public final class PostgresRemote: Remote {
 
     /// Closes the connections and ends the bridge's thread.
     public func close() {
+        for watch in watches.withLock({ watches in defer { watches.removeAll() }; return watches }) { watch.cancel() }
         let connections = idle.withLock { idle in
             defer { idle.removeAll() }
             return idle

@@ -24,6 +24,9 @@ public final class InMemoryRemote: Remote {
     }
 
     private let state = Mutex(State())
+    /// Who hears of commits (leaf lock; watchers are called with no lock held).
+    private let watchers = Mutex<[UInt64: @Sendable () -> Void]>([:])
+    private let watcherNumbers = Atomic<UInt64>(0)
 
     public init() {}
 
@@ -64,7 +67,7 @@ public final class InMemoryRemote: Remote {
     public func commit(_ proposal: RemoteVersion, operation: String, whenStale: StaleBase) throws(RemoteError) -> RemoteCommitOutcome {
         if let problem = proposal.problem { throw RemoteError(.refused, problem) }
         let digests = proposal.chunks ?? []
-        return try state.withLock { (state: inout State) throws(RemoteError) -> RemoteCommitOutcome in
+        let outcome = try state.withLock { (state: inout State) throws(RemoteError) -> RemoteCommitOutcome in
             if let outcome = state.operations[operation] { return outcome }
             let missing = digests.filter { state.chunks[$0] == nil }
             guard missing.isEmpty else {
@@ -84,6 +87,14 @@ public final class InMemoryRemote: Remote {
             state.operations[operation] = outcome
             return outcome
         }
+        if case .stale = outcome {} else { for wake in watchers.withLock({ Array($0.values) }) { wake() } }
+        return outcome
+    }
+
+    public func watchChanges(_ wake: @escaping @Sendable () -> Void) -> RemoteWatch {
+        let number = watcherNumbers.wrappingAdd(1, ordering: .relaxed).newValue
+        watchers.withLock { $0[number] = wake }
+        return RemoteWatch { [weak self] in _ = self?.watchers.withLock { $0.removeValue(forKey: number) } }
     }
 
     public func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {

@@ -35,6 +35,11 @@ public protocol Remote: Sendable {
     /// The item's current version (a tombstone when it was deleted); nil when it never was.
     func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion?
 
+    /// Calls `wake` whenever the log may have grown (a wake-up only, DESIGN §9: the engine reads
+    /// the log from its anchor), and after the watch reconnects (a wake-up lost meanwhile is
+    /// made up for). Runs until the answered watch is cancelled.
+    func watchChanges(_ wake: @escaping @Sendable () -> Void) -> RemoteWatch
+
     /// A container's key-value store (issue 24 builds on these): a value, nil when absent.
     func value(forKey key: String, in container: String) throws(RemoteError) -> [UInt8]?
     /// Sets (or with nil, removes) a key's value; answers the sequence the change took.
@@ -42,6 +47,15 @@ public protocol Remote: Sendable {
     func setValue(_ value: [UInt8]?, forKey key: String, in container: String) throws(RemoteError) -> UInt64
     /// A container's keys, sorted.
     func keys(in container: String) throws(RemoteError) -> [String]
+}
+
+/// A watch of a remote's log (`Remote.watchChanges`), stopped by `cancel`.
+public final class RemoteWatch: Sendable {
+    private let stop: @Sendable () -> Void
+
+    public init(stop: @escaping @Sendable () -> Void) { self.stop = stop }
+
+    public func cancel() { stop() }
 }
 
 /// What a commit does when its base is no longer the item's current version.

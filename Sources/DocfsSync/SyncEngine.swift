@@ -210,8 +210,8 @@ public final class SyncEngine: Sendable {
             return
         }
         if let state, state.number >= version.number { return }  // ours, or applied already
-        let name = try placement(of: version, committedAt: change.sequence, state: state)
-        switch try apply(version, placedAs: name, expecting: ApplyExpectation(state?.version), keepingHereAsConflict: false) {
+        switch try apply(version, committedAt: change.sequence, expecting: ApplyExpectation(state?.version),
+                         keepingHereAsConflict: false) {
         case .applied:
             try settle(version, number: version.number, sequence: change.sequence, after: state)
             round.applied += 1
@@ -220,11 +220,13 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// Applies `version` through the store.
-    private func apply(_ version: RemoteVersion, placedAs name: String? = nil, expecting expected: ApplyExpectation,
+    /// Applies `version` (committed at `sequence` of the log, when known) through the store,
+    /// under the name the naming rule gives it here.
+    private func apply(_ version: RemoteVersion, committedAt sequence: UInt64? = nil, expecting expected: ApplyExpectation,
                        keepingHereAsConflict: Bool) throws(SyncError) -> ApplyOutcome {
-        try SyncError.local("apply version \(version.number) of item \(version.item)") {
-            try store.apply(version, placedAs: name ?? version.name, expecting: expected,
+        let name = try placement(of: version, committedAt: sequence)
+        return try SyncError.local("apply version \(version.number) of item \(version.item)") {
+            try store.apply(version, placedAs: name, expecting: expected,
                             keepingHereAsConflict: keepingHereAsConflict) { digest in try self.fetch(digest) }
         }
     }
@@ -232,13 +234,14 @@ public final class SyncEngine: Sendable {
     /// The name `version`'s item takes here: its own, unless another item holds it (two
     /// items claimed one name). Then the later of the two (`SyncNames`) takes a new name: the
     /// incoming one (the name it is placed as), or the one here (moved aside first).
-    private func placement(of version: RemoteVersion, committedAt sequence: UInt64, state: ItemSyncState?) throws(SyncError) -> String {
+    private func placement(of version: RemoteVersion, committedAt sequence: UInt64?) throws(SyncError) -> String {
         guard !version.deleted else { return version.name }
         let holder = try SyncError.local("look up a name") {
             try store.item(named: version.name, in: version.parent, container: version.container, scope: version.scope)
         }
         guard let holder, holder != version.item else { return version.name }
-        let incoming = version.number == 1 ? sequence : (state?.created ?? sequence)
+        let state = try syncState(of: version.item)
+        let incoming = (version.number == 1 ? sequence : state?.created) ?? sequence ?? UInt64.max - 1
         let held = try syncState(of: holder).flatMap(\.created) ?? UInt64.max
         let freeName = try SyncNames.free(version.name) { candidate throws(SyncError) in
             try SyncError.local("look up a name") {

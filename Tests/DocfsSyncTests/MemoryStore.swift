@@ -186,8 +186,15 @@ final class MemoryStore: SyncedStore, Sendable {
         for digest in version.chunks ?? [] where state.withLock({ $0.chunks[digest] }) == nil {
             fetched[digest] = try fetch(digest)
         }
-        return state.withLock { state in
+        return try state.withLock { state in
             guard expected.isMet(by: state.items[version.item]) else { return .changedHere }
+            // The engine places items only under free names: a rename over another item here
+            // would delete it.
+            if !version.deleted, state.items.values.contains(where: {
+                $0.name == name && $0.parent == version.parent && $0.item != version.item
+            }) {
+                throw MemoryStoreError.nameTaken(name)
+            }
             if keepingHereAsConflict, let here = state.items[version.item] {
                 state.conflicts[version.item, default: []].append(
                     String(decoding: here.manifest.flatMap { state.chunks[$0] ?? [] }, as: UTF8.self))
@@ -215,4 +222,7 @@ final class MemoryStore: SyncedStore, Sendable {
     }
 }
 
-enum MemoryStoreError: Error { case noChunk }
+enum MemoryStoreError: Error {
+    case noChunk
+    case nameTaken(String)
+}

@@ -19,8 +19,12 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         case .inMemory:
             InMemoryRemote()
         case .postgres:
-            try PostgresRemote(PostgresLocation(try ThrowawayPostgres.shared().makeDatabase("conformance")), machine: "test")
+            try Self.postgresRemote(try ThrowawayPostgres.shared().makeDatabase("conformance"))
         }
+    }
+
+    static func postgresRemote(_ uri: String) throws -> PostgresRemote {
+        try PostgresRemote(PostgresLocation(uri), machine: "test")
     }
 }
 

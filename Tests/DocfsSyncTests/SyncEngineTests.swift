@@ -39,6 +39,9 @@ final class FlakyRemote: Remote {
         if loseNextCommitAnswer.exchange(false, ordering: .relaxed) { throw RemoteError(.unreachable, "the answer was lost") }
         return outcome
     }
+    func watchChanges(_ wake: @escaping @Sendable () -> Void) -> RemoteWatch {
+        base.watchChanges(wake)
+    }
     func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {
         try check()
         return try base.currentVersion(of: item)

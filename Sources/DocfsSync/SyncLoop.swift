@@ -1,0 +1,107 @@
+import DocfsCore
+import Foundation
+import Synchronization
+
+/// Runs a sync engine on a thread of its own (never a FUSE worker's): a round when woken (a
+/// local change entered the outbox, the remote's watch heard of a commit or reconnected),
+/// and every `pollInterval` seconds anyway (a wake-up can be lost, DESIGN §9). A round that
+/// fails is tried again with a growing pause (1 s doubling to 60 s) while the remote is
+/// unreachable; `status` says what is waiting and the last error in words.
+///
+/// Lock order: `state` is a leaf lock, never held across a round.
+public final class SyncLoop: Sendable {
+    /// What `docfs remote status` shows.
+    public struct Status: Sendable, Equatable {
+        /// When a round last reached the remote (seconds since the epoch).
+        public var lastContact: Double?
+        /// Why the last round failed, if it did.
+        public var lastError: String?
+        /// When the next try is, after a failure.
+        public var nextTry: Double?
+        public var rounds = 0
+        public var last = SyncEngine.Round()
+    }
+
+    private struct State {
+        var status = Status()
+        var stopping = false
+    }
+
+    public let engine: SyncEngine
+    private let pollInterval: Double
+    private let log: @Sendable (String) -> Void
+    private let state = Mutex(State())
+    private let wakeUp = ThreadSemaphore()
+    private let done = ThreadSemaphore()
+    private let watch = Mutex<RemoteWatch?>(nil)
+
+    public init(engine: SyncEngine, pollInterval: Double = 5, log: @escaping @Sendable (String) -> Void) {
+        self.engine = engine
+        self.pollInterval = pollInterval
+        self.log = log
+    }
+
+    public var status: Status { state.withLock { $0.status } }
+
+    public func start() {
+        let remoteWatch = engine.remote.watchChanges { [weak self] in self?.wake() }
+        watch.withLock { $0 = remoteWatch }
+        DetachedThread.start { [self] in
+            run()
+            done.signal()
+        }
+    }
+
+    /// Asks for a round soon (a local change is waiting, or the remote has news).
+    public func wake() { wakeUp.signal() }
+
+    /// Ends the loop after the round under way, and waits for it.
+    public func stop() {
+        watch.withLock { $0?.cancel() }
+        state.withLock { $0.stopping = true }
+        wakeUp.signal()
+        done.wait()
+    }
+
+    private func run() {
+        var pause = 0.0
+        while !state.withLock({ $0.stopping }) {
+            do {
+                let round = try engine.syncOnce()
+                let now = Date().timeIntervalSince1970
+                state.withLock { state in
+                    state.status.lastContact = now
+                    state.status.lastError = nil
+                    state.status.nextTry = nil
+                    state.status.rounds += 1
+                    state.status.last = round
+                }
+                if pause > 0 { log("sync: in step with the remote again") }
+                pause = 0
+            } catch {
+                pause = error.isTransient ? min(max(1, pause * 2), 60) : 60
+                let next = Date().timeIntervalSince1970 + pause
+                let failedBefore = state.withLock { state in
+                    defer {
+                        state.status.lastError = error.description
+                        state.status.nextTry = next
+                    }
+                    return state.status.lastError == error.description
+                }
+                if !failedBefore { log("sync: \(error.description) (trying again in \(Int(pause)) s)") }
+            }
+            if pause > 0 {
+                // While failing, a wake-up does not cut the pause short (it would hammer a
+                // server that is down), but stopping does.
+                let until = Date().addingTimeInterval(pause)
+                while Date() < until && !state.withLock({ $0.stopping }) {
+                    wakeUp.wait(seconds: until.timeIntervalSinceNow)
+                }
+            } else {
+                wakeUp.wait(seconds: pollInterval)
+            }
+            // Wake-ups that piled up during the round are one round.
+            while wakeUp.wait(seconds: 0) {}
+        }
+    }
+}

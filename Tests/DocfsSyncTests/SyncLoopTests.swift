@@ -1,0 +1,87 @@
+import DocfsSync
+import Foundation
+import Testing
+
+/// Sync engines running on their own threads (issue 22 §1, §5): a save on one machine reaches
+/// another through the remote's wake-ups (NOTIFY on PostgreSQL), not the poll; a watch whose
+/// connection the server ends reconnects and misses nothing; a cut link shows in the status
+/// and its changes go up once it is back.
+@Suite struct SyncLoopTests {
+    /// Waits up to `seconds` for `condition`; answers how long it took, nil if it never held.
+    static func waitFor(_ seconds: Double, _ condition: () -> Bool) -> Double? {
+        let start = Date()
+        while Date().timeIntervalSince(start) < seconds {
+            if condition() { return Date().timeIntervalSince(start) }
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        return nil
+    }
+
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aSaveReachesAnotherMachineByWakeUpNotByPoll(_ kind: RemoteUnderTest) throws {
+        let remote = FlakyRemote(try kind.make())
+        let a = MemoryStore(machine: "a"), b = MemoryStore(machine: "b")
+        // Polls far apart: only wake-ups can deliver within the test's bounds.
+        let loops = [a, b].map { SyncLoop(engine: SyncEngine(store: $0, remote: remote), pollInterval: 60, log: { _ in }) }
+        loops.forEach { $0.start() }
+        defer { loops.forEach { $0.stop() } }
+        var latencies: [Double] = []
+        var doc: UInt64 = 0
+        for round in 0..<20 {
+            if round == 0 {
+                doc = a.create("live.txt", text: "save 0")
+            } else {
+                a.write(doc, "save \(round)")
+            }
+            loops[0].wake()
+            let latency = try #require(Self.waitFor(5) { b.text(of: doc) == "save \(round)" }, "save \(round) never reached b")
+            latencies.append(latency)
+        }
+        latencies.sort()
+        #expect(latencies[latencies.count - 1] < 1, "latencies \(latencies)")
+        #expect(loops[1].status.lastError == nil && loops[1].status.lastContact != nil)
+    }
+
+    @Test func aWatchWhoseConnectionTheServerEndsReconnectsAndMissesNothing() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("watch")
+        let name = String(uri.split(separator: "/").last!.split(separator: "?")[0])
+        let remote = try RemoteUnderTest.postgresRemote(uri)
+        let a = MemoryStore(machine: "a"), b = MemoryStore(machine: "b")
+        let engineA = SyncEngine(store: a, remote: remote)
+        let loopB = SyncLoop(engine: SyncEngine(store: b, remote: remote), pollInterval: 60, log: { _ in })
+        loopB.start()
+        defer { loopB.stop() }
+        let doc = a.create("watched.txt", text: "first")
+        try engineA.syncOnce()
+        #expect(Self.waitFor(5) { b.text(of: doc) == "first" } != nil)
+        // The server ends every listening connection; a save made right after still arrives.
+        let ended = try server.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+                                   database: name)
+        #expect(ended == "1\n")
+        a.write(doc, "after the watch was cut")
+        try engineA.syncOnce()
+        #expect(Self.waitFor(10) { b.text(of: doc) == "after the watch was cut" } != nil)
+    }
+
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aCutLinkShowsInTheStatusAndItsChangesGoUpWhenItIsBack(_ kind: RemoteUnderTest) throws {
+        let remote = FlakyRemote(try kind.make())
+        let a = MemoryStore(machine: "a"), b = MemoryStore(machine: "b")
+        let loopA = SyncLoop(engine: SyncEngine(store: a, remote: remote), pollInterval: 60, log: { _ in })
+        let engineB = SyncEngine(store: b, remote: remote)
+        loopA.start()
+        defer { loopA.stop() }
+        remote.down.store(true, ordering: .relaxed)
+        let doc = a.create("offline.txt", text: "made offline")
+        loopA.wake()
+        #expect(Self.waitFor(5) { loopA.status.lastError?.contains("the link is cut") == true } != nil)
+        #expect(loopA.status.nextTry != nil && a.pending == 1)
+        remote.down.store(false, ordering: .relaxed)
+        // The retry comes by itself (1 s, then 2 s, …), no wake-up needed.
+        #expect(Self.waitFor(10) { a.pending == 0 } != nil)
+        #expect(loopA.status.lastError == nil)
+        try engineB.syncOnce()
+        #expect(b.text(of: doc) == "made offline")
+    }
+}
