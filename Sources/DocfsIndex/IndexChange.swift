@@ -16,6 +16,9 @@ public enum IndexChange: Sendable {
     case move(from: IndexLocation, to: IndexLocation)
     /// The names at the two places traded places (RENAME_EXCHANGE), with what is under them.
     case exchange(IndexLocation, IndexLocation)
+    /// The item changed here and must go up to the remote (issue 22: the durable outbox, in
+    /// the same journal append as the change's records). No record changes.
+    case outbox(item: Int64)
 }
 
 /// Where an entry is: a path (starting with `/`) in a container's scope.

@@ -32,6 +32,9 @@ enum IndexChangeCoding {
                 w.u8(6)
                 w.location(a)
                 w.location(b)
+            case .outbox(let item):
+                w.u8(7)
+                w.i64(item)
             }
         }
         bytes = w.bytes
@@ -55,6 +58,7 @@ enum IndexChangeCoding {
                 changes.append(.removeEntries(entries))
             case 5: changes.append(.move(from: try r.location(), to: try r.location()))
             case 6: changes.append(.exchange(try r.location(), try r.location()))
+            case 7: changes.append(.outbox(item: try r.i64()))
             default: throw Malformed()
             }
         }

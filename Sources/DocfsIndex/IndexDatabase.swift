@@ -30,7 +30,7 @@ import Glibc
 /// replays the journal), a machine crash may lose the last changes, which the daemon's
 /// reconciling walk at its start puts back.
 public final class IndexDatabase: Sendable {
-    private let pool: DatabasePool
+    let pool: DatabasePool
     public let path: String
     /// Where the journal is (beside the database).
     public let journalPath: String
@@ -443,6 +443,8 @@ public final class IndexDatabase: Sendable {
             try move(a, aside, sequence: sequence, db)
             try move(b, a, sequence: sequence, db)
             try move(aside, b, sequence: sequence, db)
+        case .outbox(let item):
+            try db.cachedStatement(sql: "INSERT INTO outbox (item, sequence) VALUES (?, ?)").execute(arguments: [item, sequence])
         }
     }
 
@@ -548,7 +550,7 @@ public final class IndexDatabase: Sendable {
 
     /// Runs `body` in one transaction. BEGIN and COMMIT are prepared once per connection (GRDB's
     /// own transaction wrapper compiles them each time, a measurable part of a small write).
-    private func write<T>(_ body: (Database) throws -> T) throws(DocfsError) -> T {
+    func write<T>(_ body: (Database) throws -> T) throws(DocfsError) -> T {
         do {
             return try pool.writeWithoutTransaction { db in
                 try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute()

@@ -180,6 +180,8 @@ struct IndexOverlay: Sendable {
             try move(a, aside, sequence: sequence, base)
             try move(b, a, sequence: sequence, base)
             try move(aside, b, sequence: sequence, base)
+        case .outbox:
+            break  // no record changes
         }
     }
 

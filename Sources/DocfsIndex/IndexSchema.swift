@@ -10,7 +10,12 @@ import GRDB
 ///               reconciling walk what changed
 ///     removals  entries removed from the index, with the sequence of their removal, so a
 ///               watcher in another process can tell removed from never seen
-///     meta      `built`: 1 once a whole rebuild has filled the index
+///     meta      `built`: 1 once a whole rebuild has filled the index; `syncAnchor`: where the
+///               sync engine is in the remote's log
+///     outbox    what must go up to the remote (issue 22): an item per row, in order, written by
+///               the commit of the journal frame that stitched the change (the same append)
+///     syncItems each item's sync state (the remote version it was last in step with), as the
+///               sync engine encodes it
 ///
 /// A step that only adds (an index on a column) keeps the rows: an index that has not run it is
 /// migrated in place when opened for writing, without a rebuild.
@@ -19,7 +24,7 @@ enum IndexSchema {
     /// an older docfs and needs a rebuild.
     static let newestRebuilding = "v2-entries"
     /// The newest migration of all.
-    static let newest = "v3-dates"
+    static let newest = "v4-sync"
 
     static func migrator() -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -94,9 +99,14 @@ enum IndexSchema {
         }
         // Date ranges (`modified > -7d AND modified < -5d`) read a range of an index instead of
         // every row (issue 20 §3: under 50 ms at a million items). The rows stay.
-        migrator.registerMigration(newest) { db in
+        migrator.registerMigration("v3-dates") { db in
             try db.create(index: "items_modified", on: "items", columns: ["modified"])
             try db.create(index: "items_created", on: "items", columns: ["created"])
+        }
+        // Many machines (issue 22): the durable outbox and each item's sync state.
+        migrator.registerMigration(newest) { db in
+            try db.execute(sql: "CREATE TABLE outbox (position INTEGER PRIMARY KEY AUTOINCREMENT, item INTEGER NOT NULL, sequence INTEGER NOT NULL)")
+            try db.execute(sql: "CREATE TABLE syncItems (item INTEGER PRIMARY KEY, state BLOB NOT NULL)")
         }
         return migrator
     }

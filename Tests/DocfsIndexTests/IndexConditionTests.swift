@@ -47,7 +47,7 @@ import Testing
     }
 
     /// Issue 20 §3: the date indexes come by a migration that keeps the rows (no rebuild), and a
-    /// date range reads them.
+    /// date range reads them; so do issue 22's outbox and sync states.
     @Test func anIndexWithoutTheDateIndexesGetsThemAndKeepsItsRows() throws {
         let directory = NSTemporaryDirectory() + "docfs-condition-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -64,13 +64,17 @@ import Testing
         try queue.write { db in
             try db.execute(sql: "DROP INDEX items_modified")
             try db.execute(sql: "DROP INDEX items_created")
-            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = ?", arguments: [IndexSchema.newest])
+            try db.execute(sql: "DROP TABLE outbox")
+            try db.execute(sql: "DROP TABLE syncItems")
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier IN ('v3-dates', ?)", arguments: [IndexSchema.newest])
         }
         try queue.close()
 
         let (index, condition) = try IndexDatabase.open(path: path)
         #expect(condition == .ready)
         #expect(try index.count() == 300)
+        // The sync tables of issue 22 came by their migration too.
+        #expect(try index.outboxCount() == 0 && index.syncAnchor() == 0)
         let plan = try DatabaseQueue(path: path).read { db in
             try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT * FROM items WHERE modified > ? AND modified < ?",
                              arguments: [0, 1]).map { $0["detail"] as String }.joined(separator: " ")

@@ -1,0 +1,87 @@
+import DocfsCore
+import Foundation
+import GRDB
+
+/// The sync engine's local records (issue 22), kept in the index's database: the durable
+/// outbox the write path fills (`IndexChange.outbox`, committed with the frame that stitched
+/// the change), each item's sync state and the anchor in the remote's log. Only the daemon
+/// (the index's writer) uses them.
+extension IndexDatabase {
+    /// One waiting outbox entry: its position (the order changes were made in) and its item.
+    public struct OutboxRow: Sendable, Equatable {
+        public var position: Int64
+        public var item: Int64
+    }
+
+    /// The outbox's oldest entries, at most `limit`, after committing what the journal holds
+    /// (so an entry stitched a moment ago is among them).
+    public func outbox(limit: Int) throws(DocfsError) -> [OutboxRow] {
+        try flush()
+        return try readSync { db in
+            try Row.fetchAll(db, sql: "SELECT position, item FROM outbox ORDER BY position LIMIT ?", arguments: [limit]).map {
+                OutboxRow(position: $0["position"], item: $0["item"])
+            }
+        }
+    }
+
+    /// How many outbox entries wait (committed ones; `outbox` commits first).
+    public func outboxCount() throws(DocfsError) -> Int {
+        try readSync { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM outbox") ?? 0 }
+    }
+
+    /// Removes the entry at `position`: its item went up.
+    public func acknowledgeOutbox(_ position: Int64) throws(DocfsError) {
+        try write { db in try db.execute(sql: "DELETE FROM outbox WHERE position = ?", arguments: [position]) }
+    }
+
+    /// Puts every item of `items` in the outbox (linking a store with documents sends them all up).
+    public func enqueueForUpload(_ items: [Int64]) throws(DocfsError) {
+        guard !items.isEmpty else { return }
+        try write { db in
+            let statement = try db.cachedStatement(sql: "INSERT INTO outbox (item, sequence) VALUES (?, 0)")
+            for item in items { try statement.execute(arguments: [item]) }
+        }
+    }
+
+    /// An item's sync state as the engine encoded it; nil when it has none.
+    public func syncState(of item: Int64) throws(DocfsError) -> [UInt8]? {
+        try readSync { db in try Data.fetchOne(db, sql: "SELECT state FROM syncItems WHERE item = ?", arguments: [item]).map { Array($0) } }
+    }
+
+    public func setSyncState(_ state: [UInt8]?, of item: Int64) throws(DocfsError) {
+        try write { db in
+            if let state {
+                try db.execute(sql: "INSERT OR REPLACE INTO syncItems (item, state) VALUES (?, ?)", arguments: [item, Data(state)])
+            } else {
+                try db.execute(sql: "DELETE FROM syncItems WHERE item = ?", arguments: [item])
+            }
+        }
+    }
+
+    /// Where the engine is in the remote's log (0: before every change).
+    public func syncAnchor() throws(DocfsError) -> Int64 {
+        try readSync { db in try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'syncAnchor'") ?? 0 }
+    }
+
+    public func setSyncAnchor(_ anchor: Int64) throws(DocfsError) {
+        try write { db in try db.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('syncAnchor', ?)", arguments: [anchor]) }
+    }
+
+    /// Forgets every sync record (the store was unlinked, or linked to another remote).
+    public func forgetSync() throws(DocfsError) {
+        try write { db in
+            try db.execute(sql: "DELETE FROM outbox")
+            try db.execute(sql: "DELETE FROM syncItems")
+            try db.execute(sql: "DELETE FROM meta WHERE key = 'syncAnchor'")
+        }
+    }
+
+    private func readSync<T>(_ body: (Database) throws -> T) throws(DocfsError) -> T {
+        do {
+            return try pool.read(body)
+        } catch {
+            throw DocfsError(.internalFailure, "reading the sync records of the index at \(path) failed",
+                             cause: DocfsError(.internalFailure, String(describing: error)))
+        }
+    }
+}
