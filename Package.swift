@@ -2,7 +2,8 @@
 import PackageDescription
 
 // Layers, dependencies pointing one way:
-//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider, DocfsThumbnails} → {DocfsCore, DocfsChunks}
+//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider, DocfsThumbnails, DocfsSync} → {DocfsCore, DocfsChunks}
+// DocfsRemotePostgres (the PostgreSQL remote, beside DocfsSync's in-memory one) is linked by the CLI.
 // Only DocfsFUSE imports CFuse (libfuse3) and CFusePassthrough (its C helpers for the kernel's
 // FUSE passthrough); only DocfsIndex imports GRDB. CLinux wraps Linux syscalls Swift's Glibc hides;
 // CGio is GLib's GIO, for content types from the system's shared-mime-info data; swift-crypto
@@ -72,7 +73,7 @@ let package = Package(
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "Logging", package: "swift-log"),
         ]),
-        .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsIndex", "DocfsProvider", "DocfsThumbnails", "CLinux"]),
+        .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsIndex", "DocfsProvider", "DocfsThumbnails", "DocfsSync", "DocfsChunks", "CLinux"]),
         .target(
             name: "DocfsFUSE",
             dependencies: ["CFuse", "CFusePassthrough", "DocfsFilesystem", .product(name: "Logging", package: "swift-log")]
@@ -87,7 +88,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination"]),
+        .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination", "DocfsIndex", "DocfsSync", "DocfsChunks"]),
         .testTarget(name: "DocfsIndexTests", dependencies: ["DocfsIndex"]),
         .testTarget(name: "DocfsChunksTests", dependencies: ["DocfsChunks"]),
         .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider"]),

@@ -44,6 +44,9 @@ final class IndexStitcher: Sendable {
     private let containers: ContainerCatalog
     private let thumbnails: ThumbnailStore
     private let namespace = Mutex(())
+    /// Whether the store is linked to a remote: each stitched change then also puts its items
+    /// in the outbox, in the same append (issue 22 §0), except changes the sync engine applies.
+    let fillsOutbox = Atomic<Bool>(false)
     /// Moved on by every change of names looked at under `namespace`.
     private let epoch = Atomic<UInt64>(0)
     /// Locks for files' looks, by backing inode (striped: unrelated files rarely share one).
@@ -326,11 +329,35 @@ final class IndexStitcher: Sendable {
         do throws(DocfsError) {
             try namespace.withLock { _ throws(DocfsError) in
                 let current = epoch.add(1, ordering: .sequentiallyConsistent).oldValue
-                try index.stitch(current == seen ? found : changes())
+                try index.stitch(withOutbox(current == seen ? found : changes()))
             }
         } catch {
             report(error)
         }
+    }
+
+    /// `changes` and, when the store is linked (and the change is not one the sync engine
+    /// applies), an outbox entry for each item they reach: the item a record is put for, the
+    /// one a removal, move or exchange finds at its place (looked up before the changes apply,
+    /// under `namespace`). Items without ids of their own (derived ones) stay local.
+    private func withOutbox(_ changes: [IndexChange]) -> [IndexChange] {
+        guard fillsOutbox.load(ordering: .relaxed), !RemoteApplication.isApplying else { return changes }
+        var items: [Int64] = []
+        func note(_ id: Int64?) {
+            guard let id, id > 0, !ItemID(rawValue: UInt64(bitPattern: id)).isDerived, !items.contains(id) else { return }
+            items.append(id)
+        }
+        for change in changes {
+            switch change {
+            case .put(let record): note(record.id)
+            case .remove(let location), .move(from: let location, to: _): note(try? index.record(at: location)?.id)
+            case .exchange(let a, let b):
+                note(try? index.record(at: a)?.id)
+                note(try? index.record(at: b)?.id)
+            case .touch, .removeEntries, .outbox: break
+            }
+        }
+        return changes + items.map { .outbox(item: $0) }
     }
 
     /// A file's new content or attributes: looked at under the file's lock, appended under
@@ -341,7 +368,7 @@ final class IndexStitcher: Sendable {
             let found = changes()
             do throws(DocfsError) {
                 try namespace.withLock { _ throws(DocfsError) in
-                    try index.stitch(epoch.load(ordering: .sequentiallyConsistent) == seen ? found : changes())
+                    try index.stitch(withOutbox(epoch.load(ordering: .sequentiallyConsistent) == seen ? found : changes()))
                 }
             } catch {
                 report(error)

@@ -1,0 +1,251 @@
+import CLinux
+import DocfsChunks
+import DocfsCore
+import DocfsIndex
+import DocfsProvider
+import DocfsSync
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A served store as the sync engine's local side (issue 22 §0): its outbox, sync states and
+/// anchor are the index's (`IndexDatabase+Sync`), filled by the write path in the same append
+/// as each change; an item is read from its backing file (content cut into chunks as the
+/// version store cuts it, the parent folder's id, its user attributes). Applying remote
+/// changes (`StoreSync+Apply`) goes through the coordinator like any write.
+///
+/// Lock order: `manifests` is a leaf lock.
+public final class StoreSync: SyncedStore {
+    public let author: RemoteAuthor
+    let shared: ServedStore
+    let index: IndexDatabase
+    /// Where each chunk of the items last read lies in its file, so a chunk the remote lacks
+    /// is read back without cutting the whole file again (the last few items only).
+    private let manifests = Mutex<[(item: UInt64, chunks: [ChunkDigest: ChunkReference])]>([])
+
+    /// Attributes that are this machine's bookkeeping, not the item's: they do not travel.
+    static let localAttributes: Set<String> = [
+        ItemAttributes.id, ItemAttributes.version, ItemAttributes.bookmark, ItemAttributes.thumbnail,
+        ItemAttributes.container, ItemAttributes.containerID, ItemAttributes.localPath, Filesystem.conflictAttribute,
+    ]
+
+    public init(serving shared: ServedStore, author: RemoteAuthor) throws(DocfsError) {
+        guard let index = shared.stitcher?.index else {
+            throw DocfsError(.invalidArgument, "a store served without its index cannot be linked to a remote")
+        }
+        self.shared = shared
+        self.index = index
+        self.author = author
+    }
+
+    /// Starts (or stops) putting every local change in the outbox.
+    public func fillOutbox(_ on: Bool) {
+        shared.stitcher?.fillsOutbox.store(on, ordering: .relaxed)
+    }
+
+    // MARK: The outbox
+
+    public func pendingChanges(limit: Int) throws -> [OutboxEntry] {
+        try index.outbox(limit: limit).map { OutboxEntry(sequence: UInt64($0.position), item: UInt64(bitPattern: $0.item)) }
+    }
+
+    public func acknowledge(_ entry: OutboxEntry) throws {
+        try index.acknowledgeOutbox(Int64(entry.sequence))
+    }
+
+    // MARK: Items as they are here
+
+    /// Where `item` is in the store: its first name in a container's documents or data.
+    func place(of item: UInt64) throws -> StorePlace? {
+        for (location, _) in try index.places(id: Int64(bitPattern: item)) {
+            guard let container = try? ContainerID(location.container), let scope = Scope(rawValue: location.scope),
+                  scope != .external else { continue }
+            return StorePlace(container: container, scope: scope, path: location.path)
+        }
+        return nil
+    }
+
+    public func current(_ item: UInt64) throws -> LocalItem? {
+        guard let place = try place(of: item), !place.isScopeRoot else { return nil }
+        let fd = shared.paths.openPlace(place)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return nil }
+        // The index may be a moment behind a rename: the file there must be the item.
+        let kind: RemoteItemKind
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: kind = .file
+        case S_IFDIR: kind = .folder
+        case S_IFLNK: kind = .symlink
+        default: return nil
+        }
+        if kind != .symlink, ItemAttributes.id(ofDescriptor: fd)?.rawValue != item { return nil }
+        let slash = place.path.lastIndex(of: "/")!
+        let parentPlace = StorePlace(container: place.container, scope: place.scope, path: String(place.path[..<slash]))
+        var parent: UInt64 = 0
+        if !parentPlace.isScopeRoot {
+            let folder = shared.paths.openPlace(parentPlace)
+            if folder >= 0 {
+                parent = ItemAttributes.id(ofDescriptor: folder)?.rawValue ?? 0
+                close(folder)
+            }
+        }
+        var manifest: [ChunkDigest] = []
+        var size: Int64 = 0
+        switch kind {
+        case .file:
+            (manifest, size) = try chunks(ofFileAt: fd, item: item, length: Int64(st.st_size))
+        case .symlink:
+            let target = try Self.linkTarget(fd)
+            manifest = target.isEmpty ? [] : [target.withUnsafeBytes { ChunkDigest(of: $0) }]
+            size = Int64(target.count)
+            remember(item, [:], symlinkTarget: target)
+        case .folder:
+            break
+        }
+        return LocalItem(item: item, container: place.container.rawValue, scope: place.scope.rawValue, parent: parent,
+                         name: String(place.path[place.path.index(after: slash)...]), kind: kind, manifest: manifest,
+                         size: size, mode: UInt32(st.st_mode & 0o7777), modified: Self.seconds(st.st_mtim),
+                         attributes: kind == .symlink ? [:] : Self.userAttributes(fd))
+    }
+
+    public func chunk(_ digest: ChunkDigest, of item: UInt64) throws -> [UInt8] {
+        guard let reference = manifests.withLock({ $0.last(where: { $0.item == item })?.chunks[digest] }) else {
+            throw StoreSyncError("item \(item) changed since it was read (chunk \(digest) is no longer in it)")
+        }
+        if reference.offset < 0 { return try symlinkTarget(of: item, digest: digest) }
+        guard let place = try place(of: item) else { throw StoreSyncError("item \(item) is gone") }
+        let path = shared.paths.openPlace(place)
+        guard path >= 0 else { throw StoreSyncError("item \(item) is gone") }
+        defer { close(path) }
+        let fd = open("/proc/self/fd/\(path)", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreSyncError("cannot read item \(item): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: Int(reference.length))
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, $0.count - done, off_t(reference.offset) + off_t(done)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw StoreSyncError("item \(item) changed since it was read (it is shorter)") }
+            done += n
+        }
+        guard bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
+            throw StoreSyncError("item \(item) changed since it was read (chunk \(digest) differs)")
+        }
+        return bytes
+    }
+
+    public func item(named name: String, in parent: UInt64, container: String, scope: String) throws -> UInt64? {
+        guard let containerID = try? ContainerID(container), let scopeValue = Scope(rawValue: scope) else { return nil }
+        let folder: StorePlace
+        if parent == 0 {
+            folder = StorePlace(container: containerID, scope: scopeValue, path: "")
+        } else {
+            guard let place = try place(of: parent) else { return nil }
+            folder = place
+        }
+        let location = IndexLocation(container: container, scope: scope, path: folder.path + "/" + name)
+        return try index.record(at: location).map { UInt64(bitPattern: $0.id) }
+    }
+
+    // MARK: Sync states and the anchor
+
+    public func syncState(of item: UInt64) throws -> ItemSyncState? {
+        guard let bytes = try index.syncState(of: Int64(bitPattern: item)) else { return nil }
+        return try JSONDecoder().decode(ItemSyncState.self, from: Data(bytes))
+    }
+
+    public func setSyncState(_ state: ItemSyncState?, of item: UInt64) throws {
+        try index.setSyncState(try state.map { Array(try JSONEncoder().encode($0)) }, of: Int64(bitPattern: item))
+    }
+
+    public func anchor() throws -> RemoteAnchor {
+        RemoteAnchor(sequence: UInt64(bitPattern: try index.syncAnchor()))
+    }
+
+    public func setAnchor(_ anchor: RemoteAnchor) throws {
+        try index.setSyncAnchor(Int64(bitPattern: anchor.sequence))
+    }
+
+    // MARK: Reading
+
+    /// The file's content as chunks (the version store's cut points), remembered for `chunk`.
+    private func chunks(ofFileAt path: Int32, item: UInt64, length: Int64) throws -> ([ChunkDigest], Int64) {
+        let fd = open("/proc/self/fd/\(path)", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreSyncError("cannot read item \(item): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var manifest: [ChunkDigest] = []
+        var references: [ChunkDigest: ChunkReference] = [:]
+        var size: Int64 = 0
+        do {
+            try ContentChunker.standard.forEachChunk(of: fd, length: length) { offset, bytes throws(ChunkError) in
+                let digest = ChunkDigest(of: bytes)
+                manifest.append(digest)
+                references[digest] = ChunkReference(offset: offset, length: Int64(bytes.count), digest: digest)
+                size = offset + Int64(bytes.count)
+            }
+        } catch {
+            throw StoreSyncError("cannot read item \(item): \(error)")
+        }
+        remember(item, references)
+        return (manifest, size)
+    }
+
+    private func remember(_ item: UInt64, _ references: [ChunkDigest: ChunkReference], symlinkTarget: [UInt8]? = nil) {
+        var references = references
+        if let symlinkTarget, !symlinkTarget.isEmpty {
+            let digest = symlinkTarget.withUnsafeBytes { ChunkDigest(of: $0) }
+            references[digest] = ChunkReference(offset: -1, length: Int64(symlinkTarget.count), digest: digest)
+        }
+        manifests.withLock { manifests in
+            manifests.removeAll { $0.item == item }
+            manifests.append((item, references))
+            if manifests.count > 16 { manifests.removeFirst() }
+        }
+    }
+
+    private func symlinkTarget(of item: UInt64, digest: ChunkDigest) throws -> [UInt8] {
+        guard let place = try place(of: item) else { throw StoreSyncError("item \(item) is gone") }
+        let fd = shared.paths.openPlace(place)
+        guard fd >= 0 else { throw StoreSyncError("item \(item) is gone") }
+        defer { close(fd) }
+        let target = try Self.linkTarget(fd)
+        guard target.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
+            throw StoreSyncError("the link \(item) changed since it was read")
+        }
+        return target
+    }
+
+    static func linkTarget(_ fd: Int32) throws -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = buffer.withUnsafeMutableBufferPointer { readlinkat(fd, "", $0.baseAddress!, $0.count) }
+        guard n >= 0 else { throw StoreSyncError("cannot read a link: \(String(cString: strerror(errno)))") }
+        return Array(buffer[0..<n])
+    }
+
+    /// The `user.*` attributes that travel (tags, comments, an app's own), name to value.
+    static func userAttributes(_ fd: Int32) -> [String: [UInt8]] {
+        var list = [CChar](repeating: 0, count: 64 << 10)
+        let length = list.withUnsafeMutableBufferPointer { docfs_fd_listxattr(fd, $0.baseAddress!, $0.count) }
+        guard length > 0 else { return [:] }
+        var attributes: [String: [UInt8]] = [:]
+        let names = list[0..<length].split(separator: 0).map { String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+        for name in names where name.hasPrefix("user.") && !localAttributes.contains(name) {
+            var value = [UInt8](repeating: 0, count: 64 << 10)
+            let size = value.withUnsafeMutableBytes { docfs_fd_getxattr(fd, name, $0.baseAddress!, $0.count) }
+            if size >= 0 { attributes[name] = Array(value[0..<size]) }
+        }
+        return attributes
+    }
+
+    static func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
+}
+
+/// Why the store could not give the sync engine what it asked for, in words.
+struct StoreSyncError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
