@@ -88,7 +88,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination", "DocfsIndex", "DocfsSync", "DocfsChunks"]),
+        .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination", "DocfsIndex", "DocfsSync", "DocfsChunks", "CLinux"]),
         .testTarget(name: "DocfsIndexTests", dependencies: ["DocfsIndex"]),
         .testTarget(name: "DocfsChunksTests", dependencies: ["DocfsChunks"]),
         .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider"]),

@@ -1,21 +1,337 @@
+import CLinux
 import DocfsChunks
+import DocfsCoordination
+import DocfsCore
+import DocfsProvider
 import DocfsSync
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// Applying remote changes to a served store (issue 22 §3): the coordinated path (write
-/// beside under the item's write claim, rename into place, stitch with origin `remote`,
-/// invalidate every view) is the next step of the issue; until it lands a linked store's
-/// engine sends its changes up and reports each change it cannot yet apply as its last error.
+/// Applying remote changes to a served store (issue 22 §3), the one coordinated path for
+/// changes docfs makes itself: new content is written beside the target (a `WorkingFile`, so
+/// the store watcher knows it as docfs's own) before any claim is taken, then, under the
+/// item's replace claim and its folders' write claims, the item is checked to be what the
+/// engine expects (else nothing happens: the change here goes up first), renamed into place
+/// (readers see the old content or the new, never a mix), stitched and told to presenters
+/// (its record delivered inside the claims, so no coordinated reader sees it unindexed), and
+/// after the claims every view's kernel forgets the names. The content it replaces is kept
+/// as a version (a conflict version when it lost a race). None of it enters the outbox.
 extension StoreSync {
     public func apply(_ version: RemoteVersion, placedAs name: String, expecting expected: ApplyExpectation,
                       keepingHereAsConflict: Bool, fetch: (ChunkDigest) throws -> [UInt8]) throws -> ApplyOutcome {
-        throw StoreSyncError("version \(version.number) of item \(version.item) came from machine \(version.author.machine), and applying remote changes to a served store is not built yet (issue 22 §3)")
+        guard let view = shared.servedViews().first else {
+            throw StoreSyncError("the store has no view to apply remote changes through")
+        }
+        guard version.kind != .symlink else {
+            throw StoreSyncError("item \(version.item) is a symbolic link, and links do not travel yet (issue 22 §2)")
+        }
+        let here = try current(version.item)
+        guard expected.isMet(by: here) else { return .changedHere }
+        let old = try here.flatMap { _ in try place(of: version.item) }.map { try Located(place: $0, paths: shared.paths) }
+        defer { old?.close() }
+        if version.deleted {
+            guard let old else { return .applied }
+            return try remove(version, at: old, expecting: expected, view: view)
+        }
+        let target = try Located(folderOf: version, named: name, sync: self)
+        defer { target.close() }
+        // New content, written beside the target before any claim.
+        var working: WorkingFile?
+        if version.kind == .file && (here?.kind != .file || here?.manifest != version.chunks) {
+            working = try WorkingFile(prefix: ".docfs-sync-", in: target.folder, replacing: target.name,
+                                      mode: mode_t(version.mode), ownChanges: shared.ownChanges,
+                                      purpose: "apply version \(version.number) of item \(version.item) into")
+            try Self.write(version, to: working!.fd, fetch: fetch)
+        }
+        defer {
+            if let working {
+                working.close()
+                unlinkat(target.folder, working.name.cString, 0)  // gone already when it was renamed into place
+            }
+        }
+        var claims: [(ItemID, ClaimIntent)] = [(ItemID(rawValue: version.item), .replace)]
+        if let folder = ItemAttributes.id(ofDescriptor: target.folder) { claims.append((folder, .write)) }
+        if let old, let folder = ItemAttributes.id(ofDescriptor: old.folder), !claims.contains(where: { $0.0 == folder }) {
+            claims.append((folder, .write))
+        }
+        let outcome = try RemoteApplication.$isApplying.withValue(true) { () throws -> ApplyOutcome in
+            try view.coordinator.withClaims(claims) { () throws(DocfsError) -> ApplyOutcome in
+                do {
+                    guard expected.isMet(by: try current(version.item)) else { return .changedHere }
+                } catch {
+                    throw DocfsError(.internalFailure, "reading item \(version.item) before applying a remote version failed")
+                }
+                if let working {
+                    try replaceContent(version, with: working, at: target, old: old, keepingOldAsConflict: keepingHereAsConflict, view: view)
+                } else if old == nil {
+                    try makeFolder(version, at: target, view: view)
+                } else {
+                    try moveAndDescribe(version, from: old!, to: target, view: view)
+                }
+                return .applied
+            }
+        }
+        if outcome == .applied {
+            var names = [(folder: target.folderKey, name: target.name)]
+            if let old { names.append((old.folderKey, old.name)) }
+            for each in shared.servedViews() {
+                let invalidations = each.invalidations(names: names, files: [])
+                if !invalidations.entries.isEmpty || !invalidations.inodes.isEmpty { each.invalidate(invalidations) }
+            }
+        }
+        return outcome
     }
 
     public func moveAside(_ item: UInt64, to name: String) throws {
-        throw StoreSyncError("renaming item \(item) aside is not built yet (issue 22 §3)")
+        guard let view = shared.servedViews().first, let place = try place(of: item) else { return }
+        let old = try Located(place: place, paths: shared.paths)
+        defer { old.close() }
+        var claims: [(ItemID, ClaimIntent)] = [(ItemID(rawValue: item), .metadata)]
+        if let folder = ItemAttributes.id(ofDescriptor: old.folder) { claims.append((folder, .write)) }
+        let newName = FileName(name)
+        try view.coordinator.withClaims(claims) { () throws(DocfsError) in
+            shared.ownChanges.changedName(old.name, in: old.folderKey)
+            shared.ownChanges.changedName(newName, in: old.folderKey)
+            try check(docfs_renameat2(old.folder, old.name.cString, old.folder, newName.cString, UInt32(DOCFS_RENAME_NOREPLACE)))
+            // A local change: it goes up like a rename through the mount.
+            view.deliver(.name(.moved(from: old.name, inFolder: old.folder, exchange: false), newName, inFolder: old.folder,
+                               item: ItemID(rawValue: item)))
+        }
+        for each in shared.servedViews() {
+            each.invalidate(each.invalidations(names: [(old.folderKey, old.name), (old.folderKey, newName)], files: []))
+        }
     }
 
     public func keepConflict(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws {
-        throw StoreSyncError("keeping conflict version \(version.number) of item \(version.item) is not built yet (issue 22 §3)")
+        guard version.kind == .file, let place = try place(of: version.item) else { return }
+        let document = try Located(place: place, paths: shared.paths)
+        defer { document.close() }
+        let working = try WorkingFile(prefix: ".docfs-sync-", in: document.folder, replacing: document.name,
+                                      mode: mode_t(version.mode), ownChanges: shared.ownChanges,
+                                      purpose: "keep conflict version \(version.number) of item \(version.item) in")
+        defer {
+            working.close()
+            unlinkat(document.folder, working.name.cString, 0)
+        }
+        try Self.write(version, to: working.fd, fetch: fetch)
+        let item = ItemID(rawValue: version.item)
+        try shared.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
+            let record = VersionRecord(version: version.number, kind: .conflict, modified: version.modified,
+                                       kept: WriteSessions.now(), size: version.size, author: nil)
+            try shared.store.versions.keepFile(working.fd, item: item, record: record)
+            let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { throw DocfsError.errno("opening item \(version.item) to mark its conflict") }
+            defer { close(fd) }
+            try check(docfs_fd_setxattr(fd, Filesystem.conflictAttribute, "1", 1, 0))
+            RemoteApplication.$isApplying.withValue(true) {
+                shared.servedViews().first?.deliver(.name(.attributes, document.name, inFolder: document.folder, item: item))
+            }
+        }
     }
+
+    // MARK: Steps
+
+    /// Writes `version`'s content, chunk by chunk, to `fd`, and checks its length.
+    static func write(_ version: RemoteVersion, to fd: Int32, fetch: (ChunkDigest) throws -> [UInt8]) throws {
+        var offset: off_t = 0
+        for digest in version.chunks ?? [] {
+            let bytes = try fetch(digest)
+            guard bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
+                throw StoreSyncError("chunk \(digest) of item \(version.item) came damaged from the remote")
+            }
+            var done = 0
+            while done < bytes.count {
+                let n = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, offset + off_t(done)) }
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { throw StoreSyncError("writing item \(version.item) failed: \(String(cString: strerror(errno)))") }
+                done += n
+            }
+            offset += off_t(bytes.count)
+        }
+        guard Int64(offset) == version.size else {
+            throw StoreSyncError("version \(version.number) of item \(version.item) should hold \(version.size) bytes but its chunks hold \(offset)")
+        }
+        guard fsync(fd) == 0 else { throw StoreSyncError("writing item \(version.item) failed: \(String(cString: strerror(errno)))") }
+    }
+
+    /// Sets what a version says of an item beside its content: mode, user attributes (those
+    /// that travel: others here are left alone), modification time.
+    static func describe(_ fd: Int32, as version: RemoteVersion) throws(DocfsError) {
+        let path = "/proc/self/fd/\(fd)"
+        for name in Self.userAttributes(fd).keys where version.attributes[name] == nil {
+            _ = docfs_removexattr(path, name)
+        }
+        for (name, value) in version.attributes {
+            try check(value.withUnsafeBytes { docfs_setxattr(path, name, $0.baseAddress, $0.count, 0) })
+        }
+        var times = [Glibc.timespec(tv_sec: 0, tv_nsec: DOCFS_UTIME_OMIT), Self.timespec(version.modified)]
+        try check(utimensat(AT_FDCWD, path, &times, 0))
+    }
+
+    private func replaceContent(_ version: RemoteVersion, with working: WorkingFile, at target: Located, old: Located?,
+                                keepingOldAsConflict: Bool, view: Filesystem) throws(DocfsError) {
+        let item = ItemID(rawValue: version.item)
+        let oldFD = old.map { openat($0.folder, $0.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) } ?? -1
+        defer { if oldFD >= 0 { close(oldFD) } }
+        var oldStat = stat()
+        let replacing = oldFD >= 0 && fstat(oldFD, &oldStat) == 0 && oldStat.st_mode & S_IFMT == S_IFREG
+        let oldVersion = replacing ? max(ItemAttributes.version(ofDescriptor: oldFD), 1) : 0
+        let newVersion = max(version.number, oldVersion + 1)
+        if replacing {
+            // The content it replaces stays recoverable (C4): a previous version, or a conflict
+            // version when it lost the race on the remote.
+            let record = VersionRecord(version: oldVersion, kind: keepingOldAsConflict ? .conflict : .previous,
+                                       modified: StoreSync.seconds(oldStat.st_mtim), kept: WriteSessions.now(),
+                                       size: Int64(oldStat.st_size), author: nil)
+            try shared.store.versions.keepFile(oldFD, item: item, record: record)
+            view.nodes.known(key: BackingKey(oldStat))?.markSuperseded()
+        }
+        try check(fchmod(working.fd, mode_t(version.mode & 0o7777)))
+        _ = try ItemAttributes.setID(item, onDescriptor: working.fd)
+        try ItemAttributes.setVersion(newVersion, onDescriptor: working.fd)
+        if keepingOldAsConflict { try check(docfs_fd_setxattr(working.fd, Filesystem.conflictAttribute, "1", 1, 0)) }
+        try Self.describe(working.fd, as: version)
+        let samePlace = old.map { $0.folderKey == target.folderKey && $0.name == target.name } ?? false
+        try check(docfs_renameat2(target.folder, working.name.cString, target.folder, target.name.cString,
+                                  samePlace ? 0 : UInt32(DOCFS_RENAME_NOREPLACE)))
+        if let old, !samePlace {
+            shared.ownChanges.changedName(old.name, in: old.folderKey)
+            unlinkat(old.folder, old.name.cString, 0)
+            view.deliver(.name(.deleted(wasReference: false), old.name, inFolder: old.folder, item: item))
+        }
+        if replacing && samePlace {
+            var change = ChangeRecord.name(.newVersion(newVersion, conflict: keepingOldAsConflict), target.name,
+                                           inFolder: target.folder, item: item)
+            change.version = newVersion
+            view.deliver(change)
+        } else {
+            view.deliver(.name(.created, target.name, inFolder: target.folder, item: item))
+        }
+    }
+
+    private func makeFolder(_ version: RemoteVersion, at target: Located, view: Filesystem) throws(DocfsError) {
+        shared.ownChanges.changedName(target.name, in: target.folderKey)
+        try check(mkdirat(target.folder, target.name.cString, mode_t(version.mode & 0o7777)))
+        let fd = openat(target.folder, target.name.cString, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.errno("opening the folder made for item \(version.item)") }
+        defer { close(fd) }
+        _ = try ItemAttributes.setID(ItemID(rawValue: version.item), onDescriptor: fd)
+        try Self.describe(fd, as: version)
+        view.deliver(.name(.created, target.name, inFolder: target.folder, item: ItemID(rawValue: version.item)))
+    }
+
+    private func moveAndDescribe(_ version: RemoteVersion, from old: Located, to target: Located, view: Filesystem) throws(DocfsError) {
+        let item = ItemID(rawValue: version.item)
+        let moved = old.folderKey != target.folderKey || old.name != target.name
+        if moved {
+            shared.ownChanges.changedName(old.name, in: old.folderKey)
+            shared.ownChanges.changedName(target.name, in: target.folderKey)
+            try check(docfs_renameat2(old.folder, old.name.cString, target.folder, target.name.cString, UInt32(DOCFS_RENAME_NOREPLACE)))
+        }
+        let fd = openat(target.folder, target.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.errno("opening item \(version.item) to apply its attributes") }
+        defer { close(fd) }
+        try check(chmod("/proc/self/fd/\(fd)", mode_t(version.mode & 0o7777)))
+        try Self.describe(fd, as: version)
+        if moved {
+            view.deliver(.name(.moved(from: old.name, inFolder: old.folder, exchange: false), target.name,
+                               inFolder: target.folder, item: item))
+        }
+        view.deliver(.name(.attributes, target.name, inFolder: target.folder, item: item))
+    }
+
+    private func remove(_ version: RemoteVersion, at old: Located, expecting expected: ApplyExpectation,
+                        view: Filesystem) throws -> ApplyOutcome {
+        let item = ItemID(rawValue: version.item)
+        var claims: [(ItemID, ClaimIntent)] = [(item, .replace)]
+        if let folder = ItemAttributes.id(ofDescriptor: old.folder) { claims.append((folder, .write)) }
+        let outcome = try RemoteApplication.$isApplying.withValue(true) { () throws -> ApplyOutcome in
+            try view.coordinator.withClaims(claims) { () throws(DocfsError) -> ApplyOutcome in
+                guard (try? expected.isMet(by: current(version.item))) == true else { return .changedHere }
+                shared.ownChanges.changedName(old.name, in: old.folderKey)
+                try Self.removeTree(old.name, in: old.folder)
+                view.deliver(.name(.deleted(wasReference: false), old.name, inFolder: old.folder, item: item))
+                return .applied
+            }
+        }
+        for each in shared.servedViews() {
+            each.invalidate(each.invalidations(names: [(old.folderKey, old.name)], files: []))
+        }
+        return outcome
+    }
+
+    /// Removes `name` in `folder`, with everything under it when it is a folder.
+    static func removeTree(_ name: FileName, in folder: Int32) throws(DocfsError) {
+        if unlinkat(folder, name.cString, 0) == 0 { return }
+        guard errno == EISDIR || errno == EPERM else { throw DocfsError.errno("removing \(name)") }
+        let fd = openat(folder, name.cString, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.errno("opening \(name) to remove it") }
+        guard let listing = fdopendir(dup(fd)) else {
+            close(fd)
+            throw DocfsError.errno("listing \(name) to remove it")
+        }
+        var children: [FileName] = []
+        while let entry = readdir(listing) {
+            let child = withUnsafeBytes(of: entry.pointee.d_name) { FileName(bytes: Array($0.prefix { $0 != 0 })) }
+            if child != "." && child != ".." { children.append(child) }
+        }
+        closedir(listing)
+        defer { close(fd) }
+        for child in children { try removeTree(child, in: fd) }
+        try check(unlinkat(folder, name.cString, AT_REMOVEDIR))
+    }
+
+    static func timespec(_ seconds: Double) -> Glibc.timespec {
+        let whole = seconds.rounded(.down)
+        return Glibc.timespec(tv_sec: Int(whole), tv_nsec: Int((seconds - whole) * 1e9))
+    }
+}
+
+/// A place in the store, opened: its folder's descriptor and its name there.
+struct Located {
+    let folder: Int32
+    let folderKey: BackingKey
+    let name: FileName
+
+    /// The place `place` is (its folder must be here).
+    init(place: StorePlace, paths: StorePaths) throws(DocfsError) {
+        let slash = place.path.lastIndex(of: "/")!
+        let parent = StorePlace(container: place.container, scope: place.scope, path: String(place.path[..<slash]))
+        try self.init(folder: paths.openPlace(parent), name: FileName(String(place.path[place.path.index(after: slash)...])),
+                      what: "\(parent)")
+    }
+
+    /// Where `version` goes: in its parent folder (the scope's top for 0), under `name`.
+    init(folderOf version: RemoteVersion, named name: String, sync: StoreSync) throws {
+        guard let container = try? ContainerID(version.container), let scope = Scope(rawValue: version.scope), scope != .external else {
+            throw StoreSyncError("item \(version.item) is in \(version.container) (\(version.scope)), which this store cannot hold")
+        }
+        let folder: StorePlace
+        if version.parent == 0 {
+            folder = StorePlace(container: container, scope: scope, path: "")
+        } else {
+            guard let parent = try sync.place(of: version.parent) else {
+                throw StoreSyncError("item \(version.item) goes in folder \(version.parent), which is not on this machine yet")
+            }
+            folder = parent
+        }
+        try self.init(folder: sync.shared.paths.openPlace(folder), name: FileName(name), what: "\(folder)")
+    }
+
+    private init(folder: Int32, name: FileName, what: String) throws(DocfsError) {
+        guard folder >= 0 else { throw DocfsError(.system(.noSuchFileOrDirectory), "the folder \(what) is not in the store") }
+        var st = stat()
+        guard fstat(folder, &st) == 0 else {
+            Self.closeDescriptor(folder)
+            throw DocfsError.errno("reading the folder \(what)")
+        }
+        self.folder = folder
+        self.folderKey = BackingKey(st)
+        self.name = name
+    }
+
+    func close() { Self.closeDescriptor(folder) }
+
+    private static func closeDescriptor(_ fd: Int32) { _ = Glibc.close(fd) }
 }

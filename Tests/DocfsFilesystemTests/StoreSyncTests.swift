@@ -1,3 +1,4 @@
+import CLinux
 import DocfsChunks
 import DocfsCore
 @testable import DocfsFilesystem
@@ -114,5 +115,129 @@ import Glibc
         let second = try #require(try remote.currentVersion(of: first.item))
         #expect(second.number == first.number + 1)
         #expect(try text(remote, second) == bytes)
+    }
+}
+
+/// Two real stores (in-process, no kernel) kept in step through one remote (issue 22 §2–§4):
+/// what one saves, renames or deletes the other applies through its coordinated path, under
+/// the same item id, indexed, never echoed back; the content an applied version replaces is
+/// kept as a version; two saves from one base leave the winner current on both stores and the
+/// loser a conflict version on both.
+@Suite struct TwoStoresInStepTests {
+    struct Machine {
+        let directory: String
+        let store: LocalStore
+        let index: IndexDatabase
+        let filesystem: Filesystem
+        let sync: StoreSync
+        let engine: SyncEngine
+
+        init(_ name: String, remote: any Remote, firstID: UInt64) throws {
+            directory = "/tmp/docfs-twostores-\(name)-" + UUID().uuidString.prefix(8)
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            // Apart from each other, as linking will hand out (issue 22 §1).
+            try "next=\(firstID)\n".write(toFile: directory + "/item-ids", atomically: true, encoding: .utf8)
+            store = try LocalStore(path: directory)
+            index = try IndexDatabase(path: store.layout.indexFile)
+            filesystem = try Filesystem(store: store, index: index)
+            sync = try StoreSync(serving: filesystem.shared, author: RemoteAuthor(machine: name, user: "alice"))
+            sync.fillOutbox(true)
+            engine = SyncEngine(store: sync, remote: remote)
+        }
+
+        var documents: String { store.layout.documentsDirectory(try! ContainerID("docfs.default")) }
+
+        func content(_ path: String) -> String? {
+            (try? String(contentsOfFile: documents + "/" + path, encoding: .utf8))
+        }
+
+        func id(_ path: String) -> UInt64? {
+            let fd = open(documents + "/" + path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { return nil }
+            defer { close(fd) }
+            return ItemAttributes.id(ofDescriptor: fd)?.rawValue
+        }
+
+        func save(_ path: String, _ text: String) throws {
+            let parts = path.split(separator: "/").map(String.init)
+            var parent: NodeID = 1
+            for folder in parts.dropLast() { parent = try filesystem.lookup(parent: parent, name: FileName(folder)).node }
+            let name = FileName(parts.last!)
+            let node = (try? filesystem.lookup(parent: parent, name: name).node)
+            let file = try node.map { try filesystem.open($0, flags: O_RDWR | O_TRUNC, caller: .daemon) }
+                ?? filesystem.create(parent: parent, name: name, mode: 0o644, flags: O_RDWR, caller: .daemon).1
+            _ = try filesystem.write(file.handle, bytes: Array(text.utf8), offset: 0)
+            try filesystem.flush(file.handle)
+            filesystem.release(file.handle)
+        }
+
+        func cleanUp() { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    @Test func whatOneStoreSavesRenamesAndDeletesTheOtherApplies() throws {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000)
+        defer { a.cleanUp(); b.cleanUp() }
+        let folder = try a.filesystem.makeDirectory(parent: 1, name: "Projects", mode: 0o755, caller: .daemon)
+        try a.save("Projects/plan.txt", "the plan")
+        let plan = try a.filesystem.lookup(parent: folder.node, name: "plan.txt").node
+        try a.filesystem.setExtendedAttribute(plan, name: "user.xdg.tags", value: Array("work".utf8), flags: 0)
+        try a.engine.syncOnce()
+        let round = try b.engine.syncOnce()
+        #expect(round.applied >= 2)
+        // The same item, content and attributes; indexed on b; nothing echoed into b's outbox.
+        let item = try #require(a.id("Projects/plan.txt"))
+        #expect(b.id("Projects/plan.txt") == item && b.id("Projects") == a.id("Projects"))
+        #expect(b.content("Projects/plan.txt") == "the plan")
+        let tags = docfs_getxattr(b.documents + "/Projects/plan.txt", "user.xdg.tags", nil, 0)
+        #expect(tags == 4)
+        #expect(try b.index.records(id: Int64(item)).map(\.path) == ["/Projects/plan.txt"])
+        #expect(try b.index.outbox(limit: 10).isEmpty)
+        // b saves; a applies it, keeping what it replaced as a version.
+        try b.save("Projects/plan.txt", "the plan, revised on b")
+        try b.engine.syncOnce()
+        try a.engine.syncOnce()
+        #expect(a.content("Projects/plan.txt") == "the plan, revised on b")
+        #expect(a.store.versions.versions(of: ItemID(rawValue: item)).contains { $0.kind == .previous })
+        #expect(try a.index.outbox(limit: 10).isEmpty)
+        // a renames and moves it; b follows. b deletes it; a follows.
+        _ = try a.filesystem.rename(parent: folder.node, name: "plan.txt", newParent: 1, newName: "final.txt", flags: 0, caller: .daemon)
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        #expect(b.content("final.txt") == "the plan, revised on b" && b.content("Projects/plan.txt") == nil && b.id("final.txt") == item)
+        #expect(try b.index.records(id: Int64(item)).map(\.path) == ["/final.txt"])
+        let root = try b.filesystem.lookup(parent: 1, name: "final.txt")
+        _ = root
+        try b.filesystem.unlink(parent: 1, name: "final.txt")
+        try b.engine.syncOnce()
+        try a.engine.syncOnce()
+        #expect(a.content("final.txt") == nil)
+        #expect(try a.index.records(id: Int64(item)).isEmpty)
+        // Settled: another round on each does nothing.
+        #expect(try a.engine.syncOnce() == SyncEngine.Round())
+        #expect(try b.engine.syncOnce() == SyncEngine.Round())
+    }
+
+    @Test func twoSavesFromOneBaseLeaveTheLoserAsAConflictVersionOnBothStores() throws {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000)
+        defer { a.cleanUp(); b.cleanUp() }
+        try a.save("notes.txt", "base")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        let item = try #require(b.id("notes.txt"))
+        try a.save("notes.txt", "edited on a")
+        try b.save("notes.txt", "edited on b")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        try a.engine.syncOnce()
+        for machine in [a, b] {
+            #expect(machine.content("notes.txt") == "edited on a", "\(machine.sync.author.machine)")
+            let conflicts = machine.store.versions.versions(of: ItemID(rawValue: item)).filter { $0.kind == .conflict }
+            #expect(conflicts.count == 1, "\(machine.sync.author.machine): \(conflicts)")
+            #expect(docfs_getxattr(machine.documents + "/notes.txt", "user.docfs.conflict", nil, 0) == 1)
+        }
     }
 }
