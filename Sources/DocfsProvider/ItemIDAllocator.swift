@@ -38,6 +38,26 @@ public final class ItemIDAllocator: Sendable {
         state = Mutex(State(next: next, reservedEnd: next))
     }
 
+    /// How many ids one machine's space holds (issue 22: machines linked to one remote give
+    /// ids from spaces of their own, so an item has one id everywhere).
+    public static let spaceSize: UInt64 = 1 << 41
+
+    /// Moves to id space `space` (0 keeps the ids as they are): the next id is the space's
+    /// first, unless this store has given ids past it already.
+    public func enter(space: UInt64) throws(DocfsError) {
+        guard space > 0 else { return }
+        guard space < ItemID.derivedBase / Self.spaceSize else {
+            throw DocfsError(.invalidArgument, "id space \(space) is past the last one (\(ItemID.derivedBase / Self.spaceSize - 1))")
+        }
+        try state.withLock { (state: inout State) throws(DocfsError) in
+            let first = space * Self.spaceSize
+            guard state.next < first else { return }
+            try StoreFiles.replace(path, with: Array("next=\(first)\n".utf8))
+            state.next = first
+            state.reservedEnd = first
+        }
+    }
+
     /// A fresh id.
     public func allocate() throws(DocfsError) -> ItemID {
         try state.withLock { (state: inout State) throws(DocfsError) -> ItemID in

@@ -44,10 +44,6 @@ public final class PostgresRemote: Remote {
         do {
             try perform("link") { connection in
                 try await RemoteSchema.prepare(connection, database: location.database, logger: logger)
-                try await connection.query("""
-                    INSERT INTO docfs.machines (name) VALUES (\(machine))
-                    ON CONFLICT (name) DO UPDATE SET last_seen = now()
-                    """, logger: logger)
             }
         } catch {
             close()
@@ -89,6 +85,28 @@ public final class PostgresRemote: Remote {
             changes.append(RemoteChange(sequence: sequence, version: version))
         }
         return (changes, changes.last.map { RemoteAnchor(sequence: $0.sequence) } ?? anchor)
+    }
+
+    public func join(machine: String) throws(RemoteError) -> UInt64 {
+        let logger = logger
+        let space = try perform("register machine \(machine)", transaction: true) { connection in
+            // The log's head serializes joins with each other and with commits.
+            try await connection.query("SELECT sequence FROM docfs.log_head WHERE id = 1 FOR UPDATE", logger: logger)
+            for try await space in try await connection.query(
+                "UPDATE docfs.machines SET last_seen = now() WHERE name = \(machine) RETURNING space", logger: logger).decode(Int64.self) {
+                return space
+            }
+            var space: Int64 = 0
+            for try await next in try await connection.query("""
+                SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM docfs.items) AND NOT EXISTS (SELECT 1 FROM docfs.machines WHERE space = 0)
+                    THEN 0 ELSE COALESCE((SELECT max(space) FROM docfs.machines), 0) + 1 END
+                """, logger: logger).decode(Int64.self) {
+                space = next
+            }
+            try await connection.query("INSERT INTO docfs.machines (name, space) VALUES (\(machine), \(space))", logger: logger)
+            return space
+        }
+        return UInt64(space)
     }
 
     public func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {

@@ -46,8 +46,8 @@ enum RemoteSchema {
                 sequence bigint NOT NULL, PRIMARY KEY (container, key))
             """,
             """
-            CREATE TABLE docfs.machines (name text PRIMARY KEY, first_seen timestamptz NOT NULL DEFAULT now(),
-                last_seen timestamptz NOT NULL DEFAULT now())
+            CREATE TABLE docfs.machines (name text PRIMARY KEY, space bigint NOT NULL UNIQUE,
+                first_seen timestamptz NOT NULL DEFAULT now(), last_seen timestamptz NOT NULL DEFAULT now())
             """,
         ],
     ]

@@ -15,6 +15,7 @@ public final class InMemoryRemote: Remote {
         var numbers: [UInt64: UInt64] = [:]
         var operations: [String: RemoteCommitOutcome] = [:]
         var values: [String: [String: [UInt8]]] = [:]
+        var spaces: [String: UInt64] = [:]
         var sequence: UInt64 = 0
 
         mutating func nextSequence() -> UInt64 {
@@ -95,6 +96,15 @@ public final class InMemoryRemote: Remote {
         let number = watcherNumbers.wrappingAdd(1, ordering: .relaxed).newValue
         watchers.withLock { $0[number] = wake }
         return RemoteWatch { [weak self] in _ = self?.watchers.withLock { $0.removeValue(forKey: number) } }
+    }
+
+    public func join(machine: String) throws(RemoteError) -> UInt64 {
+        state.withLock { state in
+            if let space = state.spaces[machine] { return space }
+            let space: UInt64 = state.current.isEmpty && !state.spaces.values.contains(0) ? 0 : (state.spaces.values.max() ?? 0) + 1
+            state.spaces[machine] = space
+            return space
+        }
     }
 
     public func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {

@@ -35,6 +35,12 @@ public protocol Remote: Sendable {
     /// The item's current version (a tombstone when it was deleted); nil when it never was.
     func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion?
 
+    /// Registers machine `machine` and answers its item id space (ids `space << 41` up, issue
+    /// 22 §3: one id per item on every machine): 0 for the first store to join a remote that
+    /// holds no items (it keeps the ids it has given), else a space of its own; the same space
+    /// for the same machine on every later join.
+    func join(machine: String) throws(RemoteError) -> UInt64
+
     /// Calls `wake` whenever the log may have grown (a wake-up only, DESIGN §9: the engine reads
     /// the log from its anchor), and after the watch reconnects (a wake-up lost meanwhile is
     /// made up for). Runs until the answered watch is cancelled.

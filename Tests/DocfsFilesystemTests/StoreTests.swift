@@ -36,6 +36,25 @@ import Glibc
         #expect(seen.allSatisfy { $0.rawValue < next })
     }
 
+    /// A store linked to a remote gives ids from its machine's space (issue 22), across restarts.
+    @Test func idsComeFromTheMachinesSpaceOnceItEntersOne() throws {
+        let path = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        do {
+            let store = try LocalStore(path: path)
+            let before = try store.itemIDs.allocate()
+            #expect(before.rawValue < ItemIDAllocator.spaceSize)
+            try store.itemIDs.enter(space: 3)
+            #expect(try store.itemIDs.allocate().rawValue == 3 * ItemIDAllocator.spaceSize)
+            try store.itemIDs.enter(space: 0)  // space 0 changes nothing
+            #expect(try store.itemIDs.allocate().rawValue == 3 * ItemIDAllocator.spaceSize + 1)
+        }
+        let reopened = try LocalStore(path: path)
+        let next = try reopened.itemIDs.allocate().rawValue
+        #expect(next > 3 * ItemIDAllocator.spaceSize + 1 && next < 4 * ItemIDAllocator.spaceSize)
+        #expect(throws: DocfsError.self) { try reopened.itemIDs.enter(space: 1 << 21) }
+    }
+
     @Test func aDamagedIdCounterIsReportedWithWhatToDo() throws {
         let path = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8)
         defer { try? FileManager.default.removeItem(atPath: path) }

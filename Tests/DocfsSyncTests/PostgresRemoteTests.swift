@@ -74,6 +74,7 @@ import Testing
         #expect(try server.sql("SELECT value FROM docfs.meta WHERE key = 'schema_version'", database: name) == "1\n")
         // Linking again finds the schema current and changes nothing.
         let again = try Self.link(uri)
+        #expect(try again.join(machine: "m") == 0 && again.join(machine: "m") == 0)
         again.close()
         #expect(try server.sql("SELECT count(*) FROM docfs.machines", database: name) == "1\n")
         try server.sql("UPDATE docfs.meta SET value = '99' WHERE key = 'schema_version'", database: name)

@@ -193,6 +193,22 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try remote.value(forKey: "page", in: "com.example.Other") == Array("x".utf8))
     }
 
+    /// Machines join with id spaces of their own; the first to join a remote without items keeps
+    /// the ids it has (space 0); a machine joining again keeps its space.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func machinesJoinWithIdSpacesOfTheirOwn(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        #expect(try remote.join(machine: "first") == 0)
+        #expect(try remote.join(machine: "second") == 1)
+        #expect(try remote.join(machine: "first") == 0 && remote.join(machine: "second") == 1)
+        _ = try remote.commit(try Self.proposal(remote, item: 3, name: "x", text: "x", base: 0), operation: "x")
+        #expect(try remote.join(machine: "third") == 2)
+        // A remote that holds items gives space 0 to no newcomer.
+        let other = try kind.make()
+        _ = try other.commit(try Self.proposal(other, item: 3, name: "x", text: "x", base: 0), operation: "x")
+        #expect(try other.join(machine: "late") == 1)
+    }
+
     /// Bad proposals are refused with a reason and change nothing.
     @Test(arguments: RemoteUnderTest.allCases)
     func badProposalsAreRefused(_ kind: RemoteUnderTest) throws {

@@ -42,6 +42,10 @@ final class FlakyRemote: Remote {
     func watchChanges(_ wake: @escaping @Sendable () -> Void) -> RemoteWatch {
         base.watchChanges(wake)
     }
+    func join(machine: String) throws(RemoteError) -> UInt64 {
+        try check()
+        return try base.join(machine: machine)
+    }
     func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {
         try check()
         return try base.currentVersion(of: item)
