@@ -30,6 +30,8 @@ public struct StoreLayout: Sendable {
     public var controlSocket: String { root + "/control.sock" }
     public var itemIDsFile: String { root + "/item-ids" }
     public var settingsFile: String { root + "/settings.json" }
+    /// The remote the store is linked to (issue 22), when it is.
+    public var remoteFile: String { root + "/remote.json" }
     public var containersDirectory: String { root + "/containers" }
     public var indexDirectory: String { root + "/index" }
     /// The metadata index (SQLite, WAL): see DocfsIndex.

@@ -169,6 +169,36 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// Keeps the URI's password where libpq looks (`~/.pgpass` of `home`, made mode 0600), so a
+    /// daemon that reconnects later finds it without the store holding it; answers the file
+    /// written, nil when it gives this password already or there is none to keep.
+    public func rememberPassword(home: String) throws(PostgresLocationError) -> String? {
+        guard let password, let server = servers.first else { return nil }
+        let file = PasswordFile(path: home + "/.pgpass")
+        if file.password(servers: servers, database: database, user: user) == password { return nil }
+        func escaped(_ text: String) -> String {
+            text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ":", with: "\\:")
+        }
+        let host = server.isSocketFolder && server.host == "/var/run/postgresql" ? "localhost" : server.host
+        let key = [host, String(server.port), database, user].map(escaped).joined(separator: ":") + ":"
+        // A line for this very server, database and user is replaced (libpq takes the first match).
+        let kept = ((try? String(contentsOfFile: file.path, encoding: .utf8)) ?? "")
+            .split(separator: "\n", omittingEmptySubsequences: false).filter { !$0.hasPrefix(key) && !$0.isEmpty }
+        let text = (kept + [Substring(key + escaped(password))]).joined(separator: "\n") + "\n"
+        let temporary = file.path + ".docfs-\(getpid())"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw PostgresLocationError("cannot write \(file.path): \(String(cString: strerror(errno)))") }
+        fchmod(fd, 0o600)
+        let bytes = Array(text.utf8)
+        let written = write(fd, bytes, bytes.count)
+        close(fd)
+        guard written == bytes.count, rename(temporary, file.path) == 0 else {
+            unlink(temporary)
+            throw PostgresLocationError("cannot write \(file.path): \(String(cString: strerror(errno)))")
+        }
+        return file.path
+    }
+
     private static func stripScheme(_ text: String) -> String? {
         for scheme in ["postgresql://", "postgres://"] where text.hasPrefix(scheme) {
             return String(text.dropFirst(scheme.count))

@@ -89,3 +89,24 @@ import Testing
         }
     }
 }
+
+extension PostgresLocationTests {
+    /// A URI's password is kept where libpq looks (~/.pgpass, mode 0600), replacing an older
+    /// line for the same server, database and user and leaving the others.
+    @Test func aURIsPasswordIsKeptInThePasswordFile() throws {
+        let home = FileManager.default.temporaryDirectory.appendingPathComponent("pgpass-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: home) }
+        try "other:5432:*:bob:theirs\ndb.example.com:5433:notes:alice:old\n".write(toFile: home + "/.pgpass", atomically: true, encoding: .utf8)
+        chmod(home + "/.pgpass", 0o600)
+        let location = try PostgresLocation("postgresql://alice:new%3Apass@db.example.com:5433/notes", environment: [:], home: home)
+        #expect(try location.rememberPassword(home: home) == home + "/.pgpass")
+        let text = try String(contentsOfFile: home + "/.pgpass", encoding: .utf8)
+        #expect(text == "other:5432:*:bob:theirs\ndb.example.com:5433:notes:alice:new\\:pass\n")
+        let attributes = try FileManager.default.attributesOfItem(atPath: home + "/.pgpass")
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        // Read back without the URI's password: the file gives it.
+        #expect(try PostgresLocation("postgresql://alice@db.example.com:5433/notes", environment: [:], home: home).password == "new:pass")
+        #expect(try location.rememberPassword(home: home) == nil)
+    }
+}
