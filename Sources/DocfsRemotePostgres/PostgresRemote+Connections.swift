@@ -72,12 +72,24 @@ extension PostgresRemote {
             }
             configuration.options.connectTimeout = .milliseconds(Int64(location.connectTimeout * 1000))
             configuration.options.additionalStartupParameters = [("application_name", "docfs \(machine)")]
+            let connection: PostgresConnection
             do {
                 let number = connectionNumbers.wrappingAdd(1, ordering: .relaxed).newValue
-                return try await PostgresConnection.connect(configuration: configuration, id: number, logger: logger)
+                connection = try await PostgresConnection.connect(configuration: configuration, id: number, logger: logger)
             } catch {
                 lastError = error
+                continue
             }
+            if !prepared.load(ordering: .acquiring) {
+                do {
+                    try await RemoteSchema.prepare(connection, database: location.database, logger: logger)
+                    prepared.store(true, ordering: .releasing)
+                } catch {
+                    try? await connection.close()
+                    throw error
+                }
+            }
+            return connection
         }
         throw lastError ?? RemoteError(.refused, "the URI names no server")
     }

@@ -23,14 +23,18 @@ public final class PostgresRemote: Remote {
     let idle = Mutex<[PostgresConnection]>([])
     let connectionNumbers = Atomic<Int>(0)
     let tls: PostgresConnection.Configuration.TLS
+    /// Whether the schema was found current (each new connection checks until one has).
+    let prepared = Atomic<Bool>(false)
     /// Watches of the log (`watchChanges`), cancelled when the remote closes.
     let watches = Mutex<[RemoteWatch]>([])
 
-    /// Connects to `location`, prepares its schema (creating it in an empty database,
-    /// migrating an older one) and records this machine. Throws a `RemoteError` that says
-    /// what to do: a wrong password, an unreachable host, a database that is not docfs's, a
-    /// schema newer than this docfs.
-    public init(_ location: PostgresLocation, machine: String, logger: Logger = Logger(label: "docfs.remote")) throws(RemoteError) {
+    /// Connects to `location` and prepares its schema (creating it in an empty database,
+    /// migrating an older one). Throws a `RemoteError` that says what to do: a wrong password,
+    /// an unreachable host, a database that is not docfs's, a schema newer than this docfs.
+    /// `connectingNow: false` (a daemon starting offline) defers both to the first call that
+    /// reaches the server.
+    public init(_ location: PostgresLocation, machine: String, connectingNow: Bool = true,
+                logger: Logger = Logger(label: "docfs.remote")) throws(RemoteError) {
         self.location = location
         self.machine = machine
         self.logger = logger
@@ -41,10 +45,9 @@ public final class PostgresRemote: Remote {
             bridge.stop()
             throw error
         }
+        guard connectingNow else { return }
         do {
-            try perform("link") { connection in
-                try await RemoteSchema.prepare(connection, database: location.database, logger: logger)
-            }
+            try perform("link") { _ in }
         } catch {
             close()
             throw error

@@ -82,6 +82,23 @@ import Testing
         #expect(error.kind == .refused && error.message.contains("version 99") && error.message.contains("update docfs"))
     }
 
+    /// A daemon that starts offline makes its remote without reaching the server; the first call
+    /// that reaches it prepares the schema; an unreachable server fails each call, not the start.
+    @Test func aRemoteMadeWithoutConnectingConnectsOnFirstUse() throws {
+        let server = try ThrowawayPostgres.shared()
+        let offline = try PostgresRemote(PostgresLocation("postgresql://docfs_test:x@127.0.0.1:1/db?sslmode=disable"),
+                                         machine: "m", connectingNow: false)
+        #expect { try offline.changes(after: .start, limit: 1) } throws: { ($0 as? RemoteError)?.kind == .unreachable }
+        offline.close()
+        let uri = try server.makeDatabase("lazy")
+        let name = String(uri.split(separator: "/").last!.split(separator: "?")[0])
+        let lazy = try PostgresRemote(PostgresLocation(uri), machine: "m", connectingNow: false)
+        defer { lazy.close() }
+        #expect(try server.sql("SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'docfs'", database: name) == "0\n")
+        #expect(try lazy.changes(after: .start, limit: 1).changes.isEmpty)
+        #expect(try server.sql("SELECT value FROM docfs.meta WHERE key = 'schema_version'", database: name) == "1\n")
+    }
+
     /// A commit whose transaction is slow to finish holds the log's head: a later commit waits
     /// for it and takes the next sequence, so a reader never sees a later change before an
     /// earlier one and never skips one (DESIGN §9).
