@@ -47,6 +47,8 @@ final class IndexStitcher: Sendable {
     /// Whether the store is linked to a remote: each stitched change then also puts its items
     /// in the outbox, in the same append (issue 22 §0), except changes the sync engine applies.
     let fillsOutbox = Atomic<Bool>(false)
+    /// Told after a stitch put items in the outbox (the sync loop wakes).
+    let outboxFilled = Callback<Void>()
     /// Moved on by every change of names looked at under `namespace`.
     private let epoch = Atomic<UInt64>(0)
     /// Locks for files' looks, by backing inode (striped: unrelated files rarely share one).
@@ -334,6 +336,7 @@ final class IndexStitcher: Sendable {
         } catch {
             report(error)
         }
+        if fillsOutbox.load(ordering: .relaxed), !RemoteApplication.isApplying { outboxFilled(()) }
     }
 
     /// `changes` and, when the store is linked (and the change is not one the sync engine
@@ -374,6 +377,7 @@ final class IndexStitcher: Sendable {
                 report(error)
             }
         }
+        if fillsOutbox.load(ordering: .relaxed), !RemoteApplication.isApplying { outboxFilled(()) }
     }
 
     /// The records of the file's other names (hard links) the index knows, made again: the

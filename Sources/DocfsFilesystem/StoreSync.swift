@@ -45,6 +45,26 @@ public final class StoreSync: SyncedStore {
         shared.stitcher?.fillsOutbox.store(on, ordering: .relaxed)
     }
 
+    /// Calls `wake` (from the thread that made the change, so briefly) after each local change
+    /// that put items in the outbox.
+    public func onOutboxFilled(_ wake: @escaping @Sendable () -> Void) {
+        shared.stitcher?.outboxFilled.set { _ in wake() }
+    }
+
+    /// Every item the index knows (documents and data, not references): what linking a store
+    /// with documents to a remote sends up.
+    public func allItems() throws -> [UInt64] {
+        try index.allItemIDs().map { UInt64(bitPattern: $0) }.filter { !ItemID(rawValue: $0).isDerived }
+    }
+
+    /// Puts `items` in the outbox (linking sends the store's items up).
+    public func enqueue(_ items: [UInt64]) throws {
+        try index.enqueueForUpload(items.map { Int64(bitPattern: $0) })
+    }
+
+    /// How many outbox entries wait (for `docfs remote status`).
+    public func waiting() throws -> Int { try index.outboxCount() }
+
     // MARK: The outbox
 
     public func pendingChanges(limit: Int) throws -> [OutboxEntry] {

@@ -43,6 +43,18 @@ extension IndexDatabase {
         }
     }
 
+    /// The ids of every item with a record in a container's documents or data (committed
+    /// records: callers flush first), folders before what they hold.
+    public func allItemIDs() throws(DocfsError) -> [Int64] {
+        try flush()
+        return try readSync { db in
+            try Int64.fetchAll(db, sql: """
+                SELECT id FROM items WHERE scope IN ('documents', 'data') AND id > 0
+                GROUP BY id ORDER BY min(length(path)), min(path)
+                """)
+        }
+    }
+
     /// An item's sync state as the engine encoded it; nil when it has none.
     public func syncState(of item: Int64) throws(DocfsError) -> [UInt8]? {
         try readSync { db in try Data.fetchOne(db, sql: "SELECT state FROM syncItems WHERE item = ?", arguments: [item]).map { Array($0) } }
