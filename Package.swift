@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Layers, dependencies pointing one way:
-//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider, DocfsThumbnails} → {DocfsCore, DocfsChunks}
+//   docfs (CLI) → DocfsDaemon (served store, control server) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider, DocfsThumbnails} → {DocfsCore, DocfsChunks}
 // Only DocfsFUSE imports CFuse (libfuse3) and CFusePassthrough (its C helpers for the kernel's
 // FUSE passthrough); only DocfsIndex imports GRDB. CLinux wraps Linux syscalls Swift's Glibc hides;
 // CGio is GLib's GIO, for content types from the system's shared-mime-info data; swift-crypto
@@ -77,9 +77,15 @@ let package = Package(
             name: "DocfsFUSE",
             dependencies: ["CFuse", "CFusePassthrough", "DocfsFilesystem", .product(name: "Logging", package: "swift-log")]
         ),
+        .target(
+            name: "DocfsDaemon",
+            dependencies: ["CLinux", "DocfsCoordination", "DocfsCore", "DocfsFUSE", "DocfsFilesystem", "DocfsIndex", "DocfsProvider",
+                           .product(name: "Logging", package: "swift-log")]
+        ),
         .executableTarget(
             name: "docfs",
             dependencies: [
+                "DocfsDaemon",
                 "DocfsFUSE",
                 "DocfsIndex",
                 "DocfsThumbnails",
