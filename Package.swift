@@ -2,8 +2,8 @@
 import PackageDescription
 
 // Layers, dependencies pointing one way:
-//   docfs (CLI) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider, DocfsThumbnails, DocfsSync} → {DocfsCore, DocfsChunks}
-// DocfsRemotePostgres (the PostgreSQL remote, beside DocfsSync's in-memory one) is linked by the CLI.
+//   docfs (CLI) → DocfsDaemon (served store, control server, sync service) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider, DocfsThumbnails, DocfsSync} → {DocfsCore, DocfsChunks}
+// DocfsRemotePostgres (the PostgreSQL remote, beside DocfsSync's in-memory one) is used by the daemon and the CLI.
 // Only DocfsFUSE imports CFuse (libfuse3) and CFusePassthrough (its C helpers for the kernel's
 // FUSE passthrough); only DocfsIndex imports GRDB. CLinux wraps Linux syscalls Swift's Glibc hides;
 // CGio is GLib's GIO, for content types from the system's shared-mime-info data; swift-crypto
@@ -78,10 +78,18 @@ let package = Package(
             name: "DocfsFUSE",
             dependencies: ["CFuse", "CFusePassthrough", "DocfsFilesystem", .product(name: "Logging", package: "swift-log")]
         ),
+        .target(
+            name: "DocfsDaemon",
+            dependencies: ["CLinux", "DocfsCoordination", "DocfsCore", "DocfsFUSE", "DocfsFilesystem", "DocfsIndex", "DocfsProvider",
+                           "DocfsSync", "DocfsRemotePostgres", .product(name: "Logging", package: "swift-log")]
+        ),
         .executableTarget(
             name: "docfs",
             dependencies: [
+                "DocfsDaemon",
                 "DocfsFUSE",
+                "DocfsSync",
+                "DocfsRemotePostgres",
                 "DocfsIndex",
                 "DocfsThumbnails",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

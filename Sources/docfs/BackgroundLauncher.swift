@@ -1,4 +1,5 @@
 import CLinux
+import DocfsDaemon
 import DocfsProvider
 #if canImport(Glibc)
 import Glibc
@@ -25,7 +26,7 @@ enum BackgroundLauncher {
         if let index = arguments.firstIndex(of: "mount") {
             arguments.insert(contentsOf: ["--foreground", "--ready-fd", "\(childReadyFd)"], at: index + 1)
         }
-        let executable = executablePath()
+        let executable = Daemon.executablePath()
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
 
@@ -80,11 +81,5 @@ enum BackgroundLauncher {
             bytes.append(byte)
         }
         return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)
-    }
-
-    static func executablePath() -> String {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-        return n > 0 ? String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0]
     }
 }

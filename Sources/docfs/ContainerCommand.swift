@@ -1,6 +1,6 @@
 import ArgumentParser
 import DocfsCore
-import DocfsFilesystem
+import DocfsDaemon
 import DocfsProvider
 #if canImport(Glibc)
 import Glibc
@@ -101,34 +101,7 @@ struct ContainerCommand: ParsableCommand {
         let (layout, _) = try location.resolve()
         let request = ControlRequest(kind: kind, path: "", container: change)
         if kind != .createContainer, StoreLock.holder(of: layout) == nil { _ = try registry(location) }  // the store must exist
-        return try StoreRequest.perform(request, on: layout, purpose: "docfs container") { filesystem throws(DocfsError) in
-            try apply(request, filesystem: filesystem) { _ in }
-        }
-    }
-
-    /// Carries a container request out in the daemon, telling the kernel what to forget.
-    static func apply(_ request: ControlRequest, filesystem: Filesystem,
-                      invalidate: (KernelInvalidations) -> Void) throws(DocfsError) -> String {
-        guard let change = request.container else { throw DocfsError(.invalidArgument, "which container?") }
-        let id = try ContainerID(change.id)
-        switch request.kind {
-        case .createContainer:
-            let (record, invalidations) = try ContainerAdministration(view: filesystem).create(id, name: change.name ?? "", isPublic: change.isPublic ?? false)
-            invalidate(invalidations)
-            return created(record)
-        case .renameContainer:
-            invalidate(try ContainerAdministration(view: filesystem).rename(id, to: change.name ?? ""))
-            return "renamed \(id) to \(change.name ?? "")"
-        case .deleteContainer:
-            invalidate(try ContainerAdministration(view: filesystem).delete(id, force: change.force ?? false))
-            return "deleted \(id)"
-        default:
-            throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request changes no container")
-        }
-    }
-
-    private static func created(_ record: ContainerRecord) -> String {
-        "created \(record.id) (\(record.name), \(record.isPublic ? "public" : "private"))"
+        return try StoreRequest.perform(request, on: layout, purpose: "docfs container")
     }
 
     /// The registry of the store `location` names, which must exist unless `making` (a

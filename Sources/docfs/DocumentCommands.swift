@@ -1,6 +1,7 @@
 import ArgumentParser
 import CLinux
 import DocfsCore
+import DocfsDaemon
 import DocfsProvider
 import FoundationEssentials
 #if canImport(Glibc)
@@ -167,11 +168,11 @@ struct VersionsCommand: ParsableCommand {
             throw ExitCode.failure
         }
         if let restore {
-            print(try reportingErrors { () throws(DocfsError) in try DocumentChange.run(.restore, document, version: restore) })
+            print(try reportingErrors { () throws(DocfsError) in try Self.change(.restore, document, version: restore) })
             return
         }
         if resolve {
-            print(try reportingErrors { () throws(DocfsError) in try DocumentChange.run(.resolve, document, version: keep) })
+            print(try reportingErrors { () throws(DocfsError) in try Self.change(.resolve, document, version: keep) })
             return
         }
         let store = VersionStore(directory: document.store.versionsDirectory, policy: .defaults)
@@ -193,6 +194,20 @@ struct VersionsCommand: ParsableCommand {
                   + "\(String(row.size).padding(11)) \(String(row.stored).padding(11)) \(who)")
         }
         print("kept versions of this document take \(rows.reduce(0) { $0 + $1.stored }) bytes; of the store, \(store.storedSize()) bytes")
+    }
+
+    /// `--restore` and `--resolve`: through the daemon when the store is served (the control
+    /// socket), else on the store directly, holding its lock so no daemon starts meanwhile.
+    private static func change(_ kind: ControlRequest.Kind, _ document: LocatedDocument, version: UInt64?) throws(DocfsError) -> String {
+        // A document the user view does not show (an app's data, a private container) is named
+        // by its place.
+        let shown = try? document.pathUnderRoot()
+        var request = ControlRequest(kind: kind, path: shown ?? document.path, item: document.item.rawValue, version: version)
+        if shown == nil {
+            let place = document.place
+            request.place = PlaceRequest(place)
+        }
+        return try StoreRequest.perform(request, on: document.store, purpose: "docfs versions")
     }
 
     /// Who made the current version: as the daemon serving the store knows it, else as the

@@ -1,5 +1,6 @@
 import CLinux
 import DocfsCore
+import DocfsDaemon
 import DocfsProvider
 #if canImport(Glibc)
 import Glibc

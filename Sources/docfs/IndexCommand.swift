@@ -1,5 +1,6 @@
 import ArgumentParser
 import DocfsCore
+import DocfsDaemon
 import DocfsFilesystem
 import DocfsIndex
 import DocfsProvider
@@ -109,27 +110,6 @@ enum IndexAccess {
         case .migrated: "the index of \(layout.root) is from an older docfs"
         case .replaced(let reason, let aside): "the index of \(layout.root) was set aside (\(reason)) as \(aside)"
         }
-    }
-}
-
-/// What a rebuild or check tells its caller: a one-line summary and a check's differences.
-struct IndexWalkOutcome: Codable {
-    var summary: String
-    var differences: [String]
-
-    init(summary: String, differences: [String]) {
-        self.summary = summary
-        self.differences = differences
-    }
-
-    init(_ summary: IndexRebuild.Summary, mode: IndexRebuild.Mode) {
-        switch mode {
-        case .check:
-            self.summary = "checked \(summary.items) items: \(summary.differences.isEmpty ? "index and store agree" : "\(summary.differences.count) differences")"
-        case .rebuild, .reconcile:
-            self.summary = "indexed \(summary.items) items (\(summary.written) records written, \(summary.removed) removed, \(summary.identified) items given an id\(summary.separatedReport))"
-        }
-        differences = summary.differences.map(\.description)
     }
 }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import CLinux
 import DocfsCore
+import DocfsDaemon
 import DocfsFUSE
 import DocfsFilesystem
 import DocfsProvider
@@ -87,7 +88,7 @@ struct MountCommand: ParsableCommand {
             throw ExitCode(code)
         }
         guard let daemon = ready.reporting({ () throws(DocfsError) in
-            try Daemon(storePath: storePath, mountPoint: mountPoint, app: app, options: parsed, logLevel: logLevel)
+            try Daemon(DaemonConfiguration(storePath: storePath, mountPoint: mountPoint, app: app, options: parsed, logLevel: logLevel))
         }) else { throw ExitCode.failure }
         ready.succeed()
         daemon.serve()

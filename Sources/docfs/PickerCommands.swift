@@ -1,6 +1,7 @@
 import ArgumentParser
 import CLinux
 import DocfsCore
+import DocfsDaemon
 import DocfsFilesystem
 import DocfsProvider
 #if canImport(Glibc)
@@ -116,28 +117,7 @@ enum Picker {
     static func run(_ mode: DocumentPicker.Mode, _ document: LocatedDocument, into folder: StorePlace) throws(DocfsError) -> String {
         let request = ControlRequest(kind: .pick, path: document.path, item: document.item.rawValue,
                                      pick: PickRequest(mode: mode, folder: PlaceRequest(folder)))
-        return try StoreRequest.perform(request, on: document.store, purpose: "docfs \(mode.rawValue)") { filesystem throws(DocfsError) in
-            try apply(request, filesystem: filesystem, caller: .daemon) { _ in }
-        }
-    }
-
-    /// Carries a pick request out (in the daemon, or here when no daemon serves the store).
-    static func apply(_ request: ControlRequest, filesystem: Filesystem, caller: Caller,
-                      invalidate: (KernelInvalidations) -> Void) throws(DocfsError) -> String {
-        guard let pick = request.pick, let number = request.item, let item = ItemID(text: String(number)) else {
-            throw DocfsError(.invalidArgument, "which document, and where to?")
-        }
-        let folder = try pick.folder.place()
-        let picked = try DocumentPicker(view: filesystem).pick(pick.mode, item: item, into: folder, caller: caller)
-        invalidate(picked.invalidations)
-        let local = Filesystem.localPath(picked.place)
-        let shown = filesystem.shared.userView.path(of: picked.place) ?? local
-        switch pick.mode {
-        case .open: return "\(request.path) is open in \(folder.container) as \(local) (a reference to item \(item))"
-        case .import: return "imported \(request.path) into \(folder.container) as \(local) (item \(picked.item), a copy)"
-        case .move: return "moved \(request.path) to \(shown); a reference to it stays in its app's container"
-        case .export: return "exported \(request.path) to \(shown) (item \(picked.item), a copy)"
-        }
+        return try StoreRequest.perform(request, on: document.store, purpose: "docfs \(mode.rawValue)")
     }
 
     /// The folder `path` names (on a docfs mount, or in a store's folders) as a place.

@@ -1,5 +1,6 @@
 import ArgumentParser
 import DocfsCore
+import DocfsDaemon
 import DocfsFilesystem
 import DocfsIndex
 import DocfsProvider

@@ -1,4 +1,5 @@
 import ArgumentParser
+import DocfsDaemon
 import DocfsFUSE
 #if canImport(Glibc)
 import Glibc

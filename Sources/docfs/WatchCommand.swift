@@ -1,6 +1,7 @@
 import ArgumentParser
 import DocfsCoordination
 import DocfsCore
+import DocfsDaemon
 import DocfsFilesystem
 import DocfsProvider
 import FoundationEssentials

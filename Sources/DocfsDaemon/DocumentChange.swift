@@ -3,25 +3,11 @@ import DocfsFilesystem
 import DocfsIndex
 import DocfsProvider
 
-/// `docfs versions FILE --restore V` and `--resolve [--keep V]`: through the daemon when the
-/// store is served (the control socket), else on the store directly, holding its lock so no
+/// `docfs versions FILE --restore V` and `--resolve [--keep V]` carried out: in the daemon when
+/// the store is served, else by `StoreRequest` on the store directly, holding its lock so no
 /// daemon starts meanwhile.
 enum DocumentChange {
-    static func run(_ kind: ControlRequest.Kind, _ document: LocatedDocument, version: UInt64?) throws(DocfsError) -> String {
-        // A document the user view does not show (an app's data, a private container) is named
-        // by its place.
-        let shown = try? document.pathUnderRoot()
-        var request = ControlRequest(kind: kind, path: shown ?? document.path, item: document.item.rawValue, version: version)
-        if shown == nil {
-            let place = document.place
-            request.place = PlaceRequest(place)
-        }
-        return try StoreRequest.perform(request, on: document.store, purpose: "docfs versions") { filesystem throws(DocfsError) in
-            try apply(request, item: document.item, filesystem: filesystem, caller: .daemon) { _ in }
-        }
-    }
-
-    /// Carries the request out (in the daemon, or here when no daemon serves the store).
+    /// Carries the request out (in the daemon, or in the `docfs` command when no daemon serves the store).
     static func apply(_ request: ControlRequest, item: ItemID, filesystem: Filesystem, caller: Caller,
                       invalidate: (KernelInvalidations) -> Void) throws(DocfsError) -> String {
         switch request.kind {

@@ -3,15 +3,17 @@ import Glibc
 #endif
 
 /// Where running daemons note which mount point they serve, so `docfs unmount` can wait for the
-/// right daemon to finish: /run/docfs for root, $XDG_RUNTIME_DIR/docfs or /tmp/docfs-UID else.
-enum MountRegistry {
-    struct Record {
-        var pid: pid_t
-        var store: String
+/// right daemon to finish (and commands find the store a mount serves): /run/docfs for root,
+/// $XDG_RUNTIME_DIR/docfs or /tmp/docfs-UID else. The daemon writes the records; commands read them.
+public enum MountRegistry {
+    /// What a daemon noted of one mount it serves.
+    public struct Record {
+        public var pid: pid_t
+        public var store: String
         /// The container whose app view the mount shows; nil for the user view.
-        var app: String?
+        public var app: String?
         /// The mount point (records of older daemons do not say).
-        var mountPoint: String? = nil
+        public var mountPoint: String? = nil
     }
 
     static var directory: String {
@@ -49,7 +51,8 @@ enum MountRegistry {
         if let record = record(for: mountPoint), record.pid == getpid() { unlink(path) }
     }
 
-    static func record(for mountPoint: String) -> Record? {
+    /// The record of the mount at `mountPoint`, if a daemon of this user noted one.
+    public static func record(for mountPoint: String) -> Record? {
         guard ownDirectory() != nil else { return nil }
         return read(file(for: mountPoint))
     }
@@ -57,7 +60,7 @@ enum MountRegistry {
     /// Whether daemon `pid` still serves a mount (it serves several views): a record of it
     /// names a mount point that is mounted. (Records a killed daemon left behind name mounts
     /// long gone, and their pid may have been given to another process since.)
-    static func serves(pid: pid_t) -> Bool {
+    public static func serves(pid: pid_t) -> Bool {
         guard let directory = ownDirectory() else { return false }
         return records(in: directory).contains { _, record in
             guard record.pid == pid, let mountPoint = record.mountPoint else { return false }
@@ -86,7 +89,7 @@ enum MountRegistry {
 
     /// Whether process `pid` is gone, or has exited and only waits to be reaped (a zombie holds
     /// no mounts, locks or files; whoever adopted the daemon reaps it when it gets to it).
-    static func hasEnded(_ pid: pid_t) -> Bool {
+    public static func hasEnded(_ pid: pid_t) -> Bool {
         if kill(pid, 0) != 0 && errno == ESRCH { return true }
         guard let file = fopen("/proc/\(pid)/stat", "r") else { return true }
         defer { fclose(file) }

@@ -28,3 +28,24 @@ enum IndexWalkStream {
         }
     }
 }
+
+/// What a rebuild or check tells its caller: a one-line summary and a check's differences.
+public struct IndexWalkOutcome: Codable {
+    public var summary: String
+    public var differences: [String]
+
+    public init(summary: String, differences: [String]) {
+        self.summary = summary
+        self.differences = differences
+    }
+
+    public init(_ summary: IndexRebuild.Summary, mode: IndexRebuild.Mode) {
+        switch mode {
+        case .check:
+            self.summary = "checked \(summary.items) items: \(summary.differences.isEmpty ? "index and store agree" : "\(summary.differences.count) differences")"
+        case .rebuild, .reconcile:
+            self.summary = "indexed \(summary.items) items (\(summary.written) records written, \(summary.removed) removed, \(summary.identified) items given an id\(summary.separatedReport))"
+        }
+        differences = summary.differences.map(\.description)
+    }
+}

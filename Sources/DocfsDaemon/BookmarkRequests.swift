@@ -79,10 +79,3 @@ enum BookmarkRequests {
         return []
     }
 }
-
-/// What a bookmark request asks for its security scope (none: not security-scoped).
-struct BookmarkScopeRequest: Codable {
-    /// Who it is issued to; nil: the caller (`uid:N`).
-    var issuedTo: String?
-    var readOnly: Bool
-}

@@ -4,9 +4,10 @@ import DocfsProvider
 import Glibc
 #endif
 
-/// Checks made before mounting, each failing with a message that says what to do.
-enum Preflight {
-    static func checkFUSEDevice() throws(DocfsError) {
+/// Checks made before mounting, each failing with a message that says what to do: by `docfs
+/// mount` before it starts a daemon, and by the daemon before it adds a mount it is asked for.
+public enum Preflight {
+    public static func checkFUSEDevice() throws(DocfsError) {
         var st = stat()
         guard stat("/dev/fuse", &st) == 0, st.st_mode & S_IFMT == S_IFCHR else {
             throw DocfsError(.missingSystemSupport,
@@ -18,7 +19,7 @@ enum Preflight {
         }
     }
 
-    static func checkFusermount() throws(DocfsError) {
+    public static func checkFusermount() throws(DocfsError) {
         guard findInPath("fusermount3") != nil else {
             throw DocfsError(.missingSystemSupport,
                              "fusermount3 is not installed: install the fuse3 package (apt-get install fuse3), or run scripts/setup")
@@ -26,7 +27,7 @@ enum Preflight {
     }
 
     /// The mount point must be an existing, empty directory that is not already a mount of docfs.
-    static func checkMountPoint(_ path: String, allowNonEmpty: Bool) throws(DocfsError) {
+    public static func checkMountPoint(_ path: String, allowNonEmpty: Bool) throws(DocfsError) {
         var st = stat()
         guard stat(path, &st) == 0 else {
             if errno == ENOTCONN {
@@ -48,7 +49,7 @@ enum Preflight {
     }
 
     /// The store opens (created on first use) and no other daemon serves it.
-    static func checkStore(_ path: String) throws(DocfsError) {
+    public static func checkStore(_ path: String) throws(DocfsError) {
         let store = try LocalStore(path: path)
         if let holder = StoreLock.holder(of: store.layout) {
             throw DocfsError(.storeBusy,
@@ -57,7 +58,7 @@ enum Preflight {
     }
 
     /// An app view's container exists (and is not the default one, which the user view shows).
-    static func checkContainer(_ id: ContainerID, in storePath: String) throws(DocfsError) {
+    public static func checkContainer(_ id: ContainerID, in storePath: String) throws(DocfsError) {
         guard id != .userDefault else {
             throw DocfsError(.invalidArgument, "\(id) is the default container: mount without --app to see it")
         }

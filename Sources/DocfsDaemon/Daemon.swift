@@ -19,7 +19,7 @@ import Glibc
 ///
 /// Lock order: `mounts` is a leaf lock, held to change or copy the list only — never across a
 /// mount's session, a reply to the kernel or an invalidation.
-final class Daemon: Sendable {
+public final class Daemon: Sendable {
     private let shared: ServedStore
     /// The user view, mounted or not: control requests name documents by its paths.
     private let primary: Filesystem
@@ -42,7 +42,14 @@ final class Daemon: Sendable {
         let mount: FUSEMount
     }
 
-    init(storePath: String, mountPoint: String, app: ContainerID?, options: FUSEMount.Options, logLevel: Logger.Level) throws(DocfsError) {
+    /// Takes the store (its lock), mounts the first view and starts answering on the control
+    /// socket; `serve` then runs the mounts' sessions.
+    public convenience init(_ configuration: DaemonConfiguration) throws(DocfsError) {
+        try self.init(storePath: configuration.storePath, mountPoint: configuration.mountPoint, app: configuration.app,
+                      options: configuration.options, logLevel: configuration.logLevel)
+    }
+
+    private init(storePath: String, mountPoint: String, app: ContainerID?, options: FUSEMount.Options, logLevel: Logger.Level) throws(DocfsError) {
         umask(0)  // the kernel already applied the caller's umask
         // Before any thread is made (logging, the index, thumbnail workers): a thread made with
         // the signals unblocked could take a SIGTERM, whose default action ends the daemon
@@ -73,7 +80,7 @@ final class Daemon: Sendable {
         let index = try Self.openIndex(store: store, logger: logger)
         self.index = index
         shared = try ServedStore(store: store, index: index,
-                                 thumbnailWorker: options.thumbnails ? [BackgroundLauncher.executablePath(), "thumbnail-worker"] : nil,
+                                 thumbnailWorker: options.thumbnails ? [Self.executablePath(), "thumbnail-worker"] : nil,
                                  storeRechecks: rechecks)
         primary = try Filesystem(serving: shared, view: .user, cachePolicy: Self.cachePolicy(timeout, options))
         let indexLogger = logger
@@ -153,7 +160,7 @@ final class Daemon: Sendable {
     }
 
     /// Serves until every mount is gone.
-    func serve() {
+    public func serve() {
         let logger = self.logger
         SignalThread.start { [self] signal in
             logger.notice("signal \(signal): unmounting")
@@ -246,13 +253,13 @@ final class Daemon: Sendable {
             if request.kind == .mount {
                 message = try mountRequested(request, caller: caller)
             } else if request.kind == .pick {
-                message = try Picker.apply(request, filesystem: primary, caller: caller, invalidate: invalidate)
+                message = try PickRequests.apply(request, filesystem: primary, caller: caller, invalidate: invalidate)
             } else if request.kind.isContainerChange {
                 if request.kind == .deleteContainer, let id = request.container?.id,
                    let shown = mounts.withLock({ $0.first { $0.filesystem.appContainer?.rawValue == id } }) {
                     throw DocfsError(.invalidArgument, "container \(id) is mounted as an app view at \(shown.mountPoint): unmount it first")
                 }
-                message = try ContainerCommand.apply(request, filesystem: primary, invalidate: invalidate)
+                message = try ContainerRequests.apply(request, filesystem: primary, invalidate: invalidate)
             } else {
                 if request.kind == .bookmark {
                     let token = try BookmarkRequests.create(request, store: shared.store, caller: caller)
@@ -342,6 +349,35 @@ final class Daemon: Sendable {
         let highest = Int32(min(rlim_t(presizedDescriptors), limit.rlim_cur)) - 1
         guard highest > 1024, dup2(STDERR_FILENO, highest) == highest else { return }
         close(highest)
+    }
+}
+
+extension Daemon {
+    /// The docfs program this process runs: the daemon starts its helpers from it (`docfs
+    /// thumbnail-worker`, `docfs reap-mount`), and `docfs mount` starts the daemon from it.
+    public static func executablePath() -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+        return n > 0 ? String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0]
+    }
+}
+
+/// What a daemon serves and how (`docfs mount` fills it in from its command line): the store,
+/// the first mount — the user view, or `app`'s view — its mount options, and how much to log.
+public struct DaemonConfiguration: Sendable {
+    public var storePath: String
+    public var mountPoint: String
+    /// The container whose app view the first mount shows; nil for the user view.
+    public var app: ContainerID?
+    public var options: FUSEMount.Options
+    public var logLevel: Logger.Level
+
+    public init(storePath: String, mountPoint: String, app: ContainerID?, options: FUSEMount.Options, logLevel: Logger.Level) {
+        self.storePath = storePath
+        self.mountPoint = mountPoint
+        self.app = app
+        self.options = options
+        self.logLevel = logLevel
     }
 }
 

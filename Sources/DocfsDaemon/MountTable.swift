@@ -5,16 +5,18 @@ import DocfsProvider
 import Glibc
 #endif
 
-/// The kernel's table of mounts (/proc/self/mounts), to find docfs mounts.
-enum MountTable {
-    struct Mount {
-        var source: String
-        var mountPoint: String
-        var type: String
-        var options: String
+/// The kernel's table of mounts (/proc/self/mounts), to find docfs mounts: the daemon checks a
+/// mount point is not one already, commands find the mount a path is on.
+public enum MountTable {
+    /// One line of the table.
+    public struct Mount {
+        public var source: String
+        public var mountPoint: String
+        public var type: String
+        public var options: String
     }
 
-    static func entries() -> [Mount] {
+    public static func entries() -> [Mount] {
         guard let file = fopen("/proc/self/mounts", "r") else { return [] }
         defer { fclose(file) }
         var result: [Mount] = []
@@ -31,20 +33,20 @@ enum MountTable {
     }
 
     /// The docfs mount at `path`, if there is one.
-    static func entry(at path: String) -> Mount? {
+    public static func entry(at path: String) -> Mount? {
         let target = canonical(path)
         return entries().last { $0.type == "fuse.docfs" && $0.mountPoint == target }
     }
 
     /// Where the store at `layout` is mounted by this user's daemon, if it is.
-    static func mountPoint(of layout: StoreLayout) -> String? {
+    public static func mountPoint(of layout: StoreLayout) -> String? {
         let store = canonical(layout.root)
         return entries().last { $0.type == "fuse.docfs" && MountRegistry.record(for: $0.mountPoint).map { canonical($0.store) } == store }?
             .mountPoint
     }
 
     /// Absolute path with symlinks resolved (or as given, when that fails: a dead mount).
-    static func canonical(_ path: String) -> String {
+    public static func canonical(_ path: String) -> String {
         if let resolved = realpath(FileName(path).cString, nil) {
             defer { free(resolved) }
             return FileName(cString: resolved).description

@@ -1,4 +1,3 @@
-import ArgumentParser
 import CLinux
 import DocfsFUSE
 #if canImport(Glibc)
@@ -12,8 +11,9 @@ import Glibc
 /// dead mount (seen in about one of eight crash tests). So the daemon also starts this reaper:
 /// a small child in a session of its own that waits for the daemon's end (its pipe closes)
 /// and then lazily unmounts the mount point while it holds a connection of the same number
-/// that no daemon answers (ENOTCONN), so a daemon mounted there since is left alone.
-enum DeadMountReaper {
+/// that no daemon answers (ENOTCONN), so a daemon mounted there since is left alone. The
+/// reaper is the `docfs reap-mount` command, which runs `waitAndReap`.
+public enum DeadMountReaper {
     /// How long the reaper keeps trying after the daemon's end.
     /// (A daemon killed under heavy writes can take seconds to let go of its /dev/fuse
     /// descriptor, and the kernel aborts the connection only then.)
@@ -24,7 +24,7 @@ enum DeadMountReaper {
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { return }
         for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        let words: [String] = [BackgroundLauncher.executablePath(), "reap-mount", mountPoint, String(connection)]
+        let words: [String] = [Daemon.executablePath(), "reap-mount", mountPoint, String(connection)]
         let argv = words.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var actions = posix_spawn_file_actions_t()
@@ -45,7 +45,7 @@ enum DeadMountReaper {
     }
 
     /// The reaper itself: waits for the end of its standard input, then unmounts.
-    static func waitAndReap(mountPoint: String, connection: Int) {
+    public static func waitAndReap(mountPoint: String, connection: Int) {
         for signal in [SIGINT, SIGTERM, SIGHUP] { Glibc.signal(signal, SIG_IGN) }
         _ = chdir("/")  // pin no folder while waiting
         var byte: UInt8 = 0
@@ -65,17 +65,5 @@ enum DeadMountReaper {
             }
             usleep(100_000)
         }
-    }
-}
-
-/// `docfs reap-mount MOUNTPOINT CONNECTION`: the daemon's reaper (not for people).
-struct ReapMountCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "reap-mount", shouldDisplay: false)
-
-    @Argument var mountPoint: String
-    @Argument var connection: Int
-
-    func run() {
-        DeadMountReaper.waitAndReap(mountPoint: mountPoint, connection: connection)
     }
 }
