@@ -101,8 +101,10 @@ let package = Package(
         .testTarget(name: "DocfsChunksTests", dependencies: ["DocfsChunks"]),
         .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider"]),
         .testTarget(name: "DocfsThumbnailsTests", dependencies: ["DocfsThumbnails"]),
-        .testTarget(name: "DocfsSyncTests", dependencies: ["DocfsSync", "DocfsChunks", "DocfsRemotePostgres"]),
-        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex", "DocfsThumbnails", .product(name: "Crypto", package: "swift-crypto")], exclude: ["Workloads"]),
+        // The tests' own PostgreSQL server (scripts/throwaway-postgres), shared by the suites that need one.
+        .target(name: "DocfsTestSupport", path: "Tests/DocfsTestSupport"),
+        .testTarget(name: "DocfsSyncTests", dependencies: ["DocfsSync", "DocfsChunks", "DocfsRemotePostgres", "DocfsTestSupport"]),
+        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex", "DocfsThumbnails", "DocfsTestSupport", .product(name: "Crypto", package: "swift-crypto")], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]
 )

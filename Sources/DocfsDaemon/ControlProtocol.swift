@@ -19,6 +19,8 @@ public struct ControlRequest: Codable {
         /// Make a bookmark of the item at `place`, or resolve `token` (for a user who cannot
         /// read the store's key: `BookmarkRequests`).
         case bookmark, resolveBookmark
+        /// Link the served store to a remote (`remote`), say how its sync goes, unlink it.
+        case remoteLink, remoteStatus, remoteUnlink
 
         /// Requests about a container rather than an item.
         var isContainerChange: Bool { self == .createContainer || self == .renameContainer || self == .deleteContainer }
@@ -46,6 +48,8 @@ public struct ControlRequest: Codable {
     /// The security scope a bookmark asks for; the token to resolve.
     public var bookmarkScope: BookmarkScopeRequest? = nil
     public var token: String? = nil
+    /// The remote to link to.
+    public var remote: RemoteLinkRequest? = nil
     /// The protocol the sender speaks (`ControlProtocol.version`); nil from a docfs before it had one.
     var protocolVersion: Int? = ControlProtocol.version
 
@@ -59,6 +63,20 @@ public struct ControlRequest: Codable {
         self.container = container
         self.mount = mount
         self.pick = pick
+    }
+}
+
+/// A remote to link a store to: its URI (a password in it goes to `home`'s ~/.pgpass, never
+/// to the store), and the name this machine commits under (nil: the host name).
+public struct RemoteLinkRequest: Codable {
+    public var uri: String
+    public var machine: String?
+    public var home: String
+
+    public init(uri: String, machine: String?, home: String) {
+        self.uri = uri
+        self.machine = machine
+        self.home = home
     }
 }
 
@@ -147,6 +165,8 @@ public struct ControlReply: Codable {
     /// The bookmark token made, or where a resolved bookmark's item is.
     public var token: String? = nil
     public var resolution: BookmarkResolution.Report? = nil
+    /// How a linked store's sync goes, for `remoteStatus` and `remoteLink`.
+    public var remote: RemoteStatusReport? = nil
 }
 
 /// What the daemon's coordinator holds (`docfs status` shows it): whether the item asked about

@@ -34,6 +34,9 @@ public final class Daemon: Sendable {
     private let index: IndexDatabase?
     /// Signalled each time a mount's session ends.
     private let ended = ThreadSemaphore()
+    /// The sync of a linked store (issue 22); nil while it is not linked. Leaf lock, held to
+    /// swap or copy it only.
+    private let syncService = Mutex<SyncService?>(nil)
 
     /// One mount the daemon serves.
     private struct ServedMount: Sendable {
@@ -92,6 +95,12 @@ public final class Daemon: Sendable {
             indexLogger.error("the index could not be updated (queries may miss this change until the next mount, or `docfs index rebuild`): \(error)")
         }
         try addMount(at: mountPoint, app: app)
+        if let link = try RemoteLink.load(store.layout) {
+            let service = try SyncService(shared: shared, link: link, logger: logger)
+            service.start()
+            syncService.withLock { $0 = service }
+            logger.notice("syncing with \(link.uri) as \(link.machine)")
+        }
         let log = logger
         let primary = self.primary
         let control = try ControlServer(store: store.layout, handle: { [unowned self] request, caller in
@@ -171,6 +180,7 @@ public final class Daemon: Sendable {
             ended.wait()
             if mounts.withLock({ $0.isEmpty }) { break }
         }
+        syncService.withLock { $0 }?.stop()
         // The user view may never have been mounted (only app views were): its end is the
         // store's.
         primary.forgetAll()
@@ -180,7 +190,7 @@ public final class Daemon: Sendable {
     /// The store's index, agreeing with the store before the first request is served: made
     /// anew when missing, from an older docfs or damaged; otherwise reconciled (records of
     /// what changed while no daemon served the store, or since a crash, are written again).
-    private static func openIndex(store: LocalStore, logger: Logger) throws(DocfsError) -> IndexDatabase {
+    static func openIndex(store: LocalStore, logger: Logger) throws(DocfsError) -> IndexDatabase {
         let (index, condition) = try IndexDatabase.open(path: store.layout.indexFile)
         let mode: IndexRebuild.Mode = condition == .ready ? .reconcile : .rebuild
         if case .replaced(let reason, let aside) = condition {
@@ -265,6 +275,7 @@ public final class Daemon: Sendable {
                     let token = try BookmarkRequests.create(request, store: shared.store, caller: caller)
                     return ControlReply(ok: true, message: "bookmark", token: token)
                 }
+                if let reply = try remoteRequested(request) { return reply }
                 if request.kind == .resolveBookmark {
                     let report = try BookmarkRequests.resolve(request, store: shared.store, index: index,
                                                               mountPoint: mount(of: primary)?.mountPoint)
@@ -291,6 +302,31 @@ public final class Daemon: Sendable {
             return ControlReply(ok: true, message: message)
         } catch {
             return ControlReply(ok: false, message: error.message.isEmpty ? error.description : error.message)
+        }
+    }
+
+    /// `docfs remote link|status|unlink` of the served store; nil for other requests.
+    private func remoteRequested(_ request: ControlRequest) throws(DocfsError) -> ControlReply? {
+        switch request.kind {
+        case .remoteLink:
+            guard let asked = request.remote else { throw DocfsError(.invalidArgument, "link to which remote?") }
+            let (link, remote) = try RemoteLinking.link(shared, uri: asked.uri, machine: asked.machine, home: asked.home)
+            let service = try SyncService(shared: shared, link: link, remote: remote, logger: logger)
+            service.start()
+            syncService.withLock { $0 = service }
+            logger.notice("linked to \(link.uri) as \(link.machine): syncing")
+            return ControlReply(ok: true, message: "linked to \(link.uri) as \(link.machine)", remote: service.status)
+        case .remoteStatus:
+            guard let service = syncService.withLock({ $0 }) else { throw DocfsError(.invalidArgument, "the store is not linked to a remote") }
+            return ControlReply(ok: true, message: "status", remote: service.status)
+        case .remoteUnlink:
+            let service = syncService.withLock { service in defer { service = nil }; return service }
+            service?.stop()
+            try RemoteLinking.unlink(shared)
+            logger.notice("unlinked from \(service?.link.uri ?? "its remote")")
+            return ControlReply(ok: true, message: "unlinked from \(service?.link.uri ?? "its remote")")
+        default:
+            return nil
         }
     }
 

@@ -41,7 +41,8 @@ public enum StoreRequest {
             return try PickRequests.apply(request, filesystem: filesystem, caller: .daemon) { _ in }
         case .createContainer, .renameContainer, .deleteContainer:
             return try ContainerRequests.apply(request, filesystem: filesystem) { _ in }
-        case .watch, .claims, .author, .rebuildIndex, .checkIndex, .mount, .bookmark, .resolveBookmark:
+        case .watch, .claims, .author, .rebuildIndex, .checkIndex, .mount, .bookmark, .resolveBookmark,
+             .remoteLink, .remoteStatus, .remoteUnlink:
             throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request needs the daemon serving the store")
         }
     }

@@ -62,6 +62,9 @@ public final class StoreSync: SyncedStore {
         try index.enqueueForUpload(items.map { Int64(bitPattern: $0) })
     }
 
+    /// Forgets the outbox, every sync state and the anchor (the store was unlinked).
+    public func forget() throws { try index.forgetSync() }
+
     /// How many outbox entries wait (for `docfs remote status`).
     public func waiting() throws -> Int { try index.outboxCount() }
 

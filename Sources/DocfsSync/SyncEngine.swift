@@ -1,4 +1,5 @@
 import DocfsChunks
+import DocfsCore
 
 /// Keeps one machine's store in step with a remote (DESIGN §9, issue 22): what the store's
 /// outbox says changed goes up (its chunks first, then a version committed with the remote
@@ -21,11 +22,19 @@ public final class SyncEngine: Sendable {
     public let remote: any Remote
     /// Changes read from the log per page.
     let pageSize: Int
+    /// Told how many items went up and came down in the round under way (a first sync's
+    /// progress on a terminal).
+    private let progress = Callback<(Int, Int)>()
 
     public init(store: any SyncedStore, remote: any Remote, pageSize: Int = 500) {
         self.store = store
         self.remote = remote
         self.pageSize = pageSize
+    }
+
+    /// Calls `report` with the items sent up and applied so far in the round, as they go.
+    public func onProgress(_ report: @escaping @Sendable (_ up: Int, _ down: Int) -> Void) {
+        progress.set { report($0.0, $0.1) }
     }
 
     /// What one round did.
@@ -88,6 +97,7 @@ public final class SyncEngine: Sendable {
         case .current(let number, let sequence):
             try settle(proposal, number: number, sequence: sequence, after: state)
             round.uploaded += 1
+            progress((round.uploaded, round.applied))
         case .conflict:
             // Our own earlier attempt made it a conflict version (its answer was lost).
             try takeCurrent(over: proposal, keepingOurs: !proposal.deleted, after: state, &round)
@@ -215,6 +225,7 @@ public final class SyncEngine: Sendable {
         case .applied:
             try settle(version, number: version.number, sequence: change.sequence, after: state)
             round.applied += 1
+            progress((round.uploaded, round.applied))
         case .changedHere:
             break  // the outbox sends the change up from the old base; the remote decides
         }

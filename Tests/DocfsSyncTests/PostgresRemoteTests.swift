@@ -1,6 +1,7 @@
 import DocfsChunks
 import DocfsRemotePostgres
 import DocfsSync
+import DocfsTestSupport
 import Foundation
 import Synchronization
 import Testing

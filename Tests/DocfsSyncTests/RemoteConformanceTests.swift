@@ -1,6 +1,7 @@
 import DocfsChunks
 import DocfsRemotePostgres
 import DocfsSync
+import DocfsTestSupport
 import Dispatch
 import Synchronization
 import Testing

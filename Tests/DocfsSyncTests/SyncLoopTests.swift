@@ -1,4 +1,5 @@
 import DocfsSync
+import DocfsTestSupport
 import Foundation
 import Testing
 

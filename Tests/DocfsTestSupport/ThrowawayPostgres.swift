@@ -1,14 +1,14 @@
-import DocfsRemotePostgres
 import Foundation
 import Synchronization
 
 /// The test process's own PostgreSQL server (scripts/throwaway-postgres): started at the first
 /// test that needs it, stopped by the script's watchdog when this process ends, passed or
-/// failed. Each test takes a database of its own, so tests run side by side.
-final class ThrowawayPostgres: Sendable {
-    let folder: String
-    let port: Int
-    let password: String
+/// failed. Each test takes a database of its own, so tests run side by side; a test that
+/// stops and starts its server (a restart during saves) makes one of its own (`private()`).
+public final class ThrowawayPostgres: Sendable {
+    public let folder: String
+    public let port: Int
+    public let password: String
     private let databases = Atomic<Int>(0)
 
     static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -17,7 +17,7 @@ final class ThrowawayPostgres: Sendable {
     private static let started = Mutex<Result<ThrowawayPostgres, ThrowawayPostgresError>?>(nil)
 
     /// The server, started on first use.
-    static func shared() throws -> ThrowawayPostgres {
+    public static func shared() throws -> ThrowawayPostgres {
         try started.withLock { started in
             if let started { return try started.get() }
             let result: Result<ThrowawayPostgres, ThrowawayPostgresError>
@@ -37,8 +37,16 @@ final class ThrowawayPostgres: Sendable {
         password = try String(contentsOfFile: folder + "/password", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
+    /// A server of the caller's own (stopped with this process, or by `stopForGood`).
+    public static func `private`() throws -> ThrowawayPostgres { try ThrowawayPostgres() }
+
+    /// Stops the server (as an administrator's restart or a crash would); `start` brings it
+    /// back on the same port with the same data.
+    public func stop() throws { try Self.run(["pause", folder]) }
+    public func start() throws { try Self.run(["resume", folder]) }
+
     /// A new empty database; answers its URI with the password in it.
-    func makeDatabase(_ label: String = "t") throws -> String {
+    public func makeDatabase(_ label: String = "t") throws -> String {
         let name = "\(label.lowercased().filter { $0.isLetter || $0.isNumber })_\(databases.wrappingAdd(1, ordering: .relaxed).newValue)"
         _ = try Self.run(["createdb", folder, name])
         return "postgresql://docfs_test:\(password)@127.0.0.1:\(port)/\(name)?sslmode=disable"
@@ -46,7 +54,7 @@ final class ThrowawayPostgres: Sendable {
 
     /// Runs SQL as the superuser on `database`; answers psql's output.
     @discardableResult
-    func sql(_ statement: String, database: String) throws -> String {
+    public func sql(_ statement: String, database: String) throws -> String {
         try Self.run(["psql", folder, "-d", database, "-At", "-c", statement])
     }
 
@@ -79,6 +87,11 @@ final class ThrowawayPostgres: Sendable {
     }
 }
 
-struct ThrowawayPostgresError: Error, CustomStringConvertible, Sendable {
-    var description: String
+public struct ThrowawayPostgresError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+}
+
+extension String {
+    /// The database name at the end of a test URI.
+    public var databaseName: String { String(split(separator: "/").last!.split(separator: "?")[0]) }
 }

@@ -1,0 +1,109 @@
+import DocfsCore
+import DocfsFilesystem
+import DocfsIndex
+import DocfsProvider
+import DocfsRemotePostgres
+import DocfsSync
+import Foundation
+import Logging
+
+/// Linking a store to a remote and unlinking it (issue 22 §1), the same in the daemon (a
+/// served store) and in `docfs remote link` itself (a store no daemon serves).
+public enum RemoteLinking {
+    /// Links the store `shared` serves to the remote at `uri`: connects (the schema made or
+    /// migrated), joins as `machine` (its id space), keeps a password the URI holds in
+    /// `~/.pgpass`, records the link and puts every item of the store in the outbox. Refuses a
+    /// store already linked, and (not built yet) a store with documents joining a remote that
+    /// holds another store's. Answers the link and the connected remote.
+    public static func link(_ shared: ServedStore, uri: String, machine: String?, home: String) throws(DocfsError) -> (RemoteLink, PostgresRemote) {
+        let layout = shared.store.layout
+        if let existing = try RemoteLink.load(layout) {
+            throw DocfsError(.invalidArgument, "the store is linked to \(existing.uri) already: docfs remote unlink first")
+        }
+        let location: PostgresLocation
+        do { location = try PostgresLocation(uri) } catch { throw DocfsError(.invalidArgument, "\(error)") }
+        let name = machine ?? RemoteLink.hostName
+        guard !name.isEmpty, name.utf8.count <= 64, !name.contains("/") else {
+            throw DocfsError(.invalidArgument, "'\(name)' is not a machine name (1 to 64 bytes, no /): give one with --machine")
+        }
+        let remote: PostgresRemote
+        let space: UInt64
+        do {
+            remote = try PostgresRemote(location, machine: name)
+            space = try remote.join(machine: name)
+        } catch {
+            throw DocfsError(.invalidArgument, error.message)
+        }
+        do throws(DocfsError) {
+            let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: name, user: SyncService.userName))
+            let items: [UInt64]
+            do { items = try sync.allItems() } catch { throw DocfsError(.internalFailure, "reading the store's items failed: \(error)") }
+            if space != 0 && !items.isEmpty {
+                throw DocfsError(.invalidArgument, "this store holds \(items.count) items and the remote holds another store's: merging two stores with documents is not built yet; link an empty store and copy the documents in, or link this store to an empty database")
+            }
+            try shared.store.itemIDs.enter(space: space)
+            let fromURI = try? PostgresLocation(uri, environment: [:], home: "/nonexistent")
+            if fromURI?.password != nil {
+                do { _ = try location.rememberPassword(home: home) } catch {
+                    throw DocfsError(.invalidArgument, "\(error): put the password in ~/.pgpass yourself and link with a URI without it")
+                }
+            }
+            let link = RemoteLink(uri: location.uri, machine: name, space: space, linked: Date().timeIntervalSince1970)
+            try link.save(layout)
+            sync.fillOutbox(true)
+            do { try sync.enqueue(items) } catch { throw DocfsError(.internalFailure, "queueing the store's items failed: \(error)") }
+            return (link, remote)
+        } catch {
+            remote.close()
+            throw error
+        }
+    }
+
+    /// Runs `body` on the store at `layout` served here, without a mount (no daemon serves it:
+    /// this holds its lock meanwhile), its index opened as the daemon opens it.
+    public static func servingHere<T>(_ layout: StoreLayout, purpose: String, _ body: (ServedStore) throws(DocfsError) -> T) throws(DocfsError) -> T {
+        let store = try LocalStore(path: layout.root)
+        let lock = try StoreLock(store: store, mountPoint: "(\(purpose))")
+        defer { withExtendedLifetime(lock) {} }
+        var quiet = Logger(label: "docfs")
+        quiet.logLevel = .warning  // a command's output is its answer, not the index's notices
+        let index = try Daemon.openIndex(store: store, logger: quiet)
+        let shared = try ServedStore(store: store, index: index)
+        let view = try Filesystem(serving: shared, view: .user)
+        defer { view.forgetAll() }
+        return try body(shared)
+    }
+
+    /// Syncs the store with its remote until nothing is left to send or apply, telling
+    /// `progress` how many items went up and came down so far.
+    public static func syncUntilSettled(_ shared: ServedStore, link: RemoteLink, remote: PostgresRemote,
+                                        progress: @escaping @Sendable (_ up: Int, _ down: Int) -> Void) throws(DocfsError) -> SyncEngine.Round {
+        let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: SyncService.userName))
+        sync.fillOutbox(true)
+        let engine = SyncEngine(store: sync, remote: remote)
+        engine.onProgress(progress)
+        var total = SyncEngine.Round()
+        for _ in 0..<100 {
+            let round: SyncEngine.Round
+            do { round = try engine.syncOnce() } catch { throw DocfsError(.invalidArgument, "\(error.description)") }
+            total.uploaded += round.uploaded
+            total.applied += round.applied
+            total.conflicts += round.conflicts
+            total.merged += round.merged
+            if round == SyncEngine.Round() { break }
+        }
+        return total
+    }
+
+    /// Unlinks the store: the link and every sync record go; documents stay as they are.
+    public static func unlink(_ shared: ServedStore) throws(DocfsError) {
+        guard try RemoteLink.load(shared.store.layout) != nil else {
+            throw DocfsError(.invalidArgument, "the store is not linked to a remote")
+        }
+        if let sync = try? StoreSync(serving: shared, author: RemoteAuthor(machine: "", user: "")) {
+            sync.fillOutbox(false)
+            do { try sync.forget() } catch { throw DocfsError(.internalFailure, "forgetting the sync records failed: \(error)") }
+        }
+        try RemoteLink.remove(shared.store.layout)
+    }
+}

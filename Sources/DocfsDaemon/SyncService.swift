@@ -1,0 +1,98 @@
+import DocfsCore
+import DocfsFilesystem
+import DocfsProvider
+import DocfsRemotePostgres
+import DocfsSync
+import Foundation
+import Logging
+
+/// A linked store's sync, running (issue 22 §1, §5): the store as the engine's local side, the
+/// PostgreSQL remote its link names, and the loop that runs the engine on a thread of its own,
+/// woken by each local change that fills the outbox and by the remote's notifications. The
+/// daemon runs one for a linked store from its start (offline too: the remote connects when
+/// it can); `docfs remote link` of a served store starts one, `unlink` stops it.
+final class SyncService: Sendable {
+    let link: RemoteLink
+    let sync: StoreSync
+    let remote: PostgresRemote
+    let loop: SyncLoop
+
+    init(shared: ServedStore, link: RemoteLink, remote: PostgresRemote? = nil, logger: Logger) throws(DocfsError) {
+        self.link = link
+        let location: PostgresLocation
+        do { location = try PostgresLocation(link.uri) } catch {
+            throw DocfsError(.storeUnavailable, "the remote link in \(shared.store.layout.remoteFile) names a URI docfs cannot read (\(error)): link the store again")
+        }
+        if let remote {
+            self.remote = remote
+        } else {
+            do {
+                self.remote = try PostgresRemote(location, machine: link.machine, connectingNow: false, logger: logger)
+            } catch {
+                throw DocfsError(.storeUnavailable, error.message)
+            }
+        }
+        sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: Self.userName))
+        let log = logger
+        loop = SyncLoop(engine: SyncEngine(store: sync, remote: self.remote)) { log.notice("\($0)") }
+    }
+
+    func start() {
+        sync.fillOutbox(true)
+        let loop = loop
+        sync.onOutboxFilled { loop.wake() }
+        loop.start()
+    }
+
+    func stop() {
+        loop.stop()
+        sync.onOutboxFilled {}
+        remote.close()
+    }
+
+    /// What `docfs remote status` shows.
+    var status: RemoteStatusReport {
+        let status = loop.status
+        return RemoteStatusReport(uri: link.uri, machine: link.machine, space: link.space, linked: link.linked,
+                                  waiting: (try? sync.waiting()) ?? 0, lastContact: status.lastContact,
+                                  lastError: status.lastError, nextTry: status.nextTry, rounds: status.rounds, served: true)
+    }
+
+    static var userName: String {
+        ProcessInfo.processInfo.environment["USER"] ?? String(getuid())
+    }
+}
+
+/// What `docfs remote status` reports of a store's link.
+public struct RemoteStatusReport: Codable, Sendable {
+    public var uri: String
+    public var machine: String
+    public var space: UInt64
+    public var linked: Double
+    /// Changes waiting to go up.
+    public var waiting: Int
+    /// When the daemon last reached the remote (seconds since the epoch); nil: not yet.
+    public var lastContact: Double?
+    /// Why the last round failed, in words.
+    public var lastError: String?
+    /// When the next try is, after a failure.
+    public var nextTry: Double?
+    public var rounds: Int
+    /// Whether a daemon serves (and so syncs) the store now.
+    public var served: Bool
+
+    public init(uri: String, machine: String, space: UInt64, linked: Double, waiting: Int, lastContact: Double?,
+                lastError: String?, nextTry: Double?, rounds: Int, served: Bool) {
+        self.uri = uri
+        self.machine = machine
+        self.space = space
+        self.linked = linked
+        self.waiting = waiting
+        self.lastContact = lastContact
+        self.lastError = lastError
+        self.nextTry = nextTry
+        self.rounds = rounds
+        self.served = served
+    }
+}
+

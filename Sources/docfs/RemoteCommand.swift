@@ -1,0 +1,135 @@
+import ArgumentParser
+import DocfsCore
+import DocfsDaemon
+import DocfsIndex
+import DocfsProvider
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `docfs remote …`: linking a store to a PostgreSQL remote so that several machines' stores
+/// keep in step (DESIGN §9, issue 22 §1).
+struct RemoteCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "remote",
+        abstract: "Link a store to a PostgreSQL database, say how its sync goes, unlink it.",
+        discussion: """
+            Stores on several machines linked to one PostgreSQL database keep in step: what is \
+            saved on one is on the others within a second, conflicts are kept as versions. The \
+            URI, password and TLS are as libpq takes them (postgresql://user@host:port/db?sslmode=…, \
+            ~/.pgpass, PGPASSWORD, PGHOST…); a password given in the URI is kept in ~/.pgpass, \
+            never in the store.
+            """,
+        subcommands: [Link.self, Status.self, Unlink.self]
+    )
+
+    struct Link: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Link the store to a remote.",
+            discussion: """
+                A served store starts syncing at once; a store no daemon serves is brought in step \
+                now (its documents sent up, the remote's brought down), and syncs whenever it is mounted.
+                """)
+
+        @Argument(help: ArgumentHelp("The database's connection URI, as libpq takes it.", valueName: "uri"))
+        var uri: String
+
+        @Option(name: .long, help: ArgumentHelp("The name this machine's changes carry (default: the host name).", valueName: "name"))
+        var machine: String?
+
+        @OptionGroup var location: StoreLocation
+
+        func run() throws {
+            let (layout, _) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
+            let home = ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()
+            if StoreLock.holder(of: layout) != nil {
+                var request = ControlRequest(kind: .remoteLink, path: "")
+                request.remote = RemoteLinkRequest(uri: uri, machine: machine, home: home)
+                let reply = try reportingErrors { () throws(DocfsError) in try ControlClient.send(request, to: layout) }
+                guard reply.ok else {
+                    printError("docfs: \(reply.message)\n")
+                    throw ExitCode(ExitStatus.failed)
+                }
+                print("\(reply.message); the daemon syncs in the background (docfs remote status shows how far)")
+                return
+            }
+            let onTerminal = isatty(STDERR_FILENO) == 1
+            let summary = try reportingErrors { () throws(DocfsError) -> String in
+                try RemoteLinking.servingHere(layout, purpose: "docfs remote link") { shared throws(DocfsError) -> String in
+                    let (link, remote) = try RemoteLinking.link(shared, uri: uri, machine: machine, home: home)
+                    defer { remote.close() }
+                    let round = try RemoteLinking.syncUntilSettled(shared, link: link, remote: remote) { up, down in
+                        if onTerminal { printError("\rdocfs: \(up) items sent, \(down) received…") }
+                    }
+                    if onTerminal { printError("\r\u{1B}[K") }
+                    return "linked to \(link.uri) as \(link.machine): \(round.uploaded) items sent, \(round.applied) received; mount the store (docfs mount) to keep it in step"
+                }
+            }
+            print(summary)
+        }
+    }
+
+    struct Status: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Say what the store is linked to and how its sync goes.")
+
+        @Flag(name: .long, help: "Print JSON instead of text.")
+        var json = false
+
+        @OptionGroup var location: StoreLocation
+
+        func run() throws {
+            let (layout, _) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
+            let report = try reportingErrors { () throws(DocfsError) -> RemoteStatusReport in
+                if StoreLock.holder(of: layout) != nil {
+                    let reply = try ControlClient.send(ControlRequest(kind: .remoteStatus, path: ""), to: layout)
+                    guard reply.ok, let report = reply.remote else { throw DocfsError(.invalidArgument, reply.message) }
+                    return report
+                }
+                guard let link = try RemoteLink.load(layout) else {
+                    throw DocfsError(.invalidArgument, "the store is not linked to a remote: docfs remote link URI links it")
+                }
+                let waiting = (try? IndexDatabase(path: layout.indexFile, readOnly: true).outboxCount()) ?? 0
+                return RemoteStatusReport(uri: link.uri, machine: link.machine, space: link.space, linked: link.linked,
+                                          waiting: waiting, lastContact: nil, lastError: nil, nextTry: nil, rounds: 0, served: false)
+            }
+            if json { return printJSON(report) }
+            print("linked to \(report.uri) as \(report.machine) since \(formatDate(report.linked))")
+            print(report.served ? "syncing (served by a daemon)" : "not syncing: no daemon serves the store (docfs mount starts one)")
+            print("waiting to go up: \(report.waiting) change\(report.waiting == 1 ? "" : "s")")
+            if let contact = report.lastContact { print("last in step: \(formatDate(contact))") }
+            if let error = report.lastError {
+                print("last error: \(error)" + (report.nextTry.map { "; trying again at \(formatDate($0))" } ?? ""))
+            }
+        }
+    }
+
+    struct Unlink: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Unlink the store from its remote.",
+            discussion: "The documents stay as they are on this machine; changes stop going up and coming down.")
+
+        @OptionGroup var location: StoreLocation
+
+        func run() throws {
+            let (layout, _) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
+            if StoreLock.holder(of: layout) != nil {
+                let reply = try reportingErrors { () throws(DocfsError) in
+                    try ControlClient.send(ControlRequest(kind: .remoteUnlink, path: ""), to: layout)
+                }
+                guard reply.ok else {
+                    printError("docfs: \(reply.message)\n")
+                    throw ExitCode(ExitStatus.failed)
+                }
+                print(reply.message)
+                return
+            }
+            try reportingErrors { () throws(DocfsError) in
+                try RemoteLinking.servingHere(layout, purpose: "docfs remote unlink") { shared throws(DocfsError) in
+                    try RemoteLinking.unlink(shared)
+                }
+            }
+            print("unlinked")
+        }
+    }
+}

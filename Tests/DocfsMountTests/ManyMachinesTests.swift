@@ -1,0 +1,176 @@
+import CLinux
+import DocfsTestSupport
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Several "machines" (stores and daemons on this machine) linked to one PostgreSQL database
+/// (issue 22 §1, §3, §6), through their mounts: `docfs remote link` of a served store and of an
+/// empty unserved one, a save on one seen on the other (content, id, attributes, index) within
+/// a second, renames and deletions, the status, a server restarted while saves go on, and
+/// links that cannot work refused in one line, changing nothing.
+@Suite(.serialized) struct ManyMachinesTests {
+    /// A machine: a store, its daemon once mounted, and a home of its own (its ~/.pgpass).
+    final class Machine {
+        let fixture: MountFixture
+        let name: String
+        var home: String { fixture.root }
+
+        init(_ name: String, mounted: Bool) throws {
+            self.name = name
+            fixture = try MountFixture(mount: false)
+            fixture.daemonEnvironment = ["HOME": fixture.root]
+            if mounted { try fixture.start() }
+        }
+
+        func docfs(_ arguments: String) throws -> (status: Int32, output: String) {
+            try shell("'\(MountFixture.binary)' \(arguments) 2>&1", environment: ["HOME": home])
+        }
+
+        func link(_ uri: String) throws -> (status: Int32, output: String) {
+            try docfs("remote link '\(uri)' --machine \(name) --store '\(fixture.store)'")
+        }
+
+        func path(_ relative: String) -> String { fixture.path(relative) }
+
+        func id(_ relative: String) -> String? {
+            var value = [UInt8](repeating: 0, count: 32)
+            let n = docfs_getxattr(path(relative), "user.docfs.id", &value, value.count)
+            return n > 0 ? String(decoding: value[0..<n], as: UTF8.self) : nil
+        }
+
+        func content(_ relative: String) -> String? { try? String(contentsOfFile: path(relative), encoding: .utf8) }
+
+        func status() throws -> [String: Any] {
+            let answer = try docfs("remote status --json --store '\(fixture.store)'")
+            return (try? JSONSerialization.jsonObject(with: Data(answer.output.utf8))) as? [String: Any] ?? ["output": answer.output]
+        }
+    }
+
+    /// Waits up to `seconds` for `condition`; answers the time it took, nil when it never held.
+    static func within(_ seconds: Double, _ condition: () -> Bool) -> Double? {
+        let start = Date()
+        while Date().timeIntervalSince(start) < seconds {
+            if condition() { return Date().timeIntervalSince(start) }
+            usleep(10_000)
+        }
+        return nil
+    }
+
+    @Test func aSaveOnOneMachineIsSeenOnAnotherThroughTheirMounts() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("machines")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: false)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        try "plan from a\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)
+        try FileManager.default.createDirectory(atPath: a.path("Projects"), withIntermediateDirectories: false)
+        try "inner\n".write(toFile: a.path("Projects/inner.txt"), atomically: false, encoding: .utf8)
+        #expect(docfs_setxattr(a.path("plan.txt"), "user.xdg.tags", "work", 4, 0) == 0)
+
+        // a is served: its daemon links and sends its documents up in the background.
+        let linked = try a.link(uri)
+        #expect(linked.status == 0 && linked.output.contains("linked to postgresql://docfs_test@127.0.0.1"), "\(linked.output)")
+        #expect(!linked.output.contains(server.password))
+        #expect(Self.within(10) { (try? a.status())?["waiting"] as? Int == 0 && (try? a.status())?["lastContact"] != nil } != nil)
+        // The password is in a's ~/.pgpass, not in the store.
+        #expect(try String(contentsOfFile: a.home + "/.pgpass", encoding: .utf8).contains(server.password))
+        let store = try shell("grep -rl '\(server.password)' '\(a.fixture.store)' || true")
+        #expect(store.output.isEmpty, "\(store.output)")
+
+        // b is empty and not served: linking brings a's documents down now; its daemon keeps them in step.
+        let bLinked = try b.link(uri.replacingOccurrences(of: ":\(server.password)@", with: "@"))
+        #expect(bLinked.status != 0 && bLinked.output.contains("password"), "without a's ~/.pgpass b has no password: \(bLinked.output)")
+        let withPassword = try b.link(uri)
+        #expect(withPassword.status == 0 && withPassword.output.contains("3 received"), "\(withPassword.output)")
+        try b.fixture.start()
+        #expect(b.content("plan.txt") == "plan from a\n" && b.content("Projects/inner.txt") == "inner\n")
+        #expect(b.id("plan.txt") != nil && b.id("plan.txt") == a.id("plan.txt") && b.id("Projects") == a.id("Projects"))
+        var tag = [UInt8](repeating: 0, count: 16)
+        #expect(docfs_getxattr(b.path("plan.txt"), "user.xdg.tags", &tag, tag.count) == 4)
+        let query = try b.docfs("query 'name == \"inner.txt\"' --store '\(b.fixture.store)'")
+        #expect(query.output.contains("/Projects/inner.txt"), "\(query.output)")
+
+        // Saves both ways, each seen within a second.
+        for round in 0..<5 {
+            try "save \(round) on a\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)
+            let seen = Self.within(5) { b.content("plan.txt") == "save \(round) on a\n" }
+            #expect(seen.map { $0 < 1 } == true, "round \(round) on b after \(seen.map { "\($0) s" } ?? "never")")
+        }
+        try "made on b\n".write(toFile: b.path("from-b.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(5) { a.content("from-b.txt") == "made on b\n" } != nil)
+        #expect(a.id("from-b.txt") == b.id("from-b.txt"))
+        // b's ids come from b's own space: no item of a's has them.
+        #expect((UInt64(b.id("from-b.txt") ?? "0") ?? 0) >= 1 << 41)
+        // A rename on a and a deletion on b travel.
+        #expect(rename(a.path("Projects/inner.txt"), a.path("inner-moved.txt")) == 0)
+        #expect(Self.within(5) { b.content("inner-moved.txt") == "inner\n" && b.content("Projects/inner.txt") == nil } != nil)
+        #expect(unlink(b.path("from-b.txt")) == 0)
+        #expect(Self.within(5) { a.content("from-b.txt") == nil } != nil)
+        // The versions a kept of what b's saves replaced, and a clean status on both.
+        let versions = try a.docfs("versions '\(a.path("plan.txt"))'")
+        #expect(versions.output.contains("previous"), "\(versions.output)")
+        for machine in [a, b] {
+            let status = try machine.status()
+            #expect(status["waiting"] as? Int == 0 && status["lastError"] == nil && status["served"] as? Bool == true, "\(machine.name): \(status)")
+        }
+    }
+
+    @Test func linksThatCannotWorkSayWhatToDoAndChangeNothing() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("refused")
+        let machine = try Machine("lonely", mounted: false)
+        defer { machine.fixture.tearDown() }
+        let cases: [(String, String)] = [
+            ("mysql://u@h/db", "is not a PostgreSQL URI"),
+            (uri.replacingOccurrences(of: server.password, with: "hunter2"), "refused the login of user 'docfs_test'"),
+            ("postgresql://docfs_test:x@127.0.0.1:1/db?sslmode=disable&connect_timeout=3", "cannot reach PostgreSQL at 127.0.0.1:1"),
+            (uri.replacingOccurrences(of: "/\(uri.databaseName)?", with: "/nosuchdb?"), "has no database 'nosuchdb'"),
+        ]
+        for (bad, reason) in cases {
+            let answer = try machine.link(bad)
+            #expect(answer.status == 1, "\(bad): \(answer.output)")
+            #expect(answer.output.contains(reason) && !answer.output.contains("hunter2"), "\(bad): \(answer.output)")
+            #expect(answer.output.split(separator: "\n").count == 1, "\(bad): \(answer.output)")
+            #expect(!FileManager.default.fileExists(atPath: machine.fixture.store + "/remote.json"))
+        }
+        // A database holding another application's tables is left alone.
+        let foreign = try server.makeDatabase("foreign")
+        try server.sql("CREATE TABLE invoices (id int)", database: foreign.databaseName)
+        let answer = try machine.link(foreign)
+        #expect(answer.status == 1 && answer.output.contains("not docfs's"), "\(answer.output)")
+        #expect(!FileManager.default.fileExists(atPath: machine.fixture.store + "/remote.json"))
+        let status = try machine.docfs("remote status --store '\(machine.fixture.store)'")
+        #expect(status.status == 1 && status.output.contains("not linked"), "\(status.output)")
+    }
+
+    /// The server goes away while a machine saves: its saves wait in the outbox (the status
+    /// says so, with the error in words), and reach the other machine once the server is back.
+    @Test func savesMadeWhileTheServerIsDownArriveWhenItIsBack() throws {
+        let server = try ThrowawayPostgres.private()
+        let uri = try server.makeDatabase("restart")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        try "before\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(5) { b.content("doc.txt") == "before\n" } != nil)
+        try server.stop()
+        for round in 0..<5 {
+            try "while down \(round)\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
+            usleep(100_000)
+        }
+        try "new while down\n".write(toFile: a.path("new.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { ((try? a.status())?["lastError"] as? String)?.contains("PostgreSQL") == true } != nil,
+                "\((try? a.status()) ?? [:])")
+        #expect(((try? a.status())?["waiting"] as? Int ?? 0) >= 1)
+        #expect(b.content("doc.txt") == "before\n")
+        try server.start()
+        // The retry comes by itself (1 s doubling); the local copies were never blocked.
+        #expect(Self.within(40) { b.content("doc.txt") == "while down 4\n" && b.content("new.txt") == "new while down\n" } != nil)
+        #expect(Self.within(10) { (try? a.status())?["lastError"] == nil && (try? a.status())?["waiting"] as? Int == 0 } != nil)
+    }
+}
