@@ -18,13 +18,17 @@ public struct PresentedChange: Sendable, Codable, Equatable {
     public var version: UInt64?
     /// Made in the store behind docfs (found by the store watcher).
     public var uncoordinated: Bool
+    /// `remote` for a change another machine made (applied by the sync engine), with that
+    /// machine's name; nil for this machine's own.
+    public var origin: String?
+    public var machine: String?
     /// Where it happened in the store (and where a move went), so each view can say it with
     /// paths of its own; not part of what is sent to watchers.
     public var place: StorePlace?
     public var newPlace: StorePlace?
 
     private enum CodingKeys: String, CodingKey {
-        case kind, path, newPath, item, version, uncoordinated
+        case kind, path, newPath, item, version, uncoordinated, origin, machine
     }
 
     public init(_ kind: Kind, path: String, newPath: String? = nil, item: ItemID? = nil, version: UInt64? = nil,

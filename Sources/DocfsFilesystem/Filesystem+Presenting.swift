@@ -14,12 +14,21 @@ extension Filesystem {
         present(kind, name, inFolder: directory.fd, item: item, version: version, uncoordinated: uncoordinated)
     }
 
+    /// `change`, marked as another machine's when the sync engine is applying it.
+    func fromItsMachine(_ change: PresentedChange) -> PresentedChange {
+        guard let machine = RemoteApplication.machine else { return change }
+        var marked = change
+        marked.origin = "remote"
+        marked.machine = machine
+        return marked
+    }
+
     /// The same, for `name` in the folder `fd`.
     func present(_ kind: PresentedChange.Kind, _ name: FileName, inFolder fd: Int32, item: ItemID? = nil,
                  version: UInt64? = nil, uncoordinated: Bool = false) {
         guard presenters.isListened, let place = place(of: name, in: fd) else { return }
-        presenters.post(PresentedChange(kind, path: userPath(place), item: item, version: version, uncoordinated: uncoordinated,
-                                        place: place))
+        presenters.post(fromItsMachine(PresentedChange(kind, path: userPath(place), item: item, version: version,
+                                                       uncoordinated: uncoordinated, place: place)))
     }
 
     /// A move of `name` in the folder `from` to `newName` in the folder `to` (descriptors).
@@ -31,7 +40,8 @@ extension Filesystem {
     /// A move between two places (the picker's move out of a container).
     func presentMove(from old: StorePlace, to new: StorePlace, item: ItemID?) {
         guard presenters.isListened else { return }
-        presenters.post(PresentedChange(.moved, path: userPath(old), newPath: userPath(new), item: item, place: old, newPlace: new))
+        presenters.post(fromItsMachine(PresentedChange(.moved, path: userPath(old), newPath: userPath(new), item: item,
+                                                       place: old, newPlace: new)))
     }
 
     /// A file's new version, at the place the kernel last found it; false when this view does

@@ -55,7 +55,7 @@ extension StoreSync {
         if let old, let folder = ItemAttributes.id(ofDescriptor: old.folder), !claims.contains(where: { $0.0 == folder }) {
             claims.append((folder, .write))
         }
-        let outcome = try RemoteApplication.$isApplying.withValue(true) { () throws -> ApplyOutcome in
+        let outcome = try RemoteApplication.$machine.withValue(version.author.machine) { () throws -> ApplyOutcome in
             try view.coordinator.withClaims(claims) { () throws(DocfsError) -> ApplyOutcome in
                 do {
                     guard expected.isMet(by: try current(version.item)) else { return .changedHere }
@@ -124,8 +124,10 @@ extension StoreSync {
             guard fd >= 0 else { throw DocfsError.errno("opening item \(version.item) to mark its conflict") }
             defer { close(fd) }
             try check(docfs_fd_setxattr(fd, Filesystem.conflictAttribute, "1", 1, 0))
-            RemoteApplication.$isApplying.withValue(true) {
-                shared.servedViews().first?.deliver(.name(.attributes, document.name, inFolder: document.folder, item: item))
+            RemoteApplication.$machine.withValue(version.author.machine) {
+                // The document's content stays; presenters hear of the conflict, its record is made again.
+                shared.servedViews().first?.deliver(.name(.newVersion(ItemAttributes.version(ofDescriptor: fd), conflict: true),
+                                                          document.name, inFolder: document.folder, item: item))
             }
         }
     }
@@ -246,7 +248,7 @@ extension StoreSync {
         let item = ItemID(rawValue: version.item)
         var claims: [(ItemID, ClaimIntent)] = [(item, .replace)]
         if let folder = ItemAttributes.id(ofDescriptor: old.folder) { claims.append((folder, .write)) }
-        let outcome = try RemoteApplication.$isApplying.withValue(true) { () throws -> ApplyOutcome in
+        let outcome = try RemoteApplication.$machine.withValue(version.author.machine) { () throws -> ApplyOutcome in
             try view.coordinator.withClaims(claims) { () throws(DocfsError) -> ApplyOutcome in
                 guard (try? expected.isMet(by: current(version.item))) == true else { return .changedHere }
                 shared.ownChanges.changedName(old.name, in: old.folderKey)

@@ -1,5 +1,6 @@
 import DocfsChunks
 import DocfsCore
+import Synchronization
 
 /// Keeps one machine's store in step with a remote (DESIGN §9, issue 22): what the store's
 /// outbox says changed goes up (its chunks first, then a version committed with the remote
@@ -25,6 +26,9 @@ public final class SyncEngine: Sendable {
     /// Told how many items went up and came down in the round under way (a first sync's
     /// progress on a terminal).
     private let progress = Callback<(Int, Int)>()
+    /// Set to end a round early (the daemon is stopping): checked between items and chunks, so
+    /// an unmount does not wait for a big upload; what was not done is done next time.
+    let stopRequested = Atomic<Bool>(false)
 
     public init(store: any SyncedStore, remote: any Remote, pageSize: Int = 500) {
         self.store = store
@@ -63,6 +67,7 @@ public final class SyncEngine: Sendable {
             let entries = try SyncError.local("read the outbox") { try store.pendingChanges(limit: 100) }
             if entries.isEmpty { return }
             for entry in entries {
+                try checkStop()
                 try upload(entry, &round)
                 try SyncError.local("acknowledge outbox entry \(entry.sequence)") { try store.acknowledge(entry) }
             }
@@ -112,6 +117,7 @@ public final class SyncEngine: Sendable {
         let distinct = local.manifest.filter { seen.insert($0).inserted }
         let missing = try SyncError.remote { () throws(RemoteError) in try remote.missingChunks(distinct) }
         for digest in missing {
+            try checkStop()
             let bytes = try SyncError.local("read a chunk of item \(local.item)") { try store.chunk(digest, of: local.item) }
             try SyncError.remote { () throws(RemoteError) in try remote.putChunk(digest, bytes: bytes) }
         }
@@ -196,6 +202,7 @@ public final class SyncEngine: Sendable {
             let from = anchor
             let page = try SyncError.remote { () throws(RemoteError) in try remote.changes(after: from, limit: pageSize) }
             for change in page.changes {
+                try checkStop()
                 try take(change, &round)
                 anchor = RemoteAnchor(sequence: change.sequence)
                 let reached = anchor
@@ -265,7 +272,12 @@ public final class SyncEngine: Sendable {
     }
 
     private func fetch(_ digest: ChunkDigest) throws -> [UInt8] {
-        try remote.fetchChunk(digest)
+        try checkStop()
+        return try remote.fetchChunk(digest)
+    }
+
+    private func checkStop() throws(SyncError) {
+        if stopRequested.load(ordering: .relaxed) { throw SyncError(local: "stopped before the round was over") }
     }
 }
 

@@ -58,6 +58,7 @@ public final class SyncLoop: Sendable {
     /// Ends the loop after the round under way, and waits for it.
     public func stop() {
         watch.withLock { $0?.cancel() }
+        engine.stopRequested.store(true, ordering: .relaxed)
         state.withLock { $0.stopping = true }
         wakeUp.signal()
         done.wait()

@@ -73,6 +73,7 @@ struct WatchCommand: ParsableCommand {
         if let newPath = change.newPath { text += " -> \(PlainOutput.name(newPath))" }
         if let version = change.version { text += " (version \(version))" }
         if change.uncoordinated { text += " [uncoordinated]" }
+        if let machine = change.machine { text += " [from \(PlainOutput.name(machine))]" }
         return text
     }
 }

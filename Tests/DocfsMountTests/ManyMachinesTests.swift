@@ -93,12 +93,27 @@ import Glibc
         let query = try b.docfs("query 'name == \"inner.txt\"' --store '\(b.fixture.store)'")
         #expect(query.output.contains("/Projects/inner.txt"), "\(query.output)")
 
+        // b's watchers hear a's saves as another machine's.
+        let watchOutput = b.fixture.root + "/watch.jsonl"
+        let watch = Process()
+        watch.executableURL = URL(fileURLWithPath: MountFixture.binary)
+        watch.arguments = ["watch", "--json", b.path("")]
+        _ = FileManager.default.createFile(atPath: watchOutput, contents: nil)
+        watch.standardOutput = FileHandle(forWritingAtPath: watchOutput)
+        try watch.run()
+        defer { kill(watch.processIdentifier, SIGTERM) }
+        usleep(300_000)
         // Saves both ways, each seen within a second.
         for round in 0..<5 {
             try "save \(round) on a\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)
             let seen = Self.within(5) { b.content("plan.txt") == "save \(round) on a\n" }
             #expect(seen.map { $0 < 1 } == true, "round \(round) on b after \(seen.map { "\($0) s" } ?? "never")")
         }
+        let heard = Self.within(5) {
+            ((try? String(contentsOfFile: watchOutput, encoding: .utf8)) ?? "").contains(#""machine":"a""#)
+        }
+        let events = (try? String(contentsOfFile: watchOutput, encoding: .utf8)) ?? ""
+        #expect(heard != nil && events.contains(#""origin":"remote""#) && events.contains(#""path":"plan.txt""#), "\(events)")
         try "made on b\n".write(toFile: b.path("from-b.txt"), atomically: false, encoding: .utf8)
         #expect(Self.within(5) { a.content("from-b.txt") == "made on b\n" } != nil)
         #expect(a.id("from-b.txt") == b.id("from-b.txt"))

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""docfs's many-machines benchmark (issue 22 §7): two stores ("machines" a and b) on this
+machine, each mounted by its own daemon, linked to one throwaway PostgreSQL server
+(scripts/throwaway-postgres), and a third store mounted unlinked, all in one run:
+
+- propagation: a save (write + close) on a's mount until b's mount shows it, over --saves
+  saves: p50, p99, max;
+- creates/s and `tar x` of real source files through a linked mount against an unlinked one
+  (the local write path must not wait for the network: within 10%);
+- upload and first download of a --size MiB file: from close(2) on a until a has nothing waiting
+  (MB/s), and until b has the whole file, against a plain COPY of the same bytes into the same
+  server (psql, bytea rows of 1 MiB) and a plain SELECT of them back;
+- an edit of 1 MiB in the middle of that file: the bytes it added to the remote's chunks;
+- each daemon's resident memory (peak) at the end.
+
+Needs root, the release build (--docfs) and PostgreSQL's server (scripts/setup installs it)."""
+import argparse, json, os, random, shutil, statistics, subprocess, sys, tempfile, time
+
+SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(SCRIPTS)
+PG = os.path.join(SCRIPTS, "throwaway-postgres")
+
+
+def sh(*args, env=None, check=True, capture=True, input=None):
+    return subprocess.run(args, env=env, check=check, text=True, input=input,
+                          stdout=subprocess.PIPE if capture else None, stderr=subprocess.STDOUT if capture else None).stdout
+
+
+class Server:
+    def __init__(self):
+        self.folder = sh(PG, "start", str(os.getpid())).strip()
+        self.port = int(open(self.folder + "/port").read())
+        self.password = open(self.folder + "/password").read().strip()
+
+    def database(self, name):
+        sh(PG, "createdb", self.folder, name)
+        return f"postgresql://docfs_test:{self.password}@127.0.0.1:{self.port}/{name}?sslmode=disable"
+
+    def sql(self, database, statement, input=None):
+        return sh(PG, "psql", self.folder, "-d", database, "-At", "-c", statement, input=input)
+
+    def stop(self):
+        sh(PG, "stop", self.folder, check=False)
+
+
+class Machine:
+    def __init__(self, docfs, base, name):
+        self.docfs, self.name = docfs, name
+        self.home = os.path.join(base, name)
+        self.store = os.path.join(self.home, "store")
+        self.mount = os.path.join(self.home, "mnt")
+        os.makedirs(self.mount)
+        self.env = dict(os.environ, HOME=self.home)
+        sh(docfs, "mount", "--store", self.store, self.mount, env=self.env)
+        self.pid = self.daemon_pid()
+
+    def daemon_pid(self):
+        for line in sh("ps", "-eo", "pid,args").splitlines()[1:]:
+            pid, _, args = line.strip().partition(" ")
+            if "docfs" in args and self.store in args and "mount" in args:
+                return int(pid)
+        return None
+
+    def link(self, uri):
+        return sh(self.docfs, "remote", "link", uri, "--machine", self.name, "--store", self.store, env=self.env)
+
+    def status(self):
+        return json.loads(sh(self.docfs, "remote", "status", "--json", "--store", self.store, env=self.env))
+
+    def peak_rss_mib(self):
+        if not self.pid:
+            return float("nan")
+        for line in open(f"/proc/{self.pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def unmount(self):
+        sh(self.docfs, "unmount", self.mount, env=self.env, check=False)
+
+
+def wait_until(condition, limit, step=0.0005):
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        if condition():
+            return time.monotonic() - start
+        time.sleep(step)
+    return None
+
+
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def propagation(a, b, saves):
+    latencies = []
+    for i in range(saves):
+        payload = f"save {i} {random.random()}\n".encode()
+        start = time.monotonic()
+        with open(os.path.join(a.mount, "latency.txt"), "wb") as f:
+            f.write(payload)
+        seen = wait_until(lambda: read(os.path.join(b.mount, "latency.txt")) == payload, 10)
+        latencies.append((time.monotonic() - start) if seen is not None else float("inf"))
+    latencies.sort()
+    return latencies
+
+
+def creates(folder, count):
+    os.makedirs(folder)
+    start = time.monotonic()
+    for i in range(count):
+        with open(os.path.join(folder, f"f{i}.txt"), "wb") as f:
+            f.write(b"x" * 100)
+    return count / (time.monotonic() - start)
+
+
+def untar(archive, folder):
+    os.makedirs(folder)
+    start = time.monotonic()
+    sh("tar", "-xf", archive, "-C", folder)
+    return time.monotonic() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docfs", required=True)
+    parser.add_argument("--saves", type=int, default=1000)
+    parser.add_argument("--size", type=int, default=1024, help="MiB of the big file")
+    parser.add_argument("--creates", type=int, default=2000)
+    parser.add_argument("--quick", action="store_true", help="200 saves, a 128 MiB file, 500 creates")
+    args = parser.parse_args()
+    if args.quick:
+        args.saves, args.size, args.creates = 200, 128, 500
+    base = tempfile.mkdtemp(prefix="docfs-bench-sync-", dir="/var/tmp")
+    server = Server()
+    machines = []
+    try:
+        uri = server.database("bench")
+        a, b, plain = (Machine(args.docfs, base, name) for name in ("a", "b", "plain"))
+        machines = [a, b, plain]
+        a.link(uri)
+        b.link(uri)
+        rows = []
+
+        lat = propagation(a, b, args.saves)
+        p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000
+        rows.append(("propagation a → b, p50 / p99 / max", f"{p(0.5):.1f} / {p(0.99):.1f} / {lat[-1] * 1000:.1f} ms",
+                     f"{args.saves} saves; target p99 < 1000 ms"))
+
+        linked_rate = creates(os.path.join(a.mount, "creates"), args.creates)
+        plain_rate = creates(os.path.join(plain.mount, "creates"), args.creates)
+        rows.append(("creates/s, linked vs unlinked", f"{linked_rate:.0f} vs {plain_rate:.0f} ({linked_rate / plain_rate:.2f}x)",
+                     "target within 10%"))
+        archive = os.path.join(base, "include.tar")
+        files = sorted(os.path.relpath(os.path.join(d, f), "/usr/include")
+                       for d, _, fs in os.walk("/usr/include") for f in fs)[:2000]
+        with open(os.path.join(base, "list"), "w") as f:
+            f.write("\n".join(files))
+        sh("tar", "-cf", archive, "-C", "/usr/include", "-T", os.path.join(base, "list"))
+        linked_tar = untar(archive, os.path.join(a.mount, "tree"))
+        plain_tar = untar(archive, os.path.join(plain.mount, "tree"))
+        rows.append(("tar x of 2,000 header files, linked vs unlinked", f"{linked_tar:.2f} s vs {plain_tar:.2f} s ({linked_tar / plain_tar:.2f}x)",
+                     "target within 10%"))
+        wait_until(lambda: a.status()["waiting"] == 0 and b.status()["waiting"] == 0, 600, step=0.2)
+        wait_until(lambda: os.path.exists(os.path.join(b.mount, "tree", files[-1])), 600, step=0.2)
+
+        size = args.size << 20
+        data = os.urandom(size)
+        big = os.path.join(a.mount, "big.bin")
+        start = time.monotonic()
+        with open(big, "wb") as f:
+            f.write(data)
+        closed = time.monotonic()
+        up = wait_until(lambda: a.status()["waiting"] == 0 and a.status().get("lastContact") is not None, 3600, step=0.05)
+        down = wait_until(lambda: os.path.getsize(os.path.join(b.mount, "big.bin")) == size
+                          if os.path.exists(os.path.join(b.mount, "big.bin")) else False, 3600, step=0.05)
+        up_seconds = (closed - start) + (up or float("inf"))
+        down_seconds = (closed - start) + (down or float("inf"))
+        # The same bytes by plain COPY into, and SELECT out of, the same server.
+        server.sql("bench", "CREATE TABLE plain_copy (b bytea)")
+        lines = "".join("\\\\x" + data[i:i + (1 << 20)].hex() + "\n" for i in range(0, size, 1 << 20))
+        t = time.monotonic()
+        server.sql("bench", "COPY plain_copy FROM STDIN", input=lines)
+        copy_seconds = time.monotonic() - t
+        t = time.monotonic()
+        out = server.sql("bench", "COPY plain_copy TO STDOUT")
+        select_seconds = time.monotonic() - t
+        assert len(out) >= size * 2
+        mb = size / 1e6
+        rows.append((f"upload of a {args.size} MiB file (close to nothing waiting)", f"{mb / up_seconds:.1f} MB/s",
+                     f"COPY of the same bytes: {mb / copy_seconds:.1f} MB/s ({copy_seconds / up_seconds:.2f}x)"))
+        rows.append((f"first download of it on b (to the whole file there)", f"{mb / down_seconds:.1f} MB/s",
+                     f"SELECT of the same bytes: {mb / select_seconds:.1f} MB/s ({select_seconds / down_seconds:.2f}x)"))
+
+        before = int(server.sql("bench", "SELECT coalesce(sum(length(bytes)), 0) FROM docfs.chunks"))
+        with open(big, "r+b") as f:
+            f.seek(size // 2)
+            f.write(os.urandom(1 << 20))
+        wait_until(lambda: a.status()["waiting"] == 0, 600, step=0.05)
+        time.sleep(0.5)
+        after = int(server.sql("bench", "SELECT coalesce(sum(length(bytes)), 0) FROM docfs.chunks"))
+        rows.append(("an edit of 1 MiB in the middle: bytes sent", f"{(after - before) / 1e6:.2f} MB", "target about 1 MiB"))
+        rows.append(("daemon peak RSS a / b / unlinked", f"{a.peak_rss_mib():.0f} / {b.peak_rss_mib():.0f} / {plain.peak_rss_mib():.0f} MiB", ""))
+
+        width = max(len(r[0]) for r in rows)
+        print(f"\nmany machines (issue 22 §7): two linked daemons, one unlinked, one PostgreSQL on loopback")
+        for name, value, note in rows:
+            print(f"  {name.ljust(width)}  {value:<32} {note}")
+    finally:
+        for machine in machines:
+            machine.unmount()
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
