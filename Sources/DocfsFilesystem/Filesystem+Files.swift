@@ -139,7 +139,7 @@ extension Filesystem {
             if let vacated, let document = takeOverVacatedDocument(vacated, createdIn: directory, name: name, newFile: fd, caller: caller) {
                 item = document
             } else {
-                item = try identity.assignNew(to: BackingKey(st), createdAs: UInt64(fd))
+                item = try identity.assignNew(to: BackingKey(st), createdAs: UInt64(fd), fd: fd)
                 sessions.noteAuthor(of: item, version: 1, caller: caller)  // who made version 1
             }
             if let (uid, gid) = try ownership(for: caller, in: directory) {

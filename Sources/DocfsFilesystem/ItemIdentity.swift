@@ -30,18 +30,20 @@ struct ItemIdentity: Sendable {
         ItemAttributes.id(ofDescriptor: fd) ?? pending.item(of: BackingKey(st))
     }
 
-    /// A new id for `file`, just made through the mount and open as `handle`: stored when that
-    /// handle is released or synced (`PendingItemIDs`).
-    func assignNew(to file: BackingKey, createdAs handle: UInt64) throws(DocfsError) -> ItemID {
-        let id = try allocator.allocate()
-        pending.add(id, file: file, handle: handle)
-        return id
+    /// A new id for `file`, just made through the mount and open as `handle` (descriptor
+    /// `fd`): stored when that handle is released or synced (`PendingItemIDs`); the file's own
+    /// when someone gave it one since it was made.
+    func assignNew(to file: BackingKey, createdAs handle: UInt64, fd: Int32) throws(DocfsError) -> ItemID {
+        pending.add(try allocator.allocate(), file: file, handle: handle, fd: fd)
     }
 
     private func assign(to fd: Int32, _ st: stat) -> ItemID {
         do {
-            let id = try ItemAttributes.setID(try allocator.allocate(), onDescriptor: fd, onlyIfAbsent: true)
-            ownChanges.changedFile(at: fd)
+            let fresh = try allocator.allocate()  // a number a lost race wastes is harmless
+            let id = try pending.storeUnlessPending(BackingKey(st)) { () throws(DocfsError) -> ItemID in
+                try ItemAttributes.setID(fresh, onDescriptor: fd, onlyIfAbsent: true)
+            }
+            if id == fresh { ownChanges.changedFile(at: fd) }
             return id
         } catch {
             return .derived(fromBackingInode: UInt64(st.st_ino))

@@ -27,11 +27,25 @@ final class PendingItemIDs: Sendable {
 
     private let state = Mutex(State())
 
-    /// `item` was given to `file`, just created and open as `handle`.
-    func add(_ item: ItemID, file: BackingKey, handle: UInt64) {
+    /// `item` was given to `file`, just created and open as `handle` (its descriptor `fd`):
+    /// answers the file's id, which is the one it has already when someone gave it one between
+    /// the create and now (the store watcher judging a late event of the name, a lookup through
+    /// another folder): under the lock `storeUnlessPending` writes under, so exactly one id wins.
+    func add(_ item: ItemID, file: BackingKey, handle: UInt64, fd: Int32) -> ItemID {
         state.withLock { state in
+            if let stored = ItemAttributes.id(ofDescriptor: fd) { return stored }
             state.byFile[file] = item
             state.byHandle[handle] = file
+            return item
+        }
+    }
+
+    /// Gives `file` an id by `write` unless a create gave it one that is pending: then that
+    /// one (a reader that found neither the attribute nor a pending id raced the create).
+    func storeUnlessPending(_ file: BackingKey, _ write: () throws(DocfsError) -> ItemID) throws(DocfsError) -> ItemID {
+        try state.withLock { (state: inout State) throws(DocfsError) -> ItemID in
+            if let pending = state.byFile[file] { return pending }
+            return try write()
         }
     }
 

@@ -1,4 +1,6 @@
+import CLinux
 import DocfsCore
+@testable import DocfsFilesystem
 import DocfsProvider
 import Foundation
 import Testing
@@ -122,5 +124,39 @@ import Glibc
 
     @Test func wellFormedContainerID() throws {
         #expect(try ContainerID("com.example.Notes").rawValue == "com.example.Notes")
+    }
+}
+
+/// A create and anyone else giving the new file an id (the store watcher judging a late event of
+/// its name, a lookup through another folder) race between the file's making and its pending id's
+/// registration: exactly one id wins, and the create's record carries it (before, the file kept
+/// one id and the index another: StitchingTests under load).
+@Suite struct ItemIdentityRaceTests {
+    @Test func aCreateAdoptsAnIdGivenMeanwhileAndAReaderAdoptsAPendingOne() throws {
+        let directory = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let identity = ItemIdentity(allocator: try ItemIDAllocator(path: directory + "/item-ids"), ownChanges: OwnChanges())
+        func made(_ name: String) throws -> (fd: Int32, path: Int32, st: stat) {
+            let fd = open(directory + "/" + name, O_RDWR | O_CREAT | O_EXCL, 0o644)
+            let path = open(directory + "/" + name, DOCFS_O_PATH)
+            var st = stat()
+            fstat(fd, &st)
+            return (fd, path, st)
+        }
+        // Someone gave the file an id before the create registered its own: the create takes it.
+        let first = try made("first")
+        defer { close(first.fd); close(first.path) }
+        let givenMeanwhile = identity.item(of: first.path, first.st)
+        let created = try identity.assignNew(to: BackingKey(first.st), createdAs: UInt64(first.fd), fd: first.fd)
+        #expect(created == givenMeanwhile && ItemAttributes.id(ofDescriptor: first.path) == givenMeanwhile)
+        // The create registered first: a reader finds the pending id, writes none of its own.
+        let second = try made("second")
+        defer { close(second.fd); close(second.path) }
+        let pending = try identity.assignNew(to: BackingKey(second.st), createdAs: UInt64(second.fd), fd: second.fd)
+        #expect(identity.item(of: second.path, second.st) == pending)
+        #expect(ItemAttributes.id(ofDescriptor: second.path) == nil)
+        try identity.pending.store(createdAs: UInt64(second.fd), fd: second.fd)
+        #expect(ItemAttributes.id(ofDescriptor: second.path) == pending)
     }
 }
