@@ -8,8 +8,9 @@
 /// - A put or touch followed by a put of the same place is dropped (a put writes the whole row);
 ///   the later put inserts, if the place has no row, with the entry number the first put would
 ///   have given it, as the overlay numbered it.
-/// - An item's outbox entry followed by another of the same item is dropped (the sync engine
-///   sends the item's state as it is then, once).
+/// - An item's outbox entry after another of the same item is dropped (the sync engine sends
+///   the item's state as it is when it gets to the first, once; the first keeps a folder made
+///   before what is put in it ahead of those, though tar touches the folder again afterwards).
 /// Only when nothing between them reaches the place: a remove, move or exchange ends what waits
 /// at and under the places it names; a removal of entries by number (their places unknown)
 /// ends everything waiting. Committed this way the database ends exactly as it would applying
@@ -32,8 +33,8 @@ struct IndexCommitPlan {
         var waiting: [IndexLocation: (put: Int?, touch: Int?)] = [:]
         /// For each folder, how many waiting places are under it.
         var under: [IndexLocation: Int] = [:]
-        /// Where each item's last outbox entry is.
-        var outboxed: [Int64: Int] = [:]
+        /// The items with an outbox entry in the batch.
+        var outboxed: Set<Int64> = []
 
         func count(_ location: IndexLocation, _ delta: Int) {
             var path = Substring(location.path)
@@ -98,9 +99,9 @@ struct IndexCommitPlan {
                     under.removeAll()
                     planned.append(Step(change: change, sequence: frame.sequence, entry: 0))
                 case .outbox(let item):
-                    if let earlier = outboxed[item] { planned[earlier] = nil }
-                    outboxed[item] = planned.count
-                    planned.append(Step(change: change, sequence: frame.sequence, entry: 0))
+                    if outboxed.insert(item).inserted {
+                        planned.append(Step(change: change, sequence: frame.sequence, entry: 0))
+                    }
                 }
             }
         }

@@ -74,10 +74,15 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    private func upload(_ entry: OutboxEntry, _ round: inout Round) throws(SyncError) {
+    private func upload(_ entry: OutboxEntry, _ round: inout Round, depth: Int = 0) throws(SyncError) {
         let item = entry.item
         let state = try syncState(of: item)
         let local = try SyncError.local("read item \(item)") { try store.current(item) }
+        // A folder the remote does not know yet goes up before what is in it, whatever order
+        // the outbox holds them in (other machines apply the log in order).
+        if let local, local.parent != 0, depth < 64, try syncState(of: local.parent) == nil {
+            try upload(OutboxEntry(sequence: entry.sequence, item: local.parent), &round, depth: depth + 1)
+        }
         // The operation id is the outbox entry's: a retry after a lost answer is applied once.
         let operation = "\(store.author.machine)/\(item)/\(entry.sequence)"
         let proposal: RemoteVersion

@@ -5,8 +5,9 @@ import Testing
 
 /// The durable outbox (issue 22 §0): an outbox entry stitched with a change is in the same
 /// journal append, so it survives a writer killed before its commit, is read in the order the
-/// changes were made, once per item per batch, and goes when acknowledged; sync states and
-/// the anchor are kept beside it.
+/// changes were made, once per item per batch (at its first place: a folder stays ahead of
+/// what was made in it), and goes when acknowledged; sync states and the anchor are kept
+/// beside it.
 @Suite struct IndexOutboxTests {
     @Test func outboxEntriesAreStitchedWithTheirChangesAndSurviveAKilledWriter() throws {
         let directory = NSTemporaryDirectory() + "docfs-outbox-\(UUID().uuidString)"
@@ -20,9 +21,9 @@ import Testing
         index = nil
         let reopened = try IndexDatabase(path: directory + "/index.sqlite")
         let entries = try reopened.outbox(limit: 10)
-        // One batch: an item's earlier entry folds into its later one; order is the changes'.
-        #expect(entries.map(\.item) == [22, 21])
-        try reopened.acknowledgeOutbox(entries[0].position)
+        // One batch: an item's later entry folds into its first; order is the changes'.
+        #expect(entries.map(\.item) == [21, 22])
+        try reopened.acknowledgeOutbox(entries[1].position)
         #expect(try reopened.outbox(limit: 10).map(\.item) == [21])
         // Outbox entries change no record.
         #expect(try reopened.record(at: IndexQueryTests.location("/b.txt"))?.id == 22)

@@ -188,6 +188,10 @@ final class MemoryStore: SyncedStore, Sendable {
         }
         return try state.withLock { state in
             guard expected.isMet(by: state.items[version.item]) else { return .changedHere }
+            // As a real store: an item goes in a folder that is here.
+            if !version.deleted, version.parent != 0, state.items[version.parent] == nil {
+                throw MemoryStoreError.noParent(version.parent)
+            }
             // The engine places items only under free names: a rename over another item here
             // would delete it.
             if !version.deleted, state.items.values.contains(where: {
@@ -225,4 +229,5 @@ final class MemoryStore: SyncedStore, Sendable {
 enum MemoryStoreError: Error {
     case noChunk
     case nameTaken(String)
+    case noParent(UInt64)
 }

@@ -128,6 +128,23 @@ final class FlakyRemote: Remote {
         #expect(machines.stores.allSatisfy { $0.pending == 0 })
     }
 
+    /// What is made in a new folder may stand before the folder in the outbox (tar touches the
+    /// folder again after filling it): the folder goes up first all the same, and the other
+    /// machine applies both.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aFolderGoesUpBeforeWhatIsInItWhateverTheOutboxOrder(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind, count: 2)
+        let folder = machines[0].create("include", text: nil, kind: .folder)
+        let header = machines[0].create("stdio.h", in: folder, text: "int printf();")
+        machines[0].state.withLock { state in
+            state.outbox.sort { a, _ in a.item == header }  // the child first
+        }
+        #expect(machines[0].state.withLock { $0.outbox.first?.item } == header)
+        try machines.settle()
+        #expect(machines[1].item(header)?.parent == folder && machines[1].text(of: header) == "int printf();")
+        #expect(machines[1].item(folder)?.kind == .folder)
+    }
+
     /// Three machines; two save one document from the same base: the remote's first commit is
     /// current everywhere, the other is a conflict version on every machine.
     @Test(arguments: RemoteUnderTest.allCases)
