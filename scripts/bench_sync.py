@@ -103,7 +103,8 @@ def propagation(a, b, saves):
         start = time.monotonic()
         with open(os.path.join(a.mount, "latency.txt"), "wb") as f:
             f.write(payload)
-        seen = wait_until(lambda: read(os.path.join(b.mount, "latency.txt")) == payload, 10)
+        # Up to a minute, so a late save is measured rather than given up on.
+        seen = wait_until(lambda: read(os.path.join(b.mount, "latency.txt")) == payload, 60)
         latencies.append((time.monotonic() - start) if seen is not None else float("inf"))
     latencies.sort()
     return latencies
@@ -148,8 +149,9 @@ def main():
 
         lat = propagation(a, b, args.saves)
         p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000
+        late = sum(1 for x in lat if x > 1)
         rows.append(("propagation a → b, p50 / p99 / max", f"{p(0.5):.1f} / {p(0.99):.1f} / {lat[-1] * 1000:.1f} ms",
-                     f"{args.saves} saves; target p99 < 1000 ms"))
+                     f"{args.saves} saves, {late} over 1 s; target p99 < 1000 ms"))
 
         linked_rate = creates(os.path.join(a.mount, "creates"), args.creates)
         plain_rate = creates(os.path.join(plain.mount, "creates"), args.creates)
