@@ -131,6 +131,16 @@ import Glibc
             let status = try machine.status()
             #expect(status["waiting"] as? Int == 0 && status["lastError"] == nil && status["served"] as? Bool == true, "\(machine.name): \(status)")
         }
+        // b unlinks while served: its documents stay, a's next save no longer reaches it, and
+        // the link is gone from the store.
+        let unlinked = try b.docfs("remote unlink --store '\(b.fixture.store)'")
+        #expect(unlinked.status == 0 && unlinked.output.contains("unlinked"), "\(unlinked.output)")
+        #expect(!FileManager.default.fileExists(atPath: b.fixture.store + "/remote.json"))
+        try "after b left\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)
+        usleep(1_500_000)
+        #expect(b.content("plan.txt") == "save 4 on a\n" && b.content("inner-moved.txt") == "inner\n")
+        let gone = try b.docfs("remote status --store '\(b.fixture.store)'")
+        #expect(gone.status == 1 && gone.output.contains("not linked"), "\(gone.output)")
     }
 
     @Test func linksThatCannotWorkSayWhatToDoAndChangeNothing() throws {
