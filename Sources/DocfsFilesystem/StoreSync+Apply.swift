@@ -184,7 +184,7 @@ extension StoreSync {
             // The content it replaces stays recoverable (C4): a previous version, or a conflict
             // version when it lost the race on the remote.
             let record = VersionRecord(version: oldVersion, kind: keepingOldAsConflict ? .conflict : .previous,
-                                       modified: StoreSync.seconds(oldStat.st_mtim), kept: WriteSessions.now(),
+                                       modified: WriteSessions.seconds(oldStat.st_mtim), kept: WriteSessions.now(),
                                        size: Int64(oldStat.st_size), author: nil)
             try shared.store.versions.keepFile(oldFD, item: item, record: record)
             view.nodes.known(key: BackingKey(oldStat))?.markSuperseded()

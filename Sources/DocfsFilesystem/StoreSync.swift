@@ -131,7 +131,7 @@ public final class StoreSync: SyncedStore {
         }
         return LocalItem(item: item, container: place.container.rawValue, scope: place.scope.rawValue, parent: parent,
                          name: String(place.path[place.path.index(after: slash)...]), kind: kind, manifest: manifest,
-                         size: size, mode: UInt32(st.st_mode & 0o7777), modified: Self.seconds(st.st_mtim),
+                         size: size, mode: UInt32(st.st_mode & 0o7777), modified: WriteSessions.seconds(st.st_mtim),
                          attributes: kind == .symlink ? [:] : Self.userAttributes(fd))
     }
 
@@ -251,20 +251,14 @@ public final class StoreSync: SyncedStore {
 
     /// The `user.*` attributes that travel (tags, comments, an app's own), name to value.
     static func userAttributes(_ fd: Int32) -> [String: [UInt8]] {
-        var list = [CChar](repeating: 0, count: 64 << 10)
-        let length = list.withUnsafeMutableBufferPointer { docfs_fd_listxattr(fd, $0.baseAddress!, $0.count) }
-        guard length > 0 else { return [:] }
         var attributes: [String: [UInt8]] = [:]
-        let names = list[0..<length].split(separator: 0).map { String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
-        for name in names where name.hasPrefix("user.") && !localAttributes.contains(name) {
+        for name in ExtendedAttributeCopy.userNames(of: fd) where !localAttributes.contains(name) {
             var value = [UInt8](repeating: 0, count: 64 << 10)
             let size = value.withUnsafeMutableBytes { docfs_fd_getxattr(fd, name, $0.baseAddress!, $0.count) }
             if size >= 0 { attributes[name] = Array(value[0..<size]) }
         }
         return attributes
     }
-
-    static func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
 }
 
 /// Why the store could not give the sync engine what it asked for, in words.

@@ -131,12 +131,7 @@ public final class PostgresRemote: Remote {
         let logger = logger
         let hexes = digests.map(\.hex)
         let held = try perform("look for chunks") { connection in
-            var held: Set<String> = []
-            for try await digest in try await connection.query(
-                "SELECT digest FROM docfs.chunks WHERE digest = ANY(\(hexes))", logger: logger).decode(String.self) {
-                held.insert(digest)
-            }
-            return held
+            try await Self.held(hexes, on: connection, logger: logger)
         }
         return digests.filter { !held.contains($0.hex) }
     }
@@ -194,11 +189,7 @@ public final class PostgresRemote: Remote {
         }
         let hexes = Array(Set(digests.map(\.hex)))
         if !hexes.isEmpty {
-            var held: Set<String> = []
-            for try await digest in try await connection.query(
-                "SELECT digest FROM docfs.chunks WHERE digest = ANY(\(hexes))", logger: logger).decode(String.self) {
-                held.insert(digest)
-            }
+            let held = try await Self.held(hexes, on: connection, logger: logger)
             let missing = digests.filter { !held.contains($0.hex) }
             guard missing.isEmpty else {
                 throw RemoteError(.missingChunks(missing), "\(missing.count) chunks of item \(proposal.item) are not on the remote yet")
@@ -216,12 +207,7 @@ public final class PostgresRemote: Remote {
         if whenStale == .refuse && Int64(bitPattern: proposal.base) != current {
             return .stale(current: UInt64(bitPattern: current))
         }
-        // The one log_head row serializes commits: sequences are taken in commit order.
-        var sequence: Int64 = 0
-        for try await next in try await connection.query(
-            "UPDATE docfs.log_head SET sequence = sequence + 1 WHERE id = 1 RETURNING sequence", logger: logger).decode(Int64.self) {
-            sequence = next
-        }
+        let sequence = try await Self.nextSequence(on: connection, logger: logger)
         let number = last + 1
         let conflict = Int64(bitPattern: proposal.base) != current
         let manifest = proposal.manifest.joined()
@@ -242,6 +228,27 @@ public final class PostgresRemote: Remote {
         // A wake-up only (DESIGN §9): machines read the log from their anchors.
         try await connection.query("SELECT pg_notify('docfs_changes', \(proposal.container + ":" + String(sequence)))", logger: logger)
         return outcome(conflict: conflict, number: number, sequence: sequence)
+    }
+
+    /// Which of the chunks named by `hexes` the remote holds.
+    private static func held(_ hexes: [String], on connection: PostgresConnection, logger: Logger) async throws -> Set<String> {
+        var held: Set<String> = []
+        for try await digest in try await connection.query(
+            "SELECT digest FROM docfs.chunks WHERE digest = ANY(\(hexes))", logger: logger).decode(String.self) {
+            held.insert(digest)
+        }
+        return held
+    }
+
+    /// The next sequence of the log, in the caller's transaction. The one `log_head` row
+    /// serializes the transactions that take one: sequences are taken in commit order.
+    private static func nextSequence(on connection: PostgresConnection, logger: Logger) async throws -> Int64 {
+        var sequence: Int64 = 0
+        for try await next in try await connection.query(
+            "UPDATE docfs.log_head SET sequence = sequence + 1 WHERE id = 1 RETURNING sequence", logger: logger).decode(Int64.self) {
+            sequence = next
+        }
+        return sequence
     }
 
     private static func outcome(conflict: Bool, number: Int64, sequence: Int64) -> RemoteCommitOutcome {
@@ -265,11 +272,7 @@ public final class PostgresRemote: Remote {
         let logger = logger
         let buffer = value.map { ByteBuffer(bytes: $0) }
         let sequence = try perform("set key \(key)", transaction: true) { connection in
-            var sequence: Int64 = 0
-            for try await next in try await connection.query(
-                "UPDATE docfs.log_head SET sequence = sequence + 1 WHERE id = 1 RETURNING sequence", logger: logger).decode(Int64.self) {
-                sequence = next
-            }
+            let sequence = try await Self.nextSequence(on: connection, logger: logger)
             if let buffer {
                 try await connection.query("""
                     INSERT INTO docfs.kv VALUES (\(container), \(key), \(buffer), \(sequence))
