@@ -42,6 +42,7 @@ public enum RemoteLinking {
                 throw DocfsError(.invalidArgument, "this store holds \(items.count) items and the remote holds another store's: merging two stores with documents is not built yet; link an empty store and copy the documents in, or link this store to an empty database")
             }
             try shared.store.itemIDs.enter(space: space)
+            try shareBookmarkKey(shared.store, remote: remote)
             let fromURI = try? PostgresLocation(uri, environment: [:], home: "/nonexistent")
             if fromURI?.password != nil {
                 do { _ = try location.rememberPassword(home: home) } catch {
@@ -57,6 +58,19 @@ public enum RemoteLinking {
             remote.close()
             throw error
         }
+    }
+
+    /// Signs bookmarks with the remote's key from now on (this store's own when it is the
+    /// first to link): a bookmark made on any linked machine verifies on all. Bookmarks this
+    /// store made before joining a remote that had a key are no longer valid (make them again).
+    static func shareBookmarkKey(_ store: LocalStore, remote: PostgresRemote) throws(DocfsError) {
+        let own = try store.bookmarkKey()
+        let shared: [UInt8]
+        do { shared = try remote.storeKey(proposing: own.bytes) } catch { throw DocfsError(.invalidArgument, error.message) }
+        guard let key = StoreKey(bytes: shared) else {
+            throw DocfsError(.invalidArgument, "the remote's bookmark key is not one docfs can use: link to another database")
+        }
+        try store.adoptBookmarkKey(key)
     }
 
     /// Runs `body` on the store at `layout` served here, without a mount (no daemon serves it:
@@ -93,6 +107,21 @@ public enum RemoteLinking {
             if round == SyncEngine.Round() { break }
         }
         return total
+    }
+
+    /// Removes the chunks on the store's remote that no version names and nobody used for
+    /// `seconds` (`docfs remote sweep`; daemons also sweep once a day).
+    public static func sweep(_ layout: StoreLayout, unusedFor seconds: Double) throws(DocfsError) -> ChunkSweep {
+        guard let link = try RemoteLink.load(layout) else {
+            throw DocfsError(.invalidArgument, "the store is not linked to a remote: docfs remote link URI links it")
+        }
+        do {
+            let remote = try PostgresRemote(try PostgresLocation(link.uri), machine: link.machine)
+            defer { remote.close() }
+            return try remote.sweepChunks(unusedFor: seconds)
+        } catch {
+            throw DocfsError(.invalidArgument, "\(error)")
+        }
     }
 
     /// Unlinks the store: the link and every sync record go; documents stay as they are.

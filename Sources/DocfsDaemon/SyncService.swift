@@ -54,7 +54,8 @@ final class SyncService: Sendable {
     var status: RemoteStatusReport {
         let status = loop.status
         return RemoteStatusReport(uri: link.uri, machine: link.machine, space: link.space, linked: link.linked,
-                                  waiting: (try? sync.waiting()) ?? 0, lastContact: status.lastContact,
+                                  waiting: (try? sync.waiting()) ?? 0, incoming: loop.engine.incoming.load(ordering: .relaxed),
+                                  lastContact: status.lastContact,
                                   lastError: status.lastError, nextTry: status.nextTry, rounds: status.rounds, served: true)
     }
 
@@ -71,6 +72,9 @@ public struct RemoteStatusReport: Codable, Sendable {
     public var linked: Double
     /// Changes waiting to go up.
     public var waiting: Int
+    /// Changes of other machines waiting to come down (as of the daemon's last round; nil
+    /// when no daemon serves the store).
+    public var incoming: Int?
     /// When the daemon last reached the remote (seconds since the epoch); nil: not yet.
     public var lastContact: Double?
     /// Why the last round failed, in words.
@@ -81,13 +85,14 @@ public struct RemoteStatusReport: Codable, Sendable {
     /// Whether a daemon serves (and so syncs) the store now.
     public var served: Bool
 
-    public init(uri: String, machine: String, space: UInt64, linked: Double, waiting: Int, lastContact: Double?,
+    public init(uri: String, machine: String, space: UInt64, linked: Double, waiting: Int, incoming: Int?, lastContact: Double?,
                 lastError: String?, nextTry: Double?, rounds: Int, served: Bool) {
         self.uri = uri
         self.machine = machine
         self.space = space
         self.linked = linked
         self.waiting = waiting
+        self.incoming = incoming
         self.lastContact = lastContact
         self.lastError = lastError
         self.nextTry = nextTry

@@ -28,6 +28,14 @@ public final class LocalStore: Sendable {
         return loaded
     }
 
+    /// Makes `shared` the store's key from now on (linking to a remote: every machine signs
+    /// with the remote's key, so a bookmark made on one verifies on all).
+    public func adoptBookmarkKey(_ shared: StoreKey) throws(DocfsError) {
+        guard try bookmarkKey() != shared else { return }
+        try StoreKey.replace(layout, with: shared)
+        key.withLock { $0 = shared }
+    }
+
     /// Opens the store at `path`, creating it and its default container when missing.
     public init(path: String) throws(DocfsError) {
         let absolute = path.hasPrefix("/") ? path : LocalStore.currentDirectory() + "/" + path

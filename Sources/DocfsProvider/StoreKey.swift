@@ -39,7 +39,7 @@ public struct StoreKey: Sendable, Equatable {
             throw DocfsError(.storeUnavailable, "cannot create the store's key \(layout.bookmarkKeyFile)",
                              cause: DocfsError.errno("open"))
         }
-        let bytes = key.storeID + key.secret
+        let bytes = key.bytes
         let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         let synced = fsync(fd) == 0
         close(fd)
@@ -58,6 +58,36 @@ public struct StoreKey: Sendable, Equatable {
                              cause: cause)
         }
         return key
+    }
+
+    /// Makes `key` the store's key at `layout` (a remote's, shared by every linked machine),
+    /// replacing the one there in one rename.
+    public static func replace(_ layout: StoreLayout, with key: StoreKey) throws(DocfsError) {
+        try LocalStore.makeDirectory(layout.keysDirectory)
+        chmod(layout.keysDirectory, 0o700)
+        let incoming = layout.bookmarkKeyFile + ".\(getpid()).new"
+        let fd = open(incoming, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else {
+            throw DocfsError(.storeUnavailable, "cannot write the store's key \(layout.bookmarkKeyFile)", cause: DocfsError.errno("open"))
+        }
+        let bytes = key.bytes
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        let synced = fsync(fd) == 0
+        close(fd)
+        guard written == bytes.count && synced && rename(incoming, layout.bookmarkKeyFile) == 0 else {
+            let cause = DocfsError.errno("write")
+            unlink(incoming)
+            throw DocfsError(.storeUnavailable, "cannot write the store's key \(layout.bookmarkKeyFile)", cause: cause)
+        }
+    }
+
+    /// The key as it is kept: the store id, then the secret.
+    public var bytes: [UInt8] { storeID + secret }
+
+    /// A key kept as `bytes`; nil when they are not one.
+    public init?(bytes: [UInt8]) {
+        guard bytes.count == Self.storeIDLength + Self.secretLength else { return nil }
+        self.init(storeID: Array(bytes[0..<Self.storeIDLength]), secret: Array(bytes[Self.storeIDLength...]))
     }
 
     /// The store's key when it has one already.

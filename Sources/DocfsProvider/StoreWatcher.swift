@@ -76,9 +76,10 @@ public final class StoreWatcher: @unchecked Sendable {
     static let folderEvents = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_MODIFY | IN_CLOSE_WRITE
                                      | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
 
-    /// Names of docfs's own working files (a restore or a raced save in progress): a daemon
-    /// that died in the middle leaves them; the first walk of the tree removes them.
-    public static let workingFilePrefixes = [".docfs-restore-", ".docfs-conflict-", ".docfs-pick-"]
+    /// Names of docfs's own working files (a restore, a raced save, a remote change being
+    /// written in): a daemon that died in the middle leaves them; the first walk of the tree
+    /// removes them.
+    public static let workingFilePrefixes = [".docfs-restore-", ".docfs-conflict-", ".docfs-pick-", ".docfs-sync-"]
 
     /// Starts watching every folder under `root`; changes posted to `rechecks` are reported
     /// with the others. `maximumWatches` bounds the watches below the kernel's own limit (for

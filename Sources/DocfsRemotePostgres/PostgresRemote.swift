@@ -131,7 +131,13 @@ public final class PostgresRemote: Remote {
         let logger = logger
         let hexes = digests.map(\.hex)
         let held = try perform("look for chunks") { connection in
-            try await Self.held(hexes, on: connection, logger: logger)
+            // Looking for a chunk marks it used: a sweep spares it until the commit names it.
+            var held: Set<String> = []
+            for try await digest in try await connection.query(
+                "UPDATE docfs.chunks SET used = now() WHERE digest = ANY(\(hexes)) RETURNING digest", logger: logger).decode(String.self) {
+                held.insert(digest)
+            }
+            return held
         }
         return digests.filter { !held.contains($0.hex) }
     }
@@ -144,7 +150,8 @@ public final class PostgresRemote: Remote {
         let buffer = ByteBuffer(bytes: bytes)
         try perform("put chunk \(digest)") { connection in
             try await connection.query("""
-                INSERT INTO docfs.chunks (digest, bytes) VALUES (\(digest.hex), \(buffer)) ON CONFLICT (digest) DO NOTHING
+                INSERT INTO docfs.chunks (digest, bytes) VALUES (\(digest.hex), \(buffer))
+                ON CONFLICT (digest) DO UPDATE SET used = now()
                 """, logger: logger)
         }
     }
@@ -161,6 +168,30 @@ public final class PostgresRemote: Remote {
             throw RemoteError(.refused, "the remote's chunk \(digest) is damaged (its bytes have another digest)")
         }
         return bytes
+    }
+
+    /// Chunks no version names (each manifest is its digests' hex run together) and unused
+    /// for `seconds`, removed in one statement.
+    public func sweepChunks(unusedFor seconds: Double) throws(RemoteError) -> ChunkSweep {
+        let logger = logger
+        let (count, bytes) = try perform("sweep unused chunks") { connection in
+            var found: (Int64, Int64) = (0, 0)
+            for try await row in try await connection.query("""
+                WITH named AS (
+                    SELECT DISTINCT substr(v.manifest, g * 64 + 1, 64) AS digest
+                    FROM docfs.versions v, generate_series(0, length(v.manifest) / 64 - 1) g),
+                swept AS (
+                    DELETE FROM docfs.chunks c
+                    WHERE c.used < now() - make_interval(secs => \(seconds))
+                      AND NOT EXISTS (SELECT 1 FROM named n WHERE n.digest = c.digest)
+                    RETURNING length(c.bytes) AS size)
+                SELECT count(*), COALESCE(sum(size), 0)::bigint FROM swept
+                """, logger: logger).decode((Int64, Int64).self) {
+                found = row
+            }
+            return found
+        }
+        return ChunkSweep(chunks: Int(count), bytes: bytes)
     }
 
     // MARK: Commits
@@ -254,6 +285,40 @@ public final class PostgresRemote: Remote {
     private static func outcome(conflict: Bool, number: Int64, sequence: Int64) -> RemoteCommitOutcome {
         let (number, sequence) = (UInt64(bitPattern: number), UInt64(bitPattern: sequence))
         return conflict ? .conflict(version: number, sequence: sequence) : .current(version: number, sequence: sequence)
+    }
+
+    public func changeCount(after anchor: RemoteAnchor) throws(RemoteError) -> Int {
+        let logger = logger
+        let count = try perform("count the changes waiting") { connection in
+            try await connection.query(
+                "SELECT count(*) FROM docfs.versions WHERE sequence > \(Int64(bitPattern: anchor.sequence))", logger: logger)
+                .collect().first?.decode(Int64.self) ?? 0
+        }
+        return Int(count)
+    }
+
+    /// Kept in `docfs.meta` as hex: whoever can read the database can make bookmarks for the
+    /// store (and read its documents: the same trust).
+    public func storeKey(proposing key: [UInt8]) throws(RemoteError) -> [UInt8] {
+        let logger = logger
+        let proposed = key.map { String(format: "%02x", $0) }.joined()
+        let text = try perform("share the bookmark key", transaction: true) { connection in
+            try await connection.query("""
+                INSERT INTO docfs.meta VALUES ('store_key', \(proposed)) ON CONFLICT (key) DO NOTHING
+                """, logger: logger)
+            return try await connection.query("SELECT value FROM docfs.meta WHERE key = 'store_key'", logger: logger)
+                .collect().first?.decode(String.self) ?? ""
+        }
+        var bytes: [UInt8] = []
+        var rest = Substring(text)
+        while rest.count >= 2, let byte = UInt8(rest.prefix(2), radix: 16) {
+            bytes.append(byte)
+            rest = rest.dropFirst(2)
+        }
+        guard rest.isEmpty, bytes.count == key.count else {
+            throw RemoteError(.refused, "the remote's bookmark key is damaged: bookmarks cannot be shared; ask its administrator to remove docfs.meta's store_key")
+        }
+        return bytes
     }
 
     // MARK: Each container's key-value store

@@ -50,6 +50,11 @@ enum RemoteSchema {
                 first_seen timestamptz NOT NULL DEFAULT now(), last_seen timestamptz NOT NULL DEFAULT now())
             """,
         ],
+        [
+            // When each chunk was last put or looked for: a sweep of unused chunks spares the
+            // recent ones (an upload under way found them held and will name them).
+            "ALTER TABLE docfs.chunks ADD COLUMN used timestamptz NOT NULL DEFAULT now()",
+        ],
     ]
 
     /// Brings the database's docfs schema to `current`, creating it in a database with no

@@ -1,5 +1,8 @@
 import DocfsChunks
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A remote held in memory (issue 22 §0): what the PostgreSQL remote keeps, with the same
 /// answers, for fast tests of the sync engine without a kernel or a server. Several engines
@@ -9,6 +12,9 @@ import Synchronization
 public final class InMemoryRemote: Remote {
     private struct State {
         var chunks: [ChunkDigest: [UInt8]] = [:]
+        /// When each chunk was last put or looked for (a sweep spares the recent ones).
+        var used: [ChunkDigest: Double] = [:]
+        var storeKey: [UInt8]?
         var log: [RemoteChange] = []
         /// Each item's current version, and the highest number it has given.
         var current: [UInt64: RemoteVersion] = [:]
@@ -46,15 +52,24 @@ public final class InMemoryRemote: Remote {
     }
 
     public func missingChunks(_ digests: [ChunkDigest]) throws(RemoteError) -> [ChunkDigest] {
-        state.withLock { state in digests.filter { state.chunks[$0] == nil } }
+        let now = Self.now()
+        return state.withLock { state in
+            digests.filter { digest in
+                guard state.chunks[digest] != nil else { return true }
+                state.used[digest] = now
+                return false
+            }
+        }
     }
 
     public func putChunk(_ digest: ChunkDigest, bytes: [UInt8]) throws(RemoteError) {
         guard bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
             throw RemoteError(.refused, "chunk \(digest): its bytes have another digest")
         }
+        let now = Self.now()
         state.withLock { state in
             if state.chunks[digest] == nil { state.chunks[digest] = bytes }
+            state.used[digest] = now
         }
     }
 
@@ -109,6 +124,38 @@ public final class InMemoryRemote: Remote {
 
     public func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {
         state.withLock { $0.current[item] }
+    }
+
+    public func changeCount(after anchor: RemoteAnchor) throws(RemoteError) -> Int {
+        state.withLock { state in state.log.count { $0.sequence > anchor.sequence } }
+    }
+
+    public func storeKey(proposing key: [UInt8]) throws(RemoteError) -> [UInt8] {
+        state.withLock { state in
+            if state.storeKey == nil { state.storeKey = key }
+            return state.storeKey!
+        }
+    }
+
+    public func sweepChunks(unusedFor seconds: Double) throws(RemoteError) -> ChunkSweep {
+        let before = Self.now() - seconds
+        return state.withLock { state in
+            let named = Set(state.log.flatMap { $0.version.chunks ?? [] })
+            var sweep = ChunkSweep(chunks: 0, bytes: 0)
+            for (digest, bytes) in state.chunks where !named.contains(digest) && state.used[digest, default: 0] <= before {
+                state.chunks[digest] = nil
+                state.used[digest] = nil
+                sweep.chunks += 1
+                sweep.bytes += Int64(bytes.count)
+            }
+            return sweep
+        }
+    }
+
+    private static func now() -> Double {
+        var time = timespec()
+        clock_gettime(CLOCK_REALTIME, &time)
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
     }
 
     public func value(forKey key: String, in container: String) throws(RemoteError) -> [UInt8]? {

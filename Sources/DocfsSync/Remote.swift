@@ -46,6 +46,19 @@ public protocol Remote: Sendable {
     /// made up for). Runs until the answered watch is cancelled.
     func watchChanges(_ wake: @escaping @Sendable () -> Void) -> RemoteWatch
 
+    /// How many changes the log holds after `anchor` (what is waiting to come down).
+    func changeCount(after anchor: RemoteAnchor) throws(RemoteError) -> Int
+
+    /// The key every linked machine signs bookmarks with (DESIGN §7, issue 22 §2: a bookmark
+    /// made on one machine verifies on all): the first machine's proposal is kept, and every
+    /// later one answered the key in effect.
+    func storeKey(proposing key: [UInt8]) throws(RemoteError) -> [UInt8]
+
+    /// Removes the chunks no version names and nobody put or looked for in the last `seconds`
+    /// (what an upload cut short left: kill -9 mid-upload, a file changed while it was read).
+    /// The pause keeps a chunk an upload under way found held until its commit names it.
+    func sweepChunks(unusedFor seconds: Double) throws(RemoteError) -> ChunkSweep
+
     /// A container's key-value store (issue 24 builds on these): a value, nil when absent.
     func value(forKey key: String, in container: String) throws(RemoteError) -> [UInt8]?
     /// Sets (or with nil, removes) a key's value; answers the sequence the change took.
@@ -62,6 +75,17 @@ public final class RemoteWatch: Sendable {
     public init(stop: @escaping @Sendable () -> Void) { self.stop = stop }
 
     public func cancel() { stop() }
+}
+
+/// What a sweep of unused chunks removed.
+public struct ChunkSweep: Sendable, Equatable {
+    public var chunks: Int
+    public var bytes: Int64
+
+    public init(chunks: Int, bytes: Int64) {
+        self.chunks = chunks
+        self.bytes = bytes
+    }
 }
 
 /// What a commit does when its base is no longer the item's current version.

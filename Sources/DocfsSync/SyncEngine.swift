@@ -29,6 +29,9 @@ public final class SyncEngine: Sendable {
     /// Set to end a round early (the daemon is stopping): checked between items and chunks, so
     /// an unmount does not wait for a big upload; what was not done is done next time.
     let stopRequested = Atomic<Bool>(false)
+    /// How many changes of the log this machine has yet to apply, as of the round under way
+    /// or the last (`docfs remote status`: waiting to come down).
+    public let incoming = Atomic<Int>(0)
 
     public init(store: any SyncedStore, remote: any Remote, pageSize: Int = 500) {
         self.store = store
@@ -206,9 +209,14 @@ public final class SyncEngine: Sendable {
         while true {
             let from = anchor
             let page = try SyncError.remote { () throws(RemoteError) in try remote.changes(after: from, limit: pageSize) }
+            // A full page: how many more wait is worth one count (a first sync's progress).
+            let waiting = page.changes.count < pageSize ? page.changes.count
+                : try SyncError.remote { () throws(RemoteError) in try remote.changeCount(after: from) }
+            incoming.store(waiting, ordering: .relaxed)
             for change in page.changes {
                 try checkStop()
                 try take(change, &round)
+                incoming.wrappingSubtract(1, ordering: .relaxed)
                 anchor = RemoteAnchor(sequence: change.sequence)
                 let reached = anchor
                 try SyncError.local("save the anchor") { try store.setAnchor(reached) }

@@ -35,9 +35,17 @@ public final class SyncLoop: Sendable {
     private let done = ThreadSemaphore()
     private let watch = Mutex<RemoteWatch?>(nil)
 
-    public init(engine: SyncEngine, pollInterval: Double = 5, log: @escaping @Sendable (String) -> Void) {
+    /// How often the loop sweeps the remote's unused chunks (`Remote.sweepChunks`), and how
+    /// long a chunk must have been unused to go.
+    private let sweepInterval: Double
+    private let sweepGrace: Double
+
+    public init(engine: SyncEngine, pollInterval: Double = 5, sweepInterval: Double = 86400, sweepGrace: Double = 3600,
+                log: @escaping @Sendable (String) -> Void) {
         self.engine = engine
         self.pollInterval = pollInterval
+        self.sweepInterval = sweepInterval
+        self.sweepGrace = sweepGrace
         self.log = log
     }
 
@@ -66,9 +74,18 @@ public final class SyncLoop: Sendable {
 
     private func run() {
         var pause = 0.0
+        // Machines linked at one moment do not all sweep at once.
+        var nextSweep = Date().timeIntervalSince1970 + Double.random(in: 0.1...1) * sweepInterval
         while !state.withLock({ $0.stopping }) {
             do {
                 let round = try engine.syncOnce()
+                if Date().timeIntervalSince1970 >= nextSweep {
+                    nextSweep = Date().timeIntervalSince1970 + sweepInterval
+                    let swept = try SyncError.remote { () throws(RemoteError) in
+                        try engine.remote.sweepChunks(unusedFor: sweepGrace)
+                    }
+                    if swept.chunks > 0 { log("sync: swept \(swept.chunks) unused chunks (\(swept.bytes) bytes) from the remote") }
+                }
                 let now = Date().timeIntervalSince1970
                 state.withLock { state in
                     state.status.lastContact = now

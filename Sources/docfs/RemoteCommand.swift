@@ -3,6 +3,7 @@ import DocfsCore
 import DocfsDaemon
 import DocfsIndex
 import DocfsProvider
+import DocfsSync
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -21,7 +22,7 @@ struct RemoteCommand: ParsableCommand {
             ~/.pgpass, PGPASSWORD, PGHOST…); a password given in the URI is kept in ~/.pgpass, \
             never in the store.
             """,
-        subcommands: [Link.self, Status.self, Unlink.self]
+        subcommands: [Link.self, Status.self, Unlink.self, Sweep.self]
     )
 
     struct Link: ParsableCommand {
@@ -91,16 +92,42 @@ struct RemoteCommand: ParsableCommand {
                 }
                 let waiting = (try? IndexDatabase(path: layout.indexFile, readOnly: true).outboxCount()) ?? 0
                 return RemoteStatusReport(uri: link.uri, machine: link.machine, space: link.space, linked: link.linked,
-                                          waiting: waiting, lastContact: nil, lastError: nil, nextTry: nil, rounds: 0, served: false)
+                                          waiting: waiting, incoming: nil, lastContact: nil, lastError: nil, nextTry: nil, rounds: 0, served: false)
             }
             if json { return printJSON(report) }
             print("linked to \(report.uri) as \(report.machine) since \(formatDate(report.linked))")
             print(report.served ? "syncing (served by a daemon)" : "not syncing: no daemon serves the store (docfs mount starts one)")
             print("waiting to go up: \(report.waiting) change\(report.waiting == 1 ? "" : "s")")
+            if let incoming = report.incoming {
+                print("waiting to come down: \(incoming) change\(incoming == 1 ? "" : "s")")
+            }
             if let contact = report.lastContact { print("last in step: \(formatDate(contact))") }
             if let error = report.lastError {
                 print("last error: \(error)" + (report.nextTry.map { "; trying again at \(formatDate($0))" } ?? ""))
             }
+        }
+    }
+
+    struct Sweep: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove chunks no version names from the remote.",
+            discussion: """
+                An upload cut short (a machine killed mid-upload, a file changed while it was read) \
+                leaves chunks on the remote that no version names. Daemons sweep them once a day; \
+                this sweeps now. Chunks used within the pause given are spared: an upload under way \
+                may be about to name them.
+                """)
+
+        @Option(name: .long, help: ArgumentHelp("Spare chunks used in the last this many minutes.", valueName: "minutes"))
+        var unusedFor: Double = 60
+
+        @OptionGroup var location: StoreLocation
+
+        func run() throws {
+            guard unusedFor >= 0 else { throw ValidationError("--unused-for takes minutes, 0 or more") }
+            let (layout, _) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
+            let swept = try reportingErrors { () throws(DocfsError) in try RemoteLinking.sweep(layout, unusedFor: unusedFor * 60) }
+            print("swept \(swept.chunks) unused chunk\(swept.chunks == 1 ? "" : "s") (\(swept.bytes) bytes) from the remote")
         }
     }
 

@@ -5,6 +5,9 @@ import DocfsTestSupport
 import Dispatch
 import Synchronization
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The remotes a sync engine can be linked to, each run through the same suite (as JuiceFS
 /// runs one suite per metadata engine): in memory, and PostgreSQL on the test process's own
@@ -97,6 +100,64 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect { try remote.commit(proposal, operation: "x") } throws: { ($0 as? RemoteError)?.kind == .missingChunks([other]) }
         #expect(try remote.currentVersion(of: 7) == nil)
         #expect(try remote.changes(after: .start, limit: 10).changes.isEmpty)
+    }
+
+    /// An upload cut short leaves chunks no version names: a sweep removes them once unused
+    /// for the pause it is given, and never a chunk a version (current, earlier or conflict)
+    /// names, nor one an upload under way has just looked for.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aSweepRemovesOnlyChunksNoVersionNames(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        let first = try Self.proposal(remote, item: 300, name: "kept.txt", text: "first content", base: 0)
+        #expect(try remote.commit(first, operation: "first") == .current(version: 1, sequence: 1))
+        let second = try Self.proposal(remote, item: 300, name: "kept.txt", text: "second content", base: 1)
+        _ = try remote.commit(second, operation: "second")
+        let lost = try Self.proposal(remote, item: 300, name: "kept.txt", text: "lost a race", base: 1, by: Self.machineB)
+        if case .conflict = try remote.commit(lost, operation: "lost") {} else { Issue.record("not a conflict") }
+        let orphan = Array("uploaded, never committed".utf8)
+        let orphanDigest = orphan.withUnsafeBytes { ChunkDigest(of: $0) }
+        try remote.putChunk(orphanDigest, bytes: orphan)
+        // Just put: an upload under way may be about to commit it.
+        #expect(try remote.sweepChunks(unusedFor: 3600) == ChunkSweep(chunks: 0, bytes: 0))
+        usleep(1_100_000)
+        #expect(try remote.sweepChunks(unusedFor: 1) == ChunkSweep(chunks: 1, bytes: Int64(orphan.count)))
+        #expect { try remote.fetchChunk(orphanDigest) } throws: { ($0 as? RemoteError)?.kind == .notFound }
+        for text in ["first content", "second content", "lost a race"] {
+            let bytes = Array(text.utf8)
+            #expect(try remote.fetchChunk(bytes.withUnsafeBytes { ChunkDigest(of: $0) }) == bytes)
+        }
+        // Looking for a chunk marks it used: the upload that found it held can commit it.
+        try remote.putChunk(orphanDigest, bytes: orphan)
+        usleep(1_100_000)
+        #expect(try remote.missingChunks([orphanDigest]).isEmpty)
+        #expect(try remote.sweepChunks(unusedFor: 1).chunks == 0)
+        #expect(try remote.sweepChunks(unusedFor: 0).chunks == 1)
+    }
+
+    /// The first machine's bookmark key is the remote's; every later one is answered it.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func theFirstBookmarkKeyProposedIsEveryMachines(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        let first = (0..<48).map { UInt8($0) }
+        let second = (0..<48).map { UInt8(255 - $0) }
+        #expect(try remote.storeKey(proposing: first) == first)
+        #expect(try remote.storeKey(proposing: second) == first)
+        #expect(try remote.storeKey(proposing: first) == first)
+    }
+
+    /// What is waiting to come down: the changes after an anchor.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func theChangesAfterAnAnchorAreCounted(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        #expect(try remote.changeCount(after: .start) == 0)
+        for index in 0..<3 {
+            _ = try remote.commit(try Self.proposal(remote, item: UInt64(400 + index), name: "n\(index)", text: "t\(index)", base: 0),
+                                  operation: "c\(index)")
+        }
+        let all = try remote.changes(after: .start, limit: 10).changes
+        #expect(try remote.changeCount(after: .start) == 3)
+        #expect(try remote.changeCount(after: RemoteAnchor(sequence: all[0].sequence)) == 2)
+        #expect(try remote.changeCount(after: RemoteAnchor(sequence: all[2].sequence)) == 0)
     }
 
     /// Two machines save one document from the same base: the first commit is current, the

@@ -50,6 +50,18 @@ final class FlakyRemote: Remote {
         try check()
         return try base.currentVersion(of: item)
     }
+    func changeCount(after anchor: RemoteAnchor) throws(RemoteError) -> Int {
+        try check()
+        return try base.changeCount(after: anchor)
+    }
+    func storeKey(proposing key: [UInt8]) throws(RemoteError) -> [UInt8] {
+        try check()
+        return try base.storeKey(proposing: key)
+    }
+    func sweepChunks(unusedFor seconds: Double) throws(RemoteError) -> ChunkSweep {
+        try check()
+        return try base.sweepChunks(unusedFor: seconds)
+    }
     func value(forKey key: String, in container: String) throws(RemoteError) -> [UInt8]? {
         try check()
         return try base.value(forKey: key, in: container)

@@ -1,3 +1,4 @@
+import DocfsChunks
 import DocfsSync
 import DocfsTestSupport
 import Foundation
@@ -80,9 +81,27 @@ import Testing
         #expect(loopA.status.nextTry != nil && a.pending == 1)
         remote.down.store(false, ordering: .relaxed)
         // The retry comes by itself (1 s, then 2 s, …), no wake-up needed.
-        #expect(Self.waitFor(10) { a.pending == 0 } != nil)
-        #expect(loopA.status.lastError == nil)
+        // The outbox empties during the round; the status is the round's, once it is over.
+        #expect(Self.waitFor(10) { a.pending == 0 && loopA.status.lastError == nil } != nil)
         try engineB.syncOnce()
         #expect(b.text(of: doc) == "made offline")
+    }
+
+    /// The loop sweeps the remote's unused chunks now and then (daily by default), never one
+    /// a version names.
+    @Test func theLoopSweepsChunksNoVersionNames() throws {
+        let remote = InMemoryRemote()
+        let a = MemoryStore(machine: "a")
+        let doc = a.create("kept.txt", text: "kept content")
+        let orphan = Array("left by an upload cut short".utf8)
+        let digest = orphan.withUnsafeBytes { ChunkDigest(of: $0) }
+        try remote.putChunk(digest, bytes: orphan)
+        let loop = SyncLoop(engine: SyncEngine(store: a, remote: remote), pollInterval: 0.2, sweepInterval: 0.2, sweepGrace: 0,
+                            log: { _ in })
+        loop.start()
+        defer { loop.stop() }
+        #expect(Self.waitFor(10) { (try? remote.missingChunks([digest])) == [digest] } != nil)
+        let kept = try #require(a.current(doc)?.manifest)
+        #expect(try remote.missingChunks(kept).isEmpty)
     }
 }
