@@ -152,7 +152,17 @@ final class IndexStitcher: Sendable {
 
     /// The last close of `handle`.
     func released(_ handle: UInt64) {
-        _ = writers.withLock { $0.removeValue(forKey: handle) }
+        guard let writer = writers.withLock({ $0.removeValue(forKey: handle) }) else { return }
+        writerReleased(writer.node.item)
+    }
+
+    /// Told, from the releasing thread, the item a writer's handle wrote after its last close
+    /// (the sync engine sends up what it put off while the file was open).
+    let writerReleased = Callback<ItemID>()
+
+    /// Whether a handle open for writing (not released yet) writes `item`.
+    func isWritten(_ item: ItemID) -> Bool {
+        writers.withLock { writers in writers.values.contains { $0.node.item == item } }
     }
 
     // MARK: - Operations

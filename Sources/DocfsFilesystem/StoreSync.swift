@@ -16,7 +16,7 @@ import Glibc
 /// version store cuts it, the parent folder's id, its user attributes). Applying remote
 /// changes (`StoreSync+Apply`) goes through the coordinator like any write.
 ///
-/// Lock order: `manifests` is a leaf lock.
+/// Lock order: `manifests` and `putOff` are leaf locks.
 public final class StoreSync: SyncedStore {
     public let author: RemoteAuthor
     let shared: ServedStore
@@ -24,6 +24,8 @@ public final class StoreSync: SyncedStore {
     /// Where each chunk of the items last read lies in its file, so a chunk the remote lacks
     /// is read back without cutting the whole file again (the last few items only).
     private let manifests = Mutex<[(item: UInt64, chunks: [ChunkDigest: ChunkReference])]>([])
+    /// Items the engine put off because a writer had them open (`putOffWhileWritten`).
+    private let putOff = Mutex<Set<UInt64>>([])
 
     /// Attributes that are this machine's bookkeeping, not the item's: they do not travel.
     static let localAttributes: Set<String> = [
@@ -43,6 +45,11 @@ public final class StoreSync: SyncedStore {
     /// Starts (or stops) putting every local change in the outbox.
     public func fillOutbox(_ on: Bool) {
         shared.stitcher?.fillsOutbox.store(on, ordering: .relaxed)
+        if on {
+            shared.stitcher?.writerReleased.set { [weak self] item in self?.writerReleased(item) }
+        } else {
+            shared.stitcher?.writerReleased.set { _ in }
+        }
     }
 
     /// Calls `wake` (from the thread that made the change, so briefly) after each local change
@@ -133,6 +140,29 @@ public final class StoreSync: SyncedStore {
                          name: String(place.path[place.path.index(after: slash)...]), kind: kind, manifest: manifest,
                          size: size, mode: UInt32(st.st_mode & 0o7777), modified: WriteSessions.seconds(st.st_mtim),
                          attributes: kind == .symlink ? [:] : Self.userAttributes(fd))
+    }
+
+    /// Marks the item put off first, then looks for a writer, while a release removes its
+    /// writer first, then looks for the mark: whichever comes second sees the other, so an
+    /// item put off is always queued again.
+    public func putOffWhileWritten(_ item: UInt64) -> Bool {
+        guard let stitcher = shared.stitcher else { return false }
+        putOff.withLock { _ = $0.insert(item) }
+        if stitcher.isWritten(ItemID(rawValue: item)) { return true }
+        putOff.withLock { _ = $0.remove(item) }
+        return false
+    }
+
+    /// A writer let go of `item`: if the engine put it off, it goes in the outbox again.
+    private func writerReleased(_ item: ItemID) {
+        guard let stitcher = shared.stitcher, !stitcher.isWritten(item),
+              putOff.withLock({ $0.remove(item.rawValue) }) != nil else { return }
+        do {
+            try enqueue([item.rawValue])
+            stitcher.outboxFilled(())
+        } catch {
+            shared.problemSink("sync: item \(item) could not be queued to go up after its writer closed (\(error)); its next save sends it")
+        }
     }
 
     public func chunk(_ digest: ChunkDigest, of item: UInt64) throws -> [UInt8] {

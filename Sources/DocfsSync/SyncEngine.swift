@@ -91,6 +91,8 @@ public final class SyncEngine: Sendable {
         let proposal: RemoteVersion
         if let local {
             if let state, LocalItem(state.version) == local { return }  // in step already
+            // Open for writing here: it goes up once the writer lets go.
+            if local.kind == .file && store.putOffWhileWritten(item) { return }
             try uploadChunks(of: local)
             proposal = local.proposal(base: state?.number ?? 0, by: store.author)
         } else {

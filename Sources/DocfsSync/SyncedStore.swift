@@ -129,6 +129,10 @@ public protocol SyncedStore: Sendable {
 
     /// The item as the store has it now; nil when it is gone.
     func current(_ item: UInt64) throws -> LocalItem?
+    /// Whether a writer here has the item open (what it holds may be half written: bash's
+    /// `>` closes a descriptor of the emptied file before the writes). If so, the store puts
+    /// the item in the outbox again when the last writer lets go, and the engine leaves it now.
+    func putOffWhileWritten(_ item: UInt64) -> Bool
     /// The bytes of one chunk of the item's current content.
     func chunk(_ digest: ChunkDigest, of item: UInt64) throws -> [UInt8]
     /// The item that holds `name` in the folder `parent` of a container's scope, if any.

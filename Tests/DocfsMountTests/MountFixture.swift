@@ -13,6 +13,9 @@ final class MountFixture: @unchecked Sendable {
     private(set) var daemon: Process?
     /// When set, the daemon runs with its open descriptors limited to this (soft and hard).
     var descriptorLimit: Int?
+    /// A command the daemon is started through, which execs it (nsenter into a network
+    /// namespace of its own: the process is the daemon).
+    var launcher: [String] = []
     /// Environment variables the daemon gets besides the test's own.
     var daemonEnvironment: [String: String] = [:]
     /// App views mounted beside the user view (served by the same daemon).
@@ -83,6 +86,10 @@ final class MountFixture: @unchecked Sendable {
         if let descriptorLimit {  // prlimit execs docfs: the process is the daemon
             process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
             process.arguments = ["--nofile=\(descriptorLimit):\(descriptorLimit)", "--", Self.binary] + process.arguments!
+        }
+        if let program = launcher.first {
+            process.arguments = Array(launcher.dropFirst()) + [process.executableURL!.path] + process.arguments!
+            process.executableURL = URL(fileURLWithPath: program)
         }
         _ = FileManager.default.createFile(atPath: daemonLog, contents: nil)
         let log = FileHandle(forWritingAtPath: daemonLog)

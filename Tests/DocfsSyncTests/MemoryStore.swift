@@ -17,6 +17,8 @@ final class MemoryStore: SyncedStore, Sendable {
         var anchor = RemoteAnchor.start
         /// Content kept as conflict versions, per item.
         var conflicts: [UInt64: [String]] = [:]
+        /// Items a writer has open here.
+        var writing: Set<UInt64> = []
         var clock: Double = 1_700_000_000
 
         mutating func enqueue(_ item: UInt64) {
@@ -157,6 +159,19 @@ final class MemoryStore: SyncedStore, Sendable {
     }
 
     func current(_ item: UInt64) throws -> LocalItem? { state.withLock { $0.items[item] } }
+
+    func putOffWhileWritten(_ item: UInt64) -> Bool { state.withLock { $0.writing.contains(item) } }
+
+    /// A writer opens the item (its changes are not saves until `closeWriter`).
+    func openWriter(_ item: UInt64) { state.withLock { _ = $0.writing.insert(item) } }
+
+    /// The writer closes: the item is saved (it enters the outbox).
+    func closeWriter(_ item: UInt64) {
+        state.withLock { state in
+            state.writing.remove(item)
+            state.enqueue(item)
+        }
+    }
 
     func chunk(_ digest: ChunkDigest, of item: UInt64) throws -> [UInt8] {
         guard let bytes = state.withLock({ $0.chunks[digest] }) else { throw MemoryStoreError.noChunk }

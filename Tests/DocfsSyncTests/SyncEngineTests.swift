@@ -140,6 +140,24 @@ final class FlakyRemote: Remote {
         #expect(machines.stores.allSatisfy { $0.pending == 0 })
     }
 
+    /// A file a writer has open is not a save yet (an open with O_TRUNC is stitched before the
+    /// writes): nothing of it goes up until the writer closes.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aFileBeingWrittenGoesUpWhenItsWriterCloses(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let a = machines[0], b = machines[1]
+        let doc = a.create("log.txt", text: "saved")
+        try machines.settle()
+        a.openWriter(doc)
+        a.write(doc, "half writ")
+        try machines.settle()
+        #expect(b.text(of: doc) == "saved" && a.pending == 0)
+        a.write(doc, "half written, now whole")
+        a.closeWriter(doc)
+        try machines.settle()
+        #expect(b.text(of: doc) == "half written, now whole")
+    }
+
     /// What is made in a new folder may stand before the folder in the outbox (tar touches the
     /// folder again after filling it): the folder goes up first all the same, and the other
     /// machine applies both.

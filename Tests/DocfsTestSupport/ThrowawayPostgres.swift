@@ -31,25 +31,29 @@ public final class ThrowawayPostgres: Sendable {
         }
     }
 
-    private init() throws {
-        folder = try Self.run(["start", String(getpid())]).trimmingCharacters(in: .whitespacesAndNewlines)
+    private init(listeningAlsoOn addresses: [String] = []) throws {
+        folder = try Self.run(["start", String(getpid())] + (addresses.isEmpty ? [] : [addresses.joined(separator: ",")]))
+            .trimmingCharacters(in: .whitespacesAndNewlines)
         port = Int(try String(contentsOfFile: folder + "/port", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
         password = try String(contentsOfFile: folder + "/password", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    /// A server of the caller's own (stopped with this process, or by `stopForGood`).
-    public static func `private`() throws -> ThrowawayPostgres { try ThrowawayPostgres() }
+    /// A server of the caller's own (stopped with this process), listening on `addresses`
+    /// too (each must be one of this machine's: the root side of a test's veth pair).
+    public static func `private`(listeningAlsoOn addresses: [String] = []) throws -> ThrowawayPostgres {
+        try ThrowawayPostgres(listeningAlsoOn: addresses)
+    }
 
     /// Stops the server (as an administrator's restart or a crash would); `start` brings it
     /// back on the same port with the same data.
     public func stop() throws { try Self.run(["pause", folder]) }
     public func start() throws { try Self.run(["resume", folder]) }
 
-    /// A new empty database; answers its URI with the password in it.
-    public func makeDatabase(_ label: String = "t") throws -> String {
+    /// A new empty database; answers its URI with the password in it, reached at `host`.
+    public func makeDatabase(_ label: String = "t", host: String = "127.0.0.1") throws -> String {
         let name = "\(label.lowercased().filter { $0.isLetter || $0.isNumber })_\(databases.wrappingAdd(1, ordering: .relaxed).newValue)"
         _ = try Self.run(["createdb", folder, name])
-        return "postgresql://docfs_test:\(password)@127.0.0.1:\(port)/\(name)?sslmode=disable"
+        return "postgresql://docfs_test:\(password)@\(host):\(port)/\(name)?sslmode=disable"
     }
 
     /// Runs SQL as the superuser on `database`; answers psql's output.

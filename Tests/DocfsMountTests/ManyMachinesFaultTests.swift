@@ -1,0 +1,254 @@
+import CLinux
+import DocfsTestSupport
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Linked machines under faults (issue 22 §6), through real mounts and a real server: a daemon
+/// killed with SIGKILL mid-upload and mid-download (nothing partial anywhere, the work resumes,
+/// no orphaned chunk after the sweep), the server ending the listening connections, a
+/// transaction held open on the server so a change commits late, a machine's network cut
+/// while both machines edit (its own network namespace, the cable pulled and put back), and a
+/// bookmark made on one machine resolving on another.
+@Suite(.serialized) struct ManyMachinesFaultTests {
+    typealias Machine = ManyMachinesTests.Machine
+
+    static func within(_ seconds: Double, _ condition: () -> Bool) -> Double? { ManyMachinesTests.within(seconds, condition) }
+
+    static func count(_ server: ThrowawayPostgres, _ sql: String, _ uri: String) -> Int {
+        Int(((try? server.sql(sql, database: uri.databaseName)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+    }
+
+    static func same(_ one: String, _ other: String) -> Bool {
+        (try? shell("cmp -s '\(one)' '\(other)'").status) == 0
+    }
+
+    static func workingFiles(in folder: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { $0.hasPrefix(".docfs-sync-") }
+    }
+
+    @Test func aDaemonKilledMidUploadResumesAndTheSweepLeavesNoOrphanedChunk() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("killedup")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        #expect(try shell("head -c 160M /dev/urandom > '\(a.path("big.bin"))'").status == 0)
+        // Some of its chunks are on the server, no version names them yet: a dies.
+        let uploading = Self.within(60) {
+            Self.count(server, "SELECT count(*) FROM docfs.chunks", uri) >= 8
+                && Self.count(server, "SELECT count(*) FROM docfs.versions WHERE name = 'big.bin'", uri) == 0
+        }
+        try #require(uploading != nil, "the upload was never seen under way")
+        kill(a.fixture.daemon!.processIdentifier, SIGKILL)
+        a.fixture.daemon!.waitUntilExit()
+        let sent = Self.count(server, "SELECT count(*) FROM docfs.chunks", uri)
+        #expect(Self.count(server, "SELECT count(*) FROM docfs.versions WHERE name = 'big.bin'", uri) == 0)
+        #expect(!FileManager.default.fileExists(atPath: b.path("big.bin")) && Self.workingFiles(in: b.fixture.documents).isEmpty)
+        // While a is down, the file changes in its store behind docfs's back: the chunks sent
+        // are named by no version now.
+        #expect(try shell("head -c 24M /dev/urandom > '\(a.fixture.documents)/big.bin'").status == 0)
+        try a.fixture.restartAfterCrash()
+        let arrived = Self.within(90) { Self.same(a.path("big.bin"), b.path("big.bin")) }
+        #expect(arrived != nil, "b never got a's file after a's restart: \(a.fixture.log.suffix(2000))")
+        #expect(Self.count(server, "SELECT count(*) FROM docfs.chunks c WHERE NOT EXISTS (SELECT 1 FROM docfs.versions v WHERE position(c.digest in v.manifest) > 0)", uri) >= sent / 2)
+        // The sweep takes exactly the chunks no version names.
+        let swept = try a.docfs("remote sweep --unused-for 0 --store '\(a.fixture.store)'")
+        #expect(swept.status == 0 && swept.output.contains("swept") && !swept.output.contains("swept 0 "), "\(swept.output)")
+        #expect(Self.count(server, "SELECT count(*) FROM docfs.chunks c WHERE NOT EXISTS (SELECT 1 FROM docfs.versions v WHERE position(c.digest in v.manifest) > 0)", uri) == 0)
+        #expect(Self.count(server, "SELECT count(*) FROM docfs.chunks", uri) > 0)
+        // b's copy is still whole after the sweep (its chunks were named).
+        try "after the sweep\n".write(toFile: b.path("note.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { a.content("note.txt") == "after the sweep\n" } != nil)
+    }
+
+    @Test func aDaemonKilledMidDownloadShowsNoPartialContentAndResumes() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("killeddown")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        try "old content\n".write(toFile: a.path("big.bin"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { b.content("big.bin") == "old content\n" } != nil)
+        #expect(try shell("head -c 160M /dev/urandom > '\(a.path("big.bin"))'").status == 0)
+        // b is writing the new content in beside the old: b dies.
+        let downloading = Self.within(90) {
+            Self.workingFiles(in: b.fixture.documents).contains { name in
+                ((try? FileManager.default.attributesOfItem(atPath: b.fixture.documents + "/" + name))?[.size] as? Int ?? 0) > 4 << 20
+            }
+        }
+        try #require(downloading != nil, "b was never seen downloading")
+        kill(b.fixture.daemon!.processIdentifier, SIGKILL)
+        b.fixture.daemon!.waitUntilExit()
+        // Nothing partial: b's document is still the old content, whole.
+        #expect((try? String(contentsOfFile: b.fixture.documents + "/big.bin", encoding: .utf8)) == "old content\n",
+                "\((try? FileManager.default.attributesOfItem(atPath: b.fixture.documents + "/big.bin"))?[.size] ?? "-") bytes; versions on the server: \((try? server.sql("SELECT number, size, author_machine FROM docfs.versions WHERE name = 'big.bin' ORDER BY sequence", database: uri.databaseName)) ?? "")")
+        try b.fixture.restartAfterCrash()
+        #expect(Self.within(90) { Self.same(a.path("big.bin"), b.path("big.bin")) } != nil)
+        // The working file the killed daemon left is gone, and never became a document.
+        #expect(Self.within(10) { Self.workingFiles(in: b.fixture.documents).isEmpty } != nil)
+        #expect(Self.count(server, "SELECT count(*) FROM docfs.versions WHERE name LIKE '.docfs-sync-%'", uri) == 0)
+        let listing = try FileManager.default.contentsOfDirectory(atPath: b.path(""))
+        #expect(listing.sorted() == ["big.bin"], "\(listing)")
+    }
+
+    /// The server ends every machine's listening connection: a save made right after still
+    /// arrives (the watch reconnects and the engine reads the log from its anchor).
+    @Test func theServerEndingTheListeningConnectionsMissesNothing() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("listenend")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        try "before\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { b.content("doc.txt") == "before\n" } != nil)
+        let ended = Self.count(server, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'", uri)
+        #expect(ended == 2)
+        try "after the listeners were ended\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { b.content("doc.txt") == "after the listeners were ended\n" } != nil,
+                "a: \(a.fixture.log.suffix(1500))\nb: \(b.fixture.log.suffix(1500))\na: \((try? a.status()) ?? [:])\nb: \((try? b.status()) ?? [:])")
+        #expect(Self.within(10) {
+            Self.count(server, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'", uri) == 2
+        } != nil)
+    }
+
+    /// Another machine's transaction takes the log's next sequence and stays open for seconds:
+    /// saves made meanwhile wait on the server (never in the local write path), and once it
+    /// commits, its change and theirs all arrive: the late one is not skipped.
+    @Test func aChangeCommittedLateIsNeverSkipped() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("late")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        let item = (UInt64(40) << 41) + 7
+        let late = """
+            BEGIN;
+            UPDATE docfs.log_head SET sequence = sequence + 1 WHERE id = 1;
+            INSERT INTO docfs.items VALUES (\(item), 1, 1);
+            INSERT INTO docfs.versions (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified,
+                attributes, author_machine, author_user, conflict, deleted, sequence)
+              SELECT \(item), 1, 0, 'docfs.default', 'documents', 0, 'late folder', 'folder', '', 0, 493, 1700000000,
+                convert_to('{}', 'UTF8'), 'c', 'carol', false, false, sequence FROM docfs.log_head;
+            SELECT pg_sleep(4);
+            COMMIT;
+            """
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/bin/sh")
+        holder.arguments = ["-c", "'\(ThrowawayPostgresScript.path)' psql '\(server.folder)' -d \(uri.databaseName) -c \"$0\" >/dev/null 2>&1", late]
+        try holder.run()
+        #expect(Self.within(5) { Self.count(server, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s ON s.pid = l.pid WHERE s.query LIKE '%pg_sleep%' AND l.granted AND l.mode = 'RowExclusiveLock'", uri) > 0 } != nil)
+        let started = Date()
+        try "saved while the log was held\n".write(toFile: a.path("from-a.txt"), atomically: false, encoding: .utf8)
+        try "also saved meanwhile\n".write(toFile: b.path("from-b.txt"), atomically: false, encoding: .utf8)
+        #expect(Date().timeIntervalSince(started) < 1, "a local save waited for the server")
+        holder.waitUntilExit()
+        #expect(holder.terminationStatus == 0)
+        for machine in [a, b] {
+            #expect(Self.within(15) {
+                var isFolder: ObjCBool = false
+                return FileManager.default.fileExists(atPath: machine.path("late folder"), isDirectory: &isFolder) && isFolder.boolValue
+                    && machine.content("from-a.txt") == "saved while the log was held\n" && machine.content("from-b.txt") == "also saved meanwhile\n"
+            } != nil, "\(machine.name): \((try? FileManager.default.contentsOfDirectory(atPath: machine.path(""))) ?? [])")
+            #expect(machine.id("late folder") == String(item))
+        }
+    }
+
+    /// a's cable is pulled while both machines edit (a daemon in a network namespace of its
+    /// own, the veth pair's host side taken down) and put back: nothing is lost, both
+    /// converge, and the document both edited keeps the loser as a conflict version on both.
+    @Test func aMachineCutOffWhileBothEditLosesNothingAndConverges() throws {
+        let subnet = Int(getpid() % 200) + 20
+        let network = try NetworkNamespace("a", subnet: subnet)
+        defer { network.remove() }
+        let server = try ThrowawayPostgres.private(listeningAlsoOn: [network.hostAddress])
+        let uri = try server.makeDatabase("cut", host: network.hostAddress)
+        let a = try Machine("a", mounted: false)
+        a.fixture.launcher = network.launcher
+        try a.fixture.start()
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        try "shared v1\n".write(toFile: a.path("shared.txt"), atomically: false, encoding: .utf8)
+        try "a's own v1\n".write(toFile: a.path("a-own.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { b.content("shared.txt") == "shared v1\n" && b.content("a-own.txt") == "a's own v1\n" } != nil)
+
+        try network.cut()
+        try "a's edit while cut off\n".write(toFile: a.path("shared.txt"), atomically: false, encoding: .utf8)
+        try "a's own v2\n".write(toFile: a.path("a-own.txt"), atomically: false, encoding: .utf8)
+        try "made on a while cut off\n".write(toFile: a.path("new-on-a.txt"), atomically: false, encoding: .utf8)
+        usleep(500_000)
+        try "b's edit meanwhile\n".write(toFile: b.path("shared.txt"), atomically: false, encoding: .utf8)
+        try "made on b meanwhile\n".write(toFile: b.path("new-on-b.txt"), atomically: false, encoding: .utf8)
+        // b's changes cannot reach a, a's cannot leave it.
+        usleep(3_000_000)
+        #expect(a.content("new-on-b.txt") == nil && b.content("new-on-a.txt") == nil)
+        #expect(b.content("a-own.txt") == "a's own v1\n")
+        try network.restore()
+
+        let converged = Self.within(90) {
+            a.content("new-on-b.txt") == "made on b meanwhile\n" && b.content("new-on-a.txt") == "made on a while cut off\n"
+                && b.content("a-own.txt") == "a's own v2\n" && a.content("shared.txt") != nil && a.content("shared.txt") == b.content("shared.txt")
+        }
+        #expect(converged != nil, "a: \(a.fixture.log.suffix(1500))")
+        // b committed first: its edit is current; a's is a conflict version on both machines.
+        #expect(a.content("shared.txt") == "b's edit meanwhile\n")
+        for machine in [a, b] {
+            let kept = Self.within(20) {
+                let versions = (try? machine.docfs("versions '\(machine.path("shared.txt"))'"))?.output ?? ""
+                return versions.contains("conflict")
+            }
+            #expect(kept != nil, "\(machine.name): \((try? machine.docfs("versions '\(machine.path("shared.txt"))'"))?.output ?? "")")
+        }
+        let conflict = try a.docfs("versions '\(a.path("shared.txt"))'").output
+        let number = conflict.split(separator: "\n").first { $0.contains("conflict") }?.split(separator: " ").first.map(String.init) ?? ""
+        let loser = try a.docfs("versions --show \(number) '\(a.path("shared.txt"))'")
+        #expect(loser.output == "a's edit while cut off\n", "\(conflict) \(loser.output)")
+        for machine in [a, b] {
+            let status = try machine.status()
+            #expect(Self.within(20) { (try? machine.status())?["waiting"] as? Int == 0 && (try? machine.status())?["lastError"] == nil } != nil,
+                    "\(machine.name): \(status)")
+        }
+    }
+
+    /// Linked machines sign bookmarks with one key: a bookmark made on one resolves on another
+    /// (the same id there, DESIGN §7).
+    @Test func aBookmarkMadeOnOneMachineResolvesOnAnother() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("bookmarks")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        #expect(try String(contentsOfFile: a.fixture.store + "/keys/bookmarks.key", encoding: .isoLatin1)
+                == String(contentsOfFile: b.fixture.store + "/keys/bookmarks.key", encoding: .isoLatin1))
+        try FileManager.default.createDirectory(atPath: a.path("Reports"), withIntermediateDirectories: false)
+        try "q3\n".write(toFile: a.path("Reports/q3.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { b.content("Reports/q3.txt") == "q3\n" } != nil)
+        let token = try #require(a.docfs("bookmark create '\(a.path("Reports/q3.txt"))'").output
+            .trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "\n").last.map(String.init))
+        // Moved on a; the move reaches b; the bookmark made on a finds it on b.
+        #expect(rename(a.path("Reports/q3.txt"), a.path("q3-final.txt")) == 0)
+        #expect(Self.within(10) { b.content("q3-final.txt") == "q3\n" } != nil)
+        let resolved = try b.docfs("bookmark resolve --json '\(token)' --store '\(b.fixture.store)'")
+        #expect(resolved.status == 0 && resolved.output.contains("q3-final.txt"), "\(resolved.output)")
+    }
+}
+
+/// Where the throwaway server's script is, for tests that run it in the background.
+enum ThrowawayPostgresScript {
+    static let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("scripts/throwaway-postgres").path
+}
