@@ -71,7 +71,7 @@ public struct DocumentRestorer: Sendable {
             unlinkat(directory, temporary.cString, 0)
             throw error
         }
-        let version = max(ItemAttributes.version(ofDescriptor: document.fd), 1) + 1
+        let version = view.store.versions.firstFreeNumber(of: item, above: max(ItemAttributes.version(ofDescriptor: document.fd), 1))
         var restored = ChangeRecord.name(.newVersion(version, conflict: false), name, inFolder: directory, item: item)
         restored.version = version
         restored.caller = caller
@@ -106,6 +106,7 @@ public struct DocumentRestorer: Sendable {
             }
             view.deliver(.name(.attributes, name, inFolder: directory, item: item))
         }
+        view.shared.conflictResolved(item)
         return invalidations
     }
 }

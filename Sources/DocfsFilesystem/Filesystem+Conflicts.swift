@@ -31,7 +31,7 @@ extension Filesystem {
     private func putBack(_ ours: Node, at name: FileName, in folder: Node, caller: Caller) throws(DocfsError) -> KernelInvalidations {
         let item = ours.item
         sessions.keptElsewhere(item)
-        var version = max(ItemAttributes.version(ofDescriptor: ours.fd), 1) + 1
+        var version = store.versions.firstFreeNumber(of: item, above: max(ItemAttributes.version(ofDescriptor: ours.fd), 1))
         let theirs = replaceSide(in: folder, name: name)
         defer { if let theirs { close(theirs.fd) } }
         if let theirs {
@@ -39,7 +39,7 @@ extension Filesystem {
                                        kept: WriteSessions.now(), size: Int64(theirs.st.st_size), author: nil)
             try store.versions.keepFile(theirs.fd, item: item, record: record)
             nodes.known(key: BackingKey(theirs.st))?.markSuperseded()
-            version += 1
+            version = store.versions.firstFreeNumber(of: item, above: version)
         }
         var st = stat()
         try check(fstatat(ours.fd, "", &st, DOCFS_AT_EMPTY_PATH))

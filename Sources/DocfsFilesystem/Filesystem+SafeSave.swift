@@ -160,9 +160,10 @@ extension Filesystem {
             || ExtendedAttributePolicy.userWritableDocfsNames.contains(name) {
             ExtendedAttributeCopy.copyIfMissing(name, from: oldContent.fd, to: newContent.fd)
         }
+        let next = store.versions.firstFreeNumber(of: document, above: version)
         try ItemAttributes.setID(document, onDescriptor: newContent.fd)
-        try ItemAttributes.setVersion(version + 1, onDescriptor: newContent.fd)
-        sessions.noteAuthor(of: document, version: version + 1, caller: caller)
+        try ItemAttributes.setVersion(next, onDescriptor: newContent.fd)
+        sessions.noteAuthor(of: document, version: next, caller: caller)
     }
 }
 

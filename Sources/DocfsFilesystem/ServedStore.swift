@@ -47,6 +47,9 @@ public final class ServedStore: Sendable {
     let userThumbnailWorker: ThumbnailWorkerClient?
     /// Where problems that failed no operation go (see `Filesystem.reporting`).
     let problemSink = Callback<String>()
+    /// Told, after the claims, of an item whose conflict was resolved here (`docfs versions
+    /// --resolve`): a linked store sends the resolution to every machine.
+    let conflictResolved = Callback<ItemID>()
     /// The views being served, weakly (a view leaves when it is unmounted).
     private let views = Mutex<[WeakView]>([])
     /// One save of who made the current versions at a time (the periodic save and the one at

@@ -19,7 +19,7 @@ import Glibc
 /// as a version (a conflict version when it lost a race). None of it enters the outbox.
 extension StoreSync {
     public func apply(_ version: RemoteVersion, placedAs name: String, expecting expected: ApplyExpectation,
-                      keepingHereAsConflict: Bool, fetch: (ChunkDigest) throws -> [UInt8]) throws -> ApplyOutcome {
+                      keepingHereAsConflict: UInt64?, fetch: (ChunkDigest) throws -> [UInt8]) throws -> ApplyOutcome {
         guard let view = shared.servedViews().first else {
             throw StoreSyncError("the store has no view to apply remote changes through")
         }
@@ -116,8 +116,16 @@ extension StoreSync {
         }
         try Self.write(version, to: working.fd, fetch: fetch)
         let item = ItemID(rawValue: version.item)
+        let versions = shared.store.versions
         try shared.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
-            let record = VersionRecord(version: version.number, kind: .conflict, modified: version.modified,
+            // Under the remote's number, unless a version kept here has it: kept already (a
+            // round cut short), or a save made here offline (then the next free number).
+            var number = version.number
+            if versions.isTaken(item, number) {
+                if versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
+                number = versions.firstFreeNumber(of: item, above: number)
+            }
+            let record = VersionRecord(version: number, kind: .conflict, modified: version.modified,
                                        kept: WriteSessions.now(), size: version.size, author: nil)
             try shared.store.versions.keepFile(working.fd, item: item, record: record)
             let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
@@ -128,6 +136,30 @@ extension StoreSync {
                 // The document's content stays; presenters hear of the conflict, its record is made again.
                 shared.servedViews().first?.deliver(.name(.newVersion(ItemAttributes.version(ofDescriptor: fd), conflict: true),
                                                           document.name, inFolder: document.folder, item: item))
+            }
+        }
+    }
+
+    public func resolveConflicts(of item: UInt64, before number: UInt64) throws {
+        guard let view = shared.servedViews().first, let place = try place(of: item) else { return }
+        let document = try Located(place: place, paths: shared.paths)
+        defer { document.close() }
+        let id = ItemID(rawValue: item)
+        let versions = shared.store.versions
+        try view.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in
+            let conflicts = versions.versions(of: id).filter { $0.kind == .conflict }
+            for record in conflicts where record.version < number { versions.remove(id, version: record.version) }
+            guard !conflicts.contains(where: { $0.version >= number }) else { return }  // a newer conflict stays
+            let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { throw DocfsError.errno("opening item \(item) to clear its conflict") }
+            defer { close(fd) }
+            guard ItemAttributes.id(ofDescriptor: fd) == id else { return }
+            if docfs_removexattr("/proc/self/fd/\(fd)", Filesystem.conflictAttribute) != 0 && errno != ENODATA {
+                throw DocfsError.errno("clearing \(Filesystem.conflictAttribute)")
+            }
+            shared.ownChanges.changedFile(at: fd)
+            RemoteApplication.$machine.withValue(author.machine) {
+                view.deliver(.name(.attributes, document.name, inFolder: document.folder, item: id))
             }
         }
     }
@@ -171,28 +203,34 @@ extension StoreSync {
         try check(utimensat(AT_FDCWD, path, &times, 0))
     }
 
+    /// Puts the new content in place. The old is kept as a version: a previous one under its
+    /// number here, or a conflict version under the number the remote gave it. The new takes
+    /// the remote's number, unless a version kept here has it (a save made here offline).
     private func replaceContent(_ version: RemoteVersion, with working: WorkingFile, at target: Located, old: Located?,
-                                keepingOldAsConflict: Bool, view: Filesystem) throws(DocfsError) {
+                                keepingOldAsConflict conflict: UInt64?, view: Filesystem) throws(DocfsError) {
         let item = ItemID(rawValue: version.item)
         let oldFD = old.map { openat($0.folder, $0.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) } ?? -1
         defer { if oldFD >= 0 { close(oldFD) } }
         var oldStat = stat()
         let replacing = oldFD >= 0 && fstat(oldFD, &oldStat) == 0 && oldStat.st_mode & S_IFMT == S_IFREG
+        let versions = shared.store.versions
         let oldVersion = replacing ? max(ItemAttributes.version(ofDescriptor: oldFD), 1) : 0
-        let newVersion = max(version.number, oldVersion + 1)
+        let keptAs = conflict.map { versions.isTaken(item, $0) ? versions.firstFreeNumber(of: item, above: $0) : $0 } ?? oldVersion
         if replacing {
             // The content it replaces stays recoverable (C4): a previous version, or a conflict
             // version when it lost the race on the remote.
-            let record = VersionRecord(version: oldVersion, kind: keepingOldAsConflict ? .conflict : .previous,
+            let record = VersionRecord(version: keptAs, kind: conflict != nil ? .conflict : .previous,
                                        modified: WriteSessions.seconds(oldStat.st_mtim), kept: WriteSessions.now(),
                                        size: Int64(oldStat.st_size), author: nil)
             try shared.store.versions.keepFile(oldFD, item: item, record: record)
             view.nodes.known(key: BackingKey(oldStat))?.markSuperseded()
         }
+        let lowest = conflict != nil ? version.number : max(version.number, oldVersion + 1)
+        let newVersion = versions.isTaken(item, lowest) ? versions.firstFreeNumber(of: item, above: lowest) : lowest
         try check(fchmod(working.fd, mode_t(version.mode & 0o7777)))
         _ = try ItemAttributes.setID(item, onDescriptor: working.fd)
         try ItemAttributes.setVersion(newVersion, onDescriptor: working.fd)
-        if keepingOldAsConflict { try check(docfs_fd_setxattr(working.fd, Filesystem.conflictAttribute, "1", 1, 0)) }
+        if conflict != nil { try check(docfs_fd_setxattr(working.fd, Filesystem.conflictAttribute, "1", 1, 0)) }
         try Self.describe(working.fd, as: version)
         let samePlace = old.map { $0.folderKey == target.folderKey && $0.name == target.name } ?? false
         try check(docfs_renameat2(target.folder, working.name.cString, target.folder, target.name.cString,
@@ -203,7 +241,7 @@ extension StoreSync {
             view.deliver(.name(.deleted(wasReference: false), old.name, inFolder: old.folder, item: item))
         }
         if replacing && samePlace {
-            var change = ChangeRecord.name(.newVersion(newVersion, conflict: keepingOldAsConflict), target.name,
+            var change = ChangeRecord.name(.newVersion(newVersion, conflict: conflict != nil), target.name,
                                            inFolder: target.folder, item: item)
             change.version = newVersion
             view.deliver(change)
@@ -236,6 +274,12 @@ extension StoreSync {
         defer { close(fd) }
         try check(chmod("/proc/self/fd/\(fd)", mode_t(version.mode & 0o7777)))
         try Self.describe(fd, as: version)
+        // The same content under the remote's newer number (a rename, attributes, a resolution):
+        // one number for the current version on every machine.
+        if version.kind == .file && ItemAttributes.version(ofDescriptor: fd) < version.number
+            && !shared.store.versions.isTaken(item, version.number) {
+            try ItemAttributes.setVersion(version.number, onDescriptor: fd)
+        }
         if moved {
             view.deliver(.name(.moved(from: old.name, inFolder: old.folder, exchange: false), target.name,
                                inFolder: target.folder, item: item))

@@ -47,8 +47,10 @@ public final class StoreSync: SyncedStore {
         shared.stitcher?.fillsOutbox.store(on, ordering: .relaxed)
         if on {
             shared.stitcher?.writerReleased.set { [weak self] item in self?.writerReleased(item) }
+            shared.conflictResolved.set { [weak self] item in self?.resolvedHere(item) }
         } else {
             shared.stitcher?.writerReleased.set { _ in }
+            shared.conflictResolved.set { _ in }
         }
     }
 
@@ -142,6 +144,35 @@ public final class StoreSync: SyncedStore {
                          attributes: kind == .symlink ? [:] : Self.userAttributes(fd))
     }
 
+    public func versionNumber(of item: UInt64) -> UInt64 {
+        guard let place = try? place(of: item) else { return 0 }
+        let fd = shared.paths.openPlace(place)
+        guard fd >= 0 else { return 0 }
+        defer { close(fd) }
+        return ItemAttributes.version(ofDescriptor: fd)
+    }
+
+    /// Under the item's write claim, so no save here numbers itself meanwhile.
+    public func raiseVersionNumber(of item: UInt64, to number: UInt64) throws {
+        guard let view = shared.servedViews().first, let place = try place(of: item) else { return }
+        let document = try Located(place: place, paths: shared.paths)
+        defer { document.close() }
+        let id = ItemID(rawValue: item)
+        try view.coordinator.withClaims([(id, .write)]) { () throws(DocfsError) in
+            let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { throw DocfsError.errno("opening item \(item) to number its version") }
+            defer { close(fd) }
+            guard ItemAttributes.id(ofDescriptor: fd) == id, ItemAttributes.version(ofDescriptor: fd) < number else { return }
+            try ItemAttributes.setVersion(number, onDescriptor: fd)
+            shared.ownChanges.changedFile(at: fd)
+            RemoteApplication.$machine.withValue(author.machine) {
+                var change = ChangeRecord.name(.attributes, document.name, inFolder: document.folder, item: id)
+                change.version = number
+                view.deliver(change)
+            }
+        }
+    }
+
     /// Marks the item put off first, then looks for a writer, while a release removes its
     /// writer first, then looks for the mark: whichever comes second sees the other, so an
     /// item put off is always queued again.
@@ -151,6 +182,19 @@ public final class StoreSync: SyncedStore {
         if stitcher.isWritten(ItemID(rawValue: item)) { return true }
         putOff.withLock { _ = $0.remove(item) }
         return false
+    }
+
+    /// The conflict of `item` was resolved here: its sync state says so, and it goes up.
+    private func resolvedHere(_ item: ItemID) {
+        do {
+            guard var state = try syncState(of: item.rawValue) else { return }  // never went up: nothing to tell
+            state.resolvedHere = true
+            try setSyncState(state, of: item.rawValue)
+            try enqueue([item.rawValue])
+            shared.stitcher?.outboxFilled(())
+        } catch {
+            shared.problemSink("sync: the resolution of item \(item)'s conflict could not be queued to go up (\(error)); resolve it again")
+        }
     }
 
     /// A writer let go of `item`: if the engine put it off, it goes in the outbox again.

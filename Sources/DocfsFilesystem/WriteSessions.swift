@@ -44,6 +44,8 @@ final class WriteSessions: Sendable {
     private struct Session {
         let item: ItemID
         let base: UInt64
+        /// The version the session makes: the first number above the base no kept version has.
+        let number: UInt64
         let baseSize: Int64
         let baseModified: timespec
         var writers: Int
@@ -131,7 +133,7 @@ final class WriteSessions: Sendable {
     }
 
     private func committed(_ node: Node, _ session: Session) {
-        changeSink(.file(.versionCommitted(session.base + 1), node))
+        changeSink(.file(.versionCommitted(session.number), node))
     }
 
     init(versions: VersionStore) {
@@ -472,14 +474,15 @@ final class WriteSessions: Sendable {
         let base = max(ItemAttributes.version(ofDescriptor: fd), 1)
         let (kept, guardsPrefix, sees) = try keep(node, content: content >= 0 ? content : nil, base: base, st,
                                                   appending: appending, canSee: canSee)
+        let number = versions.firstFreeNumber(of: node.item, above: base)
         do throws(DocfsError) {
-            try ItemAttributes.setVersion(base + 1, onDescriptor: fd)
+            try ItemAttributes.setVersion(number, onDescriptor: fd)
         } catch {
             if kept != .nothing { versions.remove(node.item, version: base) }
             throw error
         }
-        noteAuthor(of: node.item, version: base + 1, caller: caller)
-        session = Session(item: node.item, base: base, baseSize: Int64(st.st_size), baseModified: st.st_mtim,
+        noteAuthor(of: node.item, version: number, caller: caller)
+        session = Session(item: node.item, base: base, number: number, baseSize: Int64(st.st_size), baseModified: st.st_mtim,
                           writers: 1, kept: kept, guardsPrefix: guardsPrefix, sees: sees)
         return sees
     }

@@ -222,6 +222,21 @@ public final class VersionStore: Sendable {
         }
     }
 
+    /// The first version number above `number` that no kept version of `item` has: what a
+    /// new version takes (a conflict version another machine numbered may stand above the
+    /// current one, DESIGN §9).
+    public func firstFreeNumber(of item: ItemID, above number: UInt64) -> UInt64 {
+        var next = number + 1
+        while isTaken(item, next) { next += 1 }
+        return next
+    }
+
+    /// Whether a kept version of `item` has the number `version`.
+    public func isTaken(_ item: ItemID, _ version: UInt64) -> Bool {
+        access(recordPath(item, version), F_OK) == 0 || access(contentPath(item, version), F_OK) == 0
+            || access(chunksPath(item, version), F_OK) == 0
+    }
+
     /// The kept versions of `item`, oldest first.
     public func versions(of item: ItemID) -> [VersionRecord] {
         let records = Self.names(in: itemDirectory(item)).compactMap { name -> VersionRecord? in

@@ -239,16 +239,16 @@ public final class PostgresRemote: Remote {
             return .stale(current: UInt64(bitPattern: current))
         }
         let sequence = try await Self.nextSequence(on: connection, logger: logger)
-        let number = last + 1
+        let number = max(last + 1, Int64(bitPattern: proposal.number))
         let conflict = Int64(bitPattern: proposal.base) != current
         let manifest = proposal.manifest.joined()
         try await connection.query("""
             INSERT INTO docfs.versions (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified,
-                attributes, author_machine, author_user, conflict, deleted, sequence)
+                attributes, author_machine, author_user, conflict, deleted, sequence, resolves)
             VALUES (\(item), \(number), \(Int64(bitPattern: proposal.base)), \(proposal.container), \(proposal.scope),
                 \(Int64(bitPattern: proposal.parent)), \(proposal.name), \(proposal.kind.rawValue), \(manifest), \(proposal.size), \(Int64(proposal.mode)),
                 \(proposal.modified), \(attributes), \(proposal.author.machine), \(proposal.author.user), \(conflict),
-                \(proposal.deleted), \(sequence))
+                \(proposal.deleted), \(sequence), \(proposal.resolves == true))
             """, logger: logger)
         try await connection.query("""
             UPDATE docfs.items SET last_number = \(number), current_number = \(conflict ? current : number) WHERE item = \(item)
@@ -367,15 +367,15 @@ public final class PostgresRemote: Remote {
 
     static let versionColumns = """
         item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
-        author_machine, author_user, conflict, deleted, sequence
+        author_machine, author_user, conflict, deleted, sequence, resolves
         """
 
     static func version(from row: PostgresRow) throws(RemoteError) -> (version: RemoteVersion, sequence: UInt64) {
         do {
             let (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
-                 machine, user, conflict, deleted, sequence) = try row.decode(
+                 machine, user, conflict, deleted, sequence, resolves) = try row.decode(
                     (Int64, Int64, Int64, String, String, Int64, String, String, String, Int64, Int64, Double, Data,
-                     String, String, Bool, Bool, Int64).self)
+                     String, String, Bool, Bool, Int64, Bool).self)
             guard let itemKind = RemoteItemKind(rawValue: kind), manifest.utf8.count % 64 == 0,
                   let mode = UInt32(exactly: mode) else {
                 throw RemoteError(.refused, "the remote's version \(number) of item \(item) is damaged")
@@ -395,7 +395,9 @@ public final class PostgresRemote: Remote {
                                         kind: itemKind, number: UInt64(bitPattern: number), base: UInt64(bitPattern: base),
                                         manifest: digests, size: size, mode: mode, modified: modified, attributes: decoded,
                                         author: RemoteAuthor(machine: machine, user: user), conflict: conflict, deleted: deleted)
-            return (version, UInt64(bitPattern: sequence))
+            var read = version
+            read.resolves = resolves ? true : nil
+            return (read, UInt64(bitPattern: sequence))
         } catch let error as RemoteError {
             throw error
         } catch {

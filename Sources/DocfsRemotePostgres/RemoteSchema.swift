@@ -55,6 +55,11 @@ enum RemoteSchema {
             // recent ones (an upload under way found them held and will name them).
             "ALTER TABLE docfs.chunks ADD COLUMN used timestamptz NOT NULL DEFAULT now()",
         ],
+        [
+            // A version that resolves its item's conflict (every machine drops the conflict
+            // versions below it).
+            "ALTER TABLE docfs.versions ADD COLUMN resolves boolean NOT NULL DEFAULT false",
+        ],
     ]
 
     /// Brings the database's docfs schema to `current`, creating it in a database with no

@@ -92,7 +92,7 @@ public final class InMemoryRemote: Remote {
             var version = proposal
             let current = state.current[proposal.item]?.number ?? 0
             if whenStale == .refuse && proposal.base != current { return .stale(current: current) }
-            version.number = (state.numbers[proposal.item] ?? 0) + 1
+            version.number = max((state.numbers[proposal.item] ?? 0) + 1, proposal.number)
             state.numbers[proposal.item] = version.number
             version.conflict = proposal.base != current
             let sequence = state.nextSequence()

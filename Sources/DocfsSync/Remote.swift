@@ -24,7 +24,8 @@ public protocol Remote: Sendable {
     /// A chunk's bytes.
     func fetchChunk(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8]
 
-    /// Commits `proposal` (its `number` is ignored) once every chunk of its manifest is held:
+    /// Commits `proposal` once every chunk of its manifest is held, numbered the item's next
+    /// number or the proposal's, whichever is higher:
     /// the item's current version when its base is the current one, else a conflict version.
     /// `operation` names the attempt: the same operation committed again answers the first
     /// outcome and adds nothing to the log.

@@ -46,7 +46,9 @@ public struct RemoteVersion: Codable, Hashable, Sendable {
     /// The item's name in its parent (NameText).
     public var name: String
     public var kind: RemoteItemKind
-    /// Given by the remote when the version commits (ignored in a proposal).
+    /// Given by the remote when the version commits: the item's next number, or the one a
+    /// proposal asks for when that is higher (the number the save has on the machine that made
+    /// it, so every machine lists one version under one number).
     public var number: UInt64
     /// The version this one was made from (0 for a new item): the remote's compare-and-swap.
     public var base: UInt64
@@ -63,6 +65,9 @@ public struct RemoteVersion: Codable, Hashable, Sendable {
     public var conflict: Bool
     /// The item was deleted (a tombstone).
     public var deleted: Bool
+    /// The machine that made it resolved the item's conflict there (`docfs versions --resolve`):
+    /// every machine drops the conflict versions numbered below it (nil: no).
+    public var resolves: Bool?
 
     public init(item: UInt64, container: String, scope: String = "documents", parent: UInt64 = 0, name: String, kind: RemoteItemKind,
                 number: UInt64 = 0, base: UInt64, manifest: [ChunkDigest], size: Int64, mode: UInt32 = 0o644,

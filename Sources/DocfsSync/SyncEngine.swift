@@ -89,12 +89,18 @@ public final class SyncEngine: Sendable {
         // The operation id is the outbox entry's: a retry after a lost answer is applied once.
         let operation = "\(store.author.machine)/\(item)/\(entry.sequence)"
         let proposal: RemoteVersion
+        // A conflict resolved here goes up (as a version that says so) even when nothing else changed.
+        let resolving = state?.resolvedHere == true
         if let local {
-            if let state, LocalItem(state.version) == local { return }  // in step already
+            if let state, LocalItem(state.version) == local, !resolving { return }  // in step already
             // Open for writing here: it goes up once the writer lets go.
             if local.kind == .file && store.putOffWhileWritten(item) { return }
             try uploadChunks(of: local)
-            proposal = local.proposal(base: state?.number ?? 0, by: store.author)
+            var made = local.proposal(base: state?.number ?? 0, by: store.author)
+            // The save's number here: the remote gives it when it can, so numbers agree.
+            made.number = local.kind == .file ? store.versionNumber(of: item) : 0
+            made.resolves = resolving ? true : nil
+            proposal = made
         } else {
             // Gone here: a tombstone, if the remote knows the item at all.
             guard let state, !state.version.deleted else { return }
@@ -110,15 +116,26 @@ public final class SyncEngine: Sendable {
         }
         switch outcome {
         case .current(let number, let sequence):
-            try settle(proposal, number: number, sequence: sequence, after: state)
-            round.uploaded += 1
-            progress((round.uploaded, round.applied))
-        case .conflict:
+            try committed(proposal, number: number, sequence: sequence, after: state, &round)
+        case .conflict(let number, _):
             // Our own earlier attempt made it a conflict version (its answer was lost).
-            try takeCurrent(over: proposal, keepingOurs: !proposal.deleted, after: state, &round)
+            try takeCurrent(over: proposal, keepingOurs: proposal.deleted ? nil : number, after: state, &round)
         case .stale:
             try resolve(proposal, lostFrom: state, operation: operation, &round)
         }
+    }
+
+    /// `proposal` is the item's current version `number` now: in step, under that number here too.
+    private func committed(_ proposal: RemoteVersion, number: UInt64, sequence: UInt64, after state: ItemSyncState?,
+                           _ round: inout Round) throws(SyncError) {
+        if proposal.kind == .file && !proposal.deleted && number > proposal.number {
+            try SyncError.local("number version \(number) of item \(proposal.item)") {
+                try store.raiseVersionNumber(of: proposal.item, to: number)
+            }
+        }
+        try settle(proposal, number: number, sequence: sequence, after: state)
+        round.uploaded += 1
+        progress((round.uploaded, round.applied))
     }
 
     private func uploadChunks(of local: LocalItem) throws(SyncError) {
@@ -157,21 +174,32 @@ public final class SyncEngine: Sendable {
             throw SyncError(remote: RemoteError(.refused, "item \(ours.item) has a stale base but no current version on the remote"))
         }
         guard let merged = SyncMerge.merge(ours: ours, theirs: current, base: state?.version) else {
+            var conflict: UInt64?
             if !ours.deleted {
                 // Kept for every machine: in the log as a conflict version.
-                _ = try SyncError.remote { () throws(RemoteError) in try remote.commit(ours, operation: operation) }
+                let outcome = try SyncError.remote { () throws(RemoteError) in try remote.commit(ours, operation: operation) }
+                switch outcome {
+                case .conflict(let number, _):
+                    conflict = number
+                case .current(let number, let sequence):
+                    // The other change went meanwhile (its machine took it back): ours is current.
+                    return try committed(ours, number: number, sequence: sequence, after: state, &round)
+                case .stale:
+                    break
+                }
             }
-            try takeCurrent(current, over: ours, keepingOurs: !ours.deleted, after: state, &round)
+            try takeCurrent(current, over: ours, keepingOurs: conflict, after: state, &round)
             return
         }
-        if SyncMerge.same(merged, current) {
+        if SyncMerge.same(merged, current) && ours.resolves != true {
             // They made the change we made (the same rename): nothing to send.
-            try takeCurrent(current, over: ours, keepingOurs: false, after: state, &round)
+            try takeCurrent(current, over: ours, keepingOurs: nil, after: state, &round)
             return
         }
         var proposal = merged
         proposal.base = current.number
         proposal.author = store.author
+        proposal.resolves = ours.resolves
         let outcome = try SyncError.remote { () throws(RemoteError) in
             try remote.commit(proposal, operation: operation + "/onto-\(current.number)", whenStale: .refuse)
         }
@@ -181,16 +209,16 @@ public final class SyncEngine: Sendable {
         }
         var applied = proposal
         applied.number = number
-        if try apply(applied, expecting: ApplyExpectation(ours), keepingHereAsConflict: false) == .applied {
+        if try apply(applied, expecting: ApplyExpectation(ours), keepingHereAsConflict: nil) == .applied {
             try settle(proposal, number: number, sequence: sequence, after: state)
         }
         round.merged += 1
     }
 
     /// The remote's current version becomes the item here (ours, if asked, kept as a conflict
-    /// version), unless the item changed here again meanwhile: that goes up next, from the old
-    /// base, and is settled the same way.
-    private func takeCurrent(_ known: RemoteVersion? = nil, over ours: RemoteVersion, keepingOurs: Bool,
+    /// version under the number the remote gave it), unless the item changed here again
+    /// meanwhile: that goes up next, from the old base, and is settled the same way.
+    private func takeCurrent(_ known: RemoteVersion? = nil, over ours: RemoteVersion, keepingOurs: UInt64?,
                              after state: ItemSyncState?, _ round: inout Round) throws(SyncError) {
         var fetched = known
         if fetched == nil {
@@ -200,8 +228,8 @@ public final class SyncEngine: Sendable {
         if try apply(current, expecting: ApplyExpectation(ours), keepingHereAsConflict: keepingOurs) == .applied {
             try settle(current, number: current.number, sequence: nil, after: state)
         }
-        round.conflicts += keepingOurs ? 1 : 0
-        round.merged += keepingOurs ? 0 : 1
+        round.conflicts += keepingOurs != nil ? 1 : 0
+        round.merged += keepingOurs != nil ? 0 : 1
     }
 
     // MARK: Down
@@ -242,8 +270,14 @@ public final class SyncEngine: Sendable {
             return
         }
         if let state, state.number >= version.number { return }  // ours, or applied already
+        if version.resolves == true && version.author != store.author {
+            // Whatever becomes of the content here, the conflict is over everywhere.
+            try SyncError.local("resolve the conflict of item \(version.item)") {
+                try store.resolveConflicts(of: version.item, before: version.number)
+            }
+        }
         switch try apply(version, committedAt: change.sequence, expecting: ApplyExpectation(state?.version),
-                         keepingHereAsConflict: false) {
+                         keepingHereAsConflict: nil) {
         case .applied:
             try settle(version, number: version.number, sequence: change.sequence, after: state)
             round.applied += 1
@@ -256,7 +290,7 @@ public final class SyncEngine: Sendable {
     /// Applies `version` (committed at `sequence` of the log, when known) through the store,
     /// under the name the naming rule gives it here.
     private func apply(_ version: RemoteVersion, committedAt sequence: UInt64? = nil, expecting expected: ApplyExpectation,
-                       keepingHereAsConflict: Bool) throws(SyncError) -> ApplyOutcome {
+                       keepingHereAsConflict: UInt64?) throws(SyncError) -> ApplyOutcome {
         let name = try placement(of: version, committedAt: sequence)
         return try SyncError.local("apply version \(version.number) of item \(version.item)") {
             try store.apply(version, placedAs: name, expecting: expected,

@@ -54,10 +54,14 @@ public struct ItemSyncState: Codable, Sendable, Equatable {
     /// Where in the remote's log the item's first version is, when this machine saw it: which
     /// of two items claiming one name came later (`SyncNames`).
     public var created: UInt64?
+    /// The item's conflict was resolved here since: it goes up as a version that resolves it
+    /// everywhere (nil: no).
+    public var resolvedHere: Bool?
 
-    public init(version: RemoteVersion, created: UInt64?) {
+    public init(version: RemoteVersion, created: UInt64?, resolvedHere: Bool? = nil) {
         self.version = version
         self.created = created
+        self.resolvedHere = resolvedHere
     }
 
     public var number: UInt64 { version.number }
@@ -129,6 +133,12 @@ public protocol SyncedStore: Sendable {
 
     /// The item as the store has it now; nil when it is gone.
     func current(_ item: UInt64) throws -> LocalItem?
+    /// The number of the item's current version here (its last save's; 0 when it has none).
+    func versionNumber(of item: UInt64) -> UInt64
+    /// The remote numbered the item's save `number`, above the number it has here (other
+    /// machines took the numbers between): it takes that number here too.
+    func raiseVersionNumber(of item: UInt64, to number: UInt64) throws
+
     /// Whether a writer here has the item open (what it holds may be half written: bash's
     /// `>` closes a descriptor of the emptied file before the writes). If so, the store puts
     /// the item in the outbox again when the last writer lets go, and the engine leaves it now.
@@ -148,14 +158,19 @@ public protocol SyncedStore: Sendable {
     /// or attributes replaced, or deleted when `version.deleted`), atomically, as one
     /// coordinated write, if the item here is what `expected` says (else `.changedHere`,
     /// nothing done). Content comes from `fetch`, chunk by chunk. `keepingHereAsConflict`: the
-    /// content here is kept as a conflict version of the item first (it lost a race). Applied
-    /// changes are not local changes (nothing enters the outbox), but for a `name` other than
-    /// the version's (two items claimed one name): that rename is one, and goes up.
+    /// content here is kept first as a conflict version of the item (it lost a race), under
+    /// the number the remote gave it. Applied changes are not local changes (nothing enters the
+    /// outbox), but for a `name` other than the version's (two items claimed one name): that
+    /// rename is one, and goes up.
     func apply(_ version: RemoteVersion, placedAs name: String, expecting expected: ApplyExpectation,
-               keepingHereAsConflict: Bool, fetch: (ChunkDigest) throws -> [UInt8]) throws -> ApplyOutcome
+               keepingHereAsConflict: UInt64?, fetch: (ChunkDigest) throws -> [UInt8]) throws -> ApplyOutcome
     /// Renames `item` here to `name` in its folder, as a local change (it enters the outbox):
     /// an item of this machine's that must give its name to one that came first.
     func moveAside(_ item: UInt64, to name: String) throws
+
+    /// Another machine resolved the item's conflict (its version `number` says so): the
+    /// conflict versions kept here below that number go, and with the last of them the mark.
+    func resolveConflicts(of item: UInt64, before number: UInt64) throws
 
     /// Keeps `version` (another machine's content that lost a race) as a conflict version of
     /// its item, beside the current content.

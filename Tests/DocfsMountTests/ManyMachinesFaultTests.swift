@@ -164,9 +164,21 @@ import Glibc
         }
     }
 
-    /// a's cable is pulled while both machines edit (a daemon in a network namespace of its
-    /// own, the veth pair's host side taken down) and put back: nothing is lost, both
-    /// converge, and the document both edited keeps the loser as a conflict version on both.
+    /// The versions `docfs versions --json` lists for `file`: number to kind.
+    static func versions(_ machine: Machine, _ file: String) -> [UInt64: String] {
+        let output = (try? machine.docfs("versions --json '\(machine.path(file))'"))?.output ?? ""
+        let rows = (try? JSONSerialization.jsonObject(with: Data(output.utf8))) as? [[String: Any]] ?? []
+        var list: [UInt64: String] = [:]
+        for row in rows {
+            if let number = (row["version"] as? NSNumber)?.uint64Value, let kind = row["kind"] as? String { list[number] = kind }
+        }
+        return list
+    }
+
+    /// a's cable is pulled while a and b edit (a's daemon in a network namespace of its own,
+    /// the veth pair's host side taken down) and put back: nothing is lost, the three
+    /// machines converge, the document both edited keeps the loser as a conflict version on
+    /// all three under the same numbers, and resolving it on c resolves it everywhere.
     @Test func aMachineCutOffWhileBothEditLosesNothingAndConverges() throws {
         let subnet = Int(getpid() % 200) + 20
         let network = try NetworkNamespace("a", subnet: subnet)
@@ -177,9 +189,11 @@ import Glibc
         a.fixture.launcher = network.launcher
         try a.fixture.start()
         let b = try Machine("b", mounted: true)
-        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        let c = try Machine("c", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown(); c.fixture.tearDown() }
         #expect(try a.link(uri).status == 0)
         #expect(try b.link(uri).status == 0)
+        #expect(try c.link(uri).status == 0)
         try "shared v1\n".write(toFile: a.path("shared.txt"), atomically: false, encoding: .utf8)
         try "a's own v1\n".write(toFile: a.path("a-own.txt"), atomically: false, encoding: .utf8)
         #expect(Self.within(10) { b.content("shared.txt") == "shared v1\n" && b.content("a-own.txt") == "a's own v1\n" } != nil)
@@ -204,7 +218,7 @@ import Glibc
         #expect(converged != nil, "a: \(a.fixture.log.suffix(1500))")
         // b committed first: its edit is current; a's is a conflict version on both machines.
         #expect(a.content("shared.txt") == "b's edit meanwhile\n")
-        for machine in [a, b] {
+        for machine in [a, b, c] {
             let kept = Self.within(20) {
                 let versions = (try? machine.docfs("versions '\(machine.path("shared.txt"))'"))?.output ?? ""
                 return versions.contains("conflict")
@@ -215,7 +229,24 @@ import Glibc
         let number = conflict.split(separator: "\n").first { $0.contains("conflict") }?.split(separator: " ").first.map(String.init) ?? ""
         let loser = try a.docfs("versions --show \(number) '\(a.path("shared.txt"))'")
         #expect(loser.output == "a's edit while cut off\n", "\(conflict) \(loser.output)")
-        for machine in [a, b] {
+        // One list on every machine: the same numbers, the same kinds.
+        let lists = [a, b, c].map { Self.versions($0, "shared.txt") }
+        #expect(lists[0] == lists[1] && lists[1] == lists[2] && lists[0].values.contains("conflict"), "\(lists)")
+        // Resolved on c: over on all three.
+        let resolved = try c.docfs("versions --resolve '\(c.path("shared.txt"))'")
+        #expect(resolved.status == 0, "\(resolved.output)")
+        for machine in [a, b, c] {
+            let over = Self.within(10) {
+                var value = [UInt8](repeating: 0, count: 8)
+                return !Self.versions(machine, "shared.txt").values.contains("conflict")
+                    && docfs_getxattr(machine.path("shared.txt"), "user.docfs.conflict", &value, value.count) < 0
+            }
+            #expect(over != nil, "\(machine.name): \(Self.versions(machine, "shared.txt"))")
+            #expect(machine.content("shared.txt") == "b's edit meanwhile\n")
+        }
+        let after = [a, b, c].map { Self.versions($0, "shared.txt") }
+        #expect(after[0] == after[1] && after[1] == after[2], "\(after)")
+        for machine in [a, b, c] {
             let status = try machine.status()
             #expect(Self.within(20) { (try? machine.status())?["waiting"] as? Int == 0 && (try? machine.status())?["lastError"] == nil } != nil,
                     "\(machine.name): \(status)")

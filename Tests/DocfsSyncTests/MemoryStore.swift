@@ -19,6 +19,24 @@ final class MemoryStore: SyncedStore, Sendable {
         var conflicts: [UInt64: [String]] = [:]
         /// Items a writer has open here.
         var writing: Set<UInt64> = []
+        /// Each file's version numbers: its current one, and those of its kept versions (number
+        /// to kind) as a real store keeps them.
+        var numbers: [UInt64: UInt64] = [:]
+        var kept: [UInt64: [UInt64: String]] = [:]
+
+        /// The first number above `number` no kept version of `item` has.
+        func free(_ item: UInt64, above number: UInt64) -> UInt64 {
+            var next = number + 1
+            while kept[item]?[next] != nil { next += 1 }
+            return next
+        }
+
+        /// A save here: the content it replaces is kept as a previous version.
+        mutating func saved(_ item: UInt64) {
+            let current = numbers[item] ?? 0
+            if current > 0 { kept[item, default: [:]][current] = "previous" }
+            numbers[item] = free(item, above: current)
+        }
         var clock: Double = 1_700_000_000
 
         mutating func enqueue(_ item: UInt64) {
@@ -55,6 +73,7 @@ final class MemoryStore: SyncedStore, Sendable {
             state.items[item] = LocalItem(item: item, container: "docfs.default", parent: parent, name: name, kind: kind,
                                           manifest: kind == .folder ? [] : manifest, size: kind == .folder ? 0 : size,
                                           mode: kind == .folder ? 0o755 : 0o644, modified: now)
+            if kind == .file { state.numbers[item] = 1 }
             state.enqueue(item)
         }
         return item
@@ -67,6 +86,7 @@ final class MemoryStore: SyncedStore, Sendable {
             state.items[item]?.manifest = manifest
             state.items[item]?.size = size
             state.items[item]?.modified = now
+            state.saved(item)
             state.enqueue(item)
         }
     }
@@ -111,6 +131,15 @@ final class MemoryStore: SyncedStore, Sendable {
     func item(_ item: UInt64) -> LocalItem? { state.withLock { $0.items[item] } }
 
     func conflicts(of item: UInt64) -> [String] { state.withLock { $0.conflicts[item] ?? [] }.sorted() }
+
+    /// The item's versions as `docfs versions` lists them: number to kind, the current one too.
+    func versionList(of item: UInt64) -> [UInt64: String] {
+        state.withLock { state in
+            var list = state.kept[item] ?? [:]
+            if let current = state.numbers[item] { list[current] = "current" }
+            return list
+        }
+    }
 
     var pending: Int { state.withLock { $0.outbox.count } }
 
@@ -162,6 +191,14 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func putOffWhileWritten(_ item: UInt64) -> Bool { state.withLock { $0.writing.contains(item) } }
 
+    func versionNumber(of item: UInt64) -> UInt64 { state.withLock { $0.numbers[item] ?? 0 } }
+
+    func raiseVersionNumber(of item: UInt64, to number: UInt64) throws {
+        state.withLock { state in
+            if let current = state.numbers[item], current < number { state.numbers[item] = number }
+        }
+    }
+
     /// A writer opens the item (its changes are not saves until `closeWriter`).
     func openWriter(_ item: UInt64) { state.withLock { _ = $0.writing.insert(item) } }
 
@@ -195,7 +232,7 @@ final class MemoryStore: SyncedStore, Sendable {
     func setAnchor(_ anchor: RemoteAnchor) throws { state.withLock { $0.anchor = anchor } }
 
     func apply(_ version: RemoteVersion, placedAs name: String, expecting expected: ApplyExpectation,
-               keepingHereAsConflict: Bool, fetch: (ChunkDigest) throws -> [UInt8]) throws -> ApplyOutcome {
+               keepingHereAsConflict conflict: UInt64?, fetch: (ChunkDigest) throws -> [UInt8]) throws -> ApplyOutcome {
         // Content first, outside the lock (as the real store writes beside, then renames).
         var fetched: [ChunkDigest: [UInt8]] = [:]
         for digest in version.chunks ?? [] where state.withLock({ $0.chunks[digest] }) == nil {
@@ -214,9 +251,23 @@ final class MemoryStore: SyncedStore, Sendable {
             }) {
                 throw MemoryStoreError.nameTaken(name)
             }
-            if keepingHereAsConflict, let here = state.items[version.item] {
-                state.conflicts[version.item, default: []].append(
-                    String(decoding: here.manifest.flatMap { state.chunks[$0] ?? [] }, as: UTF8.self))
+            // Numbered as the real store numbers (StoreSync+Apply).
+            let old = state.numbers[version.item] ?? 0
+            if let here = state.items[version.item], here.kind == .file {
+                if let conflict {
+                    state.conflicts[version.item, default: []].append(
+                        String(decoding: here.manifest.flatMap { state.chunks[$0] ?? [] }, as: UTF8.self))
+                    let number = state.kept[version.item]?[conflict] != nil ? state.free(version.item, above: conflict) : conflict
+                    state.kept[version.item, default: [:]][number] = "conflict"
+                } else if version.kind == .file && version.chunks != here.manifest {
+                    state.kept[version.item, default: [:]][max(old, 1)] = "previous"
+                }
+            }
+            if version.kind == .file && !version.deleted && (state.items[version.item]?.manifest != version.chunks || state.numbers[version.item] == nil) {
+                let lowest = conflict != nil ? version.number : max(version.number, old + 1)
+                state.numbers[version.item] = state.kept[version.item]?[lowest] != nil ? state.free(version.item, above: lowest) : lowest
+            } else if version.kind == .file && !version.deleted && old < version.number && state.kept[version.item]?[version.number] == nil {
+                state.numbers[version.item] = version.number  // the same content, the remote's newer number
             }
             state.chunks.merge(fetched) { old, _ in old }
             if version.deleted {
@@ -235,9 +286,31 @@ final class MemoryStore: SyncedStore, Sendable {
         rename(item, to: name)
     }
 
+    func resolveConflicts(of item: UInt64, before number: UInt64) throws {
+        state.withLock { state in
+            for (kept, kind) in state.kept[item] ?? [:] where kind == "conflict" && kept < number { state.kept[item]?[kept] = nil }
+            state.conflicts[item] = nil
+        }
+    }
+
+    /// Resolves the item's conflict here, as `docfs versions --resolve` does: its conflict
+    /// versions go, and the resolution goes up.
+    func resolve(_ item: UInt64) {
+        state.withLock { state in
+            for (kept, kind) in state.kept[item] ?? [:] where kind == "conflict" { state.kept[item]?[kept] = nil }
+            state.conflicts[item] = nil
+            state.states[item]?.resolvedHere = true
+            state.enqueue(item)
+        }
+    }
+
     func keepConflict(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws {
         let bytes = try (version.chunks ?? []).flatMap { try fetch($0) }
-        state.withLock { $0.conflicts[version.item, default: []].append(String(decoding: bytes, as: UTF8.self)) }
+        state.withLock { state in
+            state.conflicts[version.item, default: []].append(String(decoding: bytes, as: UTF8.self))
+            let number = state.kept[version.item]?[version.number] != nil ? state.free(version.item, above: version.number) : version.number
+            state.kept[version.item, default: [:]][number] = "conflict"
+        }
     }
 }
 

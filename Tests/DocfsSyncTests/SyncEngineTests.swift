@@ -192,6 +192,47 @@ final class FlakyRemote: Remote {
             #expect(store.conflicts(of: doc) == ["edited on b"], "\(store.author.machine)")
         }
         #expect(machines[0].tree() == machines[1].tree() && machines[1].tree() == machines[2].tree())
+        // One version, one number, one kind on every machine: 1 the base, 2 a's (current), 3
+        // b's (conflict).
+        for store in machines.stores {
+            #expect(store.versionList(of: doc) == [1: "previous", 2: "current", 3: "conflict"], "\(store.author.machine)")
+        }
+        // b saved twice while a's save went up: b's second save is numbered past the conflict
+        // everywhere, and every machine lists the same numbers.
+        machines[1].write(doc, "b again, after taking a's")
+        try machines.settle()
+        for store in machines.stores {
+            #expect(store.text(of: doc) == "b again, after taking a's")
+            #expect(store.versionList(of: doc) == [1: "previous", 2: "previous", 3: "conflict", 4: "current"], "\(store.author.machine)")
+        }
+        // c resolves the conflict: it is over on every machine, the content as it was.
+        machines[2].resolve(doc)
+        try machines.settle()
+        for store in machines.stores {
+            #expect(store.conflicts(of: doc).isEmpty && store.text(of: doc) == "b again, after taking a's", "\(store.author.machine)")
+            #expect(store.versionList(of: doc).values.contains("conflict") == false, "\(store.author.machine)")
+            #expect(store.versionNumber(of: doc) == machines[2].versionNumber(of: doc), "\(store.author.machine)")
+        }
+        #expect(machines.stores.allSatisfy { $0.pending == 0 })
+    }
+
+    /// Saves made offline on one machine while others saved: the remote numbers its upload
+    /// past theirs, and the machine takes that number, so every list agrees on the current one.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func versionNumbersAgreeAfterOfflineSaves(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let a = machines[0], b = machines[1]
+        let doc = a.create("log.txt", text: "1")
+        try machines.settle()
+        for text in ["2", "3", "4"] { a.write(doc, text) }  // a's saves 2, 3, 4 go up as one
+        try machines.sync(0)
+        try machines.settle()
+        for store in machines.stores { #expect(store.versionNumber(of: doc) == 4, "\(store.author.machine)") }
+        b.write(doc, "5 from b")
+        try machines.settle()
+        for store in machines.stores {
+            #expect(store.versionNumber(of: doc) == 5 && store.text(of: doc) == "5 from b", "\(store.author.machine)")
+        }
     }
 
     @Test(arguments: RemoteUnderTest.allCases)
