@@ -53,10 +53,14 @@ final class SyncService: Sendable {
     /// What `docfs remote status` shows.
     var status: RemoteStatusReport {
         let status = loop.status
-        return RemoteStatusReport(uri: link.uri, machine: link.machine, space: link.space, linked: link.linked,
+        let parked = sync.parkedSummary()
+        var report = RemoteStatusReport(uri: link.uri, machine: link.machine, space: link.space, linked: link.linked,
                                   waiting: (try? sync.waiting()) ?? 0, incoming: loop.engine.incoming.load(ordering: .relaxed),
                                   lastContact: status.lastContact,
                                   lastError: status.lastError, nextTry: status.nextTry, rounds: status.rounds, served: true)
+        report.parked = parked.count
+        report.parkedProblem = parked.problem
+        return report
     }
 
     static var userName: String {
@@ -84,6 +88,10 @@ public struct RemoteStatusReport: Codable, Sendable {
     public var rounds: Int
     /// Whether a daemon serves (and so syncs) the store now.
     public var served: Bool
+    /// Changes of other machines that could not be applied here (tried again now and then),
+    /// and why the oldest could not.
+    public var parked: Int = 0
+    public var parkedProblem: String?
 
     public init(uri: String, machine: String, space: UInt64, linked: Double, waiting: Int, incoming: Int?, lastContact: Double?,
                 lastError: String?, nextTry: Double?, rounds: Int, served: Bool) {

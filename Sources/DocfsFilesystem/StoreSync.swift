@@ -267,6 +267,29 @@ public final class StoreSync: SyncedStore {
         try index.setSyncAnchor(Int64(bitPattern: anchor.sequence))
     }
 
+    // MARK: Parked changes
+
+    public func park(_ change: RemoteChange, problem: String) throws {
+        try index.parkSyncChange(Int64(bitPattern: change.sequence), change: Array(try JSONEncoder().encode(change)), problem: problem)
+    }
+
+    public func parkedChanges() throws -> [(change: RemoteChange, problem: String)] {
+        try index.parkedSyncChanges(limit: 1000).compactMap { row in
+            guard let change = try? JSONDecoder().decode(RemoteChange.self, from: Data(row.change)) else { return nil }
+            return (change, row.problem)
+        }
+    }
+
+    public func unpark(_ change: RemoteChange) throws {
+        try index.unparkSyncChange(Int64(bitPattern: change.sequence))
+    }
+
+    /// How many changes are parked, and why the oldest is (for `docfs remote status`).
+    public func parkedSummary() -> (count: Int, problem: String?) {
+        let count = (try? index.parkedSyncCount()) ?? 0
+        return (count, count == 0 ? nil : (try? index.parkedSyncChanges(limit: 1))?.first?.problem)
+    }
+
     // MARK: Reading
 
     /// The file's content as chunks (the version store's cut points), remembered for `chunk`.

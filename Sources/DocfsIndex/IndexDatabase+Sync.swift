@@ -79,9 +79,44 @@ extension IndexDatabase {
         try write { db in try db.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('syncAnchor', ?)", arguments: [anchor]) }
     }
 
+    /// A change of the remote's log (as the engine encoded it) this machine could not apply
+    /// yet, and why.
+    public struct ParkedRow: Sendable, Equatable {
+        public var sequence: Int64
+        public var change: [UInt8]
+        public var problem: String
+    }
+
+    /// Keeps `change` (sequence `sequence` of the log) to try again later; again: the problem
+    /// is updated.
+    public func parkSyncChange(_ sequence: Int64, change: [UInt8], problem: String) throws(DocfsError) {
+        try write { db in
+            try db.execute(sql: "INSERT OR REPLACE INTO syncParked (sequence, change, problem) VALUES (?, ?, ?)",
+                           arguments: [sequence, Data(change), problem])
+        }
+    }
+
+    /// The parked changes, oldest first, at most `limit`.
+    public func parkedSyncChanges(limit: Int) throws(DocfsError) -> [ParkedRow] {
+        try readSync { db in
+            try Row.fetchAll(db, sql: "SELECT sequence, change, problem FROM syncParked ORDER BY sequence LIMIT ?", arguments: [limit]).map {
+                ParkedRow(sequence: $0["sequence"], change: Array($0["change"] as Data), problem: $0["problem"])
+            }
+        }
+    }
+
+    public func parkedSyncCount() throws(DocfsError) -> Int {
+        try readSync { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM syncParked") ?? 0 }
+    }
+
+    public func unparkSyncChange(_ sequence: Int64) throws(DocfsError) {
+        try write { db in try db.execute(sql: "DELETE FROM syncParked WHERE sequence = ?", arguments: [sequence]) }
+    }
+
     /// Forgets every sync record (the store was unlinked, or linked to another remote).
     public func forgetSync() throws(DocfsError) {
         try write { db in
+            try db.execute(sql: "DELETE FROM syncParked")
             try db.execute(sql: "DELETE FROM outbox")
             try db.execute(sql: "DELETE FROM syncItems")
             try db.execute(sql: "DELETE FROM meta WHERE key = 'syncAnchor'")

@@ -16,6 +16,8 @@ import GRDB
 ///               the commit of the journal frame that stitched the change (the same append)
 ///     syncItems each item's sync state (the remote version it was last in step with), as the
 ///               sync engine encodes it
+///     syncParked changes of the remote's log that could not be applied here yet (a folder not
+///               here, a name refused), with why, tried again later
 ///
 /// A step that only adds (an index on a column) keeps the rows: an index that has not run it is
 /// migrated in place when opened for writing, without a rebuild.
@@ -24,7 +26,7 @@ enum IndexSchema {
     /// an older docfs and needs a rebuild.
     static let newestRebuilding = "v2-entries"
     /// The newest migration of all.
-    static let newest = "v4-sync"
+    static let newest = "v5-sync-parked"
 
     static func migrator() -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -104,9 +106,13 @@ enum IndexSchema {
             try db.create(index: "items_created", on: "items", columns: ["created"])
         }
         // Many machines (issue 22): the durable outbox and each item's sync state.
-        migrator.registerMigration(newest) { db in
+        migrator.registerMigration("v4-sync") { db in
             try db.execute(sql: "CREATE TABLE outbox (position INTEGER PRIMARY KEY AUTOINCREMENT, item INTEGER NOT NULL, sequence INTEGER NOT NULL)")
             try db.execute(sql: "CREATE TABLE syncItems (item INTEGER PRIMARY KEY, state BLOB NOT NULL)")
+        }
+        // Changes of the remote's log this machine could not apply yet, tried again later.
+        migrator.registerMigration(newest) { db in
+            try db.execute(sql: "CREATE TABLE syncParked (sequence INTEGER PRIMARY KEY, change BLOB NOT NULL, problem TEXT NOT NULL)")
         }
         return migrator
     }

@@ -1,6 +1,9 @@
 import DocfsChunks
 import DocfsCore
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Keeps one machine's store in step with a remote (DESIGN §9, issue 22): what the store's
 /// outbox says changed goes up (its chunks first, then a version committed with the remote
@@ -32,6 +35,10 @@ public final class SyncEngine: Sendable {
     /// How many changes of the log this machine has yet to apply, as of the round under way
     /// or the last (`docfs remote status`: waiting to come down).
     public let incoming = Atomic<Int>(0)
+    /// When parked changes were last tried again (a monotonic second): after each round that
+    /// applied something, else at most every `parkedRetryInterval`.
+    private let parkedTried = Atomic<Int64>(0)
+    static let parkedRetryInterval: Int64 = 30
 
     public init(store: any SyncedStore, remote: any Remote, pageSize: Int = 500) {
         self.store = store
@@ -50,6 +57,8 @@ public final class SyncEngine: Sendable {
         public var applied = 0
         public var conflicts = 0
         public var merged = 0
+        /// Changes that could not be applied here (kept to try again).
+        public var parked = 0
 
         public init() {}
     }
@@ -235,6 +244,48 @@ public final class SyncEngine: Sendable {
     // MARK: Down
 
     func pull(_ round: inout Round) throws(SyncError) {
+        try pullLog(&round)
+        let now = Int64(Self.seconds())
+        if round.applied > 0 || now - parkedTried.load(ordering: .relaxed) >= Self.parkedRetryInterval {
+            parkedTried.store(now, ordering: .relaxed)
+            try retryParked(&round)
+        }
+    }
+
+    /// Applies `change`; one that cannot be applied here for a reason of its own (not the
+    /// network) is parked, so the changes after it are not held up behind it.
+    private func takeOrPark(_ change: RemoteChange, _ round: inout Round) throws(SyncError) {
+        do {
+            try take(change, &round)
+        } catch where !error.isTransient && !stopRequested.load(ordering: .relaxed) {
+            try SyncError.local("park change \(change.sequence)") { try store.park(change, problem: error.description) }
+            round.parked += 1
+        }
+    }
+
+    /// Tries the parked changes again, oldest first: one that applies now (its folder came)
+    /// or is no longer needed (a later version was applied) leaves the list.
+    private func retryParked(_ round: inout Round) throws(SyncError) {
+        let parked = try SyncError.local("read the parked changes") { try store.parkedChanges() }
+        for (change, _) in parked {
+            try checkStop()
+            do {
+                try take(change, &round)
+            } catch where !error.isTransient && !stopRequested.load(ordering: .relaxed) {
+                try SyncError.local("park change \(change.sequence)") { try store.park(change, problem: error.description) }
+                continue
+            }
+            try SyncError.local("unpark change \(change.sequence)") { try store.unpark(change) }
+        }
+    }
+
+    private static func seconds() -> Double {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
+
+    private func pullLog(_ round: inout Round) throws(SyncError) {
         var anchor = try SyncError.local("read the anchor") { try store.anchor() }
         while true {
             let from = anchor
@@ -245,7 +296,7 @@ public final class SyncEngine: Sendable {
             incoming.store(waiting, ordering: .relaxed)
             for change in page.changes {
                 try checkStop()
-                try take(change, &round)
+                try takeOrPark(change, &round)
                 incoming.wrappingSubtract(1, ordering: .relaxed)
                 anchor = RemoteAnchor(sequence: change.sequence)
                 let reached = anchor

@@ -154,6 +154,14 @@ public protocol SyncedStore: Sendable {
     func anchor() throws -> RemoteAnchor
     func setAnchor(_ anchor: RemoteAnchor) throws
 
+    /// Changes of the log that could not be applied here (their folder is not here yet, a
+    /// name this filesystem refuses, …), kept durably with why, so the log goes on past them;
+    /// the engine tries them again later.
+    func park(_ change: RemoteChange, problem: String) throws
+    /// The parked changes, oldest first, with why each could not be applied.
+    func parkedChanges() throws -> [(change: RemoteChange, problem: String)]
+    func unpark(_ change: RemoteChange) throws
+
     /// Makes `version`'s item what it says here (created, moved, renamed under `name`, content
     /// or attributes replaced, or deleted when `version.deleted`), atomically, as one
     /// coordinated write, if the item here is what `expected` says (else `.changedHere`,

@@ -101,6 +101,10 @@ struct RemoteCommand: ParsableCommand {
             if let incoming = report.incoming {
                 print("waiting to come down: \(incoming) change\(incoming == 1 ? "" : "s")")
             }
+            if report.parked > 0 {
+                print("could not apply here: \(report.parked) change\(report.parked == 1 ? "" : "s") (tried again now and then)"
+                      + (report.parkedProblem.map { "; the first: \($0)" } ?? ""))
+            }
             if let contact = report.lastContact { print("last in step: \(formatDate(contact))") }
             if let error = report.lastError {
                 print("last error: \(error)" + (report.nextTry.map { "; trying again at \(formatDate($0))" } ?? ""))

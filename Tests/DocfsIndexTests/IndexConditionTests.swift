@@ -66,7 +66,8 @@ import Testing
             try db.execute(sql: "DROP INDEX items_created")
             try db.execute(sql: "DROP TABLE outbox")
             try db.execute(sql: "DROP TABLE syncItems")
-            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier IN ('v3-dates', ?)", arguments: [IndexSchema.newest])
+            try db.execute(sql: "DROP TABLE syncParked")
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier IN ('v3-dates', 'v4-sync', ?)", arguments: [IndexSchema.newest])
         }
         try queue.close()
 
@@ -74,7 +75,7 @@ import Testing
         #expect(condition == .ready)
         #expect(try index.count() == 300)
         // The sync tables of issue 22 came by their migration too.
-        #expect(try index.outboxCount() == 0 && index.syncAnchor() == 0)
+        #expect(try index.outboxCount() == 0 && index.syncAnchor() == 0 && index.parkedSyncChanges(limit: 10).isEmpty)
         let plan = try DatabaseQueue(path: path).read { db in
             try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT * FROM items WHERE modified > ? AND modified < ?",
                              arguments: [0, 1]).map { $0["detail"] as String }.joined(separator: " ")

@@ -22,6 +22,7 @@ final class MemoryStore: SyncedStore, Sendable {
         /// Each file's version numbers: its current one, and those of its kept versions (number
         /// to kind) as a real store keeps them.
         var numbers: [UInt64: UInt64] = [:]
+        var parked: [UInt64: (change: RemoteChange, problem: String)] = [:]
         var kept: [UInt64: [UInt64: String]] = [:]
 
         /// The first number above `number` no kept version of `item` has.
@@ -230,6 +231,20 @@ final class MemoryStore: SyncedStore, Sendable {
     func anchor() throws -> RemoteAnchor { state.withLock { $0.anchor } }
 
     func setAnchor(_ anchor: RemoteAnchor) throws { state.withLock { $0.anchor = anchor } }
+
+    func park(_ change: RemoteChange, problem: String) throws {
+        state.withLock { $0.parked[change.sequence] = (change, problem) }
+    }
+
+    func parkedChanges() throws -> [(change: RemoteChange, problem: String)] {
+        state.withLock { state in state.parked.keys.sorted().map { state.parked[$0]! } }
+    }
+
+    func unpark(_ change: RemoteChange) throws {
+        state.withLock { _ = $0.parked.removeValue(forKey: change.sequence) }
+    }
+
+    var parkedCount: Int { state.withLock { $0.parked.count } }
 
     func apply(_ version: RemoteVersion, placedAs name: String, expecting expected: ApplyExpectation,
                keepingHereAsConflict conflict: UInt64?, fetch: (ChunkDigest) throws -> [UInt8]) throws -> ApplyOutcome {

@@ -140,6 +140,33 @@ final class FlakyRemote: Remote {
         #expect(machines.stores.allSatisfy { $0.pending == 0 })
     }
 
+    /// A change that cannot be applied on a machine (here: its folder never came) is parked,
+    /// so the changes after it are not held up; it is applied once its folder arrives.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aChangeThatCannotBeAppliedIsParkedAndTheLogGoesOn(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let b = machines[1]
+        let remote = machines.remote
+        let folder: UInt64 = 9_000_001, orphan: UInt64 = 9_000_002
+        let author = RemoteAuthor(machine: "x", user: "xavier")
+        let text = Array("in a folder that is late".utf8)
+        let digest = text.withUnsafeBytes { ChunkDigest(of: $0) }
+        try remote.putChunk(digest, bytes: text)
+        _ = try remote.commit(RemoteVersion(item: orphan, container: "docfs.default", parent: folder, name: "orphan.txt", kind: .file,
+                                            base: 0, manifest: [digest], size: Int64(text.count), modified: 1, author: author),
+                              operation: "orphan")
+        let after = machines[0].create("after.txt", text: "made after the orphan")
+        try machines.sync(0)
+        try machines.sync(1)
+        #expect(b.text(of: after) == "made after the orphan" && b.item(orphan) == nil && b.parkedCount == 1)
+        // The folder arrives: the parked change goes in.
+        _ = try remote.commit(RemoteVersion(item: folder, container: "docfs.default", name: "Late", kind: .folder, base: 0,
+                                            manifest: [], size: 0, mode: 0o755, modified: 1, author: author),
+                              operation: "folder")
+        try machines.sync(1)
+        #expect(b.text(of: orphan) == "in a folder that is late" && b.item(orphan)?.parent == folder && b.parkedCount == 0)
+    }
+
     /// A file a writer has open is not a save yet (an open with O_TRUNC is stitched before the
     /// writes): nothing of it goes up until the writer closes.
     @Test(arguments: RemoteUnderTest.allCases)
