@@ -34,6 +34,7 @@ extension StoreSync {
             guard let old else { return .applied }
             return try remove(version, at: old, expecting: expected, view: view)
         }
+        try makeContainerIfMissing(for: version, view: view)
         let target = try Located(folderOf: version, named: name, sync: self)
         defer { target.close() }
         // New content, written beside the target before any claim.
@@ -138,6 +139,26 @@ extension StoreSync {
                                                           document.name, inFolder: document.folder, item: item))
             }
         }
+    }
+
+    /// A version in a container this machine does not have: the container is made, under the
+    /// display name the version carries (another when a container here has that one).
+    private func makeContainerIfMissing(for version: RemoteVersion, view: Filesystem) throws {
+        guard let id = try? ContainerID(version.container), id != .userDefault,
+              try shared.containerFolders.catalog.registry.record(of: id) == nil else { return }
+        let wanted = version.containerName ?? String(id.rawValue.split(separator: ".").last ?? Substring(id.rawValue))
+        let administration = ContainerAdministration(view: view)
+        var lastError: DocfsError?
+        for name in [wanted, "\(wanted) (\(id.rawValue))"] {
+            do {
+                let (_, invalidations) = try administration.create(id, name: name, isPublic: version.containerPublic ?? false)
+                view.invalidate(invalidations)
+                return
+            } catch {
+                lastError = error
+            }
+        }
+        throw StoreSyncError("container \(id) could not be made here: \(lastError.map { "\($0)" } ?? "")")
     }
 
     public func resolveConflicts(of item: UInt64, before number: UInt64) throws {

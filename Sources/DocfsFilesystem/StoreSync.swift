@@ -144,6 +144,12 @@ public final class StoreSync: SyncedStore {
                          attributes: kind == .symlink ? [:] : Self.userAttributes(fd))
     }
 
+    public func describeContainer(_ container: String) -> (name: String, isPublic: Bool)? {
+        guard let id = try? ContainerID(container), id != .userDefault,
+              let record = try? shared.containerFolders.catalog.registry.record(of: id) else { return nil }
+        return (record.name, record.isPublic)
+    }
+
     public func versionNumber(of item: UInt64) -> UInt64 {
         guard let place = try? place(of: item) else { return 0 }
         let fd = shared.paths.openPlace(place)

@@ -95,7 +95,7 @@ public final class StoreWatcher: @unchecked Sendable {
             throw DocfsError(.missingSystemSupport, "cannot watch the store (inotify)", cause: DocfsError.errno("inotify_init1"))
         }
         self.root = root
-        watchTree(root)
+        watchTree(root, removingLeftovers: true)
     }
 
     /// How long the watcher lets changes gather before reading them: one wake-up per batch
@@ -193,7 +193,10 @@ public final class StoreWatcher: @unchecked Sendable {
     /// Watches `path` and every folder under it (folders made before the watch existed too).
     /// `announced`: whether the names in a folder that cannot be watched were already reported
     /// (false for a folder that just appeared: a rescan reports what it holds).
-    func watchTree(_ path: String, announced: Bool = true) {
+    /// `removingLeftovers`: the first walk, when no working file can be in use (later, a
+    /// folder that just appeared may hold one docfs is writing: a remote change applied into a
+    /// container made for it).
+    func watchTree(_ path: String, announced: Bool = true, removingLeftovers: Bool = false) {
         // Watched through a descriptor, so the watch and the identity recorded for it are
         // surely of the same folder, even if it moves meanwhile.
         let folder = open(FileName(path).cString, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
@@ -218,11 +221,13 @@ public final class StoreWatcher: @unchecked Sendable {
                 $0.withMemoryRebound(to: CChar.self, capacity: 256) { FileName(cString: $0).description }
             }
             if entry.pointee.d_type == DT_REG && Self.workingFilePrefixes.contains(where: name.hasPrefix) {
-                unlinkat(dirfd(dir), FileName(name).cString, 0)
+                if removingLeftovers { unlinkat(dirfd(dir), FileName(name).cString, 0) }
                 continue
             }
             guard entry.pointee.d_type == DT_DIR else { continue }
-            if name != "." && name != ".." { watchTree(path + "/" + name, announced: announced) }
+            if name != "." && name != ".." {
+                watchTree(path + "/" + name, announced: announced, removingLeftovers: removingLeftovers)
+            }
         }
     }
 

@@ -244,11 +244,11 @@ public final class PostgresRemote: Remote {
         let manifest = proposal.manifest.joined()
         try await connection.query("""
             INSERT INTO docfs.versions (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified,
-                attributes, author_machine, author_user, conflict, deleted, sequence, resolves)
+                attributes, author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public)
             VALUES (\(item), \(number), \(Int64(bitPattern: proposal.base)), \(proposal.container), \(proposal.scope),
                 \(Int64(bitPattern: proposal.parent)), \(proposal.name), \(proposal.kind.rawValue), \(manifest), \(proposal.size), \(Int64(proposal.mode)),
                 \(proposal.modified), \(attributes), \(proposal.author.machine), \(proposal.author.user), \(conflict),
-                \(proposal.deleted), \(sequence), \(proposal.resolves == true))
+                \(proposal.deleted), \(sequence), \(proposal.resolves == true), \(proposal.containerName), \(proposal.containerPublic))
             """, logger: logger)
         try await connection.query("""
             UPDATE docfs.items SET last_number = \(number), current_number = \(conflict ? current : number) WHERE item = \(item)
@@ -367,15 +367,15 @@ public final class PostgresRemote: Remote {
 
     static let versionColumns = """
         item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
-        author_machine, author_user, conflict, deleted, sequence, resolves
+        author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public
         """
 
     static func version(from row: PostgresRow) throws(RemoteError) -> (version: RemoteVersion, sequence: UInt64) {
         do {
             let (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
-                 machine, user, conflict, deleted, sequence, resolves) = try row.decode(
+                 machine, user, conflict, deleted, sequence, resolves, containerName, containerPublic) = try row.decode(
                     (Int64, Int64, Int64, String, String, Int64, String, String, String, Int64, Int64, Double, Data,
-                     String, String, Bool, Bool, Int64, Bool).self)
+                     String, String, Bool, Bool, Int64, Bool, String?, Bool?).self)
             guard let itemKind = RemoteItemKind(rawValue: kind), manifest.utf8.count % 64 == 0,
                   let mode = UInt32(exactly: mode) else {
                 throw RemoteError(.refused, "the remote's version \(number) of item \(item) is damaged")
@@ -397,6 +397,7 @@ public final class PostgresRemote: Remote {
                                         author: RemoteAuthor(machine: machine, user: user), conflict: conflict, deleted: deleted)
             var read = version
             read.resolves = resolves ? true : nil
+            (read.containerName, read.containerPublic) = (containerName, containerPublic)
             return (read, UInt64(bitPattern: sequence))
         } catch let error as RemoteError {
             throw error

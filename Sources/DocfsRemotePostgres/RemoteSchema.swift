@@ -59,6 +59,8 @@ enum RemoteSchema {
             // A version that resolves its item's conflict (every machine drops the conflict
             // versions below it).
             "ALTER TABLE docfs.versions ADD COLUMN resolves boolean NOT NULL DEFAULT false",
+            // The container's display name and visibility (a machine without it makes it).
+            "ALTER TABLE docfs.versions ADD COLUMN container_name text, ADD COLUMN container_public boolean",
         ],
     ]
 

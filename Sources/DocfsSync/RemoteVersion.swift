@@ -68,6 +68,10 @@ public struct RemoteVersion: Codable, Hashable, Sendable {
     /// The machine that made it resolved the item's conflict there (`docfs versions --resolve`):
     /// every machine drops the conflict versions numbered below it (nil: no).
     public var resolves: Bool?
+    /// The container's display name and whether the user view shows it (not for the default
+    /// container): a machine without the container makes it so.
+    public var containerName: String?
+    public var containerPublic: Bool?
 
     public init(item: UInt64, container: String, scope: String = "documents", parent: UInt64 = 0, name: String, kind: RemoteItemKind,
                 number: UInt64 = 0, base: UInt64, manifest: [ChunkDigest], size: Int64, mode: UInt32 = 0o644,

@@ -109,6 +109,9 @@ public final class SyncEngine: Sendable {
             // The save's number here: the remote gives it when it can, so numbers agree.
             made.number = local.kind == .file ? store.versionNumber(of: item) : 0
             made.resolves = resolving ? true : nil
+            if let container = store.describeContainer(local.container) {
+                (made.containerName, made.containerPublic) = (container.name, container.isPublic)
+            }
             proposal = made
         } else {
             // Gone here: a tombstone, if the remote knows the item at all.

@@ -133,6 +133,10 @@ public protocol SyncedStore: Sendable {
 
     /// The item as the store has it now; nil when it is gone.
     func current(_ item: UInt64) throws -> LocalItem?
+    /// A container's display name and whether the user view shows it; nil for the default
+    /// container (every store has it) and one not here.
+    func describeContainer(_ container: String) -> (name: String, isPublic: Bool)?
+
     /// The number of the item's current version here (its last save's; 0 when it has none).
     func versionNumber(of item: UInt64) -> UInt64
     /// The remote numbered the item's save `number`, above the number it has here (other

@@ -253,6 +253,34 @@ import Glibc
         }
     }
 
+    /// Documents in containers other than the default travel with their containers: a
+    /// machine without the container makes it, under its display name, public or not.
+    @Test func containersTravelWithTheirDocuments() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("containers")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        #expect(try a.docfs("container create com.example.Notes --name Notes --public --store '\(a.fixture.store)'").status == 0)
+        #expect(try a.docfs("container create org.example.pad --name 'Scratch pad' --store '\(a.fixture.store)'").status == 0)
+        try "an idea\n".write(toFile: a.path("Notes/idea.txt"), atomically: false, encoding: .utf8)
+        let pad = try a.fixture.mountApp("org.example.pad")
+        try "scribble\n".write(toFile: pad + "/Documents/scribble.txt", atomically: false, encoding: .utf8)
+        #expect(Self.within(10) {
+            b.content("Notes/idea.txt") == "an idea\n"
+                && (try? String(contentsOfFile: b.fixture.store + "/containers/org.example.pad/Documents/scribble.txt", encoding: .utf8)) == "scribble\n"
+        } != nil, "\((try? b.status()) ?? [:])")
+        let listed = try b.docfs("container list --store '\(b.fixture.store)'")
+        #expect(listed.output.contains("com.example.Notes  public   Notes") && listed.output.contains("org.example.pad    private  Scratch pad"),
+                "\(listed.output)")
+        #expect(b.id("Notes/idea.txt") == a.id("Notes/idea.txt"))
+        // And back: b's save in the container reaches a.
+        try "an idea, improved\n".write(toFile: b.path("Notes/idea.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { a.content("Notes/idea.txt") == "an idea, improved\n" } != nil)
+    }
+
     /// Linked machines sign bookmarks with one key: a bookmark made on one resolves on another
     /// (the same id there, DESIGN §7).
     @Test func aBookmarkMadeOnOneMachineResolvesOnAnother() throws {

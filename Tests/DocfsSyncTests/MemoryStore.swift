@@ -192,6 +192,8 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func putOffWhileWritten(_ item: UInt64) -> Bool { state.withLock { $0.writing.contains(item) } }
 
+    func describeContainer(_ container: String) -> (name: String, isPublic: Bool)? { nil }
+
     func versionNumber(of item: UInt64) -> UInt64 { state.withLock { $0.numbers[item] ?? 0 } }
 
     func raiseVersionNumber(of item: UInt64, to number: UInt64) throws {

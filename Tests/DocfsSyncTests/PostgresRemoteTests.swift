@@ -80,7 +80,8 @@ import Testing
         #expect(try server.sql("SELECT count(*) FROM docfs.machines", database: name) == "1\n")
         // A remote of schema 1 (before chunks knew when they were last used) is migrated.
         try server.sql("""
-            ALTER TABLE docfs.chunks DROP COLUMN used; ALTER TABLE docfs.versions DROP COLUMN resolves;
+            ALTER TABLE docfs.chunks DROP COLUMN used;
+            ALTER TABLE docfs.versions DROP COLUMN resolves, DROP COLUMN container_name, DROP COLUMN container_public;
             UPDATE docfs.meta SET value = '1' WHERE key = 'schema_version'
             """, database: name)
         let older = try Self.link(uri)
