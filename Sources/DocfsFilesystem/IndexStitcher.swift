@@ -352,21 +352,23 @@ final class IndexStitcher: Sendable {
     /// `changes` and, when the store is linked (and the change is not one the sync engine
     /// applies), an outbox entry for each item they reach: the item a record is put for, the
     /// one a removal, move or exchange finds at its place (looked up before the changes apply,
-    /// under `namespace`). Items without ids of their own (derived ones) stay local.
+    /// under `namespace`). Items without ids of their own (derived ones) stay local, but for
+    /// symbolic links (the sync engine gives them one).
     private func withOutbox(_ changes: [IndexChange]) -> [IndexChange] {
         guard fillsOutbox.load(ordering: .relaxed), !RemoteApplication.isApplying else { return changes }
         var items: [Int64] = []
-        func note(_ id: Int64?) {
-            guard let id, id > 0, !ItemID(rawValue: UInt64(bitPattern: id)).isDerived, !items.contains(id) else { return }
-            items.append(id)
+        func note(_ record: IndexRecord?) {
+            guard let record, record.id > 0, !items.contains(record.id),
+                  !ItemID(rawValue: UInt64(bitPattern: record.id)).isDerived || record.kind == "symlink" else { return }
+            items.append(record.id)
         }
         for change in changes {
             switch change {
-            case .put(let record): note(record.id)
-            case .remove(let location), .move(from: let location, to: _): note(try? index.record(at: location)?.id)
+            case .put(let record): note(record)
+            case .remove(let location), .move(from: let location, to: _): note(try? index.record(at: location))
             case .exchange(let a, let b):
-                note(try? index.record(at: a)?.id)
-                note(try? index.record(at: b)?.id)
+                note(try? index.record(at: a))
+                note(try? index.record(at: b))
             case .touch, .removeEntries, .outbox: break
             }
         }

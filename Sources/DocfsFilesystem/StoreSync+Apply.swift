@@ -23,16 +23,15 @@ extension StoreSync {
         guard let view = shared.servedViews().first else {
             throw StoreSyncError("the store has no view to apply remote changes through")
         }
-        guard version.kind != .symlink else {
-            throw StoreSyncError("item \(version.item) is a symbolic link, and links do not travel yet (issue 22 §2)")
-        }
         let here = try current(version.item)
         guard expected.isMet(by: here) else { return .changedHere }
         let old = try here.flatMap { _ in try place(of: version.item) }.map { try Located(place: $0, paths: shared.paths) }
         defer { old?.close() }
         if version.deleted {
             guard let old else { return .applied }
-            return try remove(version, at: old, expecting: expected, view: view)
+            let outcome = try remove(version, at: old, expecting: expected, view: view)
+            if outcome == .applied && here?.kind == .symlink { try index.forgetLink(remote: Int64(bitPattern: version.item)) }
+            return outcome
         }
         try makeContainerIfMissing(for: version, view: view)
         let target = try Located(folderOf: version, named: name, sync: self)
@@ -45,13 +44,19 @@ extension StoreSync {
                                       purpose: "apply version \(version.number) of item \(version.item) into")
             try Self.write(version, to: working!.fd, fetch: fetch)
         }
+        // A link's new target: a link made beside, renamed into place like a file's content.
+        var link: FileName?
+        if version.kind == .symlink && (here?.kind != .symlink || here?.manifest != version.chunks) {
+            link = try makeLink(version, beside: target, fetch: fetch)
+        }
         defer {
             if let working {
                 working.close()
                 unlinkat(target.folder, working.name.cString, 0)  // gone already when it was renamed into place
             }
+            if let link { unlinkat(target.folder, link.cString, 0) }
         }
-        var claims: [(ItemID, ClaimIntent)] = [(ItemID(rawValue: version.item), .replace)]
+        var claims: [(ItemID, ClaimIntent)] = [(ItemID(rawValue: try localID(ofRemote: version.item)), .replace)]
         if let folder = ItemAttributes.id(ofDescriptor: target.folder) { claims.append((folder, .write)) }
         if let old, let folder = ItemAttributes.id(ofDescriptor: old.folder), !claims.contains(where: { $0.0 == folder }) {
             claims.append((folder, .write))
@@ -65,6 +70,8 @@ extension StoreSync {
                 }
                 if let working {
                     try replaceContent(version, with: working, at: target, old: old, keepingOldAsConflict: keepingHereAsConflict, view: view)
+                } else if let link {
+                    try placeLink(version, made: link, at: target, old: old, view: view)
                 } else if old == nil {
                     try makeFolder(version, at: target, view: view)
                 } else {
@@ -282,8 +289,61 @@ extension StoreSync {
         view.deliver(.name(.created, target.name, inFolder: target.folder, item: ItemID(rawValue: version.item)))
     }
 
+    /// Makes a symbolic link to `version`'s target beside `target`, under a working name;
+    /// answers the name.
+    private func makeLink(_ version: RemoteVersion, beside target: Located, fetch: (ChunkDigest) throws -> [UInt8]) throws -> FileName {
+        var bytes: [UInt8] = []
+        for digest in version.chunks ?? [] { bytes += try fetch(digest) }
+        guard bytes.count == version.size, !bytes.isEmpty, !bytes.contains(0) else {
+            throw StoreSyncError("version \(version.number) of item \(version.item) is not a link's target")
+        }
+        let name = FileName(".docfs-sync-" + String(UInt64.random(in: 0...UInt64.max), radix: 16))
+        shared.ownChanges.changedName(name, in: target.folderKey, events: 2)  // created, moved away
+        shared.ownChanges.changedName(target.name, in: target.folderKey)
+        try check((bytes + [0]).withUnsafeBufferPointer { pointer in
+            pointer.withMemoryRebound(to: CChar.self) { symlinkat($0.baseAddress!, target.folder, name.cString) }
+        })
+        var times = [Self.timespec(version.modified), Self.timespec(version.modified)]
+        try check(utimensat(target.folder, name.cString, &times, AT_SYMLINK_NOFOLLOW))
+        return name
+    }
+
+    /// Renames the link made beside into place (over the old link there, or moving it).
+    private func placeLink(_ version: RemoteVersion, made link: FileName, at target: Located, old: Located?,
+                           view: Filesystem) throws(DocfsError) {
+        let samePlace = old.map { $0.folderKey == target.folderKey && $0.name == target.name } ?? false
+        try check(docfs_renameat2(target.folder, link.cString, target.folder, target.name.cString,
+                                  samePlace ? 0 : UInt32(DOCFS_RENAME_NOREPLACE)))
+        if let old, !samePlace {
+            shared.ownChanges.changedName(old.name, in: old.folderKey)
+            unlinkat(old.folder, old.name.cString, 0)
+            view.deliver(.name(.deleted(wasReference: false), old.name, inFolder: old.folder, item: ItemID(rawValue: version.item)))
+        }
+        var st = stat()
+        try check(fstatat(target.folder, target.name.cString, &st, AT_SYMLINK_NOFOLLOW))
+        let here = ItemID.derived(fromBackingInode: UInt64(st.st_ino))
+        try index.setLink(local: Int64(bitPattern: here.rawValue), remote: Int64(bitPattern: version.item))
+        view.deliver(.name(.created, target.name, inFolder: target.folder, item: here))
+    }
+
     private func moveAndDescribe(_ version: RemoteVersion, from old: Located, to target: Located, view: Filesystem) throws(DocfsError) {
         let item = ItemID(rawValue: version.item)
+        if version.kind == .symlink {
+            // A link has no modes or attributes of its own: only its place and time travel.
+            let moved = old.folderKey != target.folderKey || old.name != target.name
+            if moved {
+                shared.ownChanges.changedName(old.name, in: old.folderKey)
+                shared.ownChanges.changedName(target.name, in: target.folderKey)
+                try check(docfs_renameat2(old.folder, old.name.cString, target.folder, target.name.cString, UInt32(DOCFS_RENAME_NOREPLACE)))
+            }
+            var times = [Self.timespec(version.modified), Self.timespec(version.modified)]
+            try check(utimensat(target.folder, target.name.cString, &times, AT_SYMLINK_NOFOLLOW))
+            var st = stat()
+            try check(fstatat(target.folder, target.name.cString, &st, AT_SYMLINK_NOFOLLOW))
+            view.deliver(.name(.moved(from: old.name, inFolder: old.folder, exchange: false), target.name, inFolder: target.folder,
+                               item: ItemID.derived(fromBackingInode: UInt64(st.st_ino))))
+            return
+        }
         let moved = old.folderKey != target.folderKey || old.name != target.name
         if moved {
             shared.ownChanges.changedName(old.name, in: old.folderKey)

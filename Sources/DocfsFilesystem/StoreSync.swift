@@ -63,7 +63,30 @@ public final class StoreSync: SyncedStore {
     /// Every item the index knows (documents and data, not references): what linking a store
     /// with documents to a remote sends up.
     public func allItems() throws -> [UInt64] {
-        try index.allItemIDs().map { UInt64(bitPattern: $0) }.filter { !ItemID(rawValue: $0).isDerived }
+        try index.allItemIDs().compactMap { id in
+            let local = UInt64(bitPattern: id)
+            guard ItemID(rawValue: local).isDerived else { return local }
+            // Of the items without ids of their own, symbolic links travel (under one given now).
+            guard let place = try index.places(id: id).first, try index.record(at: place.location)?.kind == "symlink" else { return nil }
+            return try remoteID(ofLocal: local)
+        }
+    }
+
+    // MARK: Symbolic links' ids
+
+    /// The id the item `local` here has on every machine: its own, but for a symbolic link,
+    /// whose id here is derived from its inode: the one recorded for it, given now if none is.
+    func remoteID(ofLocal local: UInt64) throws -> UInt64 {
+        guard ItemID(rawValue: local).isDerived else { return local }
+        if let remote = try index.remoteLink(local: Int64(bitPattern: local)) { return UInt64(bitPattern: remote) }
+        let remote = try shared.store.itemIDs.allocate().rawValue
+        try index.setLink(local: Int64(bitPattern: local), remote: Int64(bitPattern: remote))
+        return remote
+    }
+
+    /// The id here of the item every machine knows as `remote`.
+    func localID(ofRemote remote: UInt64) throws -> UInt64 {
+        try index.localLink(remote: Int64(bitPattern: remote)).map { UInt64(bitPattern: $0) } ?? remote
     }
 
     /// Puts `items` in the outbox (linking sends the store's items up).
@@ -80,7 +103,7 @@ public final class StoreSync: SyncedStore {
     // MARK: The outbox
 
     public func pendingChanges(limit: Int) throws -> [OutboxEntry] {
-        try index.outbox(limit: limit).map { OutboxEntry(sequence: UInt64($0.position), item: UInt64(bitPattern: $0.item)) }
+        try index.outbox(limit: limit).map { OutboxEntry(sequence: UInt64($0.position), item: try remoteID(ofLocal: UInt64(bitPattern: $0.item))) }
     }
 
     public func acknowledge(_ entry: OutboxEntry) throws {
@@ -91,13 +114,15 @@ public final class StoreSync: SyncedStore {
 
     /// Where `item` is in the store: its first name in a container's documents or data.
     func place(of item: UInt64) throws -> StorePlace? {
-        for (location, _) in try index.places(id: Int64(bitPattern: item)) {
+        for (location, _) in try index.places(id: Int64(bitPattern: try localID(ofRemote: item))) {
             guard let container = try? ContainerID(location.container), let scope = Scope(rawValue: location.scope),
                   scope != .external else { continue }
             return StorePlace(container: container, scope: scope, path: location.path)
         }
         return nil
     }
+
+    public func isGone(_ item: UInt64) throws -> Bool { try place(of: item) == nil }
 
     public func current(_ item: UInt64) throws -> LocalItem? {
         guard let place = try place(of: item), !place.isScopeRoot else { return nil }
@@ -114,7 +139,11 @@ public final class StoreSync: SyncedStore {
         case S_IFLNK: kind = .symlink
         default: return nil
         }
-        if kind != .symlink, ItemAttributes.id(ofDescriptor: fd)?.rawValue != item { return nil }
+        if kind == .symlink {
+            guard ItemID.derived(fromBackingInode: UInt64(st.st_ino)).rawValue == (try localID(ofRemote: item)) else { return nil }
+        } else if ItemAttributes.id(ofDescriptor: fd)?.rawValue != item {
+            return nil
+        }
         let slash = place.path.lastIndex(of: "/")!
         let parentPlace = StorePlace(container: place.container, scope: place.scope, path: String(place.path[..<slash]))
         var parent: UInt64 = 0
@@ -251,7 +280,7 @@ public final class StoreSync: SyncedStore {
             folder = place
         }
         let location = IndexLocation(container: container, scope: scope, path: folder.path + "/" + name)
-        return try index.record(at: location).map { UInt64(bitPattern: $0.id) }
+        return try index.record(at: location).map { try remoteID(ofLocal: UInt64(bitPattern: $0.id)) }
     }
 
     // MARK: Sync states and the anchor

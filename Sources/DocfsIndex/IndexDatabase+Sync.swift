@@ -113,10 +113,33 @@ extension IndexDatabase {
         try write { db in try db.execute(sql: "DELETE FROM syncParked WHERE sequence = ?", arguments: [sequence]) }
     }
 
+    /// The id a symbolic link has on every machine, by the one derived here; nil: none yet.
+    public func remoteLink(local: Int64) throws(DocfsError) -> Int64? {
+        try readSync { db in try Int64.fetchOne(db, sql: "SELECT remote FROM syncLinks WHERE local = ?", arguments: [local]) }
+    }
+
+    /// The id derived here of the symbolic link whose id everywhere is `remote`.
+    public func localLink(remote: Int64) throws(DocfsError) -> Int64? {
+        try readSync { db in try Int64.fetchOne(db, sql: "SELECT local FROM syncLinks WHERE remote = ?", arguments: [remote]) }
+    }
+
+    /// Records that the link `local` here is `remote` everywhere (replacing what either was).
+    public func setLink(local: Int64, remote: Int64) throws(DocfsError) {
+        try write { db in
+            try db.execute(sql: "DELETE FROM syncLinks WHERE local = ? OR remote = ?", arguments: [local, remote])
+            try db.execute(sql: "INSERT INTO syncLinks (local, remote) VALUES (?, ?)", arguments: [local, remote])
+        }
+    }
+
+    public func forgetLink(remote: Int64) throws(DocfsError) {
+        try write { db in try db.execute(sql: "DELETE FROM syncLinks WHERE remote = ?", arguments: [remote]) }
+    }
+
     /// Forgets every sync record (the store was unlinked, or linked to another remote).
     public func forgetSync() throws(DocfsError) {
         try write { db in
             try db.execute(sql: "DELETE FROM syncParked")
+            try db.execute(sql: "DELETE FROM syncLinks")
             try db.execute(sql: "DELETE FROM outbox")
             try db.execute(sql: "DELETE FROM syncItems")
             try db.execute(sql: "DELETE FROM meta WHERE key = 'syncAnchor'")

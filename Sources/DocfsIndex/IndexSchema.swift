@@ -18,6 +18,8 @@ import GRDB
 ///               sync engine encodes it
 ///     syncParked changes of the remote's log that could not be applied here yet (a folder not
 ///               here, a name refused), with why, tried again later
+///     syncLinks the id a symbolic link has on every machine, by the id derived from its inode
+///               here
 ///
 /// A step that only adds (an index on a column) keeps the rows: an index that has not run it is
 /// migrated in place when opened for writing, without a rebuild.
@@ -113,6 +115,9 @@ enum IndexSchema {
         // Changes of the remote's log this machine could not apply yet, tried again later.
         migrator.registerMigration(newest) { db in
             try db.execute(sql: "CREATE TABLE syncParked (sequence INTEGER PRIMARY KEY, change BLOB NOT NULL, problem TEXT NOT NULL)")
+            // Symbolic links carry no id in the store (theirs is derived from the inode here):
+            // the id they have on every machine, by the one they have here.
+            try db.execute(sql: "CREATE TABLE syncLinks (local INTEGER PRIMARY KEY, remote INTEGER NOT NULL UNIQUE)")
         }
         return migrator
     }

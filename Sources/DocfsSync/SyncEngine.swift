@@ -78,12 +78,27 @@ public final class SyncEngine: Sendable {
         while true {
             let entries = try SyncError.local("read the outbox") { try store.pendingChanges(limit: 100) }
             if entries.isEmpty { return }
-            for entry in entries {
+            for entry in try goneFilesFirst(entries) {
                 try checkStop()
                 try upload(entry, &round)
                 try SyncError.local("acknowledge outbox entry \(entry.sequence)") { try store.acknowledge(entry) }
             }
         }
+    }
+
+    /// The entries of files and links gone here first: a name one of them held may be taken
+    /// by an item made here since (`ln -sf`, a file renamed over another), and other machines
+    /// must see the name free before the new item claims it, or they would rename it aside.
+    /// Folders keep their place: what was moved out of one must go before it goes.
+    private func goneFilesFirst(_ entries: [OutboxEntry]) throws(SyncError) -> [OutboxEntry] {
+        var gone: [OutboxEntry] = [], rest: [OutboxEntry] = []
+        for entry in entries {
+            let isGoneFile = try SyncError.local("look for item \(entry.item)") {
+                try store.isGone(entry.item) && (try store.syncState(of: entry.item))?.version.kind != .folder
+            }
+            if isGoneFile { gone.append(entry) } else { rest.append(entry) }
+        }
+        return gone + rest
     }
 
     private func upload(_ entry: OutboxEntry, _ round: inout Round, depth: Int = 0) throws(SyncError) {
@@ -344,8 +359,8 @@ public final class SyncEngine: Sendable {
     /// Applies `version` (committed at `sequence` of the log, when known) through the store,
     /// under the name the naming rule gives it here.
     private func apply(_ version: RemoteVersion, committedAt sequence: UInt64? = nil, expecting expected: ApplyExpectation,
-                       keepingHereAsConflict: UInt64?) throws(SyncError) -> ApplyOutcome {
-        let name = try placement(of: version, committedAt: sequence)
+                       keepingHereAsConflict: UInt64?, depth: Int = 0) throws(SyncError) -> ApplyOutcome {
+        let name = try placement(of: version, committedAt: sequence, depth: depth)
         return try SyncError.local("apply version \(version.number) of item \(version.item)") {
             try store.apply(version, placedAs: name, expecting: expected,
                             keepingHereAsConflict: keepingHereAsConflict) { digest in try self.fetch(digest) }
@@ -355,10 +370,15 @@ public final class SyncEngine: Sendable {
     /// The name `version`'s item takes here: its own, unless another item holds it (two
     /// items claimed one name). Then the later of the two (`SyncNames`) takes a new name: the
     /// incoming one (the name it is placed as), or the one here (moved aside first).
-    private func placement(of version: RemoteVersion, committedAt sequence: UInt64?) throws(SyncError) -> String {
+    private func placement(of version: RemoteVersion, committedAt sequence: UInt64?, depth: Int) throws(SyncError) -> String {
         guard !version.deleted else { return version.name }
-        let holder = try SyncError.local("look up a name") {
+        var holder = try SyncError.local("look up a name") {
             try store.item(named: version.name, in: version.parent, container: version.container, scope: version.scope)
+        }
+        if let held = holder, held != version.item, depth < 8, try leaveEarly(held, depth: depth) {
+            holder = try SyncError.local("look up a name") {
+                try store.item(named: version.name, in: version.parent, container: version.container, scope: version.scope)
+            }
         }
         guard let holder, holder != version.item else { return version.name }
         let state = try syncState(of: version.item)
@@ -372,6 +392,22 @@ public final class SyncEngine: Sendable {
         if incoming > held || (incoming == held && version.item > holder) { return freeName }
         try SyncError.local("move item \(holder) aside for item \(version.item)") { try store.moveAside(holder, to: freeName) }
         return version.name
+    }
+
+    /// The item holding a name here may have left it on the remote already, later in the log
+    /// (`ln -sf`, a file renamed over another: the new item went up before the old one's
+    /// tombstone): its current version is applied now, out of turn, so the name is free for
+    /// the item that took it. Answers whether it was.
+    private func leaveEarly(_ holder: UInt64, depth: Int) throws(SyncError) -> Bool {
+        guard let state = try syncState(of: holder),
+              let current = try SyncError.remote({ () throws(RemoteError) in try remote.currentVersion(of: holder) }),
+              current.number > state.number, current.deleted || current.parent != state.version.parent || current.name != state.version.name
+                  || current.container != state.version.container || current.scope != state.version.scope else { return false }
+        guard try apply(current, expecting: ApplyExpectation(state.version), keepingHereAsConflict: nil, depth: depth + 1) == .applied else {
+            return false
+        }
+        try settle(current, number: current.number, sequence: nil, after: state)
+        return true
     }
 
     private func fetch(_ digest: ChunkDigest) throws -> [UInt8] {

@@ -133,6 +133,8 @@ public protocol SyncedStore: Sendable {
 
     /// The item as the store has it now; nil when it is gone.
     func current(_ item: UInt64) throws -> LocalItem?
+    /// Whether the item is gone here (cheaper than `current`: nothing is read).
+    func isGone(_ item: UInt64) throws -> Bool
     /// A container's display name and whether the user view shows it; nil for the default
     /// container (every store has it) and one not here.
     func describeContainer(_ container: String) -> (name: String, isPublic: Bool)?

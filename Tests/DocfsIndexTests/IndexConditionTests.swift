@@ -67,6 +67,7 @@ import Testing
             try db.execute(sql: "DROP TABLE outbox")
             try db.execute(sql: "DROP TABLE syncItems")
             try db.execute(sql: "DROP TABLE syncParked")
+            try db.execute(sql: "DROP TABLE syncLinks")
             try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier IN ('v3-dates', 'v4-sync', ?)", arguments: [IndexSchema.newest])
         }
         try queue.close()

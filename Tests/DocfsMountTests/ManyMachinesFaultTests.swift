@@ -37,15 +37,24 @@ import Glibc
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
         #expect(try a.link(uri).status == 0)
         #expect(try b.link(uri).status == 0)
+        // Another session locks the table commits write (chunks still go up): a's upload
+        // cannot finish, so it is surely under way when a dies.
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/bin/sh")
+        holder.arguments = ["-c", "'\(ThrowawayPostgresScript.path)' psql '\(server.folder)' -d \(uri.databaseName) -c \"$0\" >/dev/null 2>&1",
+                            "BEGIN; LOCK TABLE docfs.items IN EXCLUSIVE MODE; SELECT pg_sleep(120); COMMIT;"]
+        try holder.run()
+        defer { if holder.isRunning { kill(holder.processIdentifier, SIGTERM) } }
+        #expect(Self.within(10) {
+            Self.count(server, "SELECT count(*) FROM pg_locks WHERE relation = 'docfs.items'::regclass AND mode = 'ExclusiveLock' AND granted", uri) == 1
+        } != nil)
         #expect(try shell("head -c 160M /dev/urandom > '\(a.path("big.bin"))'").status == 0)
-        // Some of its chunks are on the server, no version names them yet: a dies.
-        let uploading = Self.within(60) {
-            Self.count(server, "SELECT count(*) FROM docfs.chunks", uri) >= 8
-                && Self.count(server, "SELECT count(*) FROM docfs.versions WHERE name = 'big.bin'", uri) == 0
-        }
+        let uploading = Self.within(60) { Self.count(server, "SELECT count(*) FROM docfs.chunks", uri) >= 8 }
         try #require(uploading != nil, "the upload was never seen under way")
         kill(a.fixture.daemon!.processIdentifier, SIGKILL)
         a.fixture.daemon!.waitUntilExit()
+        _ = Self.count(server, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(120)%' AND pid <> pg_backend_pid()", uri)
+        holder.waitUntilExit()
         let sent = Self.count(server, "SELECT count(*) FROM docfs.chunks", uri)
         #expect(Self.count(server, "SELECT count(*) FROM docfs.versions WHERE name = 'big.bin'", uri) == 0)
         #expect(!FileManager.default.fileExists(atPath: b.path("big.bin")) && Self.workingFiles(in: b.fixture.documents).isEmpty)
@@ -279,6 +288,40 @@ import Glibc
         // And back: b's save in the container reaches a.
         try "an idea, improved\n".write(toFile: b.path("Notes/idea.txt"), atomically: false, encoding: .utf8)
         #expect(Self.within(10) { a.content("Notes/idea.txt") == "an idea, improved\n" } != nil)
+    }
+
+    /// Symbolic links travel (they carry no id in the store: each gets one every machine
+    /// shares): made, pointed elsewhere, renamed and removed on one machine, the same on another.
+    @Test func symbolicLinksTravel() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("links")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        func target(_ machine: Machine, _ name: String) -> String? {
+            try? FileManager.default.destinationOfSymbolicLink(atPath: machine.path(name))
+        }
+        try "the plan\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)
+        #expect(symlink("plan.txt", a.path("latest")) == 0)
+        #expect(Self.within(10) { target(b, "latest") == "plan.txt" && b.content("latest") == "the plan\n" } != nil)
+        // Pointed elsewhere as ln -sf does (a new link renamed over the old one).
+        #expect(symlink("other.txt", a.path(".latest.tmp")) == 0 && rename(a.path(".latest.tmp"), a.path("latest")) == 0)
+        #expect(Self.within(10) { target(b, "latest") == "other.txt" } != nil,
+                "\((try? FileManager.default.contentsOfDirectory(atPath: b.path(""))) ?? []) \((try? server.sql("SELECT item, number, name, kind, deleted, author_machine, sequence FROM docfs.versions ORDER BY sequence", database: uri.databaseName)) ?? "") \((try? b.status()) ?? [:]) \((try? a.status()) ?? [:])")
+        // Made on b, renamed on a, removed on b.
+        #expect(symlink("/etc/hostname", b.path("host")) == 0)
+        #expect(Self.within(10) { target(a, "host") == "/etc/hostname" } != nil)
+        #expect(rename(a.path("host"), a.path("host-link")) == 0)
+        #expect(Self.within(10) { target(b, "host-link") == "/etc/hostname" && target(b, "host") == nil } != nil)
+        #expect(unlink(b.path("host-link")) == 0)
+        #expect(Self.within(10) { target(a, "host-link") == nil } != nil)
+        #expect(target(a, "latest") == "other.txt" && target(b, "latest") == "other.txt")
+        for machine in [a, b] {
+            let status = try machine.status()
+            #expect(status["parked"] as? Int == 0 && status["lastError"] == nil, "\(machine.name): \(status)")
+        }
     }
 
     /// Linked machines sign bookmarks with one key: a bookmark made on one resolves on another

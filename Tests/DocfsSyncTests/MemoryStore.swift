@@ -190,6 +190,8 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func current(_ item: UInt64) throws -> LocalItem? { state.withLock { $0.items[item] } }
 
+    func isGone(_ item: UInt64) throws -> Bool { state.withLock { $0.items[item] == nil } }
+
     func putOffWhileWritten(_ item: UInt64) -> Bool { state.withLock { $0.writing.contains(item) } }
 
     func describeContainer(_ container: String) -> (name: String, isPublic: Bool)? { nil }

@@ -167,6 +167,30 @@ final class FlakyRemote: Remote {
         #expect(b.text(of: orphan) == "in a folder that is late" && b.item(orphan)?.parent == folder && b.parkedCount == 0)
     }
 
+    /// A file renamed over another on one machine can reach the log before the other's
+    /// tombstone (`ln -sf`, `mv new old`): another machine frees the name by taking the old
+    /// item's later version out of turn, instead of renaming the new item aside.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aNameTakenOverBeforeItsOldItemsTombstoneStaysTheNewItems(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let a = machines[0], b = machines[1]
+        let old = a.create("x.txt", text: "old")
+        try machines.settle()
+        let replacement: UInt64 = 7_000_001
+        let text = Array("new".utf8)
+        let digest = text.withUnsafeBytes { ChunkDigest(of: $0) }
+        try machines.remote.putChunk(digest, bytes: text)
+        _ = try machines.remote.commit(RemoteVersion(item: replacement, container: "docfs.default", name: "x.txt", kind: .file, base: 0,
+                                                     manifest: [digest], size: 3, modified: 5, author: a.author), operation: "new")
+        var tombstone = try #require(try machines.remote.currentVersion(of: old))
+        tombstone.base = tombstone.number
+        tombstone.deleted = true
+        _ = try machines.remote.commit(tombstone, operation: "gone")
+        try machines.sync(1)
+        #expect(b.item(replacement)?.name == "x.txt" && b.text(of: replacement) == "new" && b.item(old) == nil)
+        #expect(b.pending == 0 && b.parkedCount == 0)
+    }
+
     /// A file a writer has open is not a save yet (an open with O_TRUNC is stitched before the
     /// writes): nothing of it goes up until the writer closes.
     @Test(arguments: RemoteUnderTest.allCases)
