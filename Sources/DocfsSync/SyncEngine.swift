@@ -227,6 +227,7 @@ public final class SyncEngine: Sendable {
         proposal.base = current.number
         proposal.author = store.author
         proposal.resolves = ours.resolves
+        proposal.number = ours.number  // the save's number here, as for any proposal
         let outcome = try SyncError.remote { () throws(RemoteError) in
             try remote.commit(proposal, operation: operation + "/onto-\(current.number)", whenStale: .refuse)
         }

@@ -13,14 +13,18 @@ import Glibc
 /// links that cannot work refused in one line, changing nothing.
 @Suite(.serialized) struct ManyMachinesTests {
     /// A machine: a store, its daemon once mounted, and a home of its own (its ~/.pgpass).
-    final class Machine {
+    final class Machine: @unchecked Sendable {
         let fixture: MountFixture
         let name: String
         var home: String { fixture.root }
 
-        init(_ name: String, mounted: Bool) throws {
+        init(_ name: String, mounted: Bool, settings: String? = nil) throws {
             self.name = name
             fixture = try MountFixture(mount: false)
+            if let settings {
+                try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
+                try settings.write(toFile: fixture.store + "/settings.json", atomically: false, encoding: .utf8)
+            }
             fixture.daemonEnvironment = ["HOME": fixture.root]
             if mounted { try fixture.start() }
         }
