@@ -109,16 +109,18 @@ public enum RemoteLinking {
         return total
     }
 
-    /// Removes the chunks on the store's remote that no version names and nobody used for
-    /// `seconds` (`docfs remote sweep`; daemons also sweep once a day).
-    public static func sweep(_ layout: StoreLayout, unusedFor seconds: Double) throws(DocfsError) -> ChunkSweep {
+    /// Prunes the remote's log of versions older than `pruning` seconds, when asked, then
+    /// removes the chunks no version names and nobody used for `seconds` (`docfs remote
+    /// sweep`; daemons do both once a day, keeping 30 days of versions).
+    public static func sweep(_ layout: StoreLayout, unusedFor seconds: Double, pruning: Double?) throws(DocfsError) -> (pruned: Int, swept: ChunkSweep) {
         guard let link = try RemoteLink.load(layout) else {
             throw DocfsError(.invalidArgument, "the store is not linked to a remote: docfs remote link URI links it")
         }
         do {
             let remote = try PostgresRemote(try PostgresLocation(link.uri), machine: link.machine)
             defer { remote.close() }
-            return try remote.sweepChunks(unusedFor: seconds)
+            let pruned = try pruning.map { age throws(RemoteError) in try remote.prune(olderThan: age) } ?? 0
+            return (pruned, try remote.sweepChunks(unusedFor: seconds))
         } catch {
             throw DocfsError(.invalidArgument, "\(error)")
         }

@@ -290,6 +290,10 @@ public final class StoreSync: SyncedStore {
         return try JSONDecoder().decode(ItemSyncState.self, from: Data(bytes))
     }
 
+    public func syncedItems() throws -> [UInt64] {
+        try index.syncedItems().map { UInt64(bitPattern: $0) }
+    }
+
     public func setSyncState(_ state: ItemSyncState?, of item: UInt64) throws {
         try index.setSyncState(try state.map { Array(try JSONEncoder().encode($0)) }, of: Int64(bitPattern: item))
     }

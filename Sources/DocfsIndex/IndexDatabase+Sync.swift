@@ -60,6 +60,11 @@ extension IndexDatabase {
         try readSync { db in try Data.fetchOne(db, sql: "SELECT state FROM syncItems WHERE item = ?", arguments: [item]).map { Array($0) } }
     }
 
+    /// Every item with a sync state.
+    public func syncedItems() throws(DocfsError) -> [Int64] {
+        try readSync { db in try Int64.fetchAll(db, sql: "SELECT item FROM syncItems ORDER BY item") }
+    }
+
     public func setSyncState(_ state: [UInt8]?, of item: Int64) throws(DocfsError) {
         try write { db in
             if let state {

@@ -76,11 +76,16 @@ public final class PostgresRemote: Remote {
     public func changes(after anchor: RemoteAnchor, limit: Int) throws(RemoteError) -> (changes: [RemoteChange], next: RemoteAnchor) {
         guard limit > 0 else { throw RemoteError(.refused, "a page of changes holds at least one") }
         let logger = logger
-        let rows = try perform("read the change log") { connection in
-            try await connection.query("""
+        let (rows, horizon) = try perform("read the change log") { connection in
+            let horizon = try await Self.horizon(on: connection, logger: logger)
+            let rows = try await connection.query("""
                 SELECT \(unescaped: Self.versionColumns) FROM docfs.versions
                 WHERE sequence > \(Int64(bitPattern: anchor.sequence)) ORDER BY sequence LIMIT \(limit)
                 """, logger: logger).collect()
+            return (rows, horizon)
+        }
+        if Int64(bitPattern: anchor.sequence) < horizon {
+            throw RemoteError(.pastRetention, "the remote's log no longer holds the changes after \(anchor.sequence): listing every item")
         }
         var changes: [RemoteChange] = []
         for row in rows {

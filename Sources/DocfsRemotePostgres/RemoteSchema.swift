@@ -61,6 +61,10 @@ enum RemoteSchema {
             "ALTER TABLE docfs.versions ADD COLUMN resolves boolean NOT NULL DEFAULT false",
             // The container's display name and visibility (a machine without it makes it).
             "ALTER TABLE docfs.versions ADD COLUMN container_name text, ADD COLUMN container_public boolean",
+            // When each version committed (the log's retention prunes by it), and the highest
+            // sequence a prune removed (an anchor below it lists every item again).
+            "ALTER TABLE docfs.versions ADD COLUMN committed timestamptz NOT NULL DEFAULT now()",
+            "INSERT INTO docfs.meta VALUES ('log_horizon', '0')",
         ],
     ]
 

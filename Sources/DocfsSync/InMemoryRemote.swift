@@ -15,6 +15,9 @@ public final class InMemoryRemote: Remote {
         /// When each chunk was last put or looked for (a sweep spares the recent ones).
         var used: [ChunkDigest: Double] = [:]
         var storeKey: [UInt8]?
+        /// When each change was committed (by sequence), and the highest one a prune removed.
+        var committed: [UInt64: Double] = [:]
+        var horizon: UInt64 = 0
         var log: [RemoteChange] = []
         /// Each item's current version, and the highest number it has given.
         var current: [UInt64: RemoteVersion] = [:]
@@ -39,7 +42,10 @@ public final class InMemoryRemote: Remote {
 
     public func changes(after anchor: RemoteAnchor, limit: Int) throws(RemoteError) -> (changes: [RemoteChange], next: RemoteAnchor) {
         guard limit > 0 else { throw RemoteError(.refused, "a page of changes holds at least one") }
-        return state.withLock { state in
+        return try state.withLock { (state: inout State) throws(RemoteError) in
+            if anchor.sequence < state.horizon {
+                throw RemoteError(.pastRetention, "the remote's log no longer holds the changes after \(anchor.sequence): listing every item")
+            }
             // The log is in sequence order: the first change past the anchor, by bisection.
             var low = 0, high = state.log.count
             while low < high {
@@ -96,6 +102,7 @@ public final class InMemoryRemote: Remote {
             state.numbers[proposal.item] = version.number
             version.conflict = proposal.base != current
             let sequence = state.nextSequence()
+            state.committed[sequence] = Self.now()
             if !version.conflict { state.current[proposal.item] = version }
             state.log.append(RemoteChange(sequence: sequence, version: version))
             let outcome: RemoteCommitOutcome = version.conflict
@@ -124,6 +131,51 @@ public final class InMemoryRemote: Remote {
 
     public func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {
         state.withLock { $0.current[item] }
+    }
+
+    public func head() throws(RemoteError) -> RemoteAnchor {
+        state.withLock { RemoteAnchor(sequence: $0.sequence) }
+    }
+
+    public func listing(after item: UInt64, limit: Int) throws(RemoteError) -> [RemoteChange] {
+        state.withLock { state in
+            let items = state.current.keys.filter { $0 > item }.sorted().prefix(limit)
+            return items.compactMap { id in
+                guard let version = state.current[id] else { return nil }
+                let sequence = state.log.last { $0.version.item == id && $0.version.number == version.number }?.sequence ?? 0
+                return RemoteChange(sequence: sequence, version: version)
+            }
+        }
+    }
+
+    public func prune(olderThan seconds: Double) throws(RemoteError) -> Int {
+        let before = Self.now() - seconds
+        return state.withLock { state in
+            let committed = state.committed
+            let old = { (change: RemoteChange) in committed[change.sequence, default: 0] <= before }
+            let gone = Set(state.current.values.filter { version in
+                version.deleted && state.log.contains { $0.version.item == version.item && $0.version.number == version.number && old($0) }
+            }.map(\.item))
+            let resolved = Dictionary(state.log.filter { $0.version.resolves == true && old($0) }.map { ($0.version.item, $0.version.number) },
+                                      uniquingKeysWith: max)
+            let current = state.current
+            var removed = 0
+            var horizon = state.horizon
+            state.log.removeAll { change in
+                let version = change.version
+                let isCurrent = current[version.item]?.number == version.number
+                let drop = gone.contains(version.item)
+                    || (old(change) && !isCurrent && (!version.conflict || (resolved[version.item] ?? 0) > version.number))
+                if drop {
+                    horizon = max(horizon, change.sequence)
+                    removed += 1
+                }
+                return drop
+            }
+            state.horizon = horizon
+            for item in gone { state.current[item] = nil }
+            return removed
+        }
     }
 
     public func changeCount(after anchor: RemoteAnchor) throws(RemoteError) -> Int {

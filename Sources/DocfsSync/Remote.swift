@@ -11,7 +11,8 @@ import DocfsChunks
 /// operation id, so a retry after a lost answer is applied once.
 public protocol Remote: Sendable {
     /// The changes committed after `anchor`, oldest first, at most `limit`, and the anchor to
-    /// read from next (past the last one given; `anchor` itself when there are none).
+    /// read from next (past the last one given; `anchor` itself when there are none). Throws
+    /// `.pastRetention` when a prune removed changes after `anchor`.
     func changes(after anchor: RemoteAnchor, limit: Int) throws(RemoteError) -> (changes: [RemoteChange], next: RemoteAnchor)
 
     /// Which of `digests` the remote does not hold (what an upload must put first).
@@ -46,6 +47,19 @@ public protocol Remote: Sendable {
     /// the log from its anchor), and after the watch reconnects (a wake-up lost meanwhile is
     /// made up for). Runs until the answered watch is cancelled.
     func watchChanges(_ wake: @escaping @Sendable () -> Void) -> RemoteWatch
+
+    /// The log's newest sequence: where a machine that listed every item goes on from.
+    func head() throws(RemoteError) -> RemoteAnchor
+
+    /// Every item's current version (a deleted one's tombstone while the log keeps it), with
+    /// the sequence it was committed at, by item id after `item`, at most `limit`.
+    func listing(after item: UInt64, limit: Int) throws(RemoteError) -> [RemoteChange]
+
+    /// Removes from the log what no machine in step needs (DESIGN §9: the log's retention):
+    /// earlier versions and resolved conflict versions committed more than `seconds` ago, and
+    /// items deleted that long ago. A machine whose anchor is older lists every item again.
+    /// Their chunks go at the next sweep.
+    func prune(olderThan seconds: Double) throws(RemoteError) -> Int
 
     /// How many changes the log holds after `anchor` (what is waiting to come down).
     func changeCount(after anchor: RemoteAnchor) throws(RemoteError) -> Int
@@ -115,6 +129,9 @@ public struct RemoteError: Error, Equatable, CustomStringConvertible, Sendable {
         case missingChunks([ChunkDigest])
         /// No such chunk or item.
         case notFound
+        /// The log no longer holds every change after the anchor (pruned): list every item's
+        /// current version instead (`listing`).
+        case pastRetention
     }
 
     public var kind: Kind

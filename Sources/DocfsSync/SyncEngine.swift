@@ -198,7 +198,17 @@ public final class SyncEngine: Sendable {
     private func resolve(_ ours: RemoteVersion, lostFrom state: ItemSyncState?, operation: String,
                          _ round: inout Round) throws(SyncError) {
         guard let current = try SyncError.remote({ () throws(RemoteError) in try remote.currentVersion(of: ours.item) }) else {
-            throw SyncError(remote: RemoteError(.refused, "item \(ours.item) has a stale base but no current version on the remote"))
+            // The remote no longer has the item at all (deleted, and pruned since): ours is new again.
+            guard !ours.deleted else { return }
+            var fresh = ours
+            fresh.base = 0
+            let outcome = try SyncError.remote { () throws(RemoteError) in
+                try remote.commit(fresh, operation: operation + "/afresh", whenStale: .refuse)
+            }
+            guard case .current(let number, let sequence) = outcome else {
+                throw SyncError(remote: RemoteError(.unreachable, "item \(ours.item) changed on the remote again while sending it afresh; trying again"))
+            }
+            return try committed(fresh, number: number, sequence: sequence, after: nil, &round)
         }
         guard let merged = SyncMerge.merge(ours: ours, theirs: current, base: state?.version) else {
             var conflict: UInt64?
@@ -282,6 +292,41 @@ public final class SyncEngine: Sendable {
         }
     }
 
+    /// The log no longer holds every change since this machine's anchor (it was away longer
+    /// than the log's retention): every item's current version is taken instead, each item
+    /// this machine knows that the remote no longer lists is gone (its tombstone was pruned),
+    /// and the anchor moves to the log's head read before the listing began (a change committed
+    /// meanwhile is read again from the log, and skipped if the listing gave it already).
+    private func relist(_ round: inout Round) throws(SyncError) {
+        let head = try SyncError.remote { () throws(RemoteError) in try remote.head() }
+        var listed = Set<UInt64>()
+        var after: UInt64 = 0
+        while true {
+            let from = after
+            let page = try SyncError.remote { () throws(RemoteError) in try remote.listing(after: from, limit: pageSize) }
+            // Folders first, outer ones before inner ones as far as a page tells.
+            for change in page.sorted(by: { ($0.version.kind == .folder ? 0 : 1) < ($1.version.kind == .folder ? 0 : 1) }) {
+                try checkStop()
+                listed.insert(change.version.item)
+                try takeOrPark(change, &round)
+            }
+            guard let last = page.last?.version.item, page.count == pageSize else { break }
+            after = last
+        }
+        let known = try SyncError.local("read the items in step") { try store.syncedItems() }
+        for item in known where !listed.contains(item) {
+            try checkStop()
+            guard let state = try syncState(of: item), !state.version.deleted else { continue }
+            var tombstone = state.version
+            tombstone.deleted = true
+            if try apply(tombstone, expecting: ApplyExpectation(state.version), keepingHereAsConflict: nil) == .applied {
+                try settle(tombstone, number: state.number, sequence: nil, after: state)
+                round.applied += 1
+            }
+        }
+        try SyncError.local("save the anchor") { try store.setAnchor(head) }
+    }
+
     /// Tries the parked changes again, oldest first: one that applies now (its folder came)
     /// or is no longer needed (a later version was applied) leaves the list.
     private func retryParked(_ round: inout Round) throws(SyncError) {
@@ -308,7 +353,16 @@ public final class SyncEngine: Sendable {
         var anchor = try SyncError.local("read the anchor") { try store.anchor() }
         while true {
             let from = anchor
-            let page = try SyncError.remote { () throws(RemoteError) in try remote.changes(after: from, limit: pageSize) }
+            let page: (changes: [RemoteChange], next: RemoteAnchor)
+            do {
+                page = try remote.changes(after: from, limit: pageSize)
+            } catch where error.kind == .pastRetention {
+                try relist(&round)
+                anchor = try SyncError.local("read the anchor") { try store.anchor() }
+                continue
+            } catch {
+                throw SyncError(remote: error)
+            }
             // A full page: how many more wait is worth one count (a first sync's progress).
             let waiting = page.changes.count < pageSize ? page.changes.count
                 : try SyncError.remote { () throws(RemoteError) in try remote.changeCount(after: from) }

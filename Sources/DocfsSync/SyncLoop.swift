@@ -35,10 +35,12 @@ public final class SyncLoop: Sendable {
     private let done = ThreadSemaphore()
     private let watch = Mutex<RemoteWatch?>(nil)
 
-    /// How often the loop sweeps the remote's unused chunks (`Remote.sweepChunks`), and how
-    /// long a chunk must have been unused to go.
+    /// How often the loop prunes the remote's log (versions older than `retention`, DESIGN §9)
+    /// and sweeps its unused chunks (`Remote.sweepChunks`), and how long a chunk must have been
+    /// unused to go.
     private let sweepInterval: Double
     private let sweepGrace: Double
+    public static let retention: Double = 30 * 86400
 
     public init(engine: SyncEngine, pollInterval: Double = 5, sweepInterval: Double = 86400, sweepGrace: Double = 3600,
                 log: @escaping @Sendable (String) -> Void) {
@@ -82,7 +84,8 @@ public final class SyncLoop: Sendable {
                 if Date().timeIntervalSince1970 >= nextSweep {
                     nextSweep = Date().timeIntervalSince1970 + sweepInterval
                     let swept = try SyncError.remote { () throws(RemoteError) in
-                        try engine.remote.sweepChunks(unusedFor: sweepGrace)
+                        _ = try engine.remote.prune(olderThan: Self.retention)
+                        return try engine.remote.sweepChunks(unusedFor: sweepGrace)
                     }
                     if swept.chunks > 0 { log("sync: swept \(swept.chunks) unused chunks (\(swept.bytes) bytes) from the remote") }
                 }

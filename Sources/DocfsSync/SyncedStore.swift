@@ -155,6 +155,8 @@ public protocol SyncedStore: Sendable {
     func item(named name: String, in parent: UInt64, container: String, scope: String) throws -> UInt64?
 
     func syncState(of item: UInt64) throws -> ItemSyncState?
+    /// Every item with a sync state (a relisting finds those the remote no longer has).
+    func syncedItems() throws -> [UInt64]
     func setSyncState(_ state: ItemSyncState?, of item: UInt64) throws
     /// Where this machine is in the remote's log (persisted).
     func anchor() throws -> RemoteAnchor

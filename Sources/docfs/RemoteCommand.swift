@@ -125,12 +125,21 @@ struct RemoteCommand: ParsableCommand {
         @Option(name: .long, help: ArgumentHelp("Spare chunks used in the last this many minutes.", valueName: "minutes"))
         var unusedFor: Double = 60
 
+        @Option(name: .long, help: ArgumentHelp(
+            "First prune the log of versions older than this many days (current versions stay; a machine away longer lists every item again).",
+            valueName: "days"))
+        var pruneOlderThan: Double?
+
         @OptionGroup var location: StoreLocation
 
         func run() throws {
             guard unusedFor >= 0 else { throw ValidationError("--unused-for takes minutes, 0 or more") }
+            guard (pruneOlderThan ?? 0) >= 0 else { throw ValidationError("--prune-older-than takes days, 0 or more") }
             let (layout, _) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
-            let swept = try reportingErrors { () throws(DocfsError) in try RemoteLinking.sweep(layout, unusedFor: unusedFor * 60) }
+            let (pruned, swept) = try reportingErrors { () throws(DocfsError) in
+                try RemoteLinking.sweep(layout, unusedFor: unusedFor * 60, pruning: pruneOlderThan.map { $0 * 86400 })
+            }
+            if pruneOlderThan != nil { print("pruned \(pruned) version\(pruned == 1 ? "" : "s") from the log") }
             print("swept \(swept.chunks) unused chunk\(swept.chunks == 1 ? "" : "s") (\(swept.bytes) bytes) from the remote")
         }
     }

@@ -324,6 +324,35 @@ import Glibc
         }
     }
 
+    /// A machine away while the log was pruned (its anchor is older than what the prune
+    /// removed, the tombstone of a deletion among it) lists every item when it is back, and
+    /// ends as the others: the deleted document goes, the edited one is current.
+    @Test func aMachineBackAfterAPruneListsEverythingAgain() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("pruned")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        try "soon deleted\n".write(toFile: a.path("old.txt"), atomically: false, encoding: .utf8)
+        try "v1\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { b.content("old.txt") == "soon deleted\n" && b.content("plan.txt") == "v1\n" } != nil)
+        b.fixture.stop()
+        #expect(unlink(a.path("old.txt")) == 0)
+        try "v2, while b was away\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
+        let pruned = try a.docfs("remote sweep --prune-older-than 0 --unused-for 0 --store '\(a.fixture.store)'")
+        #expect(pruned.status == 0 && pruned.output.contains("pruned") && !pruned.output.contains("pruned 0 "), "\(pruned.output)")
+        try b.fixture.start()
+        #expect(Self.within(20) { b.content("plan.txt") == "v2, while b was away\n" && b.content("old.txt") == nil } != nil)
+        let status = try b.status()
+        #expect(status["parked"] as? Int == 0 && status["lastError"] == nil, "\(status)")
+        // In step again through the log.
+        try "v3\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { b.content("plan.txt") == "v3\n" } != nil)
+    }
+
     /// Linked machines sign bookmarks with one key: a bookmark made on one resolves on another
     /// (the same id there, DESIGN §7).
     @Test func aBookmarkMadeOnOneMachineResolvesOnAnother() throws {

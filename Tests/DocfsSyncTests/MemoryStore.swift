@@ -228,6 +228,8 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func syncState(of item: UInt64) throws -> ItemSyncState? { state.withLock { $0.states[item] } }
 
+    func syncedItems() throws -> [UInt64] { state.withLock { Array($0.states.keys) } }
+
     func setSyncState(_ syncState: ItemSyncState?, of item: UInt64) throws {
         state.withLock { $0.states[item] = syncState }
     }

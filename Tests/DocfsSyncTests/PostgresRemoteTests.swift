@@ -81,7 +81,9 @@ import Testing
         // A remote of schema 1 (before chunks knew when they were last used) is migrated.
         try server.sql("""
             ALTER TABLE docfs.chunks DROP COLUMN used;
-            ALTER TABLE docfs.versions DROP COLUMN resolves, DROP COLUMN container_name, DROP COLUMN container_public;
+            ALTER TABLE docfs.versions DROP COLUMN resolves, DROP COLUMN container_name, DROP COLUMN container_public,
+                DROP COLUMN committed;
+            DELETE FROM docfs.meta WHERE key = 'log_horizon';
             UPDATE docfs.meta SET value = '1' WHERE key = 'schema_version'
             """, database: name)
         let older = try Self.link(uri)

@@ -134,6 +134,34 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try remote.sweepChunks(unusedFor: 0).chunks == 1)
     }
 
+    /// A prune keeps every item's current version and drops what came before (and items long
+    /// deleted); an anchor below what it removed is told to list every item instead.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aPruneKeepsCurrentVersionsAndSendsOlderAnchorsToTheListing(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        _ = try remote.commit(try Self.proposal(remote, item: 500, name: "kept.txt", text: "v1", base: 0), operation: "k1")
+        _ = try remote.commit(try Self.proposal(remote, item: 500, name: "kept.txt", text: "v2", base: 1), operation: "k2")
+        _ = try remote.commit(try Self.proposal(remote, item: 501, name: "gone.txt", text: "soon gone", base: 0), operation: "g1")
+        var tombstone = try #require(try remote.currentVersion(of: 501))
+        tombstone.base = tombstone.number
+        tombstone.deleted = true
+        _ = try remote.commit(tombstone, operation: "g2")
+        let head = try remote.head()
+        #expect(head.sequence == 4)
+        #expect(try remote.listing(after: 0, limit: 10).map(\.version.item) == [500, 501])
+        #expect(try remote.prune(olderThan: 3600) == 0)
+        #expect(try remote.prune(olderThan: 0) == 3)
+        #expect { try remote.changes(after: .start, limit: 10) } throws: { ($0 as? RemoteError)?.kind == .pastRetention }
+        let listed = try remote.listing(after: 0, limit: 10)
+        #expect(listed.map(\.version.item) == [500] && listed.first?.version.number == 2 && listed.first?.sequence == 2)
+        #expect(try remote.changes(after: head, limit: 10).changes.isEmpty)
+        #expect(try remote.currentVersion(of: 501) == nil)
+        #expect(try remote.fetchChunk(Array("v2".utf8).withUnsafeBytes { ChunkDigest(of: $0) }) == Array("v2".utf8))
+        // The pruned chunks go at the sweep; the current one stays.
+        #expect(try remote.sweepChunks(unusedFor: 0).chunks == 2)
+        #expect(try remote.fetchChunk(Array("v2".utf8).withUnsafeBytes { ChunkDigest(of: $0) }) == Array("v2".utf8))
+    }
+
     /// The first machine's bookmark key is the remote's; every later one is answered it.
     @Test(arguments: RemoteUnderTest.allCases)
     func theFirstBookmarkKeyProposedIsEveryMachines(_ kind: RemoteUnderTest) throws {

@@ -50,6 +50,18 @@ final class FlakyRemote: Remote {
         try check()
         return try base.currentVersion(of: item)
     }
+    func head() throws(RemoteError) -> RemoteAnchor {
+        try check()
+        return try base.head()
+    }
+    func listing(after item: UInt64, limit: Int) throws(RemoteError) -> [RemoteChange] {
+        try check()
+        return try base.listing(after: item, limit: limit)
+    }
+    func prune(olderThan seconds: Double) throws(RemoteError) -> Int {
+        try check()
+        return try base.prune(olderThan: seconds)
+    }
     func changeCount(after anchor: RemoteAnchor) throws(RemoteError) -> Int {
         try check()
         return try base.changeCount(after: anchor)
@@ -189,6 +201,44 @@ final class FlakyRemote: Remote {
         try machines.sync(1)
         #expect(b.item(replacement)?.name == "x.txt" && b.text(of: replacement) == "new" && b.item(old) == nil)
         #expect(b.pending == 0 && b.parkedCount == 0)
+    }
+
+    /// A machine away longer than the log's retention (a prune removed changes after its
+    /// anchor, tombstones among them) lists every item again and ends in step: what was
+    /// deleted meanwhile goes here too, what changed is taken, and the log goes on from there.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aMachineAwayPastTheLogsRetentionListsEverythingAgain(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let a = machines[0], c = machines[2]
+        let folder = a.create("Projects", text: nil, kind: .folder)
+        let deleted = a.create("old.txt", text: "to be deleted")
+        let edited = a.create("plan.txt", in: folder, text: "v1")
+        let renamed = a.create("draft.txt", text: "draft")
+        try machines.settle()
+        // c is away: a deletes, edits twice, renames, makes a new document in a new folder.
+        a.delete(deleted)
+        try machines.sync(0)
+        a.write(edited, "v2")
+        try machines.sync(0)
+        a.write(edited, "v3")
+        a.rename(renamed, to: "final.txt", in: folder)
+        let inner = a.create("Inner", in: folder, text: nil, kind: .folder)
+        let made = a.create("new.txt", in: inner, text: "made while c was away")
+        try machines.sync(0)
+        try machines.sync(1)
+        #expect(try machines.remote.prune(olderThan: 0) > 0)
+        #expect { try machines.remote.changes(after: .start, limit: 10) } throws: { ($0 as? RemoteError)?.kind == .pastRetention }
+        try machines.sync(2)
+        #expect(c.item(deleted) == nil && c.text(of: edited) == "v3" && c.item(renamed)?.name == "final.txt")
+        #expect(c.text(of: made) == "made while c was away" && c.tree() == a.tree() && c.parkedCount == 0)
+        // In step again: the next change comes through the log.
+        a.write(made, "after the relisting")
+        try machines.settle()
+        #expect(c.text(of: made) == "after the relisting" && c.tree() == a.tree())
+        // Nothing the current versions name was pruned.
+        #expect(try machines.remote.sweepChunks(unusedFor: 0).chunks >= 0)
+        try machines.sync(2)
+        #expect(c.tree() == a.tree())
     }
 
     /// A file a writer has open is not a save yet (an open with O_TRUNC is stitched before the

@@ -1,0 +1,84 @@
+import DocfsSync
+import Logging
+import PostgresNIO
+
+/// The log's retention on PostgreSQL (DESIGN §9): what a prune may remove, the horizon it
+/// leaves (the highest sequence removed: an anchor below it lists every item again), and the
+/// listing of every item's current version such a machine reads instead of the log.
+extension PostgresRemote {
+    public func head() throws(RemoteError) -> RemoteAnchor {
+        let logger = logger
+        let sequence = try perform("read the log's head") { connection in
+            try await connection.query("SELECT sequence FROM docfs.log_head WHERE id = 1", logger: logger)
+                .collect().first?.decode(Int64.self) ?? 0
+        }
+        return RemoteAnchor(sequence: UInt64(bitPattern: sequence))
+    }
+
+    public func listing(after item: UInt64, limit: Int) throws(RemoteError) -> [RemoteChange] {
+        guard limit > 0 else { throw RemoteError(.refused, "a page of the listing holds at least one item") }
+        let logger = logger
+        let columns = Self.versionColumns.split(separator: ",").map { "v." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            .joined(separator: ", ")
+        let rows = try perform("list every item") { connection in
+            try await connection.query("""
+                SELECT \(unescaped: columns) FROM docfs.versions v
+                JOIN docfs.items i ON i.item = v.item AND i.current_number = v.number
+                WHERE v.item > \(Int64(bitPattern: item)) ORDER BY v.item LIMIT \(limit)
+                """, logger: logger).collect()
+        }
+        var changes: [RemoteChange] = []
+        for row in rows {
+            let (version, sequence) = try Self.version(from: row)
+            changes.append(RemoteChange(sequence: sequence, version: version))
+        }
+        return changes
+    }
+
+    /// In one transaction, under the log's head (no commit interleaves): the versions to go
+    /// are those committed before the cutoff that are not current (conflict versions only once
+    /// a later version resolved them), and every version of an item deleted before it.
+    public func prune(olderThan seconds: Double) throws(RemoteError) -> Int {
+        let logger = logger
+        let removed = try perform("prune the change log", transaction: true) { connection in
+            try await connection.query("SELECT sequence FROM docfs.log_head WHERE id = 1 FOR UPDATE", logger: logger)
+            let cutoff = try await connection.query("""
+                SELECT COALESCE(max(sequence), 0) FROM docfs.versions WHERE committed < now() - make_interval(secs => \(seconds))
+                """, logger: logger).collect().first?.decode(Int64.self) ?? 0
+            var removed: [Int64] = []
+            for try await sequence in try await connection.query("""
+                WITH gone AS (
+                    SELECT i.item FROM docfs.items i JOIN docfs.versions v ON v.item = i.item AND v.number = i.current_number
+                    WHERE v.deleted AND v.sequence <= \(cutoff)),
+                resolved AS (
+                    SELECT item, max(number) AS number FROM docfs.versions WHERE resolves AND sequence <= \(cutoff) GROUP BY item)
+                DELETE FROM docfs.versions v USING docfs.items i
+                WHERE i.item = v.item AND (
+                    v.item IN (SELECT item FROM gone)
+                    OR (v.sequence <= \(cutoff) AND v.number <> i.current_number
+                        AND (NOT v.conflict OR v.number < COALESCE((SELECT r.number FROM resolved r WHERE r.item = v.item), 0))))
+                RETURNING v.sequence
+                """, logger: logger).decode(Int64.self) {
+                removed.append(sequence)
+            }
+            try await connection.query("""
+                DELETE FROM docfs.items i WHERE NOT EXISTS (SELECT 1 FROM docfs.versions v WHERE v.item = i.item)
+                """, logger: logger)
+            try await connection.query("DELETE FROM docfs.operations WHERE sequence <= \(cutoff)", logger: logger)
+            if let highest = removed.max() {
+                try await connection.query("""
+                    UPDATE docfs.meta SET value = greatest(value::bigint, \(highest))::text WHERE key = 'log_horizon'
+                    """, logger: logger)
+            }
+            return removed.count
+        }
+        return removed
+    }
+
+    /// The highest sequence a prune removed (0: none).
+    static func horizon(on connection: PostgresConnection, logger: Logger) async throws -> Int64 {
+        let text = try await connection.query("SELECT value FROM docfs.meta WHERE key = 'log_horizon'", logger: logger)
+            .collect().first?.decode(String.self)
+        return text.flatMap { Int64($0) } ?? 0
+    }
+}
