@@ -93,10 +93,12 @@ extension Filesystem {
     }
 
     /// The thumbnails' part of `change`: new content is queued for a look, a file's last name
-    /// gone takes its thumbnails with it.
+    /// gone takes its thumbnails with it. Content another machine saved is not looked at: its
+    /// thumbnail comes with it (a reader asking first has one made here).
     private func thumbnailsFollow(_ change: ChangeRecord) {
         switch change.kind {
         case .replaced, .newVersion:
+            guard !RemoteApplication.isApplying else { break }
             if let (folder, name) = change.place { contentChanged(name, inFolder: folder) }
         case .written:
             if let (folder, name) = change.place {

@@ -4,6 +4,7 @@ import DocfsCoordination
 import DocfsCore
 import DocfsProvider
 import DocfsSync
+import DocfsThumbnails
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -80,6 +81,9 @@ extension StoreSync {
                 return .applied
             }
         }
+        if outcome == .applied, version.kind == .file, let digest = version.thumbnail.flatMap({ ChunkDigest(hex: $0) }) {
+            installThumbnail(digest, of: version, view: view, fetch: fetch)
+        }
         if outcome == .applied {
             var names = [(folder: target.folderKey, name: target.name)]
             if let old { names.append((old.folderKey, old.name)) }
@@ -145,6 +149,35 @@ extension StoreSync {
                 shared.servedViews().first?.deliver(.name(.newVersion(ItemAttributes.version(ofDescriptor: fd), conflict: true),
                                                           document.name, inFolder: document.folder, item: item))
             }
+        }
+    }
+
+    /// The thumbnail set the saving machine made goes in for the content here (none is rendered
+    /// here then). A failure costs only a rendering here: it is reported, not thrown.
+    private func installThumbnail(_ digest: ChunkDigest, of version: RemoteVersion, view: Filesystem,
+                                  fetch: (ChunkDigest) throws -> [UInt8]) {
+        guard let thumbnails = shared.thumbnailer?.store else { return }
+        let item = ItemID(rawValue: version.item)
+        do {
+            let bytes = try fetch(digest)
+            guard bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else { throw StoreSyncError("its chunk came damaged") }
+            guard let place = try place(of: version.item) else { return }
+            let document = try Located(place: place, paths: shared.paths)
+            defer { document.close() }
+            try view.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
+                let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+                guard fd >= 0 else { throw DocfsError.errno("opening item \(item) for its thumbnail") }
+                defer { close(fd) }
+                var st = stat()
+                guard fstat(fd, &st) == 0, ItemAttributes.id(ofDescriptor: fd) == item else { return }
+                let stamp = ContentStamp(st, version: ItemAttributes.version(ofDescriptor: fd))
+                guard try thumbnails.installPortableSet(bytes, for: item, stamp: stamp) else { return }
+                RemoteApplication.$machine.withValue(version.author.machine) {
+                    view.deliver(.name(.attributes, document.name, inFolder: document.folder, item: item))  // hasThumbnail
+                }
+            }
+        } catch {
+            shared.problemSink("sync: the thumbnail of item \(item) that came with version \(version.number) could not be kept (\(error)); it is made here")
         }
     }
 

@@ -4,6 +4,7 @@ import DocfsCore
 import DocfsIndex
 import DocfsProvider
 import DocfsSync
+import DocfsThumbnails
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -106,6 +107,10 @@ public final class StoreSync: SyncedStore {
         try index.outbox(limit: limit).map { OutboxEntry(sequence: UInt64($0.position), item: try remoteID(ofLocal: UInt64(bitPattern: $0.item))) }
     }
 
+    public func requeue(_ item: UInt64) throws {
+        try index.enqueueForUpload([Int64(bitPattern: try localID(ofRemote: item))])
+    }
+
     public func acknowledge(_ entry: OutboxEntry) throws {
         try index.acknowledgeOutbox(Int64(entry.sequence))
     }
@@ -171,6 +176,22 @@ public final class StoreSync: SyncedStore {
                          name: String(place.path[place.path.index(after: slash)...]), kind: kind, manifest: manifest,
                          size: size, mode: UInt32(st.st_mode & 0o7777), modified: WriteSessions.seconds(st.st_mtim),
                          attributes: kind == .symlink ? [:] : Self.userAttributes(fd))
+    }
+
+    public func thumbnailSet(of item: UInt64) -> [UInt8]? {
+        guard let thumbnails = shared.thumbnailer?.store, let stamp = contentStamp(of: item) else { return nil }
+        return thumbnails.portableSet(of: ItemID(rawValue: item), stamp: stamp)
+    }
+
+    /// The stamp of the item's content here (what its thumbnail set is made from).
+    func contentStamp(of item: UInt64) -> ContentStamp? {
+        guard let place = try? place(of: item) else { return nil }
+        let fd = shared.paths.openPlace(place)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return nil }
+        return ContentStamp(st, version: ItemAttributes.version(ofDescriptor: fd))
     }
 
     public func describeContainer(_ container: String) -> (name: String, isPublic: Bool)? {
@@ -295,7 +316,16 @@ public final class StoreSync: SyncedStore {
     }
 
     public func setSyncState(_ state: ItemSyncState?, of item: UInt64) throws {
-        try index.setSyncState(try state.map { Array(try JSONEncoder().encode($0)) }, of: Int64(bitPattern: item))
+        let place = state.flatMap { $0.version.deleted ? nil : Self.placeKey($0.version.container, $0.version.scope, $0.version.parent, $0.version.name) }
+        try index.setSyncState(try state.map { Array(try JSONEncoder().encode($0)) }, of: Int64(bitPattern: item), place: place)
+    }
+
+    public func itemInStep(named name: String, in parent: UInt64, container: String, scope: String, other item: UInt64) throws -> UInt64? {
+        try index.syncedItem(at: Self.placeKey(container, scope, parent, name), except: Int64(bitPattern: item)).map { UInt64(bitPattern: $0) }
+    }
+
+    static func placeKey(_ container: String, _ scope: String, _ parent: UInt64, _ name: String) -> String {
+        "\(container)/\(scope)/\(parent)/\(name)"
     }
 
     public func anchor() throws -> RemoteAnchor {

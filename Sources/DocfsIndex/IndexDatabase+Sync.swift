@@ -65,10 +65,18 @@ extension IndexDatabase {
         try readSync { db in try Int64.fetchAll(db, sql: "SELECT item FROM syncItems ORDER BY item") }
     }
 
-    public func setSyncState(_ state: [UInt8]?, of item: Int64) throws(DocfsError) {
+    /// The item whose sync state puts it at `place` (as the engine spells places), other than `except`.
+    public func syncedItem(at place: String, except: Int64) throws(DocfsError) -> Int64? {
+        try readSync { db in
+            try Int64.fetchOne(db, sql: "SELECT item FROM syncItems WHERE place = ? AND item <> ? LIMIT 1", arguments: [place, except])
+        }
+    }
+
+    public func setSyncState(_ state: [UInt8]?, of item: Int64, place: String? = nil) throws(DocfsError) {
         try write { db in
             if let state {
-                try db.execute(sql: "INSERT OR REPLACE INTO syncItems (item, state) VALUES (?, ?)", arguments: [item, Data(state)])
+                try db.execute(sql: "INSERT OR REPLACE INTO syncItems (item, state, place) VALUES (?, ?, ?)",
+                               arguments: [item, Data(state), place])
             } else {
                 try db.execute(sql: "DELETE FROM syncItems WHERE item = ?", arguments: [item])
             }

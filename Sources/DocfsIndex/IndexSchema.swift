@@ -118,6 +118,9 @@ enum IndexSchema {
             // Symbolic links carry no id in the store (theirs is derived from the inode here):
             // the id they have on every machine, by the one they have here.
             try db.execute(sql: "CREATE TABLE syncLinks (local INTEGER PRIMARY KEY, remote INTEGER NOT NULL UNIQUE)")
+            // Where each item in step is on the remote: which item a new one takes a name from.
+            try db.execute(sql: "ALTER TABLE syncItems ADD COLUMN place TEXT")
+            try db.execute(sql: "CREATE INDEX syncItems_place ON syncItems (place)")
         }
         return migrator
     }

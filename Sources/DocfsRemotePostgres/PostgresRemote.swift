@@ -184,7 +184,8 @@ public final class PostgresRemote: Remote {
             for try await row in try await connection.query("""
                 WITH named AS (
                     SELECT DISTINCT substr(v.manifest, g * 64 + 1, 64) AS digest
-                    FROM docfs.versions v, generate_series(0, length(v.manifest) / 64 - 1) g),
+                    FROM docfs.versions v, generate_series(0, length(v.manifest) / 64 - 1) g
+                    UNION SELECT thumbnail FROM docfs.versions WHERE thumbnail IS NOT NULL),
                 swept AS (
                     DELETE FROM docfs.chunks c
                     WHERE c.used < now() - make_interval(secs => \(seconds))
@@ -249,11 +250,11 @@ public final class PostgresRemote: Remote {
         let manifest = proposal.manifest.joined()
         try await connection.query("""
             INSERT INTO docfs.versions (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified,
-                attributes, author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public)
+                attributes, author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public, thumbnail)
             VALUES (\(item), \(number), \(Int64(bitPattern: proposal.base)), \(proposal.container), \(proposal.scope),
                 \(Int64(bitPattern: proposal.parent)), \(proposal.name), \(proposal.kind.rawValue), \(manifest), \(proposal.size), \(Int64(proposal.mode)),
                 \(proposal.modified), \(attributes), \(proposal.author.machine), \(proposal.author.user), \(conflict),
-                \(proposal.deleted), \(sequence), \(proposal.resolves == true), \(proposal.containerName), \(proposal.containerPublic))
+                \(proposal.deleted), \(sequence), \(proposal.resolves == true), \(proposal.containerName), \(proposal.containerPublic), \(proposal.thumbnail))
             """, logger: logger)
         try await connection.query("""
             UPDATE docfs.items SET last_number = \(number), current_number = \(conflict ? current : number) WHERE item = \(item)
@@ -372,15 +373,15 @@ public final class PostgresRemote: Remote {
 
     static let versionColumns = """
         item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
-        author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public
+        author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public, thumbnail
         """
 
     static func version(from row: PostgresRow) throws(RemoteError) -> (version: RemoteVersion, sequence: UInt64) {
         do {
             let (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
-                 machine, user, conflict, deleted, sequence, resolves, containerName, containerPublic) = try row.decode(
+                 machine, user, conflict, deleted, sequence, resolves, containerName, containerPublic, thumbnail) = try row.decode(
                     (Int64, Int64, Int64, String, String, Int64, String, String, String, Int64, Int64, Double, Data,
-                     String, String, Bool, Bool, Int64, Bool, String?, Bool?).self)
+                     String, String, Bool, Bool, Int64, Bool, String?, Bool?, String?).self)
             guard let itemKind = RemoteItemKind(rawValue: kind), manifest.utf8.count % 64 == 0,
                   let mode = UInt32(exactly: mode) else {
                 throw RemoteError(.refused, "the remote's version \(number) of item \(item) is damaged")
@@ -403,6 +404,7 @@ public final class PostgresRemote: Remote {
             var read = version
             read.resolves = resolves ? true : nil
             (read.containerName, read.containerPublic) = (containerName, containerPublic)
+            read.thumbnail = thumbnail.flatMap { ChunkDigest(hex: $0) }?.hex
             return (read, UInt64(bitPattern: sequence))
         } catch let error as RemoteError {
             throw error

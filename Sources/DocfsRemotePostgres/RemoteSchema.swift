@@ -64,6 +64,8 @@ enum RemoteSchema {
             // When each version committed (the log's retention prunes by it), and the highest
             // sequence a prune removed (an anchor below it lists every item again).
             "ALTER TABLE docfs.versions ADD COLUMN committed timestamptz NOT NULL DEFAULT now()",
+            // The chunk of the content's thumbnail set, made by the machine that saved it.
+            "ALTER TABLE docfs.versions ADD COLUMN thumbnail text",
             "INSERT INTO docfs.meta VALUES ('log_horizon', '0')",
         ],
     ]

@@ -192,7 +192,7 @@ public final class InMemoryRemote: Remote {
     public func sweepChunks(unusedFor seconds: Double) throws(RemoteError) -> ChunkSweep {
         let before = Self.now() - seconds
         return state.withLock { state in
-            let named = Set(state.log.flatMap { $0.version.chunks ?? [] })
+            let named = Set(state.log.flatMap { ($0.version.chunks ?? []) + [$0.version.thumbnail.flatMap { ChunkDigest(hex: $0) }].compactMap { $0 } })
             var sweep = ChunkSweep(chunks: 0, bytes: 0)
             for (digest, bytes) in state.chunks where !named.contains(digest) && state.used[digest, default: 0] <= before {
                 state.chunks[digest] = nil

@@ -72,6 +72,9 @@ public struct RemoteVersion: Codable, Hashable, Sendable {
     /// container): a machine without the container makes it so.
     public var containerName: String?
     public var containerPublic: Bool?
+    /// The chunk holding the content's thumbnail set, made by the machine that saved it (other
+    /// machines install it rather than render their own); nil when none went with it.
+    public var thumbnail: String?
 
     public init(item: UInt64, container: String, scope: String = "documents", parent: UInt64 = 0, name: String, kind: RemoteItemKind,
                 number: UInt64 = 0, base: UInt64, manifest: [ChunkDigest], size: Int64, mode: UInt32 = 0o644,

@@ -110,13 +110,28 @@ public final class SyncEngine: Sendable {
         if let local, local.parent != 0, depth < 64, try syncState(of: local.parent) == nil {
             try upload(OutboxEntry(sequence: entry.sequence, item: local.parent), &round, depth: depth + 1)
         }
+        // A new item at a name an item gone here held on the remote (`ln -sf`, `mv new old`):
+        // the old one's tombstone goes first, or other machines would see the name taken and
+        // rename the new one aside.
+        if state == nil, let local, depth < 64, let previous = try SyncError.local("look up a name", {
+            try store.itemInStep(named: local.name, in: local.parent, container: local.container, scope: local.scope, other: item)
+        }), try SyncError.local("look for item \(previous)", { try store.isGone(previous) }) {
+            try upload(OutboxEntry(sequence: entry.sequence, item: previous), &round, depth: depth + 1)
+        }
         // The operation id is the outbox entry's: a retry after a lost answer is applied once.
         let operation = "\(store.author.machine)/\(item)/\(entry.sequence)"
         let proposal: RemoteVersion
         // A conflict resolved here goes up (as a version that says so) even when nothing else changed.
         let resolving = state?.resolvedHere == true
+        // The content's thumbnail, made here: it goes with the version, and when it was made
+        // after the content went up, alone (only the machine that saved the content sends it).
+        let thumbnail = local?.kind == .file ? store.thumbnailSet(of: item) : nil
+        let thumbnailDigest = thumbnail.map { bytes in bytes.withUnsafeBytes { ChunkDigest(of: $0) } }
         if let local {
-            if let state, LocalItem(state.version) == local, !resolving { return }  // in step already
+            if let state, LocalItem(state.version) == local, !resolving,
+               thumbnailDigest == nil || state.version.thumbnail == thumbnailDigest?.hex || state.version.author != store.author {
+                return  // in step already
+            }
             // Open for writing here: it goes up once the writer lets go.
             if local.kind == .file && store.putOffWhileWritten(item) { return }
             try uploadChunks(of: local)
@@ -124,6 +139,12 @@ public final class SyncEngine: Sendable {
             // The save's number here: the remote gives it when it can, so numbers agree.
             made.number = local.kind == .file ? store.versionNumber(of: item) : 0
             made.resolves = resolving ? true : nil
+            if let thumbnail, let thumbnailDigest {
+                if try SyncError.remote({ () throws(RemoteError) in try remote.missingChunks([thumbnailDigest]) }) == [thumbnailDigest] {
+                    try SyncError.remote { () throws(RemoteError) in try remote.putChunk(thumbnailDigest, bytes: thumbnail) }
+                }
+                made.thumbnail = thumbnailDigest.hex
+            }
             if let container = store.describeContainer(local.container) {
                 (made.containerName, made.containerPublic) = (container.name, container.isPublic)
             }
@@ -213,8 +234,11 @@ public final class SyncEngine: Sendable {
         guard let merged = SyncMerge.merge(ours: ours, theirs: current, base: state?.version) else {
             var conflict: UInt64?
             if !ours.deleted {
-                // Kept for every machine: in the log as a conflict version.
-                let outcome = try SyncError.remote { () throws(RemoteError) in try remote.commit(ours, operation: operation) }
+                // Kept for every machine: in the log as a conflict version, once for this content
+                // from this base however often the item is tried again.
+                let content = Array(ours.manifest.joined().utf8).withUnsafeBytes { ChunkDigest(of: $0).hex }
+                let once = "\(store.author.machine)/\(ours.item)/conflict-from-\(ours.base)/\(content)"
+                let outcome = try SyncError.remote { () throws(RemoteError) in try remote.commit(ours, operation: once) }
                 switch outcome {
                 case .conflict(let number, _):
                     conflict = number
@@ -265,6 +289,10 @@ public final class SyncEngine: Sendable {
         guard let current = fetched else { return }
         if try apply(current, expecting: ApplyExpectation(ours), keepingHereAsConflict: keepingOurs) == .applied {
             try settle(current, number: current.number, sequence: nil, after: state)
+        } else {
+            // Changed here again meanwhile: tried again next round (the content that lost
+            // stays kept as its conflict version, not committed twice).
+            try SyncError.local("queue item \(ours.item) again") { try store.requeue(ours.item) }
         }
         round.conflicts += keepingOurs != nil ? 1 : 0
         round.merged += keepingOurs != nil ? 0 : 1

@@ -130,6 +130,8 @@ public protocol SyncedStore: Sendable {
     func pendingChanges(limit: Int) throws -> [OutboxEntry]
     /// Removes `entry` from the outbox (durably): its item's state then went up.
     func acknowledge(_ entry: OutboxEntry) throws
+    /// Puts `item` in the outbox again (its round could not settle it).
+    func requeue(_ item: UInt64) throws
 
     /// The item as the store has it now; nil when it is gone.
     func current(_ item: UInt64) throws -> LocalItem?
@@ -138,6 +140,10 @@ public protocol SyncedStore: Sendable {
     /// A container's display name and whether the user view shows it; nil for the default
     /// container (every store has it) and one not here.
     func describeContainer(_ container: String) -> (name: String, isPublic: Bool)?
+
+    /// The thumbnail set made here from the item's current content, as it travels; nil when
+    /// none is made yet (or the store makes none).
+    func thumbnailSet(of item: UInt64) -> [UInt8]?
 
     /// The number of the item's current version here (its last save's; 0 when it has none).
     func versionNumber(of item: UInt64) -> UInt64
@@ -155,6 +161,9 @@ public protocol SyncedStore: Sendable {
     func item(named name: String, in parent: UInt64, container: String, scope: String) throws -> UInt64?
 
     func syncState(of item: UInt64) throws -> ItemSyncState?
+    /// The item whose sync state has it at `name` in `parent` of a container's scope (the
+    /// remote's place for it, as this machine last knew), other than `item`.
+    func itemInStep(named name: String, in parent: UInt64, container: String, scope: String, other item: UInt64) throws -> UInt64?
     /// Every item with a sync state (a relisting finds those the remote no longer has).
     func syncedItems() throws -> [UInt64]
     func setSyncState(_ state: ItemSyncState?, of item: UInt64) throws

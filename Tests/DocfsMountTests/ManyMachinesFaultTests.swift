@@ -353,6 +353,32 @@ import Glibc
         #expect(Self.within(10) { b.content("plan.txt") == "v3\n" } != nil)
     }
 
+    /// An image's thumbnail is made once, by the machine that saved it, and travels: the
+    /// other machine shows the same thumbnail without ever starting a thumbnail worker.
+    @Test func thumbnailsTravelSoOtherMachinesNeverRenderThem() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("thumbnails")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        try ThumbnailTests.copy("photo.jpg", to: a.path("photo.jpg"))
+        let made = try #require(ThumbnailTests.thumbnail(a.path("photo.jpg")), "a made no thumbnail")
+        #expect(Self.within(20) {
+            Self.count(server, "SELECT count(*) FROM docfs.versions WHERE name = 'photo.jpg' AND thumbnail IS NOT NULL", uri) == 1
+        } != nil)
+        #expect(Self.within(20) { Self.same(a.path("photo.jpg"), b.path("photo.jpg")) } != nil)
+        let shown = ThumbnailTests.thumbnail(b.path("photo.jpg"), within: 10)
+        #expect(shown == made)
+        let daemon = try #require(b.fixture.daemon?.processIdentifier)
+        let workers = try shell("pgrep -P \(daemon) -f thumbnail-worker || true").output
+        #expect(workers.isEmpty, "b rendered a thumbnail itself: \(workers)")
+        // b's index knows it has one.
+        let query = try b.docfs("query 'hasThumbnail == true' --store '\(b.fixture.store)'")
+        #expect(query.output.contains("photo.jpg"), "\(query.output)")
+    }
+
     /// Linked machines sign bookmarks with one key: a bookmark made on one resolves on another
     /// (the same id there, DESIGN §7).
     @Test func aBookmarkMadeOnOneMachineResolvesOnAnother() throws {

@@ -184,6 +184,8 @@ final class MemoryStore: SyncedStore, Sendable {
         state.withLock { Array($0.outbox.prefix(limit)) }
     }
 
+    func requeue(_ item: UInt64) throws { state.withLock { $0.enqueue(item) } }
+
     func acknowledge(_ entry: OutboxEntry) throws {
         state.withLock { $0.outbox.removeAll { $0 == entry } }
     }
@@ -195,6 +197,8 @@ final class MemoryStore: SyncedStore, Sendable {
     func putOffWhileWritten(_ item: UInt64) -> Bool { state.withLock { $0.writing.contains(item) } }
 
     func describeContainer(_ container: String) -> (name: String, isPublic: Bool)? { nil }
+
+    func thumbnailSet(of item: UInt64) -> [UInt8]? { nil }
 
     func versionNumber(of item: UInt64) -> UInt64 { state.withLock { $0.numbers[item] ?? 0 } }
 
@@ -229,6 +233,16 @@ final class MemoryStore: SyncedStore, Sendable {
     func syncState(of item: UInt64) throws -> ItemSyncState? { state.withLock { $0.states[item] } }
 
     func syncedItems() throws -> [UInt64] { state.withLock { Array($0.states.keys) } }
+
+    func itemInStep(named name: String, in parent: UInt64, container: String, scope: String, other item: UInt64) throws -> UInt64? {
+        state.withLock { state in
+            state.states.first { id, syncState in
+                let version = syncState.version
+                return id != item && !version.deleted && version.name == name && version.parent == parent
+                    && version.container == container && version.scope == scope
+            }?.key
+        }
+    }
 
     func setSyncState(_ syncState: ItemSyncState?, of item: UInt64) throws {
         state.withLock { $0.states[item] = syncState }

@@ -82,7 +82,7 @@ import Testing
         try server.sql("""
             ALTER TABLE docfs.chunks DROP COLUMN used;
             ALTER TABLE docfs.versions DROP COLUMN resolves, DROP COLUMN container_name, DROP COLUMN container_public,
-                DROP COLUMN committed;
+                DROP COLUMN committed, DROP COLUMN thumbnail;
             DELETE FROM docfs.meta WHERE key = 'log_horizon';
             UPDATE docfs.meta SET value = '1' WHERE key = 'schema_version'
             """, database: name)

@@ -418,7 +418,8 @@ final class FlakyRemote: Remote {
     @Test(arguments: RemoteUnderTest.allCases)
     func randomMixedWorkOnThreeMachinesConverges(_ kind: RemoteUnderTest) throws {
         let machines = try Machines(kind)
-        var generator = SystemRandomNumberGenerator()
+        let seed = ProcessInfo.processInfo.environment["DOCFS_TEST_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 0...UInt64.max)
+        var generator = SeededGenerator(seed: seed)
         var saved: Set<String> = []
         var counter = 0
         for _ in 0..<(kind == .postgres ? 150 : 400) {
@@ -445,7 +446,7 @@ final class FlakyRemote: Remote {
         try machines.settle()
         let trees = machines.stores.map { $0.tree() }
         #expect(trees[0] == trees[1] && trees[1] == trees[2], """
-            differing: \(Set(trees[0].map { "\($0) \($1)" }).symmetricDifference(trees[1].map { "\($0) \($1)" }).sorted()) \
+            seed \(seed) (DOCFS_TEST_SEED replays it), differing: \(Set(trees[0].map { "\($0) \($1)" }).symmetricDifference(trees[1].map { "\($0) \($1)" }).sorted()) \
             \(Set(trees[1].map { "\($0) \($1)" }).symmetricDifference(trees[2].map { "\($0) \($1)" }).sorted())
             """)
         // No two items hold one name anywhere (the tree is keyed by path).
@@ -471,5 +472,20 @@ final class FlakyRemote: Remote {
             }
         }
         #expect(saved.count > 50)
+    }
+}
+
+/// A random number generator that replays from its seed (a failing random test names it).
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
