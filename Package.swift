@@ -97,9 +97,9 @@ let package = Package(
             ]
         ),
         .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination", "DocfsIndex", "DocfsSync", "DocfsChunks", "CLinux"]),
-        .testTarget(name: "DocfsIndexTests", dependencies: ["DocfsIndex"]),
+        .testTarget(name: "DocfsIndexTests", dependencies: ["DocfsIndex", "DocfsTestSupport"]),
         .testTarget(name: "DocfsChunksTests", dependencies: ["DocfsChunks"]),
-        .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider"]),
+        .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider", "DocfsTestSupport"]),
         .testTarget(name: "DocfsThumbnailsTests", dependencies: ["DocfsThumbnails"]),
         // The tests' own PostgreSQL server (scripts/throwaway-postgres), shared by the suites that need one.
         .target(name: "DocfsTestSupport", path: "Tests/DocfsTestSupport"),

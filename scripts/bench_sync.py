@@ -106,6 +106,11 @@ def propagation(a, b, saves):
         # Up to a minute, so a late save is measured rather than given up on.
         seen = wait_until(lambda: read(os.path.join(b.mount, "latency.txt")) == payload, 60)
         latencies.append((time.monotonic() - start) if seen is not None else float("inf"))
+        if seen is None or seen > 1:
+            # What the daemons said about a late save (their logs go with the bench's folder).
+            for machine in (a, b):
+                lines = (read(os.path.join(machine.store, "daemon.log")) or b"").decode(errors="replace").splitlines()
+                print(f"late save {payload[:40]!r} ({seen}): {machine.name}: " + " | ".join(lines[-6:]), file=sys.stderr)
     latencies.sort()
     return latencies
 

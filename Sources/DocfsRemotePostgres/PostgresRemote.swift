@@ -161,6 +161,23 @@ public final class PostgresRemote: Remote {
         }
     }
 
+    /// One statement for the lot: the digests and bytes as two arrays, unnested.
+    public func putChunks(_ chunks: [(digest: ChunkDigest, bytes: [UInt8])]) throws(RemoteError) {
+        guard !chunks.isEmpty else { return }
+        for (digest, bytes) in chunks where bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) != digest {
+            throw RemoteError(.refused, "chunk \(digest): its bytes have another digest")
+        }
+        let logger = logger
+        let digests = chunks.map(\.digest.hex)
+        let buffers = chunks.map { ByteBuffer(bytes: $0.bytes) }
+        try perform("put \(chunks.count) chunks") { connection in
+            try await connection.query("""
+                INSERT INTO docfs.chunks (digest, bytes) SELECT * FROM unnest(\(digests)::text[], \(buffers)::bytea[])
+                ON CONFLICT (digest) DO UPDATE SET used = now()
+                """, logger: logger)
+        }
+    }
+
     public func fetchChunk(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8] {
         let logger = logger
         let found = try perform("fetch chunk \(digest)") { connection in

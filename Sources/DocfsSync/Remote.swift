@@ -22,6 +22,9 @@ public protocol Remote: Sendable {
     /// holds already changes nothing.
     func putChunk(_ digest: ChunkDigest, bytes: [UInt8]) throws(RemoteError)
 
+    /// Stores several chunks at once (fewer round trips for many small ones), as `putChunk`.
+    func putChunks(_ chunks: [(digest: ChunkDigest, bytes: [UInt8])]) throws(RemoteError)
+
     /// A chunk's bytes.
     func fetchChunk(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8]
 
@@ -112,6 +115,11 @@ public enum StaleBase: Sendable {
 }
 
 extension Remote {
+    /// One `putChunk` after another.
+    public func putChunks(_ chunks: [(digest: ChunkDigest, bytes: [UInt8])]) throws(RemoteError) {
+        for (digest, bytes) in chunks { try putChunk(digest, bytes: bytes) }
+    }
+
     /// Commits `proposal`, as a conflict version when its base is stale.
     public func commit(_ proposal: RemoteVersion, operation: String) throws(RemoteError) -> RemoteCommitOutcome {
         try commit(proposal, operation: operation, whenStale: .keepAsConflict)

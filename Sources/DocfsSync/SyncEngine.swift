@@ -191,11 +191,23 @@ public final class SyncEngine: Sendable {
         var seen = Set<ChunkDigest>()
         let distinct = local.manifest.filter { seen.insert($0).inserted }
         let missing = try SyncError.remote { () throws(RemoteError) in try remote.missingChunks(distinct) }
+        // Put in batches of about 4 MiB: one round trip for many small chunks.
+        var batch: [(digest: ChunkDigest, bytes: [UInt8])] = []
+        var batched = 0
+        func send() throws(SyncError) {
+            let chunks = batch
+            try SyncError.remote { () throws(RemoteError) in try remote.putChunks(chunks) }
+            batch = []
+            batched = 0
+        }
         for digest in missing {
             try checkStop()
             let bytes = try SyncError.local("read a chunk of item \(local.item)") { try store.chunk(digest, of: local.item) }
-            try SyncError.remote { () throws(RemoteError) in try remote.putChunk(digest, bytes: bytes) }
+            batch.append((digest, bytes))
+            batched += bytes.count
+            if batched >= 4 << 20 { try send() }
         }
+        if !batch.isEmpty { try send() }
     }
 
     private func syncState(of item: UInt64) throws(SyncError) -> ItemSyncState? {

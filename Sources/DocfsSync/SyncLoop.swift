@@ -42,9 +42,13 @@ public final class SyncLoop: Sendable {
     private let sweepGrace: Double
     public static let retention: Double = 30 * 86400
 
-    public init(engine: SyncEngine, pollInterval: Double = 5, sweepInterval: Double = 86400, sweepGrace: Double = 3600,
-                log: @escaping @Sendable (String) -> Void) {
+    /// How long a wake-up waits for more changes before its round (seconds).
+    private let gather: Double
+
+    public init(engine: SyncEngine, pollInterval: Double = 5, gather: Double = 0.05, sweepInterval: Double = 86400,
+                sweepGrace: Double = 3600, log: @escaping @Sendable (String) -> Void) {
         self.engine = engine
+        self.gather = gather
         self.pollInterval = pollInterval
         self.sweepInterval = sweepInterval
         self.sweepGrace = sweepGrace
@@ -121,8 +125,10 @@ public final class SyncLoop: Sendable {
                 while Date() < until && !state.withLock({ $0.stopping }) {
                     wakeUp.wait(seconds: until.timeIntervalSinceNow)
                 }
-            } else {
-                wakeUp.wait(seconds: pollInterval)
+            } else if wakeUp.wait(seconds: pollInterval) && gather > 0 {
+                // Woken: the changes of a burst (tar x, a build) gather a moment into one round,
+                // so the round's reads of the index do not make it commit once per file.
+                usleep(UInt32(gather * 1_000_000))
             }
             // Wake-ups that piled up during the round are one round.
             while wakeUp.wait(seconds: 0) {}

@@ -1,5 +1,6 @@
 import DocfsCore
 import Foundation
+import DocfsTestSupport
 import Testing
 @testable import DocfsIndex
 

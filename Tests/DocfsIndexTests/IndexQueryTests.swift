@@ -1,6 +1,7 @@
 import DocfsCore
 import DocfsIndex
 import Foundation
+import DocfsTestSupport
 import Testing
 
 /// The index database: records written and read back whole, removals remembered, queries with

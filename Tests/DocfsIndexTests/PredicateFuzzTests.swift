@@ -1,5 +1,6 @@
 import DocfsIndex
 import Foundation
+import DocfsTestSupport
 import Testing
 
 /// Random and mutated predicates (issue 4 §5): the parser never crashes, every failure is a
@@ -60,20 +61,4 @@ import Testing
         #expect(accepted + rejected == 100_000)
         #expect(accepted > 1000 && rejected > 1000, "accepted \(accepted), rejected \(rejected)")
     }
-}
-
-/// A small deterministic generator, so a failure can be replayed.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func next(below bound: Int) -> Int { bound <= 0 ? 0 : Int(next() % UInt64(bound)) }
 }

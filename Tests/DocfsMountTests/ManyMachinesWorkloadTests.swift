@@ -15,25 +15,12 @@ import Glibc
 @Suite(.serialized) struct ManyMachinesWorkloadTests {
     typealias Machine = ManyMachinesTests.Machine
 
-    /// A small seeded generator, so a failing run can be replayed.
-    struct Random {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-        mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
-    }
-
     static let folders = ["", "docs", "notes", "archive"]
 
     /// What one machine does: makes its third of the documents and works on whatever it sees.
     /// Answers each payload written, by the id of the document it was written to.
     static func work(on machine: Machine, index: Int, documents: Int, seed: UInt64) -> [(id: String, payload: String)] {
-        var random = Random(state: seed)
+        var random = SplitMix(seed: seed)
         var written: [(id: String, payload: String)] = []
         var made = 0
         var step = 0
@@ -46,9 +33,9 @@ import Glibc
         }
         while made < documents || step < documents * 2 {
             step += 1
-            let roll = random.below(100)
+            let roll = random.next(below: 100)
             if made < documents && (roll < 45 || step >= documents * 2) {
-                let path = place(folders[random.below(folders.count)], "\(machine.name)-\(made).txt")
+                let path = place(folders[random.next(below: folders.count)], "\(machine.name)-\(made).txt")
                 let payload = "\(machine.name) made \(made) at step \(step)\n"
                 if (try? payload.write(toFile: machine.path(path), atomically: false, encoding: .utf8)) != nil,
                    let id = machine.id(path) {
@@ -59,7 +46,7 @@ import Glibc
             }
             let files = existing()
             guard !files.isEmpty else { continue }
-            let path = files[random.below(files.count)]
+            let path = files[random.next(below: files.count)]
             switch roll {
             case 45..<70:  // overwrite
                 let payload = "\(machine.name) rewrote \(path) at step \(step)\n"
@@ -75,7 +62,7 @@ import Glibc
                 if let id = machine.id(path), let whole = machine.content(path) { written.append((id, whole)) }
             case 80..<92:  // rename or move
                 let name = "\(machine.name)-moved-\(step).txt"
-                _ = rename(machine.path(path), machine.path(place(folders[random.below(folders.count)], name)))
+                _ = rename(machine.path(path), machine.path(place(folders[random.next(below: folders.count)], name)))
             default:  // delete
                 _ = unlink(machine.path(path))
             }
@@ -163,11 +150,11 @@ import Glibc
         // Nothing saved is lost: for a sample of payloads written to documents that still exist,
         // the payload is the content or one of the kept versions on the machine.
         let byID = Dictionary(snapshots.first?.map { key, value in (String(value.split(separator: " ")[0]), key) } ?? [], uniquingKeysWith: { a, _ in a })
-        var random = Random(state: seed)
+        var random = SplitMix(seed: seed)
         let candidates = written.withLock { $0 }.filter { byID[$0.id] != nil }
         var checked = 0
         for _ in 0..<min(60, candidates.count) {
-            let (id, payload) = candidates[random.below(candidates.count)]
+            let (id, payload) = candidates[random.next(below: candidates.count)]
             guard let path = byID[id] else { continue }
             let found = machines.contains { machine in
                 if machine.content(path) == payload { return true }

@@ -1,5 +1,6 @@
 import CLinux
 import Foundation
+import DocfsTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -21,7 +22,7 @@ import Glibc
         let log = OperationLog()
         let workers = (0..<Self.threads).map { index -> @Sendable () -> Void in
             {
-                var rng = SplitMix64(seed: seed &+ UInt64(index) &* 0x9e37_79b9)
+                var rng = SplitMix(seed: seed &+ UInt64(index) &* 0x9e37_79b9)
                 var handles = Handles()
                 for _ in 0..<Self.operationsPerThread {
                     let operation = RandomOperation.random(&rng, thread: index, prefix: "")
@@ -65,7 +66,7 @@ import Glibc
         let workers = (0..<Self.threads).map { index -> @Sendable () -> Void in
             {
                 mkdir(fixture.mountPoint + "/t\(index)", 0o755)
-                var rng = SplitMix64(seed: seed &+ UInt64(index))
+                var rng = SplitMix(seed: seed &+ UInt64(index))
                 var handles = Handles()
                 for _ in 0..<Self.operationsPerThread {
                     let operation = RandomOperation.random(&rng, thread: index, prefix: "t\(index)/")
@@ -138,18 +139,6 @@ struct Handles {
     }
 }
 
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9e37_79b9_7f4a_7c15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
-        z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
-        return z ^ (z >> 31)
-    }
-}
-
 /// One step of a random sequence, and how to perform it under a root directory.
 enum RandomOperation: CustomStringConvertible {
     case create(String, mode: mode_t)
@@ -174,7 +163,7 @@ enum RandomOperation: CustomStringConvertible {
     static let folders = ["", "d0/", "d1/", "d0/e/"]
     static let files = ["f0", "f1", "f2", "f3", "f4"]
 
-    static func random(_ rng: inout SplitMix64, thread: Int, prefix: String) -> RandomOperation {
+    static func random(_ rng: inout SplitMix, thread: Int, prefix: String) -> RandomOperation {
         func path() -> String { prefix + folders.randomElement(using: &rng)! + files.randomElement(using: &rng)! }
         func folder() -> String { prefix + ["d0", "d1", "d0/e", "d1/g"].randomElement(using: &rng)! }
         func slot() -> Int { thread * 10 + Int.random(in: 0..<3, using: &rng) }

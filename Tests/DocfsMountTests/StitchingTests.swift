@@ -1,6 +1,7 @@
 import CLinux
 import DocfsIndex
 import Foundation
+import DocfsTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -72,7 +73,7 @@ import Glibc
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
         let index = try IndexDatabase(path: fixture.store + "/index/index.sqlite", readOnly: true)
-        var rng = SplitMix64(seed: 4)
+        var rng = SplitMix(seed: 4)
         func pick<T>(_ items: [T]) -> T? { items.isEmpty ? nil : items[Int(rng.next() % UInt64(items.count))] }
         func number(_ bound: Int) -> Int { Int(rng.next() % UInt64(bound)) }
         let names = ["a.txt", "b.md", "c", "d.pdf", "e"]

@@ -1,5 +1,6 @@
 import DocfsCore
 import Foundation
+import DocfsTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -149,18 +150,5 @@ import Glibc
         }
         #expect(refused.values.reduce(0, +) + accepted == 1_000_000)
         #expect(refused.count >= 6, "every kind of refusal came up: \(refused)")
-    }
-}
-
-/// A small deterministic generator for the tests' random inputs.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

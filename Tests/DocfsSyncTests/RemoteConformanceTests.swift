@@ -100,6 +100,15 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect { try remote.commit(proposal, operation: "x") } throws: { ($0 as? RemoteError)?.kind == .missingChunks([other]) }
         #expect(try remote.currentVersion(of: 7) == nil)
         #expect(try remote.changes(after: .start, limit: 10).changes.isEmpty)
+        // Several at once (one of them held already); a batch with a wrong one is refused.
+        let batch = ["one", "two", "some content"].map { text in
+            let bytes = Array(text.utf8)
+            return (digest: bytes.withUnsafeBytes { ChunkDigest(of: $0) }, bytes: bytes)
+        }
+        try remote.putChunks(batch)
+        #expect(try remote.missingChunks(batch.map(\.digest)).isEmpty)
+        #expect(try batch.allSatisfy { try remote.fetchChunk($0.digest) == $0.bytes })
+        #expect { try remote.putChunks([(digest: other, bytes: bytes)]) } throws: { ($0 as? RemoteError)?.kind == .refused }
     }
 
     /// An upload cut short leaves chunks no version names: a sweep removes them once unused

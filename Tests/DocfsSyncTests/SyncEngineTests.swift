@@ -2,6 +2,7 @@ import DocfsChunks
 import DocfsSync
 import Foundation
 import Synchronization
+import DocfsTestSupport
 import Testing
 
 /// A remote whose link can be cut (every call fails as unreachable) and whose answer to a
@@ -419,7 +420,7 @@ final class FlakyRemote: Remote {
     func randomMixedWorkOnThreeMachinesConverges(_ kind: RemoteUnderTest) throws {
         let machines = try Machines(kind)
         let seed = ProcessInfo.processInfo.environment["DOCFS_TEST_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 0...UInt64.max)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix(seed: seed)
         var saved: Set<String> = []
         var counter = 0
         for _ in 0..<(kind == .postgres ? 150 : 400) {
@@ -472,20 +473,5 @@ final class FlakyRemote: Remote {
             }
         }
         #expect(saved.count > 50)
-    }
-}
-
-/// A random number generator that replays from its seed (a failing random test names it).
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
