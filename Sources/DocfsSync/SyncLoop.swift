@@ -45,7 +45,7 @@ public final class SyncLoop: Sendable {
     /// How long a wake-up waits for more changes before its round (seconds).
     private let gather: Double
 
-    public init(engine: SyncEngine, pollInterval: Double = 5, gather: Double = 0.05, sweepInterval: Double = 86400,
+    public init(engine: SyncEngine, pollInterval: Double = 5, gather: Double = 0.02, sweepInterval: Double = 86400,
                 sweepGrace: Double = 3600, log: @escaping @Sendable (String) -> Void) {
         self.engine = engine
         self.gather = gather
@@ -78,8 +78,15 @@ public final class SyncLoop: Sendable {
         done.wait()
     }
 
+    private static func monotonic() -> Double {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
+
     private func run() {
         var pause = 0.0
+        var roundEnded = 0.0
         // Machines linked at one moment do not all sweep at once.
         var nextSweep = Date().timeIntervalSince1970 + Double.random(in: 0.1...1) * sweepInterval
         while !state.withLock({ $0.stopping }) {
@@ -118,6 +125,7 @@ public final class SyncLoop: Sendable {
                 }
                 if !failedBefore { log("sync: \(error.description) (trying again in \(Int(pause)) s)") }
             }
+            roundEnded = Self.monotonic()
             if pause > 0 {
                 // While failing, a wake-up does not cut the pause short (it would hammer a
                 // server that is down), but stopping does.
@@ -125,9 +133,10 @@ public final class SyncLoop: Sendable {
                 while Date() < until && !state.withLock({ $0.stopping }) {
                     wakeUp.wait(seconds: until.timeIntervalSinceNow)
                 }
-            } else if wakeUp.wait(seconds: pollInterval) && gather > 0 {
-                // Woken: the changes of a burst (tar x, a build) gather a moment into one round,
-                // so the round's reads of the index do not make it commit once per file.
+            } else if wakeUp.wait(seconds: pollInterval) && gather > 0 && Self.monotonic() - roundEnded < 4 * gather {
+                // Woken again right after a round: a burst (tar x, a build). Its changes gather a
+                // moment into one round, so the rounds' reads of the index do not make it commit
+                // once per file. A lone save goes at once.
                 usleep(UInt32(gather * 1_000_000))
             }
             // Wake-ups that piled up during the round are one round.
