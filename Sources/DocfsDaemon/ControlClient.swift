@@ -15,20 +15,29 @@ public enum ControlClient {
         return try exchange(request, on: fd, store: store)
     }
 
-    /// A connection to the daemon serving `store`; the caller closes it.
+    /// A connection to the daemon serving `store`; the caller closes it. A daemon that has just
+    /// mounted may not listen yet (a command run right after `docfs mount`): a missing or
+    /// refusing socket is tried again for up to 3 s.
     public static func connect(to store: StoreLayout) throws(DocfsError) -> Int32 {
         let address = ControlSocketAddress(store: store)
         defer { address.close() }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw DocfsError.errno("creating a socket") }
-        guard address.withSockaddr({ Glibc.connect(fd, $0, $1) }) == 0 else {
+        var attempts = 0
+        while true {
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else { throw DocfsError.errno("creating a socket") }
+            if address.withSockaddr({ Glibc.connect(fd, $0, $1) }) == 0 { return fd }
+            let reason = errno
             let failure = DocfsError.errno("connect")
             close(fd)
+            attempts += 1
+            if (reason == ENOENT || reason == ECONNREFUSED) && attempts < 150 {
+                usleep(20_000)
+                continue
+            }
             throw DocfsError(.storeUnavailable,
                              "the daemon serving \(store.root) does not answer on \(store.controlSocket): is it still running (findmnt -t fuse.docfs)?",
                              cause: failure)
         }
-        return fd
     }
 
     /// Sends `request` on `fd` and reads the reply line (through `reader`, when more lines follow).

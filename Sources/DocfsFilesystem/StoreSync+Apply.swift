@@ -24,6 +24,11 @@ extension StoreSync {
         guard let view = shared.servedViews().first else {
             throw StoreSyncError("the store has no view to apply remote changes through")
         }
+        // Never under a writer: what it has written may still be in the kernel's cache (-o
+        // writeback), unseen here. The change waits (parked) until the file is closed.
+        if let stitcher = shared.stitcher, stitcher.isWritten(ItemID(rawValue: try localID(ofRemote: version.item))) {
+            throw StoreSyncError("item \(version.item) is open for writing here: the remote change waits until it is closed")
+        }
         let here = try current(version.item)
         guard expected.isMet(by: here) else { return .changedHere }
         let old = try here.flatMap { _ in try place(of: version.item) }.map { try Located(place: $0, paths: shared.paths) }
