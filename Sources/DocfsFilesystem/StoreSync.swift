@@ -118,13 +118,27 @@ public final class StoreSync: SyncedStore {
     // MARK: Items as they are here
 
     /// Where `item` is in the store: its first name in a container's documents or data.
+    /// The index may hold more than one record for an item (a stale one a rename left for a
+    /// moment, hard links): the place whose file is the item is taken, else the first.
     func place(of item: UInt64) throws -> StorePlace? {
-        for (location, _) in try index.places(id: Int64(bitPattern: try localID(ofRemote: item))) {
+        let local = try localID(ofRemote: item)
+        var first: StorePlace?
+        for (location, _) in try index.places(id: Int64(bitPattern: local)) {
             guard let container = try? ContainerID(location.container), let scope = Scope(rawValue: location.scope),
                   scope != .external else { continue }
-            return StorePlace(container: container, scope: scope, path: location.path)
+            let place = StorePlace(container: container, scope: scope, path: location.path)
+            if first == nil { first = place }
+            guard !place.isScopeRoot else { continue }
+            let fd = shared.paths.openPlace(place)
+            guard fd >= 0 else { continue }
+            defer { close(fd) }
+            var st = stat()
+            guard fstat(fd, &st) == 0 else { continue }
+            let found = st.st_mode & S_IFMT == S_IFLNK ? ItemID.derived(fromBackingInode: UInt64(st.st_ino))
+                : ItemAttributes.id(ofDescriptor: fd)
+            if found?.rawValue == local { return place }
         }
-        return nil
+        return first
     }
 
     public func isGone(_ item: UInt64) throws -> Bool { try place(of: item) == nil }
@@ -132,11 +146,12 @@ public final class StoreSync: SyncedStore {
     public func current(_ item: UInt64) throws -> LocalItem? {
         guard let place = try place(of: item), !place.isScopeRoot else { return nil }
         let fd = shared.paths.openPlace(place)
-        guard fd >= 0 else { return nil }
+        // The index has the item there, the store has nothing: a rename or removal the index
+        // has not caught up with. Not "gone" (a tombstone would delete it everywhere).
+        guard fd >= 0 else { throw LocalItemUnsettled(item: item) }
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0 else { return nil }
-        // The index may be a moment behind a rename: the file there must be the item.
         let kind: RemoteItemKind
         switch st.st_mode & S_IFMT {
         case S_IFREG: kind = .file
@@ -144,10 +159,13 @@ public final class StoreSync: SyncedStore {
         case S_IFLNK: kind = .symlink
         default: return nil
         }
+        // The index may be a moment behind a rename: another file there is not the item.
         if kind == .symlink {
-            guard ItemID.derived(fromBackingInode: UInt64(st.st_ino)).rawValue == (try localID(ofRemote: item)) else { return nil }
+            guard ItemID.derived(fromBackingInode: UInt64(st.st_ino)).rawValue == (try localID(ofRemote: item)) else {
+                throw LocalItemUnsettled(item: item)
+            }
         } else if ItemAttributes.id(ofDescriptor: fd)?.rawValue != item {
-            return nil
+            throw LocalItemUnsettled(item: item)
         }
         let slash = place.path.lastIndex(of: "/")!
         let parentPlace = StorePlace(container: place.container, scope: place.scope, path: String(place.path[..<slash]))

@@ -59,6 +59,9 @@ public final class SyncEngine: Sendable {
         public var merged = 0
         /// Changes that could not be applied here (kept to try again).
         public var parked = 0
+        /// Items to go up again next round (unsettled here now): queued when the round ends,
+        /// so the round is not spent on them over and over.
+        public var again: Set<UInt64> = []
 
         public init() {}
     }
@@ -67,6 +70,9 @@ public final class SyncEngine: Sendable {
     @discardableResult
     public func syncOnce() throws(SyncError) -> Round {
         var round = Round()
+        defer {
+            for item in round.again { try? store.requeue(item) }
+        }
         try push(&round)
         try pull(&round)
         return round
@@ -104,7 +110,17 @@ public final class SyncEngine: Sendable {
     private func upload(_ entry: OutboxEntry, _ round: inout Round, depth: Int = 0) throws(SyncError) {
         let item = entry.item
         let state = try syncState(of: item)
-        let local = try SyncError.local("read item \(item)") { try store.current(item) }
+        let local: LocalItem?
+        do {
+            local = try store.current(item)
+        } catch is LocalItemUnsettled {
+            // Not gone, not readable yet (a rename under way here): a tombstone now would delete
+            // it everywhere. It goes again next round.
+            round.again.insert(item)
+            return
+        } catch {
+            throw SyncError(local: "could not read item \(item): \(error)")
+        }
         // A folder the remote does not know yet goes up before what is in it, whatever order
         // the outbox holds them in (other machines apply the log in order).
         if let local, local.parent != 0, depth < 64, try syncState(of: local.parent) == nil {
@@ -304,7 +320,7 @@ public final class SyncEngine: Sendable {
         } else {
             // Changed here again meanwhile: tried again next round (the content that lost
             // stays kept as its conflict version, not committed twice).
-            try SyncError.local("queue item \(ours.item) again") { try store.requeue(ours.item) }
+            round.again.insert(ours.item)
         }
         round.conflicts += keepingOurs != nil ? 1 : 0
         round.merged += keepingOurs != nil ? 0 : 1

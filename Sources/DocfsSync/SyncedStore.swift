@@ -67,6 +67,14 @@ public struct ItemSyncState: Codable, Sendable, Equatable {
     public var number: UInt64 { version.number }
 }
 
+/// The store cannot say what an item is right now (its index is a moment behind a rename or a
+/// removal): not that it is gone. The engine tries the item again shortly.
+public struct LocalItemUnsettled: Error, CustomStringConvertible {
+    public var item: UInt64
+    public init(item: UInt64) { self.item = item }
+    public var description: String { "item \(item) is being moved or removed here: tried again shortly" }
+}
+
 /// One entry of the store's durable outbox: an item changed here (content, attributes, place,
 /// or it went) and must go up. Written with the change itself, so a crash between the save and
 /// the upload loses nothing; several entries of one item go up as one version of its state then.
@@ -133,7 +141,8 @@ public protocol SyncedStore: Sendable {
     /// Puts `item` in the outbox again (its round could not settle it).
     func requeue(_ item: UInt64) throws
 
-    /// The item as the store has it now; nil when it is gone.
+    /// The item as the store has it now; nil when it is gone (`LocalItemUnsettled` when that
+    /// cannot be told right now).
     func current(_ item: UInt64) throws -> LocalItem?
     /// Whether the item is gone here (cheaper than `current`: nothing is read).
     func isGone(_ item: UInt64) throws -> Bool

@@ -383,6 +383,39 @@ import Glibc
         #expect(query.output.contains("photo.jpg"), "\(query.output)")
     }
 
+    /// A remote change waits while a writer here has the file open (with -o writeback its
+    /// writes may not have reached docfs yet): the writer's work is never overwritten under it;
+    /// once it closes, its save races the other machine's under the usual rule.
+    @Test func aRemoteChangeWaitsWhileAWriterHasTheFileOpen() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("writer")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        try "v1\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { b.content("doc.txt") == "v1\n" } != nil)
+        let writer = try #require(FileHandle(forUpdatingAtPath: a.path("doc.txt")))
+        try writer.truncate(atOffset: 0)
+        try writer.write(contentsOf: Data("a's edit, still open\n".utf8))
+        try "b's edit\n".write(toFile: b.path("doc.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) {
+            Self.count(server, "SELECT count(*) FROM docfs.versions WHERE name = 'doc.txt' AND author_machine = 'b'", uri) == 1
+        } != nil)
+        usleep(1_500_000)
+        try writer.synchronize()
+        #expect(a.content("doc.txt") == "a's edit, still open\n")
+        try writer.close()
+        // b committed first: its edit is current on both; a's is kept as a conflict version.
+        #expect(Self.within(40) { a.content("doc.txt") == "b's edit\n" && b.content("doc.txt") == "b's edit\n" } != nil,
+                "\(a.content("doc.txt") ?? "-") \((try? a.status()) ?? [:])")
+        let kept = Self.within(20) { Self.versions(a, "doc.txt").values.contains("conflict") }
+        #expect(kept != nil, "\(Self.versions(a, "doc.txt"))")
+        let number = Self.versions(a, "doc.txt").first { $0.value == "conflict" }?.key ?? 0
+        #expect(try a.docfs("versions --show \(number) '\(a.path("doc.txt"))'").output == "a's edit, still open\n")
+    }
+
     /// Linked machines sign bookmarks with one key: a bookmark made on one resolves on another
     /// (the same id there, DESIGN §7).
     @Test func aBookmarkMadeOnOneMachineResolvesOnAnother() throws {
