@@ -21,6 +21,17 @@ import Glibc
         Int(((try? server.sql(sql, database: uri.databaseName)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
     }
 
+    /// Two mounted machines linked to a new database of the shared server.
+    static func linkedPair(_ label: String) throws -> (ThrowawayPostgres, String, Machine, Machine) {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase(label)
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        return (server, uri, a, b)
+    }
+
     static func same(_ one: String, _ other: String) -> Bool {
         (try? shell("cmp -s '\(one)' '\(other)'").status) == 0
     }
@@ -30,13 +41,8 @@ import Glibc
     }
 
     @Test func aDaemonKilledMidUploadResumesAndTheSweepLeavesNoOrphanedChunk() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("killedup")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: true)
+        let (server, uri, a, b) = try Self.linkedPair("killedup")
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
-        #expect(try a.link(uri).status == 0)
-        #expect(try b.link(uri).status == 0)
         // The file is there (and up) first: the big content below is then one save.
         try "small at first\n".write(toFile: a.path("big.bin"), atomically: false, encoding: .utf8)
         #expect(Self.within(10) { b.content("big.bin") == "small at first\n" } != nil)
@@ -79,13 +85,8 @@ import Glibc
     }
 
     @Test func aDaemonKilledMidDownloadShowsNoPartialContentAndResumes() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("killeddown")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: true)
+        let (server, uri, a, b) = try Self.linkedPair("killeddown")
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
-        #expect(try a.link(uri).status == 0)
-        #expect(try b.link(uri).status == 0)
         try "old content\n".write(toFile: a.path("big.bin"), atomically: false, encoding: .utf8)
         #expect(Self.within(10) { b.content("big.bin") == "old content\n" } != nil)
         #expect(try shell("head -c 160M /dev/urandom > '\(a.path("big.bin"))'").status == 0)
@@ -113,13 +114,8 @@ import Glibc
     /// The server ends every machine's listening connection: a save made right after still
     /// arrives (the watch reconnects and the engine reads the log from its anchor).
     @Test func theServerEndingTheListeningConnectionsMissesNothing() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("listenend")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: true)
+        let (server, uri, a, b) = try Self.linkedPair("listenend")
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
-        #expect(try a.link(uri).status == 0)
-        #expect(try b.link(uri).status == 0)
         try "before\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
         #expect(Self.within(10) { b.content("doc.txt") == "before\n" } != nil)
         let ended = Self.count(server, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'", uri)
@@ -136,13 +132,8 @@ import Glibc
     /// saves made meanwhile wait on the server (never in the local write path), and once it
     /// commits, its change and theirs all arrive: the late one is not skipped.
     @Test func aChangeCommittedLateIsNeverSkipped() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("late")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: true)
+        let (server, uri, a, b) = try Self.linkedPair("late")
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
-        #expect(try a.link(uri).status == 0)
-        #expect(try b.link(uri).status == 0)
         let item = (UInt64(40) << 41) + 7
         let late = """
             BEGIN;
@@ -269,13 +260,8 @@ import Glibc
     /// Documents in containers other than the default travel with their containers: a
     /// machine without the container makes it, under its display name, public or not.
     @Test func containersTravelWithTheirDocuments() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("containers")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: true)
+        let (_, _, a, b) = try Self.linkedPair("containers")
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
-        #expect(try a.link(uri).status == 0)
-        #expect(try b.link(uri).status == 0)
         #expect(try a.docfs("container create com.example.Notes --name Notes --public --store '\(a.fixture.store)'").status == 0)
         #expect(try a.docfs("container create org.example.pad --name 'Scratch pad' --store '\(a.fixture.store)'").status == 0)
         try "an idea\n".write(toFile: a.path("Notes/idea.txt"), atomically: false, encoding: .utf8)
@@ -297,13 +283,8 @@ import Glibc
     /// Symbolic links travel (they carry no id in the store: each gets one every machine
     /// shares): made, pointed elsewhere, renamed and removed on one machine, the same on another.
     @Test func symbolicLinksTravel() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("links")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: true)
+        let (server, uri, a, b) = try Self.linkedPair("links")
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
-        #expect(try a.link(uri).status == 0)
-        #expect(try b.link(uri).status == 0)
         func target(_ machine: Machine, _ name: String) -> String? {
             try? FileManager.default.destinationOfSymbolicLink(atPath: machine.path(name))
         }
@@ -332,13 +313,8 @@ import Glibc
     /// removed, the tombstone of a deletion among it) lists every item when it is back, and
     /// ends as the others: the deleted document goes, the edited one is current.
     @Test func aMachineBackAfterAPruneListsEverythingAgain() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("pruned")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: true)
+        let (_, _, a, b) = try Self.linkedPair("pruned")
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
-        #expect(try a.link(uri).status == 0)
-        #expect(try b.link(uri).status == 0)
         try "soon deleted\n".write(toFile: a.path("old.txt"), atomically: false, encoding: .utf8)
         try "v1\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)
         #expect(Self.within(10) { b.content("old.txt") == "soon deleted\n" && b.content("plan.txt") == "v1\n" } != nil)
@@ -360,13 +336,8 @@ import Glibc
     /// An image's thumbnail is made once, by the machine that saved it, and travels: the
     /// other machine shows the same thumbnail without ever starting a thumbnail worker.
     @Test func thumbnailsTravelSoOtherMachinesNeverRenderThem() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("thumbnails")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: true)
+        let (server, uri, a, b) = try Self.linkedPair("thumbnails")
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
-        #expect(try a.link(uri).status == 0)
-        #expect(try b.link(uri).status == 0)
         try ThumbnailTests.copy("photo.jpg", to: a.path("photo.jpg"))
         let made = try #require(ThumbnailTests.thumbnail(a.path("photo.jpg")), "a made no thumbnail")
         #expect(Self.within(20) {
@@ -387,13 +358,8 @@ import Glibc
     /// writes may not have reached docfs yet): the writer's work is never overwritten under it;
     /// once it closes, its save races the other machine's under the usual rule.
     @Test func aRemoteChangeWaitsWhileAWriterHasTheFileOpen() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("writer")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: true)
+        let (server, uri, a, b) = try Self.linkedPair("writer")
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
-        #expect(try a.link(uri).status == 0)
-        #expect(try b.link(uri).status == 0)
         try "v1\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
         #expect(Self.within(10) { b.content("doc.txt") == "v1\n" } != nil)
         let writer = try #require(FileHandle(forUpdatingAtPath: a.path("doc.txt")))
@@ -419,13 +385,8 @@ import Glibc
     /// Linked machines sign bookmarks with one key: a bookmark made on one resolves on another
     /// (the same id there, DESIGN §7).
     @Test func aBookmarkMadeOnOneMachineResolvesOnAnother() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("bookmarks")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: true)
+        let (_, _, a, b) = try Self.linkedPair("bookmarks")
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
-        #expect(try a.link(uri).status == 0)
-        #expect(try b.link(uri).status == 0)
         #expect(try String(contentsOfFile: a.fixture.store + "/keys/bookmarks.key", encoding: .isoLatin1)
                 == String(contentsOfFile: b.fixture.store + "/keys/bookmarks.key", encoding: .isoLatin1))
         try FileManager.default.createDirectory(atPath: a.path("Reports"), withIntermediateDirectories: false)
