@@ -34,7 +34,11 @@ final class SyncService: Sendable {
         }
         sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: Self.userName))
         let log = logger
-        loop = SyncLoop(engine: SyncEngine(store: sync, remote: self.remote)) { log.notice("\($0)") }
+        let engine = SyncEngine(store: sync, remote: self.remote)
+        if ProcessInfo.processInfo.environment["DOCFS_SYNC_TRACE"] == "1" {
+            engine.onTrace { log.notice("sync: \($0)") }
+        }
+        loop = SyncLoop(engine: engine) { log.notice("\($0)") }
     }
 
     func start() {

@@ -61,6 +61,12 @@ final class PendingItemIDs: Sendable {
         try state.withLock { (state: inout State) throws(DocfsError) -> Bool in
             guard let file = state.byHandle.removeValue(forKey: handle) else { return false }
             guard let item = state.byFile.removeValue(forKey: file) else { return false }
+            // The handle's number may lead elsewhere by now (its descriptor closed under it):
+            // the id is never written to a file it was not given to.
+            var st = stat()
+            guard fstat(fd, &st) == 0, BackingKey(st) == file else {
+                throw DocfsError(.internalFailure, "handle \(handle) no longer reaches the file it made (inode \(file.inode)): its id \(item) is not stored")
+            }
             try Self.write(item, to: fd)
             return true
         }
@@ -72,7 +78,9 @@ final class PendingItemIDs: Sendable {
     func storeAll() {
         state.withLock { state in
             for (handle, file) in state.byHandle {
-                if let item = state.byFile[file] { try? Self.write(item, to: Int32(truncatingIfNeeded: handle)) }
+                var st = stat()
+                guard let item = state.byFile[file], fstat(Int32(truncatingIfNeeded: handle), &st) == 0, BackingKey(st) == file else { continue }
+                try? Self.write(item, to: Int32(truncatingIfNeeded: handle))
             }
             state.byHandle.removeAll()
             state.byFile.removeAll()

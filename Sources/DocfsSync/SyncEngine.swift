@@ -29,6 +29,10 @@ public final class SyncEngine: Sendable {
     /// Told how many items went up and came down in the round under way (a first sync's
     /// progress on a terminal).
     private let progress = Callback<(Int, Int)>()
+    /// Told what the engine decided for each item (`DOCFS_SYNC_TRACE=1` logs it): for finding
+    /// why a machine is not in step.
+    private let trace = Callback<String>()
+    private let tracing = Atomic<Bool>(false)
     /// Set to end a round early (the daemon is stopping): checked between items and chunks, so
     /// an unmount does not wait for a big upload; what was not done is done next time.
     let stopRequested = Atomic<Bool>(false)
@@ -49,6 +53,16 @@ public final class SyncEngine: Sendable {
     /// Calls `report` with the items sent up and applied so far in the round, as they go.
     public func onProgress(_ report: @escaping @Sendable (_ up: Int, _ down: Int) -> Void) {
         progress.set { report($0.0, $0.1) }
+    }
+
+    /// Calls `report` with a line for each decision the engine makes about an item.
+    public func onTrace(_ report: @escaping @Sendable (String) -> Void) {
+        trace.set(report)
+        tracing.store(true, ordering: .relaxed)
+    }
+
+    private func note(_ line: @autoclosure () -> String) {
+        if tracing.load(ordering: .relaxed) { trace(line()) }
     }
 
     /// What one round did.
@@ -117,6 +131,7 @@ public final class SyncEngine: Sendable {
             // Not gone, not readable yet (a rename under way here): a tombstone now would delete
             // it everywhere. It goes again next round.
             round.again.insert(item)
+            note("up \(item): unsettled here, again next round")
             return
         } catch {
             throw SyncError(local: "could not read item \(item): \(error)")
@@ -146,10 +161,14 @@ public final class SyncEngine: Sendable {
         if let local {
             if let state, LocalItem(state.version) == local, !resolving,
                thumbnailDigest == nil || state.version.thumbnail == thumbnailDigest?.hex || state.version.author != store.author {
+                note("up \(item): in step already (number \(state.number))")
                 return  // in step already
             }
             // Open for writing here: it goes up once the writer lets go.
-            if local.kind == .file && store.putOffWhileWritten(item) { return }
+            if local.kind == .file && store.putOffWhileWritten(item) {
+                note("up \(item): put off, open for writing")
+                return
+            }
             try uploadChunks(of: local)
             var made = local.proposal(base: state?.number ?? 0, by: store.author)
             // The save's number here: the remote gives it when it can, so numbers agree.
@@ -178,6 +197,7 @@ public final class SyncEngine: Sendable {
         let outcome = try SyncError.remote { () throws(RemoteError) in
             try remote.commit(proposal, operation: operation, whenStale: .refuse)
         }
+        note("up \(item): \(outcome) for \(proposal.deleted ? "a deletion" : "\(proposal.name) of \(proposal.size) bytes") on base \(proposal.base)")
         switch outcome {
         case .current(let number, let sequence):
             try committed(proposal, number: number, sequence: sequence, after: state, &round)
@@ -316,8 +336,10 @@ public final class SyncEngine: Sendable {
         }
         guard let current = fetched else { return }
         if try apply(current, expecting: ApplyExpectation(ours), keepingHereAsConflict: keepingOurs) == .applied {
+            note("up \(ours.item): took the remote's v\(current.number)" + (keepingOurs.map { ", ours kept as conflict v\($0)" } ?? ""))
             try settle(current, number: current.number, sequence: nil, after: state)
         } else {
+            note("up \(ours.item): changed here again, not taking the remote's v\(current.number)")
             // Changed here again meanwhile: tried again next round (the content that lost
             // stays kept as its conflict version, not committed twice).
             round.again.insert(ours.item)
@@ -343,6 +365,7 @@ public final class SyncEngine: Sendable {
         do {
             try take(change, &round)
         } catch where !error.isTransient && !stopRequested.load(ordering: .relaxed) {
+            note("down \(change.version.item) v\(change.version.number): parked: \(error)")
             try SyncError.local("park change \(change.sequence)") { try store.park(change, problem: error.description) }
             round.parked += 1
         }
@@ -443,13 +466,17 @@ public final class SyncEngine: Sendable {
             // unless they hold what the item holds now (nothing would be lost).
             guard version.author != store.author else { return }
             if let state, SyncMerge.same(version, state.version) { return }
+            note("down \(version.item) v\(version.number): kept as a conflict version")
             try SyncError.local("keep a conflict version of item \(version.item)") {
                 try store.keepConflict(version) { digest in try self.fetch(digest) }
             }
             round.conflicts += 1
             return
         }
-        if let state, state.number >= version.number { return }  // ours, or applied already
+        if let state, state.number >= version.number {
+            note("down \(version.item) v\(version.number): have v\(state.number) already")
+            return  // ours, or applied already
+        }
         if version.resolves == true && version.author != store.author {
             // Whatever becomes of the content here, the conflict is over everywhere.
             try SyncError.local("resolve the conflict of item \(version.item)") {
@@ -459,10 +486,12 @@ public final class SyncEngine: Sendable {
         switch try apply(version, committedAt: change.sequence, expecting: ApplyExpectation(state?.version),
                          keepingHereAsConflict: nil) {
         case .applied:
+            note("down \(version.item) v\(version.number): applied as \(version.deleted ? "a deletion" : "\(version.name) of \(version.size) bytes")")
             try settle(version, number: version.number, sequence: change.sequence, after: state)
             round.applied += 1
             progress((round.uploaded, round.applied))
         case .changedHere:
+            note("down \(version.item) v\(version.number): changed here, not applied")
             break  // the outbox sends the change up from the old base; the remote decides
         }
     }

@@ -46,6 +46,9 @@ import Glibc
         // The file is there (and up) first: the big content below is then one save.
         try "small at first\n".write(toFile: a.path("big.bin"), atomically: false, encoding: .utf8)
         #expect(Self.within(10) { b.content("big.bin") == "small at first\n" } != nil)
+        // a has nothing more to send (a commit still waiting would block on the lock below
+        // and hold up the round the big save goes up in).
+        #expect(Self.within(60) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
         // Another session locks the table commits write (chunks still go up): a's upload
         // cannot finish, so it is surely under way when a dies.
         let holder = Process()
@@ -58,8 +61,12 @@ import Glibc
             Self.count(server, "SELECT count(*) FROM pg_locks WHERE relation = 'docfs.items'::regclass AND mode = 'ExclusiveLock' AND granted", uri) == 1
         } != nil)
         #expect(try shell("head -c 160M /dev/urandom > '\(a.path("big.bin"))'").status == 0)
-        let uploading = Self.within(60) { Self.count(server, "SELECT count(*) FROM docfs.chunks", uri) >= 8 }
-        try #require(uploading != nil, "the upload was never seen under way")
+        let uploading = Self.within(180) { Self.count(server, "SELECT count(*) FROM docfs.chunks", uri) >= 8 }
+        try #require(uploading != nil, """
+            the upload was never seen under way: \(Self.count(server, "SELECT count(*) FROM docfs.chunks", uri)) chunks; \
+            a: \((try? a.status()) ?? [:]); waiting on the server: \((try? server.sql("SELECT query FROM pg_stat_activity WHERE wait_event_type = 'Lock'", database: uri.databaseName)) ?? "-")
+            \(a.fixture.log.suffix(3000))
+            """)
         kill(a.fixture.daemon!.processIdentifier, SIGKILL)
         a.fixture.daemon!.waitUntilExit()
         _ = Self.count(server, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(120)%' AND pid <> pg_backend_pid()", uri)

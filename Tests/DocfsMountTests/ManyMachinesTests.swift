@@ -25,7 +25,8 @@ import Glibc
                 try FileManager.default.createDirectory(atPath: fixture.store, withIntermediateDirectories: true)
                 try settings.write(toFile: fixture.store + "/settings.json", atomically: false, encoding: .utf8)
             }
-            fixture.daemonEnvironment = ["HOME": fixture.root]
+            // The engine says what it decided for each item: a failing test shows why.
+            fixture.daemonEnvironment = ["HOME": fixture.root, "DOCFS_SYNC_TRACE": "1"]
             if mounted { try fixture.start() }
         }
 

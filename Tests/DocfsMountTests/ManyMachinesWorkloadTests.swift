@@ -124,6 +124,14 @@ import Glibc
                 snapshots = machines.map { Self.snapshot($0) }
                 return snapshots[0] == snapshots[1] && snapshots[1] == snapshots[2]
             }
+            if converged == nil {
+                snapshots = machines.map { Self.snapshot($0) }
+                // The daemons' logs (each engine's decisions) outlive the run, to be read.
+                try? FileManager.default.createDirectory(atPath: "/tmp/docfs-workload-logs", withIntermediateDirectories: true)
+                for machine in machines {
+                    try? machine.fixture.log.write(toFile: "/tmp/docfs-workload-logs/\(machine.name).log", atomically: false, encoding: .utf8)
+                }
+            }
             let differences = snapshots.count == 3 ? Set(snapshots[0].keys).union(snapshots[1].keys).union(snapshots[2].keys)
                 .filter { key in !(snapshots[0][key] == snapshots[1][key] && snapshots[1][key] == snapshots[2][key]) }.sorted().prefix(10)
                 .map { key in "\(key): \(snapshots.map { $0[key] ?? "absent" })" } : []
@@ -131,10 +139,25 @@ import Glibc
             let differingIDs = snapshots.count == 3 ? Set(snapshots[0].keys).union(snapshots[1].keys).union(snapshots[2].keys)
                 .filter { key in !(snapshots[0][key] == snapshots[1][key] && snapshots[1][key] == snapshots[2][key]) }.sorted().prefix(3)
                 .compactMap { key in snapshots.compactMap { $0[key]?.split(separator: " ").first.map(String.init) }.first } : []
-            let histories = differingIDs.map { id -> String in
+            // And the index records at a differing path, with the id its file has in the store.
+            let differingPaths = snapshots.count == 3 ? Set(snapshots[0].keys).union(snapshots[1].keys).union(snapshots[2].keys)
+                .filter { key in !(snapshots[0][key] == snapshots[1][key] && snapshots[1][key] == snapshots[2][key]) }.sorted().prefix(3) : []
+            let records = differingPaths.map { path -> String in
+                machines.map { machine in
+                    let rows = (try? shell("sqlite3 -readonly '\(machine.fixture.store)/index/index.sqlite' \"SELECT path, id, version, sequence FROM items WHERE path = '/\(path)'\" 2>&1").output) ?? ""
+                    let stored = (try? shell("getfattr --only-values -n user.docfs.id '\(machine.fixture.documents)/\(path)' 2>&1").output) ?? ""
+                    return "\(machine.name) \(path): index \(rows) file id \(stored)"
+                }.joined(separator: "; ")
+            }
+            let histories = records + differingIDs.map { id -> String in
                 let log = (try? server.sql("SELECT number, base, parent, name, deleted, conflict, author_machine, sequence FROM docfs.versions WHERE item = \(id) ORDER BY sequence", database: uri.databaseName)) ?? ""
                 let states = machines.map { machine in
-                    (try? shell("sqlite3 -readonly '\(machine.fixture.store)/index/index.sqlite' \"SELECT state FROM syncItems WHERE item = \(id)\" 2>&1").output) ?? ""
+                    let query = "SELECT 'record', container, scope, path, version, sequence FROM items WHERE id = \(id); "
+                        + "SELECT 'state', state FROM syncItems WHERE item = \(id); SELECT 'outbox', position, sequence FROM outbox WHERE item = \(id);"
+                    let index = (try? shell("sqlite3 -readonly '\(machine.fixture.store)/index/index.sqlite' \"\(query)\" 2>&1").output) ?? ""
+                    let log = machine.fixture.log.split(separator: "\n").filter { $0.contains(" \(id):") || $0.contains(" \(id) ") }
+                        .suffix(16).joined(separator: "\n")
+                    return "\(machine.name): \(index) log: \(log)"
                 }
                 return "item \(id): \(log) states \(states)"
             }

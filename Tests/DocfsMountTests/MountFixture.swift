@@ -87,6 +87,13 @@ final class MountFixture: @unchecked Sendable {
             process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
             process.arguments = ["--nofile=\(descriptorLimit):\(descriptorLimit)", "--", Self.binary] + process.arguments!
         }
+        var launcher = launcher
+        // DOCFS_TEST_LAUNCHER runs every daemon through a command that execs it, for finding
+        // out what a failing test's daemon did (say, "strace -f -ff -k -e trace=close -o
+        // /tmp/trace/d --"); ROOT in it is the fixture's folder.
+        if launcher.isEmpty, let traced = ProcessInfo.processInfo.environment["DOCFS_TEST_LAUNCHER"] {
+            launcher = traced.replacingOccurrences(of: "ROOT", with: root).split(separator: " ").map(String.init)
+        }
         if let program = launcher.first {
             process.arguments = Array(launcher.dropFirst()) + [process.executableURL!.path] + process.arguments!
             process.executableURL = URL(fileURLWithPath: program)
