@@ -12,6 +12,13 @@ import Glibc
 /// number reused) leaves that file's identity alone (issue 22: a machine's index once took an
 /// applied document for a file made there).
 @Suite struct PendingItemIDsTests {
+    /// A fresh folder for one test (the caller removes it) and a pending-id table.
+    static func start() throws -> (String, PendingItemIDs, ItemID) {
+        let folder = NSTemporaryDirectory() + "pending-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        return (folder, PendingItemIDs(), ItemID(rawValue: 4_398_046_511_117))
+    }
+
     static func file(_ folder: String, _ name: String) throws -> (fd: Int32, key: BackingKey) {
         let fd = open(folder + "/" + name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
         try #require(fd >= 0)
@@ -21,13 +28,10 @@ import Glibc
     }
 
     @Test func theIDIsStoredOnTheFileTheCreateMade() throws {
-        let folder = NSTemporaryDirectory() + "pending-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let (folder, pending, id) = try Self.start()
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let pending = PendingItemIDs()
         let made = try Self.file(folder, "made.txt")
         defer { close(made.fd) }
-        let id = ItemID(rawValue: 4_398_046_511_117)
         #expect(pending.add(id, file: made.key, handle: UInt64(made.fd), fd: made.fd) == id)
         #expect(pending.item(of: made.key) == id)
         #expect(try pending.store(createdAs: UInt64(made.fd), fd: made.fd))
@@ -36,15 +40,12 @@ import Glibc
     }
 
     @Test func aHandleThatReachesAnotherFileStoresNothingThere() throws {
-        let folder = NSTemporaryDirectory() + "pending-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let (folder, pending, id) = try Self.start()
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let pending = PendingItemIDs()
         let made = try Self.file(folder, "made.txt")
         defer { close(made.fd) }
         let other = try Self.file(folder, "applied.txt")
         defer { close(other.fd) }
-        let id = ItemID(rawValue: 4_398_046_511_117)
         _ = pending.add(id, file: made.key, handle: 265, fd: made.fd)
         // Handle 265's number now reaches another file: the store refuses, says so, writes nothing.
         #expect(throws: DocfsError.self) { try pending.store(createdAs: 265, fd: other.fd) }
