@@ -54,13 +54,15 @@ import Glibc
         let holder = Process()
         holder.executableURL = URL(fileURLWithPath: "/bin/sh")
         holder.arguments = ["-c", "'\(ThrowawayPostgresScript.path)' psql '\(server.folder)' -d \(uri.databaseName) -c \"$0\" >/dev/null 2>&1",
-                            "BEGIN; LOCK TABLE docfs.items IN EXCLUSIVE MODE; SELECT pg_sleep(120); COMMIT;"]
+                            "BEGIN; LOCK TABLE docfs.items IN EXCLUSIVE MODE; SELECT pg_sleep(900); COMMIT;"]
         try holder.run()
         defer { if holder.isRunning { kill(holder.processIdentifier, SIGTERM) } }
         #expect(Self.within(10) {
             Self.count(server, "SELECT count(*) FROM pg_locks WHERE relation = 'docfs.items'::regclass AND mode = 'ExclusiveLock' AND granted", uri) == 1
         } != nil)
-        #expect(try shell("head -c 160M /dev/urandom > '\(a.path("big.bin"))'").status == 0)
+        // The lock outlasts any wait below (it is ended by hand): the save cannot commit, so
+        // a few MiB going up already show the upload under way.
+        #expect(try shell("head -c 40M /dev/urandom > '\(a.path("big.bin"))'").status == 0)
         let uploading = Self.within(180) { Self.count(server, "SELECT count(*) FROM docfs.chunks", uri) >= 8 }
         try #require(uploading != nil, """
             the upload was never seen under way: \(Self.count(server, "SELECT count(*) FROM docfs.chunks", uri)) chunks; \
@@ -69,7 +71,7 @@ import Glibc
             """)
         kill(a.fixture.daemon!.processIdentifier, SIGKILL)
         a.fixture.daemon!.waitUntilExit()
-        _ = Self.count(server, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(120)%' AND pid <> pg_backend_pid()", uri)
+        _ = Self.count(server, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(900)%' AND pid <> pg_backend_pid()", uri)
         holder.waitUntilExit()
         let sent = Self.count(server, "SELECT count(*) FROM docfs.chunks", uri)
         #expect(Self.count(server, "SELECT count(*) FROM docfs.versions WHERE name = 'big.bin'", uri) == 1)
