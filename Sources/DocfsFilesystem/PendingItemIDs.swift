@@ -63,8 +63,7 @@ final class PendingItemIDs: Sendable {
             guard let item = state.byFile.removeValue(forKey: file) else { return false }
             // The handle's number may lead elsewhere by now (its descriptor closed under it):
             // the id is never written to a file it was not given to.
-            var st = stat()
-            guard fstat(fd, &st) == 0, BackingKey(st) == file else {
+            guard Self.reaches(fd, file) else {
                 throw DocfsError(.internalFailure, "handle \(handle) no longer reaches the file it made (inode \(file.inode)): its id \(item) is not stored")
             }
             try Self.write(item, to: fd)
@@ -78,9 +77,9 @@ final class PendingItemIDs: Sendable {
     func storeAll() {
         state.withLock { state in
             for (handle, file) in state.byHandle {
-                var st = stat()
-                guard let item = state.byFile[file], fstat(Int32(truncatingIfNeeded: handle), &st) == 0, BackingKey(st) == file else { continue }
-                try? Self.write(item, to: Int32(truncatingIfNeeded: handle))
+                let fd = Int32(truncatingIfNeeded: handle)
+                guard let item = state.byFile[file], Self.reaches(fd, file) else { continue }
+                try? Self.write(item, to: fd)
             }
             state.byHandle.removeAll()
             state.byFile.removeAll()
@@ -93,6 +92,12 @@ final class PendingItemIDs: Sendable {
             guard let file = state.byHandle.removeValue(forKey: handle) else { return }
             state.byFile[file] = nil
         }
+    }
+
+    /// Whether `fd` is (still) a descriptor of `file`.
+    private static func reaches(_ fd: Int32, _ file: BackingKey) -> Bool {
+        var st = stat()
+        return fstat(fd, &st) == 0 && BackingKey(st) == file
     }
 
     /// Writes `item` where no id is stored yet. The daemon may write a file it created read-only

@@ -143,7 +143,9 @@ public final class StoreSync: SyncedStore {
 
     public func isGone(_ item: UInt64) throws -> Bool { try place(of: item) == nil }
 
-    public func current(_ item: UInt64) throws -> LocalItem? {
+    public func current(_ item: UInt64) throws -> LocalItem? { try current(item, cut: { _ in }) }
+
+    public func current(_ item: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws -> LocalItem? {
         guard let place = try place(of: item), !place.isScopeRoot else { return nil }
         let fd = shared.paths.openPlace(place)
         // The index has the item there, the store has nothing: a rename or removal the index
@@ -181,7 +183,7 @@ public final class StoreSync: SyncedStore {
         var size: Int64 = 0
         switch kind {
         case .file:
-            (manifest, size) = try chunks(ofFileAt: fd, item: item, length: Int64(st.st_size))
+            (manifest, size) = try chunks(ofFileAt: fd, item: item, length: Int64(st.st_size), cut: cut)
         case .symlink:
             let target = try Self.linkTarget(fd)
             manifest = target.isEmpty ? [] : [target.withUnsafeBytes { ChunkDigest(of: $0) }]
@@ -384,23 +386,40 @@ public final class StoreSync: SyncedStore {
     /// price of a longer manifest (64 hex digits per 64 KiB: 1 MB for a 1 GiB file).
     static let uploadChunker = ContentChunker(minimumSize: 16 << 10, averageSize: 64 << 10, maximumSize: 256 << 10)
 
-    /// The file's content as chunks (`uploadChunker`'s cut points), remembered for `chunk`.
-    private func chunks(ofFileAt path: Int32, item: UInt64, length: Int64) throws -> ([ChunkDigest], Int64) {
+    /// The file's content as chunks (`uploadChunker`'s cut points), remembered for `chunk`,
+    /// and handed to `cut` with their bytes in batches as they are cut.
+    private func chunks(ofFileAt path: Int32, item: UInt64, length: Int64,
+                        cut: (_ batch: ChunkBatch) throws -> Void) throws -> ([ChunkDigest], Int64) {
         let fd = open("/proc/self/fd/\(path)", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw StoreSyncError("cannot read item \(item): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         var manifest: [ChunkDigest] = []
         var references: [ChunkDigest: ChunkReference] = [:]
         var size: Int64 = 0
+        var batch = ChunkBatch()
+        // What `cut` threw: the cutting stops, and it is what this call throws.
+        var cutFailure: (any Error)?
         do {
             try Self.uploadChunker.forEachChunk(of: fd, length: length) { offset, bytes throws(ChunkError) in
                 let digest = ChunkDigest(of: bytes)
                 manifest.append(digest)
                 references[digest] = ChunkReference(offset: offset, length: Int64(bytes.count), digest: digest)
                 size = offset + Int64(bytes.count)
+                batch.append(digest, Array(bytes))
+                guard batch.isFull else { return }
+                do {
+                    try cut(batch)
+                } catch {
+                    cutFailure = error
+                    throw ChunkError("stopped: \(error)")
+                }
+                batch = ChunkBatch()
             }
+            if !batch.chunks.isEmpty { try cut(batch) }
         } catch {
-            throw StoreSyncError("cannot read item \(item): \(error)")
+            if let cutFailure { throw cutFailure }
+            if error is ChunkError { throw StoreSyncError("cannot read item \(item): \(error)") }
+            throw error
         }
         remember(item, references)
         return (manifest, size)

@@ -124,9 +124,19 @@ public final class SyncEngine: Sendable {
     private func upload(_ entry: OutboxEntry, _ round: inout Round, depth: Int = 0) throws(SyncError) {
         let item = entry.item
         let state = try syncState(of: item)
+        // Open for writing here: it goes up once the writer lets go (not read half written).
+        if store.putOffWhileWritten(item) {
+            note("up \(item): put off, open for writing")
+            return
+        }
         let local: LocalItem?
+        // The content's chunks go up as the file is read (a large file's first chunks reach
+        // the remote at once, not after the whole file was read).
+        var sent = Set<ChunkDigest>()
         do {
-            local = try store.current(item)
+            local = try store.current(item) { batch in try sendChunks(batch, of: item, skipping: &sent) }
+        } catch let error as SyncError {
+            throw error
         } catch is LocalItemUnsettled {
             // Not gone, not readable yet (a rename under way here): a tombstone now would delete
             // it everywhere. It goes again next round.
@@ -164,12 +174,7 @@ public final class SyncEngine: Sendable {
                 note("up \(item): in step already (number \(state.number))")
                 return  // in step already
             }
-            // Open for writing here: it goes up once the writer lets go.
-            if local.kind == .file && store.putOffWhileWritten(item) {
-                note("up \(item): put off, open for writing")
-                return
-            }
-            try uploadChunks(of: local)
+            try uploadChunks(of: local, except: sent)
             var made = local.proposal(base: state?.number ?? 0, by: store.author)
             // The save's number here: the remote gives it when it can, so numbers agree.
             made.number = local.kind == .file ? store.versionNumber(of: item) : 0
@@ -222,28 +227,39 @@ public final class SyncEngine: Sendable {
         progress((round.uploaded, round.applied))
     }
 
-    private func uploadChunks(of local: LocalItem) throws(SyncError) {
-        guard !local.manifest.isEmpty else { return }
-        var seen = Set<ChunkDigest>()
+    /// Puts the chunks of `batch` the remote does not have yet (and `sent` does not hold),
+    /// and adds them to `sent`.
+    private func sendChunks(_ batch: ChunkBatch, of item: UInt64, skipping sent: inout Set<ChunkDigest>) throws(SyncError) {
+        try checkStop()
+        var distinct: [ChunkDigest] = []
+        for (digest, _) in batch.chunks where sent.insert(digest).inserted { distinct.append(digest) }
+        guard !distinct.isEmpty else { return }
+        let missing = Set(try SyncError.remote { () throws(RemoteError) in try remote.missingChunks(distinct) })
+        guard !missing.isEmpty else { return }
+        var putting = Set<ChunkDigest>()
+        let chunks = batch.chunks.filter { missing.contains($0.digest) && putting.insert($0.digest).inserted }
+        try SyncError.remote { () throws(RemoteError) in try remote.putChunks(chunks) }
+    }
+
+    /// Puts the chunks of `local` the remote does not have and the read did not send already.
+    private func uploadChunks(of local: LocalItem, except sent: Set<ChunkDigest>) throws(SyncError) {
+        var seen = sent
         let distinct = local.manifest.filter { seen.insert($0).inserted }
+        guard !distinct.isEmpty else { return }
         let missing = try SyncError.remote { () throws(RemoteError) in try remote.missingChunks(distinct) }
-        // Put in batches of about 4 MiB: one round trip for many small chunks.
-        var batch: [(digest: ChunkDigest, bytes: [UInt8])] = []
-        var batched = 0
-        func send() throws(SyncError) {
-            let chunks = batch
+        var batch = ChunkBatch()
+        func put() throws(SyncError) {
+            let chunks = batch.chunks
             try SyncError.remote { () throws(RemoteError) in try remote.putChunks(chunks) }
-            batch = []
-            batched = 0
+            batch = ChunkBatch()
         }
         for digest in missing {
             try checkStop()
             let bytes = try SyncError.local("read a chunk of item \(local.item)") { try store.chunk(digest, of: local.item) }
-            batch.append((digest, bytes))
-            batched += bytes.count
-            if batched >= 4 << 20 { try send() }
+            batch.append(digest, bytes)
+            if batch.isFull { try put() }
         }
-        if !batch.isEmpty { try send() }
+        if !batch.chunks.isEmpty { try put() }
     }
 
     private func syncState(of item: UInt64) throws(SyncError) -> ItemSyncState? {

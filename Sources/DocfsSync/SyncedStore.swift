@@ -67,6 +67,31 @@ public struct ItemSyncState: Codable, Sendable, Equatable {
     public var number: UInt64 { version.number }
 }
 
+/// Chunks of an item's content and their bytes, as they go up together (issue 22 §7).
+public struct ChunkBatch: Sendable {
+    /// About how many bytes a batch holds: one round trip for many small chunks.
+    public static let size = 4 << 20
+
+    public var chunks: [(digest: ChunkDigest, bytes: [UInt8])] = []
+    public var byteCount = 0
+
+    public init() {}
+
+    public var isFull: Bool { byteCount >= Self.size }
+
+    public mutating func append(_ digest: ChunkDigest, _ bytes: [UInt8]) {
+        chunks.append((digest, bytes))
+        byteCount += bytes.count
+    }
+}
+
+extension SyncedStore {
+    /// A store that reads the content only when asked for a chunk hands none while reading.
+    public func current(_ item: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws -> LocalItem? {
+        try current(item)
+    }
+}
+
 /// The store cannot say what an item is right now (its index is a moment behind a rename or a
 /// removal): not that it is gone. The engine tries the item again shortly.
 public struct LocalItemUnsettled: Error, CustomStringConvertible {
@@ -144,6 +169,11 @@ public protocol SyncedStore: Sendable {
     /// The item as the store has it now; nil when it is gone (`LocalItemUnsettled` when that
     /// cannot be told right now).
     func current(_ item: UInt64) throws -> LocalItem?
+    /// `current`, handing the content's chunks to `cut` while the file is read, in batches of
+    /// about `ChunkBatch.size` bytes, so they can go up as they are cut rather than after the
+    /// whole file was read. A store may hand none (the engine then reads what it needs with
+    /// `chunk`); an error `cut` throws ends the call with that error.
+    func current(_ item: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws -> LocalItem?
     /// Whether the item is gone here (cheaper than `current`: nothing is read).
     func isGone(_ item: UInt64) throws -> Bool
     /// A container's display name and whether the user view shows it; nil for the default

@@ -85,6 +85,45 @@ import Glibc
         #expect(try remote.currentVersion(of: planVersion.item)?.deleted == true)
     }
 
+    /// A big file's chunks are handed to the engine in batches while it is read (they go up
+    /// as they are cut, not after the whole file was read); an error the engine throws (the
+    /// remote went away) ends the read there, as that error.
+    @Test func aBigFileIsHandedOverInBatchesWhileItIsRead() throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try LocalStore(path: directory)
+        let index = try IndexDatabase(path: store.layout.indexFile)
+        let filesystem = try Filesystem(store: store, index: index)
+        let sync = try StoreSync(serving: filesystem.shared, author: RemoteAuthor(machine: "a", user: "alice"))
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<(20 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let node = try write(filesystem, parent: 1, name: "big.bin", bytes)
+        let item = try filesystem.nodes.node(node).item.rawValue
+
+        var batches: [ChunkBatch] = []
+        let local = try #require(try sync.current(item) { batches.append($0) })
+        #expect(batches.count >= 4, "\(batches.count) batches")
+        #expect(batches.dropLast().allSatisfy { $0.isFull && $0.byteCount < ChunkBatch.size + (256 << 10) })
+        #expect(batches.flatMap { $0.chunks.map(\.digest) } == local.manifest)
+        #expect(batches.flatMap { $0.chunks.flatMap(\.bytes) } == bytes)
+
+        struct RemoteWentAway: Error {}
+        var handed = 0
+        #expect(throws: RemoteWentAway.self) {
+            _ = try sync.current(item) { _ in
+                handed += 1
+                if handed == 2 { throw RemoteWentAway() }
+            }
+        }
+        #expect(handed == 2)
+
+        sync.fillOutbox(true)
+        try sync.enqueue([item])
+        let remote = InMemoryRemote()
+        try SyncEngine(store: sync, remote: remote).syncOnce()
+        let version = try #require(try remote.currentVersion(of: item))
+        #expect(try text(remote, version) == bytes)
+    }
+
     @Test func anEditOfABigFileSendsOnlyTheChunksItChanged() throws {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = try LocalStore(path: directory)

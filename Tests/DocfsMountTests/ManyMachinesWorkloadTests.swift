@@ -111,8 +111,9 @@ import Glibc
         let worked = Date().timeIntervalSince(start)
 
         // A known open defect (issue 22, docs/semantics.md "Known limits"): under the load of the
-        // whole suite, a machine's index can hold an item at a place whose file is no longer it
-        // for good; that item then waits on the machine (never sent as a deletion) and the
+        // whole suite, a machine's index can record another machine's document under the id of
+        // a file made there (a create's handle whose descriptor number was let go early); that
+        // document's later edits there then wait for good (never sent as a deletion) and the
         // trees differ in it. Alone, or under lighter load, the run converges (every check below
         // holds); the known issue is recorded whenever it does not.
         withKnownIssue("an item whose index record stays behind its file is not sent", isIntermittent: true) {
@@ -132,17 +133,14 @@ import Glibc
                     try? machine.fixture.log.write(toFile: "/tmp/docfs-workload-logs/\(machine.name).log", atomically: false, encoding: .utf8)
                 }
             }
-            let differences = snapshots.count == 3 ? Set(snapshots[0].keys).union(snapshots[1].keys).union(snapshots[2].keys)
-                .filter { key in !(snapshots[0][key] == snapshots[1][key] && snapshots[1][key] == snapshots[2][key]) }.sorted().prefix(10)
-                .map { key in "\(key): \(snapshots.map { $0[key] ?? "absent" })" } : []
+            let differing = snapshots.count == 3 ? Set(snapshots[0].keys).union(snapshots[1].keys).union(snapshots[2].keys)
+                .filter { key in !(snapshots[0][key] == snapshots[1][key] && snapshots[1][key] == snapshots[2][key]) }.sorted() : []
+            let differences = differing.prefix(10).map { key in "\(key): \(snapshots.map { $0[key] ?? "absent" })" }
             // For a differing document: its log on the server and each machine's sync state of it.
-            let differingIDs = snapshots.count == 3 ? Set(snapshots[0].keys).union(snapshots[1].keys).union(snapshots[2].keys)
-                .filter { key in !(snapshots[0][key] == snapshots[1][key] && snapshots[1][key] == snapshots[2][key]) }.sorted().prefix(3)
-                .compactMap { key in snapshots.compactMap { $0[key]?.split(separator: " ").first.map(String.init) }.first } : []
+            let differingIDs = differing.prefix(3)
+                .compactMap { key in snapshots.compactMap { $0[key]?.split(separator: " ").first.map(String.init) }.first }
             // And the index records at a differing path, with the id its file has in the store.
-            let differingPaths = snapshots.count == 3 ? Set(snapshots[0].keys).union(snapshots[1].keys).union(snapshots[2].keys)
-                .filter { key in !(snapshots[0][key] == snapshots[1][key] && snapshots[1][key] == snapshots[2][key]) }.sorted().prefix(3) : []
-            let records = differingPaths.map { path -> String in
+            let records = differing.prefix(3).map { path -> String in
                 machines.map { machine in
                     let rows = (try? shell("sqlite3 -readonly '\(machine.fixture.store)/index/index.sqlite' \"SELECT path, id, version, sequence FROM items WHERE path = '/\(path)'\" 2>&1").output) ?? ""
                     let stored = (try? shell("getfattr --only-values -n user.docfs.id '\(machine.fixture.documents)/\(path)' 2>&1").output) ?? ""
