@@ -1,4 +1,5 @@
 import DocfsCore
+import DocfsProvider
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -82,6 +83,11 @@ final class DirectoryHandle: Sendable {
                         return
                     }
                     entry = Self.entry(raw)
+                    // docfs's own working files are nobody's to see (`WorkingFileNames`).
+                    if WorkingFileNames.contains(entry.name) {
+                        s.offset = entry.nextOffset
+                        continue
+                    }
                 }
                 let taken: Bool
                 do throws(DocfsError) {

@@ -26,8 +26,17 @@ extension Filesystem {
     /// anything at an app view's root).
     func refuseTakingContainerName(_ parent: NodeID, _ name: FileName) throws(DocfsError) {
         try refuseChangingAppRoot(parent, name)
+        try refuseWorkingFileName(name)
         if let record = containerFolder(parent, name) {
             throw DocfsError(.system(.fileExists), "\(name) at the root is container \(record.id)'s folder")
+        }
+    }
+
+    /// Refuses a new name that docfs keeps for its working files (`WorkingFileNames`): nobody
+    /// would see the file, and a restart would remove it.
+    func refuseWorkingFileName(_ name: FileName) throws(DocfsError) {
+        if WorkingFileNames.contains(name) {
+            throw DocfsError(.system(.notPermitted), "\(name): names beginning \(WorkingFileNames.prefixes.joined(separator: ", ")) are docfs's working files")
         }
     }
 

@@ -111,6 +111,7 @@ extension Filesystem {
         try refuseControlArea(newParent, newName)
         try refuseChangingContainerFolder(parent, name)
         try refuseChangingContainerFolder(newParent, newName)
+        try refuseWorkingFileName(newName)
         // A save through a reference touches the original's place too (added when known).
         var touched = TouchedPlaces(names: [(folder: from.key, name: name), (folder: to.key, name: newName)])
         // A move claims both ends and both folders.

@@ -161,6 +161,8 @@ public final class Filesystem: Sendable {
         let directory = try nodes.node(parent)
         if parent == rootID && name == ControlArea.name { return try virtualEntry(.controlArea, .controlArea) }
         if parent == rootID && appContainer != nil { return try appRootEntry(name) }
+        // docfs's own working files are not there for anyone else (`WorkingFileNames`).
+        if WorkingFileNames.contains(name) { throw DocfsError.system(ENOENT) }
         do throws(DocfsError) {
             return try entry(in: directory, name: name)
         } catch where error.systemErrno == ENOENT && name.description == SharedThumbnailNames.repository {

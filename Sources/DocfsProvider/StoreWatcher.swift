@@ -76,10 +76,9 @@ public final class StoreWatcher: @unchecked Sendable {
     static let folderEvents = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_MODIFY | IN_CLOSE_WRITE
                                      | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
 
-    /// Names of docfs's own working files (a restore, a raced save, a remote change being
-    /// written in): a daemon that died in the middle leaves them; the first walk of the tree
-    /// removes them.
-    public static let workingFilePrefixes = [".docfs-restore-", ".docfs-conflict-", ".docfs-pick-", ".docfs-sync-"]
+    /// Names of docfs's own working files (`WorkingFileNames`): a daemon that died in the
+    /// middle leaves them; the first walk of the tree removes them.
+    public static let workingFilePrefixes = WorkingFileNames.prefixes
 
     /// Starts watching every folder under `root`; changes posted to `rechecks` are reported
     /// with the others. `maximumWatches` bounds the watches below the kernel's own limit (for
@@ -167,7 +166,7 @@ public final class StoreWatcher: @unchecked Sendable {
             return event.mask & UInt32(IN_ATTRIB) != 0 && path == root ? [.attributes(path: path)] : []
         }
         // docfs's own working files (a copy or restore being made) are nobody's change.
-        if Self.workingFilePrefixes.contains(where: name.description.hasPrefix) { return [] }
+        if WorkingFileNames.contains(name) { return [] }
         if event.mask & UInt32(IN_ATTRIB) != 0 {
             return [.attributes(path: path + "/" + name.description)]
         }

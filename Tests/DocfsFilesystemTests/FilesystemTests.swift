@@ -81,6 +81,51 @@ import Glibc
         #expect(filesystem.knownNodeCount == 4)
     }
 
+    /// docfs's working files (a remote change being written in beside its document) are not
+    /// listed or looked up through the mount: a node made for one would keep the id it was found
+    /// with after the file was renamed over a document with another. Nobody can make one.
+    @Test func workingFilesAreNeitherListedNorLookedUpNorMade() throws {
+        defer { cleanUp() }
+        let (_, file) = try filesystem.create(parent: 1, name: "doc", mode: 0o644, flags: O_WRONLY, caller: .daemon)
+        filesystem.release(file.handle)
+        let documents = StoreLayout(root: directory).documentsDirectory(.userDefault)
+        for name in WorkingFileNames.prefixes.map({ $0 + "1f2e" }) {
+            #expect(FileManager.default.createFile(atPath: documents + "/" + name, contents: Data("new content".utf8)))
+        }
+        let handle = try filesystem.openDirectory(1)
+        defer { filesystem.releaseDirectory(handle) }
+        var listed: [FileName] = []
+        try filesystem.readDirectoryPlus(handle, offset: 0) { item, _ in
+            listed.append(item.name)
+            return true
+        }
+        #expect(Set(listed).subtracting([".", ".."]) == ["doc"])
+        let plain = try filesystem.openDirectory(1)
+        defer { filesystem.releaseDirectory(plain) }
+        var names: [FileName] = []
+        try filesystem.readDirectory(plain, offset: 0) { item in
+            names.append(item.name)
+            return true
+        }
+        #expect(Set(names).subtracting([".", ".."]) == ["doc"])
+        for prefix in WorkingFileNames.prefixes {
+            #expect(throws: DocfsError.self) { try filesystem.lookup(parent: 1, name: FileName(prefix + "1f2e")) }
+            let refused = #expect(throws: DocfsError.self) {
+                _ = try filesystem.create(parent: 1, name: FileName(prefix + "mine"), mode: 0o644, flags: O_WRONLY, caller: .daemon)
+            }
+            #expect(refused?.systemErrno == EPERM)
+            #expect(throws: DocfsError.self) {
+                try filesystem.rename(parent: 1, name: "doc", newParent: 1, newName: FileName(prefix + "mine"), flags: 0, caller: .daemon)
+            }
+            #expect(throws: DocfsError.self) { try filesystem.makeDirectory(parent: 1, name: FileName(prefix + "dir"), mode: 0o755, caller: .daemon) }
+        }
+        // A name that only begins like one is anyone's.
+        let (_, other) = try filesystem.create(parent: 1, name: ".docfs-synced notes", mode: 0o644, flags: O_WRONLY, caller: .daemon)
+        filesystem.release(other.handle)
+        _ = try filesystem.lookup(parent: 1, name: ".docfs-synced notes")
+        #expect(FileManager.default.fileExists(atPath: documents + "/doc"))
+    }
+
     @Test func contentAndErrors() throws {
         defer { cleanUp() }
         let (_, file) = try filesystem.create(parent: 1, name: "doc", mode: 0o644, flags: O_RDWR, caller: .daemon)
