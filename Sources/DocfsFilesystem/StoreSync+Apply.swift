@@ -283,6 +283,15 @@ extension StoreSync {
         let oldVersion = replacing ? max(ItemAttributes.version(ofDescriptor: oldFD), 1) : 0
         let keptAs = conflict.map { versions.isTaken(item, $0) ? versions.firstFreeNumber(of: item, above: $0) : $0 } ?? oldVersion
         if replacing {
+            // Kept as a conflict version, the content it replaces leaves the chain of previous
+            // versions, whose newest may be a delta of it (an append session's): that one is
+            // made whole from it first, or it would be read from the new content.
+            if conflict != nil {
+                let readable = open("/proc/self/fd/\(oldFD)", O_RDONLY | O_CLOEXEC)
+                guard readable >= 0 else { throw DocfsError.errno("reading item \(version.item) to keep it as a conflict version") }
+                defer { close(readable) }
+                try versions.materializeNewestPrefix(of: item, from: readable)
+            }
             // The content it replaces stays recoverable (C4): a previous version, or a conflict
             // version when it lost the race on the remote.
             let record = VersionRecord(version: keptAs, kind: conflict != nil ? .conflict : .previous,

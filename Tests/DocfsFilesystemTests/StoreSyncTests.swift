@@ -171,9 +171,10 @@ import Glibc
         let sync: StoreSync
         let engine: SyncEngine
 
-        init(_ name: String, remote: any Remote, firstID: UInt64) throws {
+        init(_ name: String, remote: any Remote, firstID: UInt64, settings: String? = nil) throws {
             directory = "/tmp/docfs-twostores-\(name)-" + UUID().uuidString.prefix(8)
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            if let settings { try settings.write(toFile: directory + "/settings.json", atomically: true, encoding: .utf8) }
             // Apart from each other, as linking will hand out (issue 22 §1).
             try "next=\(firstID)\n".write(toFile: directory + "/item-ids", atomically: true, encoding: .utf8)
             store = try LocalStore(path: directory)
@@ -208,6 +209,30 @@ import Glibc
             _ = try filesystem.write(file.handle, bytes: Array(text.utf8), offset: 0)
             try filesystem.flush(file.handle)
             filesystem.release(file.handle)
+        }
+
+        /// Appends `text` to the file at `path` through O_APPEND, as a log is (a session of its own).
+        func append(_ path: String, _ text: String) throws {
+            let node = try filesystem.lookup(parent: 1, name: FileName(path)).node
+            let file = try filesystem.open(node, flags: O_WRONLY | O_APPEND, caller: .daemon)
+            let size = try filesystem.attributes(of: node).st_size
+            _ = try filesystem.write(file.handle, bytes: Array(text.utf8), offset: size)
+            try filesystem.flush(file.handle)
+            filesystem.release(file.handle)
+        }
+
+        /// Every version of `item` kept here, read back as a restore would read it.
+        func keptContents(of item: UInt64, at path: String) throws -> [UInt64: String] {
+            var contents: [UInt64: String] = [:]
+            for record in store.versions.versions(of: ItemID(rawValue: item)) {
+                let content = try store.versions.openContent(ItemID(rawValue: item), version: record.version, current: documents + "/" + path)
+                let made = directory + "/made-\(record.version)"
+                let fd = open(made, O_RDWR | O_CREAT | O_TRUNC, 0o600)
+                defer { close(fd); unlink(made) }
+                _ = try content.copy(to: fd)
+                contents[record.version] = try String(contentsOfFile: made, encoding: .utf8)
+            }
+            return contents
         }
 
         func cleanUp() { try? FileManager.default.removeItem(atPath: directory) }
@@ -256,6 +281,32 @@ import Glibc
         // Settled: another round on each does nothing.
         #expect(try a.engine.syncOnce() == SyncEngine.Round())
         #expect(try b.engine.syncOnce() == SyncEngine.Round())
+    }
+
+    /// A machine whose appends lose a race keeps them as a conflict version; the versions its
+    /// append sessions kept before (deltas of the content after them) still read back as they
+    /// were, not from the winner's content that is current now.
+    @Test func aLoserThatWasAppendedToKeepsEveryEarlierVersionAsItWas() throws {
+        let remote = InMemoryRemote()
+        // Every session's version kept (no thinning), as a document edited now and then has them.
+        let everyVersion = #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000, "thinningWindowSeconds": 0}}"#
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: everyVersion)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000)
+        defer { a.cleanUp(); b.cleanUp() }
+        try a.save("log.txt", "line 1\n")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        let item = try #require(b.id("log.txt"))
+        try a.append("log.txt", "line 2 on a\n")
+        try a.append("log.txt", "line 3 on a\n")
+        #expect(a.store.versions.versions(of: ItemID(rawValue: item)).contains { $0.isPrefix })
+        try b.save("log.txt", "rewritten on b\n")
+        try b.engine.syncOnce()
+        try a.engine.syncOnce()
+        #expect(a.content("log.txt") == "rewritten on b\n")
+        let kept = try a.keptContents(of: item, at: "log.txt")
+        let expected: Set<String> = ["line 1\n", "line 1\nline 2 on a\n", "line 1\nline 2 on a\nline 3 on a\n"]
+        #expect(expected.isSubset(of: Set(kept.values)), "\(kept)")
     }
 
     @Test func twoSavesFromOneBaseLeaveTheLoserAsAConflictVersionOnBothStores() throws {
