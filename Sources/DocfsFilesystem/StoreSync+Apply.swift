@@ -142,6 +142,10 @@ extension StoreSync {
                 if versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
                 number = versions.firstFreeNumber(of: item, above: number)
             }
+            // Nor the number of the content here, a save of this machine's not gone up yet: kept
+            // under it later, that save would find the number taken and be lost.
+            let current = Self.versionNumber(of: document)
+            if number == current { number = versions.firstFreeNumber(of: item, above: max(number, current)) }
             let record = VersionRecord(version: number, kind: .conflict, modified: version.modified,
                                        kept: WriteSessions.now(), size: version.size, author: nil)
             try shared.store.versions.keepFile(working.fd, item: item, record: record)
@@ -155,6 +159,14 @@ extension StoreSync {
                                                           document.name, inFolder: document.folder, item: item))
             }
         }
+    }
+
+    /// The version number of the document at `document` (0 when it cannot be read).
+    static func versionNumber(of document: Located) -> UInt64 {
+        let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return 0 }
+        defer { close(fd) }
+        return ItemAttributes.version(ofDescriptor: fd)
     }
 
     /// The thumbnail set the saving machine made goes in for the content here (none is rendered
@@ -281,7 +293,9 @@ extension StoreSync {
         let replacing = oldFD >= 0 && fstat(oldFD, &oldStat) == 0 && oldStat.st_mode & S_IFMT == S_IFREG
         let versions = shared.store.versions
         let oldVersion = replacing ? max(ItemAttributes.version(ofDescriptor: oldFD), 1) : 0
-        let keptAs = conflict.map { versions.isTaken(item, $0) ? versions.firstFreeNumber(of: item, above: $0) : $0 } ?? oldVersion
+        // A number taken already (a version kept here has it) would drop the content it replaces.
+        let wanted = conflict ?? oldVersion
+        let keptAs = versions.isTaken(item, wanted) ? versions.firstFreeNumber(of: item, above: wanted) : wanted
         if replacing {
             // Kept as a conflict version, the content it replaces leaves the chain of previous
             // versions, whose newest may be a delta of it (an append session's): that one is

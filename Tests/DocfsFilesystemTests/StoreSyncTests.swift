@@ -309,6 +309,33 @@ import Glibc
         #expect(expected.isSubset(of: Set(kept.values)), "\(kept)")
     }
 
+    /// Another machine's conflict version arrives under the number a save here, not gone up
+    /// yet, holds: it takes the next free number, so the save is still kept when the next
+    /// save supersedes it (it had found its number taken and was dropped).
+    @Test func aConflictVersionNeverTakesTheNumberOfTheContentHere() throws {
+        let everyVersion = #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000, "thinningWindowSeconds": 0}}"#
+        let a = try Machine("a", remote: InMemoryRemote(), firstID: 1_000, settings: everyVersion)
+        defer { a.cleanUp() }
+        try a.save("notes.txt", "one")
+        try a.save("notes.txt", "two")
+        let item = try #require(a.id("notes.txt"))
+        let document = open(a.documents + "/notes.txt", O_RDONLY | O_CLOEXEC)
+        defer { close(document) }
+        let current = ItemAttributes.version(ofDescriptor: document)
+        #expect(current >= 2)
+        let theirs = Array("theirs".utf8)
+        let digest = theirs.withUnsafeBytes { ChunkDigest(of: $0) }
+        let conflict = RemoteVersion(item: item, container: "docfs.default", name: "notes.txt", kind: .file, number: current, base: 1,
+                                     manifest: [digest], size: Int64(theirs.count), modified: 1_700_000_000,
+                                     author: RemoteAuthor(machine: "b", user: "alice"), conflict: true)
+        try a.sync.keepConflict(conflict) { _ in theirs }
+        let records = a.store.versions.versions(of: ItemID(rawValue: item))
+        #expect(records.contains { $0.kind == .conflict && $0.version != current }, "\(records)")
+        try a.save("notes.txt", "three")
+        let kept = try a.keptContents(of: item, at: "notes.txt")
+        #expect(Set(kept.values).isSuperset(of: ["one", "two", "theirs"]), "\(kept)")
+    }
+
     @Test func twoSavesFromOneBaseLeaveTheLoserAsAConflictVersionOnBothStores() throws {
         let remote = InMemoryRemote()
         let a = try Machine("a", remote: remote, firstID: 1_000)

@@ -64,7 +64,11 @@ import Glibc
                 let name = "\(machine.name)-moved-\(step).txt"
                 _ = rename(machine.path(path), machine.path(place(folders[random.next(below: folders.count)], name)))
             default:  // delete
-                _ = unlink(machine.path(path))
+                // What this machine wrote to it, it deletes now: that content may never have
+                // gone up, and a deletion that loses to another machine's edit brings back the
+                // edit, not it. It is not looked for after.
+                let id = machine.id(path)
+                if unlink(machine.path(path)) == 0, let id { written.removeAll { $0.id == id } }
             }
         }
         return written
@@ -152,8 +156,8 @@ import Glibc
                     let query = "SELECT 'record', container, scope, path, version, sequence FROM items WHERE id = \(id); "
                         + "SELECT 'state', state FROM syncItems WHERE item = \(id); SELECT 'outbox', position, sequence FROM outbox WHERE item = \(id);"
                     let index = (try? shell("sqlite3 -readonly '\(machine.fixture.store)/index/index.sqlite' \"\(query)\" 2>&1").output) ?? ""
-                    let log = machine.fixture.log.split(separator: "\n").filter { $0.contains(" \(id):") || $0.contains(" \(id) ") }
-                        .suffix(16).joined(separator: "\n")
+                    let log = machine.fixture.log.split(separator: "\n").filter { $0.contains("sync: up \(id):") || $0.contains("sync: down \(id) ") }
+                        .suffix(24).joined(separator: "\n")
                     return "\(machine.name): \(index) log: \(log)"
                 }
                 return "item \(id): \(log) states \(states)"
@@ -222,7 +226,16 @@ import Glibc
                 }
             }
             if !found {
-                let kept = machines.map { machine in "\(machine.name): \((try? machine.docfs("versions --json '\(machine.path(path))'"))?.output ?? "")" }
+                // Each machine's kept versions of it, number, kind and content.
+                let kept = machines.map { machine -> String in
+                    let listed = (try? machine.docfs("versions --json '\(machine.path(path))'"))?.output ?? ""
+                    let rows = (try? JSONSerialization.jsonObject(with: Data(listed.utf8))) as? [[String: Any]] ?? []
+                    return "\(machine.name): " + rows.map { row in
+                        let number = (row["version"] as? NSNumber)?.uint64Value ?? 0
+                        let shown = (try? machine.docfs("versions --show \(number) '\(machine.path(path))'"))?.output ?? "?"
+                        return "v\(number) \(row["kind"] ?? "") \(shown.debugDescription)"
+                    }.joined(separator: ", ")
+                }
                 Issue.record("the payload \(payload.debugDescription) of \(path) (\(id)) is nowhere (seed \(seed)): \(kept) \(histories(of: [id]))")
                 keepLogs()
             }
