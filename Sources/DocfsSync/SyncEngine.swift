@@ -271,7 +271,9 @@ public final class SyncEngine: Sendable {
     private func settle(_ version: RemoteVersion, number: UInt64, sequence: UInt64?, after state: ItemSyncState?) throws(SyncError) {
         var version = version
         version.number = number
-        let created = number == 1 ? (sequence ?? state?.created) : state?.created
+        // The item's first version (from no base) says when it was created; its number need
+        // not be 1 (saves made here before it first went up took the numbers below).
+        let created = version.base == 0 ? (sequence ?? state?.created) : state?.created
         try SyncError.local("save the sync state of item \(version.item)") {
             try store.setSyncState(ItemSyncState(version: version, created: created), of: version.item)
         }
@@ -538,7 +540,7 @@ public final class SyncEngine: Sendable {
         }
         guard let holder, holder != version.item else { return version.name }
         let state = try syncState(of: version.item)
-        let incoming = (version.number == 1 ? sequence : state?.created) ?? sequence ?? UInt64.max - 1
+        let incoming = (version.base == 0 ? sequence : state?.created) ?? sequence ?? UInt64.max - 1
         let held = try syncState(of: holder).flatMap(\.created) ?? UInt64.max
         let freeName = try SyncNames.free(version.name) { candidate throws(SyncError) in
             try SyncError.local("look up a name") {

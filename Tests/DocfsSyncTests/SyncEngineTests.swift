@@ -103,6 +103,9 @@ final class FlakyRemote: Remote {
             stores = (0..<count).map { MemoryStore(machine: ["a", "b", "c", "d"][$0]) }
             let remote = remote
             engines = stores.map { SyncEngine(store: $0, remote: remote, pageSize: 7) }
+            if ProcessInfo.processInfo.environment["DOCFS_SYNC_TRACE"] != nil {
+                for (engine, store) in zip(engines, stores) { let name = store.author.machine; engine.onTrace { print("TRACE \(name) \($0)") } }
+            }
         }
 
         subscript(_ index: Int) -> MemoryStore { stores[index] }
@@ -390,6 +393,29 @@ final class FlakyRemote: Remote {
             #expect(store.text(of: fromA) == "a's report" && store.text(of: fromB) == "b's report")
         }
         #expect(machines[0].tree() == machines[1].tree() && machines[1].tree() == machines[2].tree())
+    }
+
+    /// The same when each was saved a few times before it first went up (its first version's
+    /// number is not 1): which came first is its first commit, on every machine, so each
+    /// machine renames the same one, once (before, a machine that made one of them could take
+    /// its own for the later, and the two were renamed aside by turns for good).
+    @Test(arguments: RemoteUnderTest.allCases)
+    func twoCreatesOfOneNameSavedBeforeTheyWentUpRenameTheLaterOnce(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let fromA = machines[0].create("report.txt", text: "a's report")
+        machines[0].write(fromA, "a's report, again")
+        machines[0].write(fromA, "a's report, third")
+        let fromC = machines[2].create("report.txt", text: "c's report")
+        for round in 0..<4 { machines[2].write(fromC, "c's report \(round)") }
+        try machines.sync(0)  // a's commits first
+        try machines.sync(1)
+        try machines.sync(2)  // c's commits second, then c meets a's under the same name
+        try machines.settle()
+        for store in machines.stores {
+            #expect(store.item(fromA)?.name == "report.txt" && store.item(fromC)?.name == "report (2).txt", "\(store.author.machine)")
+        }
+        let renames = try machines.remote.changes(after: .start, limit: 1000).changes.map(\.version).filter { $0.item == fromA || $0.item == fromC }
+        #expect(renames.filter { $0.name.contains("(2) (2)") }.isEmpty, "\(renames.map(\.name))")
     }
 
     /// Changes made while the link is cut wait in the outbox and go up once it is back; a
