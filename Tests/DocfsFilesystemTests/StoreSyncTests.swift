@@ -238,6 +238,10 @@ import Glibc
         func cleanUp() { try? FileManager.default.removeItem(atPath: directory) }
     }
 
+    /// Settings that keep every session's version (no thinning), as a document edited now and
+    /// then has them.
+    static let everyVersion = #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000, "thinningWindowSeconds": 0}}"#
+
     @Test func whatOneStoreSavesRenamesAndDeletesTheOtherApplies() throws {
         let remote = InMemoryRemote()
         let a = try Machine("a", remote: remote, firstID: 1_000)
@@ -288,9 +292,7 @@ import Glibc
     /// were, not from the winner's content that is current now.
     @Test func aLoserThatWasAppendedToKeepsEveryEarlierVersionAsItWas() throws {
         let remote = InMemoryRemote()
-        // Every session's version kept (no thinning), as a document edited now and then has them.
-        let everyVersion = #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000, "thinningWindowSeconds": 0}}"#
-        let a = try Machine("a", remote: remote, firstID: 1_000, settings: everyVersion)
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
         let b = try Machine("b", remote: remote, firstID: 1_000_000_000)
         defer { a.cleanUp(); b.cleanUp() }
         try a.save("log.txt", "line 1\n")
@@ -313,8 +315,7 @@ import Glibc
     /// yet, holds: it takes the next free number, so the save is still kept when the next
     /// save supersedes it (it had found its number taken and was dropped).
     @Test func aConflictVersionNeverTakesTheNumberOfTheContentHere() throws {
-        let everyVersion = #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000, "thinningWindowSeconds": 0}}"#
-        let a = try Machine("a", remote: InMemoryRemote(), firstID: 1_000, settings: everyVersion)
+        let a = try Machine("a", remote: InMemoryRemote(), firstID: 1_000, settings: Self.everyVersion)
         defer { a.cleanUp() }
         try a.save("notes.txt", "one")
         try a.save("notes.txt", "two")
