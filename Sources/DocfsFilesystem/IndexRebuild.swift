@@ -284,7 +284,7 @@ public enum IndexRebuild {
     /// `.`, `..`, and working files of a restore or raced save in progress (not documents).
     static func isSkipped(_ name: FileName) -> Bool {
         let text = name.description
-        return text == "." || text == ".." || StoreWatcher.workingFilePrefixes.contains { text.hasPrefix($0) }
+        return text == "." || text == ".." || WorkingFileNames.contains(name)
     }
 
     private static func containers(of layout: StoreLayout) throws(DocfsError) -> [ContainerID] {

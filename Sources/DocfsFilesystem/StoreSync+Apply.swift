@@ -135,6 +135,9 @@ extension StoreSync {
         let item = ItemID(rawValue: version.item)
         let versions = shared.store.versions
         try shared.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
+            let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { throw DocfsError.errno("opening item \(version.item) to mark its conflict") }
+            defer { close(fd) }
             // Under the remote's number, unless a version kept here has it: kept already (a
             // round cut short), or a save made here offline (then the next free number).
             var number = version.number
@@ -144,14 +147,10 @@ extension StoreSync {
             }
             // Nor the number of the content here, a save of this machine's not gone up yet: kept
             // under it later, that save would find the number taken and be lost.
-            let current = Self.versionNumber(of: document)
-            if number == current { number = versions.firstFreeNumber(of: item, above: max(number, current)) }
+            if number == ItemAttributes.version(ofDescriptor: fd) { number = versions.firstFreeNumber(of: item, above: number) }
             let record = VersionRecord(version: number, kind: .conflict, modified: version.modified,
                                        kept: WriteSessions.now(), size: version.size, author: nil)
             try shared.store.versions.keepFile(working.fd, item: item, record: record)
-            let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
-            guard fd >= 0 else { throw DocfsError.errno("opening item \(version.item) to mark its conflict") }
-            defer { close(fd) }
             try check(docfs_fd_setxattr(fd, Filesystem.conflictAttribute, "1", 1, 0))
             RemoteApplication.$machine.withValue(version.author.machine) {
                 // The document's content stays; presenters hear of the conflict, its record is made again.
@@ -159,14 +158,6 @@ extension StoreSync {
                                                           document.name, inFolder: document.folder, item: item))
             }
         }
-    }
-
-    /// The version number of the document at `document` (0 when it cannot be read).
-    static func versionNumber(of document: Located) -> UInt64 {
-        let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return 0 }
-        defer { close(fd) }
-        return ItemAttributes.version(ofDescriptor: fd)
     }
 
     /// The thumbnail set the saving machine made goes in for the content here (none is rendered

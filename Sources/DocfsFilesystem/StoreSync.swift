@@ -143,9 +143,14 @@ public final class StoreSync: SyncedStore {
 
     public func isGone(_ item: UInt64) throws -> Bool { try place(of: item) == nil }
 
-    public func current(_ item: UInt64) throws -> LocalItem? { try current(item, cut: { _ in }) }
+    public func current(_ item: UInt64) throws -> LocalItem? { try read(item, cut: nil) }
 
     public func current(_ item: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws -> LocalItem? {
+        try withoutActuallyEscaping(cut) { cut in try read(item, cut: cut) }
+    }
+
+    /// The item as it is here; its content's chunks handed to `cut` as they are cut, if given.
+    private func read(_ item: UInt64, cut: ((_ batch: ChunkBatch) throws -> Void)?) throws -> LocalItem? {
         guard let place = try place(of: item), !place.isScopeRoot else { return nil }
         let fd = shared.paths.openPlace(place)
         // The index has the item there, the store has nothing: a rename or removal the index
@@ -387,9 +392,9 @@ public final class StoreSync: SyncedStore {
     static let uploadChunker = ContentChunker(minimumSize: 16 << 10, averageSize: 64 << 10, maximumSize: 256 << 10)
 
     /// The file's content as chunks (`uploadChunker`'s cut points), remembered for `chunk`,
-    /// and handed to `cut` with their bytes in batches as they are cut.
+    /// and handed to `cut` (if given) with their bytes in batches as they are cut.
     private func chunks(ofFileAt path: Int32, item: UInt64, length: Int64,
-                        cut: (_ batch: ChunkBatch) throws -> Void) throws -> ([ChunkDigest], Int64) {
+                        cut: ((_ batch: ChunkBatch) throws -> Void)?) throws -> ([ChunkDigest], Int64) {
         let fd = open("/proc/self/fd/\(path)", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw StoreSyncError("cannot read item \(item): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
@@ -405,6 +410,7 @@ public final class StoreSync: SyncedStore {
                 manifest.append(digest)
                 references[digest] = ChunkReference(offset: offset, length: Int64(bytes.count), digest: digest)
                 size = offset + Int64(bytes.count)
+                guard let cut else { return }
                 batch.append(digest, Array(bytes))
                 guard batch.isFull else { return }
                 do {
@@ -415,7 +421,7 @@ public final class StoreSync: SyncedStore {
                 }
                 batch = ChunkBatch()
             }
-            if !batch.chunks.isEmpty { try cut(batch) }
+            if let cut, !batch.chunks.isEmpty { try cut(batch) }
         } catch {
             if let cutFailure { throw cutFailure }
             if error is ChunkError { throw StoreSyncError("cannot read item \(item): \(error)") }

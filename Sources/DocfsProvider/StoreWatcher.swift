@@ -76,9 +76,6 @@ public final class StoreWatcher: @unchecked Sendable {
     static let folderEvents = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_MODIFY | IN_CLOSE_WRITE
                                      | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
 
-    /// Names of docfs's own working files (`WorkingFileNames`): a daemon that died in the
-    /// middle leaves them; the first walk of the tree removes them.
-    public static let workingFilePrefixes = WorkingFileNames.prefixes
 
     /// Starts watching every folder under `root`; changes posted to `rechecks` are reported
     /// with the others. `maximumWatches` bounds the watches below the kernel's own limit (for
@@ -219,7 +216,7 @@ public final class StoreWatcher: @unchecked Sendable {
             let name = withUnsafePointer(to: &entry.pointee.d_name) {
                 $0.withMemoryRebound(to: CChar.self, capacity: 256) { FileName(cString: $0).description }
             }
-            if entry.pointee.d_type == DT_REG && Self.workingFilePrefixes.contains(where: name.hasPrefix) {
+            if entry.pointee.d_type == DT_REG && WorkingFileNames.contains(name) {
                 if removingLeftovers { unlinkat(dirfd(dir), FileName(name).cString, 0) }
                 continue
             }

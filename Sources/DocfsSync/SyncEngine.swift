@@ -131,10 +131,12 @@ public final class SyncEngine: Sendable {
         }
         let local: LocalItem?
         // The content's chunks go up as the file is read (a large file's first chunks reach
-        // the remote at once, not after the whole file was read).
+        // the remote at once, not after the whole file was read). Those of the version it was
+        // last in step with are checked once, after the read (none at all when it still is).
         var sent = Set<ChunkDigest>()
+        let known = Set(state?.version.chunks ?? [])
         do {
-            local = try store.current(item) { batch in try sendChunks(batch, of: item, skipping: &sent) }
+            local = try store.current(item) { batch in try sendChunks(batch, skipping: &sent, known: known) }
         } catch let error as SyncError {
             throw error
         } catch is LocalItemUnsettled {
@@ -227,12 +229,12 @@ public final class SyncEngine: Sendable {
         progress((round.uploaded, round.applied))
     }
 
-    /// Puts the chunks of `batch` the remote does not have yet (and `sent` does not hold),
-    /// and adds them to `sent`.
-    private func sendChunks(_ batch: ChunkBatch, of item: UInt64, skipping sent: inout Set<ChunkDigest>) throws(SyncError) {
+    /// Puts the chunks of `batch` the remote does not have yet (and neither `sent` nor `known`
+    /// holds), and adds them to `sent`.
+    private func sendChunks(_ batch: ChunkBatch, skipping sent: inout Set<ChunkDigest>, known: Set<ChunkDigest>) throws(SyncError) {
         try checkStop()
         var distinct: [ChunkDigest] = []
-        for (digest, _) in batch.chunks where sent.insert(digest).inserted { distinct.append(digest) }
+        for (digest, _) in batch.chunks where !known.contains(digest) && sent.insert(digest).inserted { distinct.append(digest) }
         guard !distinct.isEmpty else { return }
         let missing = Set(try SyncError.remote { () throws(RemoteError) in try remote.missingChunks(distinct) })
         guard !missing.isEmpty else { return }
