@@ -1,4 +1,3 @@
-import CLinux
 import DocfsCore
 import Foundation
 import Synchronization
@@ -62,9 +61,6 @@ public final class SyncLoop: Sendable {
         let remoteWatch = engine.remote.watchChanges { [weak self] in self?.wake() }
         watch.withLock { $0 = remoteWatch }
         DetachedThread.start { [self] in
-            // Reading, hashing and sending yield the CPU and the disk to the mount's own work:
-            // the local write path never waits for sync (issue 22 §7), however big an upload.
-            docfs_make_thread_background()
             run()
             done.signal()
         }
