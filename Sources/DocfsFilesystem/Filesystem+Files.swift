@@ -46,6 +46,10 @@ extension Filesystem {
         let writes = node.type == S_IFREG && (flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0)
         return try coordinator.withClaims([(node.item, writes ? .write : .read)]) { () throws(DocfsError) -> OpenFile in
             var needsSight = false
+            // The sync engine leaves the file alone from here (the session may truncate it) until
+            // the handle is a writer, or the open failed.
+            if writes { stitcher?.willOpen(node.item) }
+            defer { if writes { stitcher?.openEnded(node.item) } }
             if writes {
                 // An O_TRUNC open empties the file itself, unseen: its session keeps a copy.
                 needsSight = try sessions.begin(node, caller: caller, appending: flags & O_APPEND != 0 && flags & O_TRUNC == 0,

@@ -62,6 +62,11 @@ final class IndexStitcher: Sendable {
     /// the folder it was made in (whose modification time the create moved): their close and
     /// fsync record the file.
     private let writers = Mutex<[UInt64: Writer]>([:])
+    /// Items an open for writing is under way on (counted, as several may be): from before
+    /// its write session begins (which may truncate the file or stitch the session before)
+    /// until its handle is among `writers`, so the sync engine never reads the file in between
+    /// and sends what the open left half done. A leaf lock, like `writers`.
+    private let opening = Mutex<[ItemID: Int]>([:])
 
     private struct Writer {
         var node: Node
@@ -129,6 +134,20 @@ final class IndexStitcher: Sendable {
         writers.withLock { $0[handle] = Writer(node: node, readable: readable, createdIn: created, folderTouched: created == nil) }
     }
 
+    /// An open for writing of `item` begins: it counts as written until `openEnded`.
+    func willOpen(_ item: ItemID) {
+        opening.withLock { $0[item, default: 0] += 1 }
+    }
+
+    /// The open `willOpen` announced is over: its handle is among the writers (`opened`) or
+    /// it failed. When nothing writes the item any more, those waiting for that are told.
+    func openEnded(_ item: ItemID) {
+        opening.withLock { opening in
+            if let count = opening[item], count > 1 { opening[item] = count - 1 } else { opening[item] = nil }
+        }
+        if !isWritten(item) { writerReleased(item) }
+    }
+
     /// The close (FLUSH) or fsync of `handle`: a writer's file is recorded (and, the first
     /// time, the folder a create made it in). The file it writes, if it is a writer.
     /// Answers nil when there was nothing new to stitch: the file is as its last stitch found it.
@@ -160,9 +179,10 @@ final class IndexStitcher: Sendable {
     /// (the sync engine sends up what it put off while the file was open).
     let writerReleased = Callback<ItemID>()
 
-    /// Whether a handle open for writing (not released yet) writes `item`.
+    /// Whether a handle open for writing (not released yet) writes `item`, or an open for
+    /// writing of it is under way.
     func isWritten(_ item: ItemID) -> Bool {
-        writers.withLock { writers in writers.values.contains { $0.node.item == item } }
+        opening.withLock { $0[item] != nil } || writers.withLock { writers in writers.values.contains { $0.node.item == item } }
     }
 
     // MARK: - Operations

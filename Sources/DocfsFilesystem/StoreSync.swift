@@ -189,6 +189,13 @@ public final class StoreSync: SyncedStore {
         switch kind {
         case .file:
             (manifest, size) = try chunks(ofFileAt: fd, item: item, length: Int64(st.st_size), cut: cut)
+            // A writer that opened it meanwhile (an O_TRUNC open empties it first) or any change
+            // during the read: what was read is no state the file was in.
+            var after = stat()
+            if fstat(fd, &after) != 0 || IndexStitcher.FileStamp(after) != IndexStitcher.FileStamp(st)
+                || shared.stitcher?.isWritten(ItemID(rawValue: item)) == true {
+                throw LocalItemBeingWritten(item: item)
+            }
         case .symlink:
             let target = try Self.linkTarget(fd)
             manifest = target.isEmpty ? [] : [target.withUnsafeBytes { ChunkDigest(of: $0) }]

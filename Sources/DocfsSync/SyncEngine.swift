@@ -139,6 +139,16 @@ public final class SyncEngine: Sendable {
             local = try store.current(item) { batch in try sendChunks(batch, skipping: &sent, known: known) }
         } catch let error as SyncError {
             throw error
+        } catch is LocalItemBeingWritten {
+            // What was read is no state of the file: it goes once the writer lets go, or, when
+            // the writer is done already, next round.
+            if store.putOffWhileWritten(item) {
+                note("up \(item): put off, a writer opened it while it was read")
+            } else {
+                round.again.insert(item)
+                note("up \(item): changed while it was read, again next round")
+            }
+            return
         } catch is LocalItemUnsettled {
             // Not gone, not readable yet (a rename under way here): a tombstone now would delete
             // it everywhere. It goes again next round.
@@ -201,6 +211,7 @@ public final class SyncEngine: Sendable {
             tombstone.author = store.author
             proposal = tombstone
         }
+        note("up \(item): committing \(proposal.deleted ? "a deletion" : "\(proposal.name) of \(proposal.size) bytes") on base \(proposal.base)")
         let outcome = try SyncError.remote { () throws(RemoteError) in
             try remote.commit(proposal, operation: operation, whenStale: .refuse)
         }

@@ -100,6 +100,15 @@ public struct LocalItemUnsettled: Error, CustomStringConvertible {
     public var description: String { "item \(item) is being moved or removed here: tried again shortly" }
 }
 
+/// A writer opened the file, or it changed, while it was read to go up: what was read may be
+/// half of one state and half of another, so it does not go up. The file goes once its writer
+/// lets go (its close puts it in the outbox again).
+public struct LocalItemBeingWritten: Error, CustomStringConvertible {
+    public var item: UInt64
+    public init(item: UInt64) { self.item = item }
+    public var description: String { "item \(item) was written while it was read: it goes up once its writer is done" }
+}
+
 /// One entry of the store's durable outbox: an item changed here (content, attributes, place,
 /// or it went) and must go up. Written with the change itself, so a crash between the save and
 /// the upload loses nothing; several entries of one item go up as one version of its state then.

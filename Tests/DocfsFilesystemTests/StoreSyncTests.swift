@@ -124,6 +124,55 @@ import Glibc
         #expect(try text(remote, version) == bytes)
     }
 
+    /// The CI failure of the kill-mid-upload test: an O_TRUNC open emptied the file between
+    /// the engine's look for writers and its read, and the empty file went up as a version.
+    @Test func aFileOpenedForWritingOrChangedWhileItIsReadDoesNotGoUpAsRead() throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try LocalStore(path: directory)
+        let index = try IndexDatabase(path: store.layout.indexFile)
+        let filesystem = try Filesystem(store: store, index: index)
+        let sync = try StoreSync(serving: filesystem.shared, author: RemoteAuthor(machine: "a", user: "alice"))
+        sync.fillOutbox(true)
+        let remote = InMemoryRemote()
+        let engine = SyncEngine(store: sync, remote: remote)
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<(12 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let node = try write(filesystem, parent: 1, name: "big.bin", bytes)
+        let item = try filesystem.nodes.node(node).item.rawValue
+        try engine.syncOnce()
+        #expect(try text(remote, #require(try remote.currentVersion(of: item))) == bytes)
+
+        // A writer opens it (emptying it) while the first batch is handed over.
+        var writer: UInt64?
+        #expect(throws: LocalItemBeingWritten.self) {
+            _ = try sync.current(item) { _ in
+                if writer == nil { writer = try filesystem.open(node, flags: O_WRONLY | O_TRUNC, caller: .daemon).handle }
+            }
+        }
+        #expect(sync.putOffWhileWritten(item))
+        // A truncate by path (no writer left open) while it is read.
+        var truncated = false
+        #expect(throws: LocalItemBeingWritten.self) {
+            _ = try sync.current(item) { _ in
+                if !truncated {
+                    truncated = true
+                    _ = try filesystem.setAttributes(of: node, handle: nil, AttributeChanges(size: 5), caller: .daemon)
+                }
+            }
+        }
+        // Up as the writer leaves it: never the empty or cut file in between.
+        let written = Array("the writer's content\n".utf8)
+        _ = try filesystem.write(try #require(writer), bytes: written, offset: 0)
+        try engine.syncOnce()
+        #expect(try remote.currentVersion(of: item)?.size == Int64(bytes.count), "nothing goes up while the writer has it open")
+        try filesystem.flush(try #require(writer))
+        filesystem.release(try #require(writer))
+        try engine.syncOnce()
+        let sizes = try remote.changes(after: RemoteAnchor(sequence: 0), limit: 1000).changes.filter { $0.version.item == item }.map(\.version.size)
+        #expect(try text(remote, #require(try remote.currentVersion(of: item))) == written, "sizes sent: \(sizes)")
+        #expect(!sizes.contains(0) && !sizes.contains(5), "sizes sent: \(sizes)")
+    }
+
     @Test func anEditOfABigFileSendsOnlyTheChunksItChanged() throws {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = try LocalStore(path: directory)

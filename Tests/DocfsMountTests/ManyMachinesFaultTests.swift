@@ -66,7 +66,7 @@ import Glibc
         let uploading = Self.within(180) { Self.count(server, "SELECT count(*) FROM docfs.chunks", uri) >= 8 }
         try #require(uploading != nil, """
             the upload was never seen under way: \(Self.count(server, "SELECT count(*) FROM docfs.chunks", uri)) chunks; \
-            a: \((try? a.status()) ?? [:]); waiting on the server: \((try? server.sql("SELECT query FROM pg_stat_activity WHERE wait_event_type = 'Lock'", database: uri.databaseName)) ?? "-")
+            a: \((try? a.status()) ?? [:]); waiting on the server: \((try? server.sql("SELECT application_name, query FROM pg_stat_activity WHERE wait_event_type = 'Lock'", database: uri.databaseName)) ?? "-")
             \(a.fixture.log.suffix(3000))
             """)
         kill(a.fixture.daemon!.processIdentifier, SIGKILL)
