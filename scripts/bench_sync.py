@@ -158,22 +158,35 @@ def main():
         rows.append(("propagation a → b, p50 / p99 / max", f"{p(0.5):.1f} / {p(0.99):.1f} / {lat[-1] * 1000:.1f} ms",
                      f"{args.saves} saves, {late} over 1 s; target p99 < 1000 ms"))
 
-        linked_rate = creates(os.path.join(a.mount, "creates"), args.creates)
-        plain_rate = creates(os.path.join(plain.mount, "creates"), args.creates)
+        # Linked and unlinked runs alternate, best of two each; each starts once the linked
+        # machines are idle (b is another machine in real life: its applying, and a's upload
+        # of the run before, would otherwise take this machine's CPU from the next run).
+        def settled(last_on_b):
+            wait_until(lambda: os.path.exists(last_on_b) and a.status()["waiting"] == 0 and b.status()["waiting"] == 0, 600, step=0.2)
+
+        linked_rates, plain_rates = [], []
+        for attempt in range(2):
+            linked_rates.append(creates(os.path.join(a.mount, f"creates{attempt}"), args.creates))
+            settled(os.path.join(b.mount, f"creates{attempt}", f"f{args.creates - 1}.txt"))
+            plain_rates.append(creates(os.path.join(plain.mount, f"creates{attempt}"), args.creates))
+        linked_rate, plain_rate = max(linked_rates), max(plain_rates)
         rows.append(("creates/s, linked vs unlinked", f"{linked_rate:.0f} vs {plain_rate:.0f} ({linked_rate / plain_rate:.2f}x)",
-                     "target within 10%"))
+                     "best of 2 each, alternating; target within 10%"))
         archive = os.path.join(base, "include.tar")
         files = sorted(os.path.relpath(os.path.join(d, f), "/usr/include")
                        for d, _, fs in os.walk("/usr/include") for f in fs)[:2000]
         with open(os.path.join(base, "list"), "w") as f:
             f.write("\n".join(files))
         sh("tar", "-cf", archive, "-C", "/usr/include", "-T", os.path.join(base, "list"))
-        linked_tar = untar(archive, os.path.join(a.mount, "tree"))
-        plain_tar = untar(archive, os.path.join(plain.mount, "tree"))
+        linked_tars, plain_tars = [], []
+        for attempt in range(2):
+            linked_tars.append(untar(archive, os.path.join(a.mount, f"tree{attempt}")))
+            settled(os.path.join(b.mount, f"tree{attempt}", files[-1]))
+            plain_tars.append(untar(archive, os.path.join(plain.mount, f"tree{attempt}")))
+        linked_tar, plain_tar = min(linked_tars), min(plain_tars)
         rows.append(("tar x of 2,000 header files, linked vs unlinked", f"{linked_tar:.2f} s vs {plain_tar:.2f} s ({linked_tar / plain_tar:.2f}x)",
-                     "target within 10%"))
-        wait_until(lambda: a.status()["waiting"] == 0 and b.status()["waiting"] == 0, 600, step=0.2)
-        wait_until(lambda: os.path.exists(os.path.join(b.mount, "tree", files[-1])), 600, step=0.2)
+                     "best of 2 each, alternating; target within 10%"))
+        settled(os.path.join(b.mount, "tree1", files[-1]))
 
         size = args.size << 20
         data = os.urandom(size)

@@ -76,27 +76,36 @@ public final class SyncEngine: Sendable {
         /// Items to go up again next round (unsettled here now): queued when the round ends,
         /// so the round is not spent on them over and over.
         public var again: Set<UInt64> = []
+        /// The round ended with outbox entries still waiting (it sends at most the pages it
+        /// was given): the next round is due at once.
+        public var moreWaiting = false
 
         public init() {}
     }
 
-    /// Sends up everything waiting, then applies everything the log holds past the anchor.
+    /// Sends up what is waiting (at most `pages` pages of the outbox, each of `outboxPage`
+    /// entries; all of it by default), then applies everything the log holds past the anchor.
+    /// A loop gives a round one page, so that a burst of local changes streaming in does not
+    /// keep one round sending for as long as it lasts (the loop gives way to bursts between
+    /// rounds).
     @discardableResult
-    public func syncOnce() throws(SyncError) -> Round {
+    public func syncOnce(pages: Int = .max) throws(SyncError) -> Round {
         var round = Round()
         defer {
             for item in round.again { try? store.requeue(item) }
         }
-        try push(&round)
+        try push(&round, pages: pages)
         try pull(&round)
         return round
     }
 
+    static let outboxPage = 100
+
     // MARK: Up
 
-    func push(_ round: inout Round) throws(SyncError) {
-        while true {
-            let entries = try SyncError.local("read the outbox") { try store.pendingChanges(limit: 100) }
+    func push(_ round: inout Round, pages: Int = .max) throws(SyncError) {
+        for _ in 0..<pages {
+            let entries = try SyncError.local("read the outbox") { try store.pendingChanges(limit: Self.outboxPage) }
             if entries.isEmpty { return }
             for entry in try goneFilesFirst(entries) {
                 try checkStop()
@@ -104,6 +113,8 @@ public final class SyncEngine: Sendable {
                 try SyncError.local("acknowledge outbox entry \(entry.sequence)") { try store.acknowledge(entry) }
             }
         }
+        // Every page given was sent: is there more?
+        round.moreWaiting = try SyncError.local("read the outbox") { try !store.pendingChanges(limit: 1).isEmpty }
     }
 
     /// The entries of files and links gone here first: a name one of them held may be taken

@@ -44,11 +44,18 @@ public final class SyncLoop: Sendable {
 
     /// How long a wake-up waits for more changes before its round (seconds).
     private let gather: Double
+    /// How long, at most, rounds give way to a burst of local changes (a tar x, a build, a git
+    /// checkout): while wake-ups keep arriving at `burstWakeUps` a `gather` or more, the
+    /// round waits for the burst to pause, so reading, hashing and sending the files does not
+    /// take the CPU the burst's own writes need; then its changes go up in one round.
+    private let burstDeferral: Double
+    static let burstWakeUps = 8
 
-    public init(engine: SyncEngine, pollInterval: Double = 5, gather: Double = 0.02, sweepInterval: Double = 86400,
-                sweepGrace: Double = 3600, log: @escaping @Sendable (String) -> Void) {
+    public init(engine: SyncEngine, pollInterval: Double = 5, gather: Double = 0.02, burstDeferral: Double = 2,
+                sweepInterval: Double = 86400, sweepGrace: Double = 3600, log: @escaping @Sendable (String) -> Void) {
         self.engine = engine
         self.gather = gather
+        self.burstDeferral = burstDeferral
         self.pollInterval = pollInterval
         self.sweepInterval = sweepInterval
         self.sweepGrace = sweepGrace
@@ -84,14 +91,28 @@ public final class SyncLoop: Sendable {
         return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
     }
 
+    /// Waits a `gather`, and more while wake-ups arrive as fast as a burst's (`burstWakeUps`
+    /// a `gather`), up to `burstDeferral` in all or until the loop stops.
+    private func holdWhileBursting() {
+        let start = Self.monotonic()
+        while true {
+            usleep(UInt32(gather * 1_000_000))
+            var wakeUps = 0
+            while wakeUp.wait(seconds: 0) { wakeUps += 1 }
+            if wakeUps < Self.burstWakeUps || Self.monotonic() - start >= burstDeferral || state.withLock({ $0.stopping }) { return }
+        }
+    }
+
     private func run() {
         var pause = 0.0
         var roundEnded = 0.0
+        var moreWaiting = false
         // Machines linked at one moment do not all sweep at once.
         var nextSweep = Date().timeIntervalSince1970 + Double.random(in: 0.1...1) * sweepInterval
         while !state.withLock({ $0.stopping }) {
             do {
-                let round = try engine.syncOnce()
+                let round = try engine.syncOnce(pages: 1)
+                moreWaiting = round.moreWaiting
                 if Date().timeIntervalSince1970 >= nextSweep {
                     nextSweep = Date().timeIntervalSince1970 + sweepInterval
                     let swept = try SyncError.remote { () throws(RemoteError) in
@@ -133,11 +154,16 @@ public final class SyncLoop: Sendable {
                 while Date() < until && !state.withLock({ $0.stopping }) {
                     wakeUp.wait(seconds: until.timeIntervalSinceNow)
                 }
-            } else if wakeUp.wait(seconds: pollInterval) && gather > 0 && Self.monotonic() - roundEnded < 4 * gather {
+            } else if moreWaiting && !wakeUp.wait(seconds: 0) {
+                // The round left outbox pages waiting and nothing new came since (a first sync,
+                // the end of a burst): the next round goes at once.
+            } else if (moreWaiting || wakeUp.wait(seconds: pollInterval)) && gather > 0
+                        && Self.monotonic() - roundEnded < 4 * gather {
                 // Woken again right after a round: a burst (tar x, a build). Its changes gather a
                 // moment into one round, so the rounds' reads of the index do not make it commit
-                // once per file. A lone save goes at once.
-                usleep(UInt32(gather * 1_000_000))
+                // once per file; while they keep streaming in, up to `burstDeferral`. A lone
+                // save goes at once.
+                holdWhileBursting()
             }
             // Wake-ups that piled up during the round are one round.
             while wakeUp.wait(seconds: 0) {}

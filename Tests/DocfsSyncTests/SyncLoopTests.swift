@@ -44,6 +44,33 @@ import Testing
         #expect(loops[1].status.lastError == nil && loops[1].status.lastContact != nil)
     }
 
+    /// A burst of local changes (a tar x) is not read and sent while it streams in: the loop's
+    /// rounds give way until it pauses (at most `burstDeferral`), then send it in a round or
+    /// two. The lone saves of `aSaveReachesAnotherMachineByWakeUpNotByPoll` still go at once.
+    @Test func roundsGiveWayToABurstOfLocalChanges() throws {
+        let remote = InMemoryRemote()
+        let a = MemoryStore(machine: "a")
+        let loop = SyncLoop(engine: SyncEngine(store: a, remote: remote), pollInterval: 60, burstDeferral: 5, log: { _ in })
+        loop.start()
+        defer { loop.stop() }
+        let first = a.create("first.txt", text: "before the burst")
+        loop.wake()
+        #expect(Self.waitFor(5) { (try? remote.currentVersion(of: first)) != nil } != nil)
+        let before = loop.status.rounds
+        // About a second of creates, each waking the loop, as a stitched close does.
+        var made: [UInt64] = []
+        let start = Date()
+        while Date().timeIntervalSince(start) < 1 {
+            made.append(a.create("burst \(made.count).txt", text: "file \(made.count)"))
+            loop.wake()
+            usleep(500)
+        }
+        let during = loop.status.rounds - before
+        #expect(during <= 4, "\(during) rounds while \(made.count) files were made")
+        #expect(Self.waitFor(10) { made.allSatisfy { (try? remote.currentVersion(of: $0)) != nil } } != nil,
+                "the burst never went up whole")
+    }
+
     @Test func aWatchWhoseConnectionTheServerEndsReconnectsAndMissesNothing() throws {
         let server = try ThrowawayPostgres.shared()
         let uri = try server.makeDatabase("watch")
