@@ -33,6 +33,22 @@ import Glibc
         return entry.node
     }
 
+    /// A store served in-process, linked to an in-memory remote, and its engine.
+    func linkedStore() throws -> (Filesystem, StoreSync, InMemoryRemote, SyncEngine) {
+        let store = try LocalStore(path: directory)
+        let index = try IndexDatabase(path: store.layout.indexFile)
+        let filesystem = try Filesystem(store: store, index: index)
+        let sync = try StoreSync(serving: filesystem.shared, author: RemoteAuthor(machine: "a", user: "alice"))
+        sync.fillOutbox(true)
+        let remote = InMemoryRemote()
+        return (filesystem, sync, remote, SyncEngine(store: sync, remote: remote))
+    }
+
+    static func randomBytes(_ count: Int) -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    }
+
     func text(_ remote: InMemoryRemote, _ version: RemoteVersion) throws -> [UInt8] {
         try (version.chunks ?? []).flatMap { try remote.fetchChunk($0) }
     }
@@ -94,8 +110,7 @@ import Glibc
         let index = try IndexDatabase(path: store.layout.indexFile)
         let filesystem = try Filesystem(store: store, index: index)
         let sync = try StoreSync(serving: filesystem.shared, author: RemoteAuthor(machine: "a", user: "alice"))
-        var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<(20 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let bytes = Self.randomBytes(20 << 20)
         let node = try write(filesystem, parent: 1, name: "big.bin", bytes)
         let item = try filesystem.nodes.node(node).item.rawValue
 
@@ -128,15 +143,8 @@ import Glibc
     /// the engine's look for writers and its read, and the empty file went up as a version.
     @Test func aFileOpenedForWritingOrChangedWhileItIsReadDoesNotGoUpAsRead() throws {
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let store = try LocalStore(path: directory)
-        let index = try IndexDatabase(path: store.layout.indexFile)
-        let filesystem = try Filesystem(store: store, index: index)
-        let sync = try StoreSync(serving: filesystem.shared, author: RemoteAuthor(machine: "a", user: "alice"))
-        sync.fillOutbox(true)
-        let remote = InMemoryRemote()
-        let engine = SyncEngine(store: sync, remote: remote)
-        var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<(12 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let (filesystem, sync, remote, engine) = try linkedStore()
+        let bytes = Self.randomBytes(12 << 20)
         let node = try write(filesystem, parent: 1, name: "big.bin", bytes)
         let item = try filesystem.nodes.node(node).item.rawValue
         try engine.syncOnce()
@@ -175,15 +183,8 @@ import Glibc
 
     @Test func anEditOfABigFileSendsOnlyTheChunksItChanged() throws {
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let store = try LocalStore(path: directory)
-        let index = try IndexDatabase(path: store.layout.indexFile)
-        let filesystem = try Filesystem(store: store, index: index)
-        let sync = try StoreSync(serving: filesystem.shared, author: RemoteAuthor(machine: "a", user: "alice"))
-        sync.fillOutbox(true)
-        let remote = InMemoryRemote()
-        let engine = SyncEngine(store: sync, remote: remote)
-        var generator = SystemRandomNumberGenerator()
-        var bytes = (0..<(12 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let (filesystem, sync, remote, engine) = try linkedStore()
+        var bytes = Self.randomBytes(12 << 20)
         let node = try write(filesystem, parent: 1, name: "big.bin", bytes)
         try engine.syncOnce()
         let item = try filesystem.nodes.node(node).item.rawValue
