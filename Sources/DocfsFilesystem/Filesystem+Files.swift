@@ -44,12 +44,12 @@ extension Filesystem {
         let node = try contentNode(reached)  // a reference opens its original
         if node.isDirectory && flags & O_ACCMODE != O_RDONLY { throw DocfsError.system(EISDIR) }
         let writes = node.type == S_IFREG && (flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0)
+        // The sync engine leaves the file alone from here (the session may truncate it) until
+        // the handle is a writer, or the open failed; told so once the claim is let go.
+        if writes { stitcher?.willOpen(node.item) }
+        defer { if writes { stitcher?.openEnded(node.item) } }
         return try coordinator.withClaims([(node.item, writes ? .write : .read)]) { () throws(DocfsError) -> OpenFile in
             var needsSight = false
-            // The sync engine leaves the file alone from here (the session may truncate it) until
-            // the handle is a writer, or the open failed.
-            if writes { stitcher?.willOpen(node.item) }
-            defer { if writes { stitcher?.openEnded(node.item) } }
             if writes {
                 // An O_TRUNC open empties the file itself, unseen: its session keeps a copy.
                 needsSight = try sessions.begin(node, caller: caller, appending: flags & O_APPEND != 0 && flags & O_TRUNC == 0,

@@ -189,10 +189,11 @@ public final class StoreSync: SyncedStore {
         switch kind {
         case .file:
             (manifest, size) = try chunks(ofFileAt: fd, item: item, length: Int64(st.st_size), cut: cut)
-            // A writer that opened it meanwhile (an O_TRUNC open empties it first) or any change
-            // during the read: what was read is no state the file was in.
+            // Read to go up: a writer that opened it meanwhile (an O_TRUNC open empties it
+            // first) or any change during the read, and what was read is no state the file
+            // was in. (The apply path's reads compare under the item's claim instead.)
             var after = stat()
-            if fstat(fd, &after) != 0 || IndexStitcher.FileStamp(after) != IndexStitcher.FileStamp(st)
+            if cut != nil, fstat(fd, &after) != 0 || IndexStitcher.FileStamp(after) != IndexStitcher.FileStamp(st)
                 || shared.stitcher?.isWritten(ItemID(rawValue: item)) == true {
                 throw LocalItemBeingWritten(item: item)
             }

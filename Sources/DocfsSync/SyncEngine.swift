@@ -104,6 +104,8 @@ public final class SyncEngine: Sendable {
     // MARK: Up
 
     func push(_ round: inout Round, pages: Int = .max) throws(SyncError) {
+        precondition(pages > 0, "a round sends at least one page")
+        var handled = 0
         for _ in 0..<pages {
             let entries = try SyncError.local("read the outbox") { try store.pendingChanges(limit: Self.outboxPage) }
             if entries.isEmpty { return }
@@ -111,9 +113,12 @@ public final class SyncEngine: Sendable {
                 try checkStop()
                 try upload(entry, &round)
                 try SyncError.local("acknowledge outbox entry \(entry.sequence)") { try store.acknowledge(entry) }
+                handled += 1
             }
         }
-        // Every page given was sent: is there more?
+        // Every page given was sent: is there more? Not when every entry of them is to go
+        // again (items unsettled here): rounds at once would only go round them.
+        guard round.again.count < handled else { return }
         round.moreWaiting = try SyncError.local("read the outbox") { try !store.pendingChanges(limit: 1).isEmpty }
     }
 

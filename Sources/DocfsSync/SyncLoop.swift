@@ -92,14 +92,17 @@ public final class SyncLoop: Sendable {
     }
 
     /// Waits a `gather`, and more while wake-ups arrive as fast as a burst's (`burstWakeUps`
-    /// a `gather`), up to `burstDeferral` in all or until the loop stops.
-    private func holdWhileBursting() {
+    /// a `gather`), up to `burstDeferral` in all or until the loop stops. Answers whether the
+    /// burst outlasted `burstDeferral` (it goes on: the next round sends all that waits, or a
+    /// long burst would pile up behind one page a hold).
+    private func holdWhileBursting() -> Bool {
         let start = Self.monotonic()
         while true {
             usleep(UInt32(gather * 1_000_000))
             var wakeUps = 0
             while wakeUp.wait(seconds: 0) { wakeUps += 1 }
-            if wakeUps < Self.burstWakeUps || Self.monotonic() - start >= burstDeferral || state.withLock({ $0.stopping }) { return }
+            if wakeUps < Self.burstWakeUps || state.withLock({ $0.stopping }) { return false }
+            if Self.monotonic() - start >= burstDeferral { return true }
         }
     }
 
@@ -107,11 +110,13 @@ public final class SyncLoop: Sendable {
         var pause = 0.0
         var roundEnded = 0.0
         var moreWaiting = false
+        var burstOutlasted = false
         // Machines linked at one moment do not all sweep at once.
         var nextSweep = Date().timeIntervalSince1970 + Double.random(in: 0.1...1) * sweepInterval
         while !state.withLock({ $0.stopping }) {
             do {
-                let round = try engine.syncOnce(pages: 1)
+                let round = try engine.syncOnce(pages: burstOutlasted ? .max : 1)
+                burstOutlasted = false
                 moreWaiting = round.moreWaiting
                 if Date().timeIntervalSince1970 >= nextSweep {
                     nextSweep = Date().timeIntervalSince1970 + sweepInterval
@@ -163,7 +168,7 @@ public final class SyncLoop: Sendable {
                 // moment into one round, so the rounds' reads of the index do not make it commit
                 // once per file; while they keep streaming in, up to `burstDeferral`. A lone
                 // save goes at once.
-                holdWhileBursting()
+                burstOutlasted = holdWhileBursting()
             }
             // Wake-ups that piled up during the round are one round.
             while wakeUp.wait(seconds: 0) {}

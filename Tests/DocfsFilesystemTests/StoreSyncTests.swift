@@ -158,6 +158,9 @@ import Glibc
             }
         }
         #expect(sync.putOffWhileWritten(item))
+        // The apply path's reads (a remote deletion compares what is here under the item's
+        // claim) still see the file while a writer has it open.
+        #expect(try sync.current(item)?.size == 0)
         // A truncate by path (no writer left open) while it is read.
         var truncated = false
         #expect(throws: LocalItemBeingWritten.self) {

@@ -19,6 +19,9 @@ final class MemoryStore: SyncedStore, Sendable {
         var conflicts: [UInt64: [String]] = [:]
         /// Items a writer has open here.
         var writing: Set<UInt64> = []
+        /// Items the store cannot tell about right now (a rename under way, as a real store's
+        /// index can be a moment behind): reading them throws `LocalItemUnsettled`.
+        var unsettled: Set<UInt64> = []
         /// Each file's version numbers: its current one, and those of its kept versions (number
         /// to kind) as a real store keeps them.
         var numbers: [UInt64: UInt64] = [:]
@@ -190,7 +193,12 @@ final class MemoryStore: SyncedStore, Sendable {
         state.withLock { $0.outbox.removeAll { $0 == entry } }
     }
 
-    func current(_ item: UInt64) throws -> LocalItem? { state.withLock { $0.items[item] } }
+    func current(_ item: UInt64) throws -> LocalItem? {
+        try state.withLock { state in
+            if state.unsettled.contains(item) { throw LocalItemUnsettled(item: item) }
+            return state.items[item]
+        }
+    }
 
     func isGone(_ item: UInt64) throws -> Bool { state.withLock { $0.items[item] == nil } }
 

@@ -71,6 +71,24 @@ import Testing
                 "the burst never went up whole")
     }
 
+    /// More than a page of items that cannot be read now go again each round: the loop waits
+    /// for news (or the poll) before going round them again, rather than spinning on them.
+    @Test func itemsUnsettledForAWhileDoNotMakeTheLoopSpin() throws {
+        let remote = InMemoryRemote()
+        let a = MemoryStore(machine: "a")
+        let loop = SyncLoop(engine: SyncEngine(store: a, remote: remote), pollInterval: 60, log: { _ in })
+        let items = (0..<250).map { a.create("file \($0).txt", text: "file \($0)") }
+        a.state.withLock { $0.unsettled = Set(items) }
+        loop.start()
+        defer { loop.stop() }
+        Thread.sleep(forTimeInterval: 1)
+        let rounds = loop.status.rounds
+        #expect(rounds <= 10, "\(rounds) rounds in a second over items that could not be read")
+        a.state.withLock { $0.unsettled = [] }
+        loop.wake()
+        #expect(Self.waitFor(10) { items.allSatisfy { (try? remote.currentVersion(of: $0)) != nil } } != nil)
+    }
+
     @Test func aWatchWhoseConnectionTheServerEndsReconnectsAndMissesNothing() throws {
         let server = try ThrowawayPostgres.shared()
         let uri = try server.makeDatabase("watch")
