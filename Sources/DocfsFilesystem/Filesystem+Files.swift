@@ -254,7 +254,10 @@ extension Filesystem {
         try check(close(copy))
         sessions.flushed(handle)
         ownChanges.flushed(handle, fd: backingDescriptor(of: handle))
-        if let written = stitcher?.closed(handle) { stitchedWriter(written) }
+        if let written = stitcher?.closed(handle) {
+            stitchedWriter(written)
+            safeSaves.endTakeover(written.node.item)  // a safe-save's new file is recorded now
+        }
     }
 
     /// The last close of an open file; the last writer of a file ends its write session.
@@ -290,7 +293,10 @@ extension Filesystem {
         let fd = backingDescriptor(of: handle)
         storePendingID(createdAs: handle, fd: fd)
         try check(dataOnly ? fdatasync(fd) : Glibc.fsync(fd))
-        if let written = stitcher?.closed(handle) { stitchedWriter(written) }
+        if let written = stitcher?.closed(handle) {
+            stitchedWriter(written)
+            safeSaves.endTakeover(written.node.item)
+        }
     }
 
     /// fallocate(2) with any mode (keep-size, punch-hole, zero-range, collapse/insert range).

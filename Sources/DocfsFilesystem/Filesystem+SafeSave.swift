@@ -74,6 +74,8 @@ extension Filesystem {
         guard let backup = replaceSide(in: directory, name: vacated.newName) else { return nil }
         defer { close(backup.fd) }
         guard backup.item == vacated.item else { return nil }
+        // Ended by the create once the new file is recorded (or at once, if this fails).
+        safeSaves.beginTakeover(vacated.item)
         do throws(DocfsError) {
             var st = stat()
             try check(fstat(fd, &st))
@@ -87,6 +89,7 @@ extension Filesystem {
             try carryOver(document: vacated.item, from: backup, to: newSide, caller: caller)
             return vacated.item
         } catch {
+            safeSaves.endTakeover(vacated.item)
             return nil  // the create goes on as an ordinary one
         }
     }

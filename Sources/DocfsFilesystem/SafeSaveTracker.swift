@@ -38,7 +38,12 @@ final class SafeSaveTracker: Sendable {
         var recent: [BackingKey?] = Array(repeating: nil, count: SafeSaveTracker.capacity)
         var next = 0
         var vacated: [Place: Vacated] = [:]
+        /// Documents whose takeover by a safe-save's new file is under way, and since when.
+        var takingOver: [ItemID: Double] = [:]
     }
+
+    /// How long a takeover counts as under way at most (one create's work), in seconds.
+    static let takeoverSpan: Double = 5
 
     /// How many new files (and vacated names) are remembered at most.
     static let capacity = 4096
@@ -85,6 +90,33 @@ final class SafeSaveTracker: Sendable {
             guard let vacated = state.vacated.removeValue(forKey: Place(directory: directory, name: name)),
                   now - vacated.time < Self.vacancy else { return nil }
             return vacated
+        }
+    }
+
+    /// The safe-save's new file takes over `item`: from when the renamed-aside file gets an
+    /// id of its own until the new file's record is stitched (at its first close or fsync),
+    /// the index has no record of the document, and the sync engine must not take it for gone.
+    func beginTakeover(_ item: ItemID) {
+        let now = Self.now()
+        state.withLock { $0.takingOver[item] = now }
+    }
+
+    /// The takeover of `item` is over (its new file is recorded), or never began.
+    func endTakeover(_ item: ItemID) {
+        state.withLock { state in
+            guard !state.takingOver.isEmpty else { return }
+            state.takingOver[item] = nil
+        }
+    }
+
+    /// Whether a safe-save's takeover of `item` is under way.
+    func isTakingOver(_ item: ItemID) -> Bool {
+        let now = Self.now()
+        return state.withLock { state in
+            guard let since = state.takingOver[item] else { return false }
+            if now - since < Self.takeoverSpan { return true }
+            state.takingOver[item] = nil
+            return false
         }
     }
 

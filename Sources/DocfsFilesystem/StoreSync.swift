@@ -141,7 +141,15 @@ public final class StoreSync: SyncedStore {
         return first
     }
 
-    public func isGone(_ item: UInt64) throws -> Bool { try place(of: item) == nil }
+    public func isGone(_ item: UInt64) throws -> Bool { try place(of: item) == nil && !isTakenOver(item) }
+
+    /// Whether a safe-save's new file is taking `item` over right now, or a writer has it open
+    /// (a created file is recorded at its first close): the index may have no record of it for
+    /// that moment, and it is not gone.
+    private func isTakenOver(_ item: UInt64) -> Bool {
+        guard let local = try? localID(ofRemote: item) else { return false }
+        return shared.safeSaves.isTakingOver(ItemID(rawValue: local)) || shared.stitcher?.isWritten(ItemID(rawValue: local)) == true
+    }
 
     public func current(_ item: UInt64) throws -> LocalItem? { try read(item, cut: nil) }
 
@@ -151,7 +159,11 @@ public final class StoreSync: SyncedStore {
 
     /// The item as it is here; its content's chunks handed to `cut` as they are cut, if given.
     private func read(_ item: UInt64, cut: ((_ batch: ChunkBatch) throws -> Void)?) throws -> LocalItem? {
-        guard let place = try place(of: item), !place.isScopeRoot else { return nil }
+        guard let place = try place(of: item), !place.isScopeRoot else {
+            // Between a safe-save's new file taking the document over and its record: not gone.
+            if isTakenOver(item) { throw LocalItemUnsettled(item: item) }
+            return nil
+        }
         let fd = shared.paths.openPlace(place)
         // The index has the item there, the store has nothing: a rename or removal the index
         // has not caught up with. Not "gone" (a tombstone would delete it everywhere).

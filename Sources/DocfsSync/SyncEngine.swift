@@ -1,5 +1,6 @@
 import DocfsChunks
 import DocfsCore
+import Foundation
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -187,8 +188,6 @@ public final class SyncEngine: Sendable {
         }), try SyncError.local("look for item \(previous)", { try store.isGone(previous) }) {
             try upload(OutboxEntry(sequence: entry.sequence, item: previous), &round, depth: depth + 1)
         }
-        // The operation id is the outbox entry's: a retry after a lost answer is applied once.
-        let operation = "\(store.author.machine)/\(item)/\(entry.sequence)"
         let proposal: RemoteVersion
         // A conflict resolved here goes up (as a version that says so) even when nothing else changed.
         let resolving = state?.resolvedHere == true
@@ -228,6 +227,10 @@ public final class SyncEngine: Sendable {
             proposal = tombstone
         }
         note("up \(item): committing \(proposal.deleted ? "a deletion" : "\(proposal.name) of \(proposal.size) bytes") on base \(proposal.base)")
+        // The operation id is the outbox entry's and what it proposes: a retry of this proposal
+        // after a lost answer is applied once, and never answered for another proposal (the
+        // item may have changed here since an attempt that committed but did not settle).
+        let operation = "\(store.author.machine)/\(item)/\(entry.sequence)/\(Self.digest(of: proposal))"
         let outcome = try SyncError.remote { () throws(RemoteError) in
             try remote.commit(proposal, operation: operation, whenStale: .refuse)
         }
@@ -311,9 +314,33 @@ public final class SyncEngine: Sendable {
     /// Our proposal's base is stale (another machine committed first): merge what can be
     /// merged onto the current version; what cannot (content changed on both sides) is
     /// committed as a conflict version, kept on every machine, and the winner taken here.
+    /// A short digest of everything a proposal says (for its operation id).
+    static func digest(of proposal: RemoteVersion) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        let bytes = (try? encoder.encode(proposal)).map(Array.init) ?? Array("\(proposal)".utf8)
+        return String(bytes.withUnsafeBytes { ChunkDigest(of: $0).hex }.prefix(16))
+    }
+
     private func resolve(_ ours: RemoteVersion, lostFrom state: ItemSyncState?, operation: String,
                          _ round: inout Round) throws(SyncError) {
-        guard let current = try SyncError.remote({ () throws(RemoteError) in try remote.currentVersion(of: ours.item) }) else {
+        let current = try SyncError.remote({ () throws(RemoteError) in try remote.currentVersion(of: ours.item) })
+        if let current, current.author.machine == store.author.machine, !current.conflict, current.base == ours.base {
+            // Our own earlier attempt from this base committed but never settled here (its answer
+            // was lost, or the round failed after it): no other machine's change; ours goes on top.
+            note("up \(ours.item): v\(current.number) is our own unsettled attempt; going on top of it")
+            if SyncMerge.same(ours, current) { return try takeCurrent(current, over: ours, keepingOurs: nil, after: state, &round) }
+            var proposal = ours
+            proposal.base = current.number
+            let outcome = try SyncError.remote { () throws(RemoteError) in
+                try remote.commit(proposal, operation: operation + "/after-\(current.number)", whenStale: .refuse)
+            }
+            guard case .current(let number, let sequence) = outcome else {
+                throw SyncError(remote: RemoteError(.unreachable, "item \(ours.item) changed on the remote again while sending it; trying again"))
+            }
+            return try committed(proposal, number: number, sequence: sequence, after: state, &round)
+        }
+        guard let current else {
             // The remote no longer has the item at all (deleted, and pruned since): ours is new again.
             guard !ours.deleted else { return }
             var fresh = ours

@@ -391,6 +391,25 @@ import Glibc
         #expect(try a.docfs("versions --show \(number) '\(a.path("doc.txt"))'").output == "a's edit, still open\n")
     }
 
+    /// An editor's safe-save (the document renamed aside, the new content made under its name,
+    /// the old one removed) keeps the document's id here; no deletion of it ever goes up, and
+    /// the other machine has the document all along, under the same id.
+    @Test func safeSavesSendNoDeletionOfTheDocument() throws {
+        let (server, uri, a, b) = try Self.linkedPair("safesave")
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        try "first\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { b.content("doc.txt") == "first\n" } != nil)
+        let document = try #require(itemID(a.path("doc.txt")))
+        let script = "cd '\(a.path(""))' && for i in $(seq 1 40); do mv doc.txt doc.txt~ && printf 'save %s\\n' $i > doc.txt && rm doc.txt~; done"
+        #expect(try shell(script).status == 0)
+        let log = { (try? server.sql("SELECT item, number, base, name, size, deleted, conflict, author_machine FROM docfs.versions ORDER BY sequence", database: uri.databaseName)) ?? "?" }
+        #expect(Self.within(30) { b.content("doc.txt") == "save 40\n" } != nil, "b: \(b.content("doc.txt") ?? "none")\n\(log())\na: \(a.fixture.log.suffix(3000))\nb: \(b.fixture.log.suffix(3000))")
+        let deletions = (try? server.sql("SELECT number, name FROM docfs.versions WHERE deleted AND item = \(document)", database: uri.databaseName)) ?? "?"
+        #expect(deletions.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty, "deletions of the document went up: \(deletions)\n\(log())")
+        let ids = [a, b].map { itemID($0.path("doc.txt")) }
+        #expect(ids == [document, document], "\(ids)")
+    }
+
     /// Linked machines sign bookmarks with one key: a bookmark made on one resolves on another
     /// (the same id there, DESIGN §7).
     @Test func aBookmarkMadeOnOneMachineResolvesOnAnother() throws {

@@ -439,6 +439,29 @@ final class FlakyRemote: Remote {
         #expect(versions.map(\.version.number) == [1, 2] && versions.allSatisfy { !$0.version.conflict })
     }
 
+    /// A commit whose answer was lost (or whose round failed after it) and an item that changed
+    /// before the retry: the retry is a new proposal, never answered with the first one's
+    /// outcome (before, the machine settled its new content under the number of the first
+    /// attempt's, which the other machine applied: the two stayed different for good); it
+    /// goes on top of the machine's own first attempt, no conflict.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aRetryAfterALostAnswerOfAnItemChangedSinceIsNotAnsweredWithTheFirstOutcome(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind, count: 2)
+        let doc = machines[0].create("doc.txt", text: "first")
+        try machines.settle()
+        machines[0].rename(doc, to: "doc.txt~")
+        machines.remote.loseNextCommitAnswer.store(true, ordering: .relaxed)
+        #expect { try machines.sync(0) } throws: { ($0 as? SyncError)?.isTransient == true }
+        machines[0].rename(doc, to: "doc.txt")
+        machines[0].write(doc, "second")
+        try machines.settle()
+        for index in 0..<2 {
+            #expect(machines[index].item(doc)?.name == "doc.txt" && machines[index].text(of: doc) == "second", "\(machines[index].author.machine)")
+        }
+        let versions = try machines.remote.changes(after: .start, limit: 100).changes.map(\.version).filter { $0.item == doc }
+        #expect(versions.allSatisfy { !$0.conflict }, "\(versions.map { ($0.number, $0.name, $0.conflict) })")
+    }
+
     /// Three machines make random changes (creates, writes, renames, moves, deletions) and sync
     /// at random moments; when all have synced, their trees are identical, and every content
     /// any machine ever saved is current or a kept conflict version somewhere (nothing lost).
