@@ -66,7 +66,9 @@ import Testing
             usleep(500)
         }
         let during = loop.status.rounds - before
-        #expect(during <= 4, "\(during) rounds while \(made.count) files were made")
+        // Without the hold about 30 rounds go in that second; with it one, and one more for
+        // each moment this thread is kept off the CPU long enough to look like a pause.
+        #expect(during <= 12, "\(during) rounds while \(made.count) files were made")
         #expect(Self.waitFor(10) { made.allSatisfy { (try? remote.currentVersion(of: $0)) != nil } } != nil,
                 "the burst never went up whole")
     }
