@@ -184,6 +184,23 @@ import Glibc
         #expect(!sizes.contains(0) && !sizes.contains(5), "sizes sent: \(sizes)")
     }
 
+    /// A file removed while a writer still holds it open (a log a daemon writes): its content
+    /// stays reachable through the writer, so its deletion goes up once the writer lets go.
+    @Test func aFileRemovedWhileOpenForWritingGoesAsDeletedOnceTheWriterLetsGo() throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (filesystem, _, remote, engine) = try linkedStore()
+        let node = try write(filesystem, parent: 1, name: "app.log", Array("line 1\n".utf8))
+        let item = try filesystem.nodes.node(node).item.rawValue
+        try engine.syncOnce()
+        let writer = try filesystem.open(node, flags: O_WRONLY | O_APPEND, caller: .daemon).handle
+        try filesystem.unlink(parent: 1, name: "app.log")
+        try engine.syncOnce()
+        #expect(try remote.currentVersion(of: item)?.deleted == false, "gone up as deleted while the writer has it open")
+        filesystem.release(writer)
+        try engine.syncOnce()
+        #expect(try remote.currentVersion(of: item)?.deleted == true)
+    }
+
     @Test func anEditOfABigFileSendsOnlyTheChunksItChanged() throws {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let (filesystem, sync, remote, engine) = try linkedStore()
