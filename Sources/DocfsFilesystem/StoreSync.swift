@@ -141,12 +141,12 @@ public final class StoreSync: SyncedStore {
         return first
     }
 
-    public func isGone(_ item: UInt64) throws -> Bool { try place(of: item) == nil && !isTakenOver(item) }
+    public func isGone(_ item: UInt64) throws -> Bool { try place(of: item) == nil && !mayBeUnrecorded(item) }
 
-    /// Whether a safe-save's new file is taking `item` over right now, or a writer has it open
-    /// (a created file is recorded at its first close): the index may have no record of it for
-    /// that moment, and it is not gone.
-    private func isTakenOver(_ item: UInt64) -> Bool {
+    /// Whether the index may lack a record of `item` for a moment though it is not gone: a
+    /// safe-save's new file is taking it over, or a writer has it open (a created file is
+    /// recorded at its first close).
+    private func mayBeUnrecorded(_ item: UInt64) -> Bool {
         guard let local = try? localID(ofRemote: item) else { return false }
         return shared.safeSaves.isTakingOver(ItemID(rawValue: local)) || shared.stitcher?.isWritten(ItemID(rawValue: local)) == true
     }
@@ -161,7 +161,7 @@ public final class StoreSync: SyncedStore {
     private func read(_ item: UInt64, cut: ((_ batch: ChunkBatch) throws -> Void)?) throws -> LocalItem? {
         guard let place = try place(of: item), !place.isScopeRoot else {
             // Between a safe-save's new file taking the document over and its record: not gone.
-            if isTakenOver(item) { throw LocalItemUnsettled(item: item) }
+            if mayBeUnrecorded(item) { throw LocalItemUnsettled(item: item) }
             return nil
         }
         let fd = shared.paths.openPlace(place)

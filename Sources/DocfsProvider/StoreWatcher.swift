@@ -76,7 +76,6 @@ public final class StoreWatcher: @unchecked Sendable {
     static let folderEvents = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_MODIFY | IN_CLOSE_WRITE
                                      | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
 
-
     /// Starts watching every folder under `root`; changes posted to `rechecks` are reported
     /// with the others. `maximumWatches` bounds the watches below the kernel's own limit (for
     /// trying what happens past it); `onUnwatched` hears, from the watcher's thread, the first

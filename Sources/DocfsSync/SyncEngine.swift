@@ -226,7 +226,8 @@ public final class SyncEngine: Sendable {
             tombstone.author = store.author
             proposal = tombstone
         }
-        note("up \(item): committing \(proposal.deleted ? "a deletion" : "\(proposal.name) of \(proposal.size) bytes") on base \(proposal.base)")
+        let proposed = "\(proposal.deleted ? "a deletion" : "\(proposal.name) of \(proposal.size) bytes") on base \(proposal.base)"
+        note("up \(item): committing \(proposed)")
         // The operation id is the outbox entry's and what it proposes: a retry of this proposal
         // after a lost answer is applied once, and never answered for another proposal (the
         // item may have changed here since an attempt that committed but did not settle).
@@ -234,7 +235,7 @@ public final class SyncEngine: Sendable {
         let outcome = try SyncError.remote { () throws(RemoteError) in
             try remote.commit(proposal, operation: operation, whenStale: .refuse)
         }
-        note("up \(item): \(outcome) for \(proposal.deleted ? "a deletion" : "\(proposal.name) of \(proposal.size) bytes") on base \(proposal.base)")
+        note("up \(item): \(outcome) for \(proposed)")
         switch outcome {
         case .current(let number, let sequence):
             try committed(proposal, number: number, sequence: sequence, after: state, &round)
@@ -311,9 +312,6 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// Our proposal's base is stale (another machine committed first): merge what can be
-    /// merged onto the current version; what cannot (content changed on both sides) is
-    /// committed as a conflict version, kept on every machine, and the winner taken here.
     /// A short digest of everything a proposal says (for its operation id).
     static func digest(of proposal: RemoteVersion) -> String {
         let encoder = JSONEncoder()
@@ -322,6 +320,9 @@ public final class SyncEngine: Sendable {
         return String(bytes.withUnsafeBytes { ChunkDigest(of: $0).hex }.prefix(16))
     }
 
+    /// Our proposal's base is stale (another machine committed first): merge what can be
+    /// merged onto the current version; what cannot (content changed on both sides) is
+    /// committed as a conflict version, kept on every machine, and the winner taken here.
     private func resolve(_ ours: RemoteVersion, lostFrom state: ItemSyncState?, operation: String,
                          _ round: inout Round) throws(SyncError) {
         let current = try SyncError.remote({ () throws(RemoteError) in try remote.currentVersion(of: ours.item) })
