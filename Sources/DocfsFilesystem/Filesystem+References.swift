@@ -1,5 +1,6 @@
 import CLinux
 import DocfsCore
+import DocfsIndex
 import DocfsProvider
 #if canImport(Glibc)
 import Glibc
@@ -198,10 +199,17 @@ extension Filesystem {
     public func referencePlaces(to item: ItemID, in app: ContainerID) -> [StorePlace] {
         guard let records = try? stitcher?.index.records(id: Int64(bitPattern: item.rawValue)) else { return [] }
         return records.compactMap { record -> StorePlace? in
-            guard record.container == app.rawValue && record.scope == Scope.external.rawValue else { return nil }
-            let parts = record.path.split(separator: "/", maxSplits: 1).map(String.init)
-            guard let scope = StorePaths.scopeFolders.first(where: { $0.name == parts.first })?.scope else { return nil }
-            return StorePlace(container: app, scope: scope, path: parts.count > 1 ? "/" + parts[1] : "")
+            guard record.container == app.rawValue else { return nil }
+            return Self.ownPlace(ofReference: record)
         }
+    }
+
+    /// The place of the reference whose record (in the external scope, under its path in its
+    /// container, `/Documents/a`) is `record`; nil for any other record.
+    static func ownPlace(ofReference record: IndexRecord) -> StorePlace? {
+        guard record.scope == Scope.external.rawValue, let container = try? ContainerID(record.container) else { return nil }
+        let parts = record.path.split(separator: "/", maxSplits: 1).map(String.init)
+        guard let scope = StorePaths.scopeFolders.first(where: { $0.name == parts.first })?.scope else { return nil }
+        return StorePlace(container: container, scope: scope, path: parts.count > 1 ? "/" + parts[1] : "")
     }
 }

@@ -373,14 +373,18 @@ final class IndexStitcher: Sendable {
     /// applies), an outbox entry for each item they reach: the item a record is put for, the
     /// one a removal, move or exchange finds at its place (looked up before the changes apply,
     /// under `namespace`). Items without ids of their own (derived ones) stay local, but for
-    /// symbolic links (the sync engine gives them one).
+    /// symbolic links (the sync engine gives them one). A reference's record carries its
+    /// original's id: the reference goes as itself, under the id derived from its own file (as
+    /// a link's), its original only by its own changes.
     private func withOutbox(_ changes: [IndexChange]) -> [IndexChange] {
         guard fillsOutbox.load(ordering: .relaxed), !RemoteApplication.isApplying else { return changes }
         var items: [Int64] = []
         func note(_ record: IndexRecord?) {
-            guard let record, record.id > 0, !items.contains(record.id),
-                  !ItemID(rawValue: UInt64(bitPattern: record.id)).isDerived || record.kind == "symlink" else { return }
-            items.append(record.id)
+            guard let record, record.id > 0 else { return }
+            let item = record.isExternal ? Int64(bitPattern: ItemID.derived(fromBackingInode: record.backingInode).rawValue) : record.id
+            guard !items.contains(item),
+                  record.isExternal || !ItemID(rawValue: UInt64(bitPattern: record.id)).isDerived || record.kind == "symlink" else { return }
+            items.append(item)
         }
         for change in changes {
             switch change {

@@ -36,7 +36,9 @@ extension StoreSync {
         if version.deleted {
             guard let old else { return .applied }
             let outcome = try remove(version, at: old, expecting: expected, view: view)
-            if outcome == .applied && here?.kind == .symlink { try index.forgetLink(remote: Int64(bitPattern: version.item)) }
+            if outcome == .applied && (here?.kind == .symlink || here?.kind == .reference) {
+                try index.forgetLink(remote: Int64(bitPattern: version.item))
+            }
             return outcome
         }
         try makeContainerIfMissing(for: version, view: view)
@@ -50,10 +52,13 @@ extension StoreSync {
                                       purpose: "apply version \(version.number) of item \(version.item) into")
             try Self.write(version, to: working!.fd, fetch: fetch)
         }
-        // A link's new target: a link made beside, renamed into place like a file's content.
+        // A link's new target: a link made beside, renamed into place like a file's content; a
+        // reference the same way.
         var link: FileName?
         if version.kind == .symlink && (here?.kind != .symlink || here?.manifest != version.chunks) {
             link = try makeLink(version, beside: target, fetch: fetch)
+        } else if version.kind == .reference && (here?.kind != .reference || here?.manifest != version.chunks) {
+            link = try makeReference(version, beside: target, fetch: fetch)
         }
         defer {
             if let working {
@@ -77,7 +82,7 @@ extension StoreSync {
                 if let working {
                     try replaceContent(version, with: working, at: target, old: old, keepingOldAsConflict: keepingHereAsConflict, view: view)
                 } else if let link {
-                    try placeLink(version, made: link, at: target, old: old, view: view)
+                    try placeLink(version, made: link, at: target, old: old, oldWasReference: here?.kind == .reference, view: view)
                 } else if old == nil {
                     try makeFolder(version, at: target, view: view)
                 } else {
@@ -360,28 +365,57 @@ extension StoreSync {
         return name
     }
 
-    /// Renames the link made beside into place (over the old link there, or moving it).
+    /// Makes a reference (an empty file naming its original, `ReferenceStub`) to `version`'s
+    /// original beside `target`, under a working name; answers the name. The original need not
+    /// be here yet: the reference lists, and opens once it has come.
+    private func makeReference(_ version: RemoteVersion, beside target: Located, fetch: (ChunkDigest) throws -> [UInt8]) throws -> FileName {
+        var bytes: [UInt8] = []
+        for digest in version.chunks ?? [] { bytes += try fetch(digest) }
+        guard bytes.count == version.size, let original = ItemID(text: String(decoding: bytes, as: UTF8.self)) else {
+            throw StoreSyncError("version \(version.number) of item \(version.item) does not name a reference's original")
+        }
+        let working = try WorkingFile(prefix: ".docfs-sync-", in: target.folder, replacing: target.name, mode: mode_t(version.mode),
+                                      ownChanges: shared.ownChanges, purpose: "make the reference \(version.item) in")
+        defer { working.close() }
+        do {
+            try ReferenceStub.mark(working.fd, target: original)
+            var times = [Self.timespec(version.modified), Self.timespec(version.modified)]
+            try check(futimens(working.fd, &times))
+        } catch {
+            unlinkat(target.folder, working.name.cString, 0)
+            throw error
+        }
+        return working.name
+    }
+
+    /// Renames the link or reference made beside into place (over the old one there, or
+    /// moving it). Either is known here by the id derived from its inode, linked to its id on
+    /// every machine.
     private func placeLink(_ version: RemoteVersion, made link: FileName, at target: Located, old: Located?,
-                           view: Filesystem) throws(DocfsError) {
+                           oldWasReference: Bool, view: Filesystem) throws(DocfsError) {
         let samePlace = old.map { $0.folderKey == target.folderKey && $0.name == target.name } ?? false
         try check(docfs_renameat2(target.folder, link.cString, target.folder, target.name.cString,
                                   samePlace ? 0 : UInt32(DOCFS_RENAME_NOREPLACE)))
         if let old, !samePlace {
             shared.ownChanges.changedName(old.name, in: old.folderKey)
             unlinkat(old.folder, old.name.cString, 0)
-            view.deliver(.name(.deleted(wasReference: false), old.name, inFolder: old.folder, item: ItemID(rawValue: version.item)))
+            view.deliver(.name(.deleted(wasReference: oldWasReference), old.name, inFolder: old.folder, item: ItemID(rawValue: version.item)))
         }
+        let fd = openat(target.folder, target.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.errno("opening the link or reference made for item \(version.item)") }
+        defer { close(fd) }
         var st = stat()
-        try check(fstatat(target.folder, target.name.cString, &st, AT_SYMLINK_NOFOLLOW))
+        try check(fstat(fd, &st))
         let here = ItemID.derived(fromBackingInode: UInt64(st.st_ino))
         try index.setLink(local: Int64(bitPattern: here.rawValue), remote: Int64(bitPattern: version.item))
-        view.deliver(.name(.created, target.name, inFolder: target.folder, item: here))
+        // A reference's changes are told under its original's id (its record carries it).
+        view.deliver(.name(.created, target.name, inFolder: target.folder, item: ReferenceStub.target(ofDescriptor: fd, st) ?? here))
     }
 
     private func moveAndDescribe(_ version: RemoteVersion, from old: Located, to target: Located, view: Filesystem) throws(DocfsError) {
         let item = ItemID(rawValue: version.item)
-        if version.kind == .symlink {
-            // A link has no modes or attributes of its own: only its place and time travel.
+        if version.kind == .symlink || version.kind == .reference {
+            // A link or reference has no attributes of its own: only its place and time travel.
             let moved = old.folderKey != target.folderKey || old.name != target.name
             if moved {
                 shared.ownChanges.changedName(old.name, in: old.folderKey)
@@ -390,10 +424,14 @@ extension StoreSync {
             }
             var times = [Self.timespec(version.modified), Self.timespec(version.modified)]
             try check(utimensat(target.folder, target.name.cString, &times, AT_SYMLINK_NOFOLLOW))
+            let fd = openat(target.folder, target.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { throw DocfsError.errno("opening item \(version.item) after moving it") }
+            defer { close(fd) }
             var st = stat()
-            try check(fstatat(target.folder, target.name.cString, &st, AT_SYMLINK_NOFOLLOW))
-            view.deliver(.name(.moved(from: old.name, inFolder: old.folder, exchange: false), target.name, inFolder: target.folder,
-                               item: ItemID.derived(fromBackingInode: UInt64(st.st_ino))))
+            try check(fstat(fd, &st))
+            let here = ReferenceStub.target(ofDescriptor: fd, st) ?? ItemID.derived(fromBackingInode: UInt64(st.st_ino))
+            view.deliver(.name(moved ? .moved(from: old.name, inFolder: old.folder, exchange: false) : .attributes, target.name,
+                               inFolder: target.folder, item: here))
             return
         }
         let moved = old.folderKey != target.folderKey || old.name != target.name
@@ -428,9 +466,10 @@ extension StoreSync {
         let outcome = try RemoteApplication.$machine.withValue(version.author.machine) { () throws -> ApplyOutcome in
             try view.coordinator.withClaims(claims) { () throws(DocfsError) -> ApplyOutcome in
                 guard (try? expected.isMet(by: current(version.item))) == true else { return .changedHere }
+                let wasReference = ReferenceStub.isReference(old.name, in: old.folder, Self.attributes(of: old))
                 shared.ownChanges.changedName(old.name, in: old.folderKey)
                 try Self.removeTree(old.name, in: old.folder)
-                view.deliver(.name(.deleted(wasReference: false), old.name, inFolder: old.folder, item: item))
+                view.deliver(.name(.deleted(wasReference: wasReference), old.name, inFolder: old.folder, item: item))
                 return .applied
             }
         }
@@ -438,6 +477,13 @@ extension StoreSync {
             each.invalidate(each.invalidations(names: [(old.folderKey, old.name)], files: []))
         }
         return outcome
+    }
+
+    /// The attributes of what is at `place` now (none read: zeroes).
+    private static func attributes(of place: Located) -> stat {
+        var st = stat()
+        if fstatat(place.folder, place.name.cString, &st, AT_SYMLINK_NOFOLLOW) != 0 { st = stat() }
+        return st
     }
 
     /// Removes `name` in `folder`, with everything under it when it is a folder.

@@ -32,6 +32,7 @@ public final class StoreSync: SyncedStore {
     static let localAttributes: Set<String> = [
         ItemAttributes.id, ItemAttributes.version, ItemAttributes.bookmark, ItemAttributes.thumbnail,
         ItemAttributes.container, ItemAttributes.containerID, ItemAttributes.localPath, Filesystem.conflictAttribute,
+        ReferenceStub.attribute,
     ]
 
     public init(serving shared: ServedStore, author: RemoteAuthor) throws(DocfsError) {
@@ -61,22 +62,25 @@ public final class StoreSync: SyncedStore {
         shared.stitcher?.outboxFilled.set { _ in wake() }
     }
 
-    /// Every item the index knows (documents and data, not references): what linking a store
-    /// with documents to a remote sends up.
+    /// Every item the index knows in documents and data, and every reference: what linking a
+    /// store with documents to a remote sends up.
     public func allItems() throws -> [UInt64] {
-        try index.allItemIDs().compactMap { id in
+        let items = try index.allItemIDs().compactMap { id -> UInt64? in
             let local = UInt64(bitPattern: id)
             guard ItemID(rawValue: local).isDerived else { return local }
             // Of the items without ids of their own, symbolic links travel (under one given now).
             guard let place = try index.places(id: id).first, try index.record(at: place.location)?.kind == "symlink" else { return nil }
             return try remoteID(ofLocal: local)
         }
+        let references = try index.referenceInodes().map { try remoteID(ofLocal: ItemID.derived(fromBackingInode: $0).rawValue) }
+        return items + references
     }
 
-    // MARK: Symbolic links' ids
+    // MARK: Ids of symbolic links and references
 
-    /// The id the item `local` here has on every machine: its own, but for a symbolic link,
-    /// whose id here is derived from its inode: the one recorded for it, given now if none is.
+    /// The id the item `local` here has on every machine: its own, but for a symbolic link or a
+    /// reference, whose id here is derived from its own inode: the one recorded for it, given
+    /// now if none is.
     func remoteID(ofLocal local: UInt64) throws -> UInt64 {
         guard ItemID(rawValue: local).isDerived else { return local }
         if let remote = try index.remoteLink(local: Int64(bitPattern: local)) { return UInt64(bitPattern: remote) }
@@ -122,6 +126,7 @@ public final class StoreSync: SyncedStore {
     /// moment, hard links): the place whose file is the item is taken, else the first.
     func place(of item: UInt64) throws -> StorePlace? {
         let local = try localID(ofRemote: item)
+        if ItemID(rawValue: local).isDerived, let reference = try referencePlace(local) { return reference }
         var first: StorePlace?
         for (location, _) in try index.places(id: Int64(bitPattern: local)) {
             guard let container = try? ContainerID(location.container), let scope = Scope(rawValue: location.scope),
@@ -139,6 +144,21 @@ public final class StoreSync: SyncedStore {
             if found?.rawValue == local { return place }
         }
         return first
+    }
+
+    /// Where the reference whose own file's derived id is `local` is (its record, in the
+    /// external scope, carries its original's id), when that file is there.
+    private func referencePlace(_ local: UInt64) throws -> StorePlace? {
+        let inode = local & (ItemID.derivedBase - 1)
+        for record in try index.referenceRecords(backingInode: inode) {
+            guard let place = Filesystem.ownPlace(ofReference: record) else { continue }
+            let fd = shared.paths.openPlace(place)
+            guard fd >= 0 else { continue }
+            defer { close(fd) }
+            var st = stat()
+            if fstat(fd, &st) == 0, ItemID.derived(fromBackingInode: UInt64(st.st_ino)).rawValue == local { return place }
+        }
+        return nil
     }
 
     public func isGone(_ item: UInt64) throws -> Bool { try place(of: item) == nil && !mayBeUnrecorded(item) }
@@ -172,14 +192,15 @@ public final class StoreSync: SyncedStore {
         var st = stat()
         guard fstat(fd, &st) == 0 else { return nil }
         let kind: RemoteItemKind
+        let original = ReferenceStub.target(ofDescriptor: fd, st)
         switch st.st_mode & S_IFMT {
-        case S_IFREG: kind = .file
+        case S_IFREG: kind = original == nil ? .file : .reference
         case S_IFDIR: kind = .folder
         case S_IFLNK: kind = .symlink
         default: return nil
         }
         // The index may be a moment behind a rename: another file there is not the item.
-        if kind == .symlink {
+        if kind == .symlink || kind == .reference {
             guard ItemID.derived(fromBackingInode: UInt64(st.st_ino)).rawValue == (try localID(ofRemote: item)) else {
                 throw LocalItemUnsettled(item: item)
             }
@@ -209,18 +230,18 @@ public final class StoreSync: SyncedStore {
                 || shared.stitcher?.isWritten(ItemID(rawValue: item)) == true {
                 throw LocalItemBeingWritten(item: item)
             }
-        case .symlink:
-            let target = try Self.linkTarget(fd)
+        case .symlink, .reference:
+            let target = try original.map { Array($0.description.utf8) } ?? Self.linkTarget(fd)
             manifest = target.isEmpty ? [] : [target.withUnsafeBytes { ChunkDigest(of: $0) }]
             size = Int64(target.count)
-            remember(item, [:], symlinkTarget: target)
+            remember(item, [:], inline: target)
         case .folder:
             break
         }
         return LocalItem(item: item, container: place.container.rawValue, scope: place.scope.rawValue, parent: parent,
                          name: String(place.path[place.path.index(after: slash)...]), kind: kind, manifest: manifest,
                          size: size, mode: UInt32(st.st_mode & 0o7777), modified: WriteSessions.seconds(st.st_mtim),
-                         attributes: kind == .symlink ? [:] : Self.userAttributes(fd))
+                         attributes: kind == .symlink || kind == .reference ? [:] : Self.userAttributes(fd))
     }
 
     public func thumbnailSet(of item: UInt64) -> [UInt8]? {
@@ -314,7 +335,7 @@ public final class StoreSync: SyncedStore {
         guard let reference = manifests.withLock({ $0.last(where: { $0.item == item })?.chunks[digest] }) else {
             throw StoreSyncError("item \(item) changed since it was read (chunk \(digest) is no longer in it)")
         }
-        if reference.offset < 0 { return try symlinkTarget(of: item, digest: digest) }
+        if reference.offset < 0 { return try inlineContent(of: item, digest: digest) }
         guard let place = try place(of: item) else { throw StoreSyncError("item \(item) is gone") }
         let path = shared.paths.openPlace(place)
         guard path >= 0 else { throw StoreSyncError("item \(item) is gone") }
@@ -345,8 +366,14 @@ public final class StoreSync: SyncedStore {
             guard let place = try place(of: parent) else { return nil }
             folder = place
         }
-        let location = IndexLocation(container: container, scope: scope, path: folder.path + "/" + name)
-        return try index.record(at: location).map { try remoteID(ofLocal: UInt64(bitPattern: $0.id)) }
+        let path = folder.path + "/" + name
+        if let record = try index.record(at: IndexLocation(container: container, scope: scope, path: path)) {
+            return try remoteID(ofLocal: UInt64(bitPattern: record.id))
+        }
+        // A reference there: its record is in the external scope.
+        let external = IndexLocation(container: container, scope: Scope.external.rawValue, path: Filesystem.localPath(
+            StorePlace(container: containerID, scope: scopeValue, path: path)))
+        return try index.record(at: external).map { try remoteID(ofLocal: ItemID.derived(fromBackingInode: $0.backingInode).rawValue) }
     }
 
     // MARK: Sync states and the anchor
@@ -451,11 +478,12 @@ public final class StoreSync: SyncedStore {
         return (manifest, size)
     }
 
-    private func remember(_ item: UInt64, _ references: [ChunkDigest: ChunkReference], symlinkTarget: [UInt8]? = nil) {
+    /// `inline`: the content of a link or reference (its target), read again by `inlineContent`.
+    private func remember(_ item: UInt64, _ references: [ChunkDigest: ChunkReference], inline: [UInt8]? = nil) {
         var references = references
-        if let symlinkTarget, !symlinkTarget.isEmpty {
-            let digest = symlinkTarget.withUnsafeBytes { ChunkDigest(of: $0) }
-            references[digest] = ChunkReference(offset: -1, length: Int64(symlinkTarget.count), digest: digest)
+        if let inline, !inline.isEmpty {
+            let digest = inline.withUnsafeBytes { ChunkDigest(of: $0) }
+            references[digest] = ChunkReference(offset: -1, length: Int64(inline.count), digest: digest)
         }
         manifests.withLock { manifests in
             manifests.removeAll { $0.item == item }
@@ -464,14 +492,17 @@ public final class StoreSync: SyncedStore {
         }
     }
 
-    private func symlinkTarget(of item: UInt64, digest: ChunkDigest) throws -> [UInt8] {
+    /// The one chunk of a link (its target) or a reference (its original's id), read again.
+    private func inlineContent(of item: UInt64, digest: ChunkDigest) throws -> [UInt8] {
         guard let place = try place(of: item) else { throw StoreSyncError("item \(item) is gone") }
         let fd = shared.paths.openPlace(place)
         guard fd >= 0 else { throw StoreSyncError("item \(item) is gone") }
         defer { close(fd) }
-        let target = try Self.linkTarget(fd)
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw StoreSyncError("item \(item) is gone") }
+        let target = try ReferenceStub.target(ofDescriptor: fd, st).map { Array($0.description.utf8) } ?? Self.linkTarget(fd)
         guard target.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
-            throw StoreSyncError("the link \(item) changed since it was read")
+            throw StoreSyncError("the link or reference \(item) changed since it was read")
         }
         return target
     }

@@ -47,6 +47,14 @@ extension IndexDatabase {
         })
     }
 
+    /// The records of the references whose own file is the inode `backingInode` (a reference's
+    /// record carries its original's id; the sync engine knows it by its own file).
+    public func referenceRecords(backingInode: UInt64) throws(DocfsError) -> [IndexRecord] {
+        try merged(where: "scope = 'external' AND backingInode = ?", [Int64(bitPattern: backingInode)], few: true) { overlay in
+            overlay.referenceRows(backingInode: backingInode)
+        }
+    }
+
     /// Every record, by container, scope and path.
     public func allRecords() throws(DocfsError) -> [IndexRecord] {
         try merged(where: "1", []) { overlay in overlay.rows }

@@ -55,6 +55,14 @@ extension IndexDatabase {
         }
     }
 
+    /// The inodes of every reference's own file (committed records: callers flush first).
+    public func referenceInodes() throws(DocfsError) -> [UInt64] {
+        try readSync { db in
+            try Int64.fetchAll(db, sql: "SELECT backingInode FROM items WHERE scope = 'external' ORDER BY length(path), path")
+                .map { UInt64(bitPattern: $0) }
+        }
+    }
+
     /// An item's sync state as the engine encoded it; nil when it has none.
     public func syncState(of item: Int64) throws(DocfsError) -> [UInt8]? {
         try readSync { db in try Data.fetchOne(db, sql: "SELECT state FROM syncItems WHERE item = ?", arguments: [item]).map { Array($0) } }

@@ -58,6 +58,8 @@ struct IndexOverlay: Sendable {
     /// held places each leads to.
     private var links: [IndexLocation: [String: Int]] = [:]
     private var byID: [Int64: Set<IndexLocation>] = [:]
+    /// References' places by their own files' inodes (a reference's id is its original's).
+    private var byReferenceInode: [UInt64: Set<IndexLocation>] = [:]
     private var byEntry: [Int64: IndexLocation] = [:]
     /// Places in the order frames reached them, for `prune`.
     private var reached = FIFO<(sequence: Int64, location: IndexLocation)>()
@@ -112,6 +114,11 @@ struct IndexOverlay: Sendable {
 
     func rows(id: Int64) -> [Row] {
         (byID[id] ?? []).compactMap { places[$0]?.row }
+    }
+
+    /// The references whose own file is the inode `backingInode`.
+    func referenceRows(backingInode: UInt64) -> [Row] {
+        (byReferenceInode[backingInode] ?? []).compactMap { places[$0]?.row }
     }
 
     func rows(entries: Set<Int64>) -> [Row] {
@@ -248,11 +255,16 @@ struct IndexOverlay: Sendable {
     private mutating func index(_ record: IndexRecord, at location: IndexLocation) {
         byID[record.id, default: []].insert(location)
         byEntry[record.entry] = location
+        if record.isExternal { byReferenceInode[record.backingInode, default: []].insert(location) }
     }
 
     private mutating func unindex(_ record: IndexRecord, at location: IndexLocation) {
         if byID[record.id]?.remove(location) != nil, byID[record.id]!.isEmpty { byID[record.id] = nil }
         if byEntry[record.entry] == location { byEntry[record.entry] = nil }
+        if record.isExternal, byReferenceInode[record.backingInode]?.remove(location) != nil,
+           byReferenceInode[record.backingInode]!.isEmpty {
+            byReferenceInode[record.backingInode] = nil
+        }
     }
 
     /// Counts a held place in (or out of) the links of each folder above it.

@@ -28,7 +28,7 @@ enum IndexSchema {
     /// an older docfs and needs a rebuild.
     static let newestRebuilding = "v2-entries"
     /// The newest migration of all.
-    static let newest = "v5-sync-parked"
+    static let newest = "v6-reference-inodes"
 
     static func migrator() -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -113,7 +113,7 @@ enum IndexSchema {
             try db.execute(sql: "CREATE TABLE syncItems (item INTEGER PRIMARY KEY, state BLOB NOT NULL)")
         }
         // Changes of the remote's log this machine could not apply yet, tried again later.
-        migrator.registerMigration(newest) { db in
+        migrator.registerMigration("v5-sync-parked") { db in
             try db.execute(sql: "CREATE TABLE syncParked (sequence INTEGER PRIMARY KEY, change BLOB NOT NULL, problem TEXT NOT NULL)")
             // Symbolic links carry no id in the store (theirs is derived from the inode here):
             // the id they have on every machine, by the one they have here.
@@ -121,6 +121,11 @@ enum IndexSchema {
             // Where each item in step is on the remote: which item a new one takes a name from.
             try db.execute(sql: "ALTER TABLE syncItems ADD COLUMN place TEXT")
             try db.execute(sql: "CREATE INDEX syncItems_place ON syncItems (place)")
+        }
+        // References travel (issue 22 §2) under an id of their own, derived here from their own
+        // file's inode, as symbolic links do: their records found by it.
+        migrator.registerMigration(newest) { db in
+            try db.execute(sql: "CREATE INDEX items_reference_inode ON items (backingInode) WHERE scope = 'external'")
         }
         return migrator
     }

@@ -68,6 +68,11 @@ enum RemoteSchema {
             "ALTER TABLE docfs.versions ADD COLUMN thumbnail text",
             "INSERT INTO docfs.meta VALUES ('log_horizon', '0')",
         ],
+        [
+            // References travel (kind 'reference'): a docfs that does not know them refuses
+            // the remote as newer than it rather than taking their versions for damaged ones.
+            "COMMENT ON COLUMN docfs.versions.kind IS 'file, folder, symlink or reference'",
+        ],
     ]
 
     /// Brings the database's docfs schema to `current`, creating it in a database with no

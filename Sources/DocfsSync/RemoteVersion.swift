@@ -14,9 +14,10 @@ public struct RemoteAnchor: Codable, Hashable, Comparable, Sendable {
     public static func < (a: RemoteAnchor, b: RemoteAnchor) -> Bool { a.sequence < b.sequence }
 }
 
-/// What an item is, as it travels.
+/// What an item is, as it travels. A reference (DESIGN §8, open mode) is an app's entry for a
+/// document in another container: its one chunk is the original's item id, as text.
 public enum RemoteItemKind: String, Codable, Sendable {
-    case file, folder, symlink
+    case file, folder, symlink, reference
 }
 
 /// Who committed a version: the machine (its name) and the user there.
@@ -33,7 +34,7 @@ public struct RemoteAuthor: Codable, Hashable, Sendable {
 /// One version of an item as a remote keeps it (DESIGN §9 `versions` joined with `items`):
 /// where the item is (its parent folder's item and its name, so a folder's move is one version,
 /// not one per item under it), its content as a manifest of chunks (a symlink's target is its one
-/// chunk), its modes, times and user attributes, and whether it is a conflict version or a
+/// chunk, a reference's original's id too), its modes, times and user attributes, and whether it is a conflict version or a
 /// tombstone. Paths and names are NameText.
 public struct RemoteVersion: Codable, Hashable, Sendable {
     /// The document id, the same on every machine.

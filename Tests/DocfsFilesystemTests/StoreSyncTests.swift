@@ -357,6 +357,71 @@ import Glibc
         #expect(try b.engine.syncOnce() == SyncEngine.Round())
     }
 
+    /// A reference (an app's entry for a document of another container) travels as itself: its
+    /// own id on every machine (given on link, as a symbolic link's), its place in the app's
+    /// container (made where missing), naming its original's id, indexed in the external scope;
+    /// its rename and removal follow, and nothing is echoed back.
+    @Test func referencesTravelAndStandForTheSameOriginal() throws {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000)
+        defer { a.cleanUp(); b.cleanUp() }
+        try a.save("report.txt", "the report")
+        let original = try #require(a.id("report.txt"))
+        let notes = try ContainerID("com.example.Notes")
+        _ = try ContainerAdministration(view: a.filesystem).create(notes, name: "Notes", isPublic: false)
+        let picked = try DocumentPicker(view: a.filesystem).pick(.open, item: ItemID(rawValue: original),
+                                                                  into: StorePlace(container: notes, scope: .documents, path: ""), caller: .daemon)
+        #expect(picked.place.path == "/report.txt")
+        try a.engine.syncOnce()
+        let round = try b.engine.syncOnce()
+        #expect(round.applied >= 2)
+        let log = try remote.changes(after: .start, limit: 100).changes.map(\.version)
+        let sent = try #require(log.first { $0.kind == .reference })
+        #expect(sent.container == notes.rawValue && sent.scope == "documents" && sent.name == "report.txt" && sent.parent == 0)
+        #expect(sent.item != original && !ItemID(rawValue: sent.item).isDerived)
+        #expect(try (sent.chunks ?? []).flatMap { try remote.fetchChunk($0) } == Array(String(original).utf8))
+        #expect(sent.attributes.isEmpty)
+
+        // On b: the container, and in it the reference to the same original, indexed as one.
+        let bNotes = b.store.layout.documentsDirectory(notes)
+        func stubTarget(_ path: String) -> String? {
+            var value = [UInt8](repeating: 0, count: 32)
+            let n = docfs_getxattr(path, ReferenceStub.attribute, &value, value.count)
+            return n > 0 ? String(decoding: value[0..<n], as: UTF8.self) : nil
+        }
+        #expect(stubTarget(bNotes + "/report.txt") == String(original))
+        let records = try b.index.records(id: Int64(original))
+        #expect(records.map(\.scope).sorted() == ["documents", "external"])
+        #expect(records.first { $0.isExternal }.map { ($0.container, $0.path) } ?? ("", "") == (notes.rawValue, "/Documents/report.txt"))
+        #expect(try b.index.outbox(limit: 10).isEmpty)
+        #expect(try a.engine.syncOnce() == SyncEngine.Round() && b.engine.syncOnce() == SyncEngine.Round())
+        // Linking sends it up with the rest, under the id every machine knows it by.
+        #expect(try a.sync.allItems().contains(sent.item) && b.sync.allItems().contains(sent.item))
+
+        // Renamed on b (through its app view), the reference is renamed on a; removed on a, it
+        // goes from b; the original stays on both.
+        let bApp = try Filesystem(serving: b.filesystem.shared, view: .app(notes))
+        let bDocuments = try bApp.lookup(parent: 1, name: "Documents").node
+        _ = try bApp.rename(parent: bDocuments, name: "report.txt", newParent: bDocuments, newName: "the report.txt", flags: 0, caller: .daemon)
+        try b.engine.syncOnce()
+        try a.engine.syncOnce()
+        let aNotes = a.store.layout.documentsDirectory(notes)
+        #expect(stubTarget(aNotes + "/the report.txt") == String(original) && stubTarget(aNotes + "/report.txt") == nil)
+        #expect(try a.index.records(id: Int64(original)).filter(\.isExternal).map(\.path) == ["/Documents/the report.txt"])
+        #expect(try remote.currentVersion(of: sent.item)?.name == "the report.txt")
+        let aApp = try Filesystem(serving: a.filesystem.shared, view: .app(notes))
+        let aDocuments = try aApp.lookup(parent: 1, name: "Documents").node
+        try aApp.unlink(parent: aDocuments, name: "the report.txt")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        #expect(!FileManager.default.fileExists(atPath: bNotes + "/the report.txt"))
+        #expect(try b.index.records(id: Int64(original)).map(\.scope) == ["documents"])
+        #expect(try remote.currentVersion(of: sent.item)?.deleted == true)
+        #expect(a.content("report.txt") == "the report" && b.content("report.txt") == "the report")
+        #expect(try a.engine.syncOnce() == SyncEngine.Round() && b.engine.syncOnce() == SyncEngine.Round())
+    }
+
     /// A machine whose appends lose a race keeps them as a conflict version; the versions its
     /// append sessions kept before (deltas of the content after them) still read back as they
     /// were, not from the winner's content that is current now.

@@ -68,7 +68,9 @@ import Testing
             try db.execute(sql: "DROP TABLE syncItems")
             try db.execute(sql: "DROP TABLE syncParked")
             try db.execute(sql: "DROP TABLE syncLinks")
-            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier IN ('v3-dates', 'v4-sync', ?)", arguments: [IndexSchema.newest])
+            try db.execute(sql: "DROP INDEX items_reference_inode")
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier IN ('v3-dates', 'v4-sync', 'v5-sync-parked', ?)",
+                           arguments: [IndexSchema.newest])
         }
         try queue.close()
 
@@ -82,6 +84,11 @@ import Testing
                              arguments: [0, 1]).map { $0["detail"] as String }.joined(separator: " ")
         }
         #expect(plan.contains("items_modified"), "\(plan)")
+        let referencePlan = try DatabaseQueue(path: path).read { db in
+            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT * FROM items WHERE scope = 'external' AND backingInode = ?",
+                             arguments: [1]).map { $0["detail"] as String }.joined(separator: " ")
+        }
+        #expect(referencePlan.contains("items_reference_inode"), "\(referencePlan)")
         let range = QueryPredicate.and(
             .comparison(Comparison(attribute: .modified, op: .greater, value: .date(1_773_000_000 + 100.5 * day, day: nil))),
             .comparison(Comparison(attribute: .modified, op: .less, value: .date(1_773_000_000 + 110.5 * day, day: nil))))

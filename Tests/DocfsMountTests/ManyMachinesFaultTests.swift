@@ -318,6 +318,44 @@ import Glibc
         }
     }
 
+    /// A reference an app holds to a document (`docfs pick --open`) travels with its container:
+    /// on the other machine the app's view lists it, reads and writes the same original through
+    /// it, and shows the external-document attributes; its removal there goes back.
+    @Test func referencesTravel() throws {
+        let (_, _, a, b) = try Self.linkedPair("references")
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        try "report v1\n".write(toFile: a.path("report.txt"), atomically: false, encoding: .utf8)
+        #expect(try a.docfs("container create com.example.Notes --name Notes '\(a.fixture.mountPoint)'").status == 0)
+        let picked = try a.docfs("pick --app com.example.Notes --open '\(a.path("report.txt"))'")
+        #expect(picked.status == 0, "\(picked.output)")
+        let stub = b.fixture.store + "/containers/com.example.Notes/Documents/report.txt"
+        #expect(Self.within(10) { FileManager.default.fileExists(atPath: stub) && b.content("report.txt") == "report v1\n" } != nil,
+                "\((try? b.status()) ?? [:])")
+        let app = try b.fixture.mountApp("com.example.Notes")
+        let reference = app + "/Documents/report.txt"
+        func attribute(_ path: String, _ name: String) -> String? {
+            var value = [UInt8](repeating: 0, count: 256)
+            let n = docfs_getxattr(path, name, &value, value.count)
+            return n >= 0 ? String(decoding: value[0..<n], as: UTF8.self) : nil
+        }
+        #expect((try? String(contentsOfFile: reference, encoding: .utf8)) == "report v1\n")
+        #expect(attribute(reference, "user.docfs.id") == a.id("report.txt"))
+        #expect(attribute(reference, "user.docfs.external") == "1" && attribute(reference, "user.docfs.original") == "/report.txt")
+        // Written through the reference on b: the original changes on both machines.
+        try "report v2, through b's reference\n".write(toFile: reference, atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { a.content("report.txt") == "report v2, through b's reference\n" } != nil)
+        #expect(b.content("report.txt") == "report v2, through b's reference\n")
+        // Removed on b: gone from a's container too; the original stays.
+        #expect(unlink(reference) == 0)
+        let aStub = a.fixture.store + "/containers/com.example.Notes/Documents/report.txt"
+        #expect(Self.within(10) { !FileManager.default.fileExists(atPath: aStub) } != nil)
+        #expect(a.content("report.txt") == "report v2, through b's reference\n" && b.content("report.txt") == a.content("report.txt"))
+        for machine in [a, b] {
+            let status = try machine.status()
+            #expect(status["parked"] as? Int == 0 && status["lastError"] == nil, "\(machine.name): \(status)")
+        }
+    }
+
     /// A machine away while the log was pruned (its anchor is older than what the prune
     /// removed, the tombstone of a deletion among it) lists every item when it is back, and
     /// ends as the others: the deleted document goes, the edited one is current.
