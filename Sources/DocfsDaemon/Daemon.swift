@@ -310,7 +310,7 @@ public final class Daemon: Sendable {
         switch request.kind {
         case .remoteLink:
             guard let asked = request.remote else { throw DocfsError(.invalidArgument, "link to which remote?") }
-            let (link, remote) = try RemoteLinking.link(shared, uri: asked.uri, machine: asked.machine, home: asked.home)
+            let (link, remote) = try RemoteLinking.link(shared, uri: asked.uri, machine: asked.machine, home: asked.home, merging: false)
             let service = try SyncService(shared: shared, link: link, remote: remote, logger: logger)
             service.start()
             syncService.withLock { $0 = service }

@@ -12,10 +12,12 @@ import Logging
 public enum RemoteLinking {
     /// Links the store `shared` serves to the remote at `uri`: connects (the schema made or
     /// migrated), joins as `machine` (its id space), keeps a password the URI holds in
-    /// `~/.pgpass`, records the link and puts every item of the store in the outbox. Refuses a
-    /// store already linked, and (not built yet) a store with documents joining a remote that
-    /// holds another store's. Answers the link and the connected remote.
-    public static func link(_ shared: ServedStore, uri: String, machine: String?, home: String) throws(DocfsError) -> (RemoteLink, PostgresRemote) {
+    /// `~/.pgpass`, records the link and puts every item of the store in the outbox. A store
+    /// with documents joining a remote that holds another store's is merged into it first
+    /// (`StoreMerge`), when `merging` (no daemon serves it). Refuses a store already linked.
+    /// Answers the link and the connected remote.
+    public static func link(_ shared: ServedStore, uri: String, machine: String?, home: String, merging: Bool,
+                            progress: ((String) -> Void)? = nil) throws(DocfsError) -> (RemoteLink, PostgresRemote) {
         let layout = shared.store.layout
         if let existing = try RemoteLink.load(layout) {
             throw DocfsError(.invalidArgument, "the store is linked to \(existing.uri) already: docfs remote unlink first")
@@ -36,12 +38,18 @@ public enum RemoteLinking {
         }
         do throws(DocfsError) {
             let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: name, user: SyncService.userName))
-            let items: [UInt64]
+            var items: [UInt64]
             do { items = try sync.allItems() } catch { throw DocfsError(.internalFailure, "reading the store's items failed: \(error)") }
-            if space != 0 && !items.isEmpty {
-                throw DocfsError(.invalidArgument, "this store holds \(items.count) items and the remote holds another store's: merging two stores with documents is not built yet; link an empty store and copy the documents in, or link this store to an empty database")
-            }
             try shared.store.itemIDs.enter(space: space)
+            if space != 0 && !items.isEmpty {
+                guard merging else {
+                    throw DocfsError(.invalidArgument, "this store holds \(items.count) items and the remote holds another store's: merging them renumbers this store's items, which a mount would not see; docfs unmount the store, then docfs remote link again")
+                }
+                let adopted = try merge(shared, sync: sync, remote: remote, progress: progress)
+                do { items = try sync.allItems().filter { !adopted.contains($0) } } catch {
+                    throw DocfsError(.internalFailure, "reading the store's items after merging failed: \(error)")
+                }
+            }
             try shareBookmarkKey(shared.store, remote: remote)
             let fromURI = try? PostgresLocation(uri, environment: [:], home: "/nonexistent")
             if fromURI?.password != nil {
@@ -57,6 +65,29 @@ public enum RemoteLinking {
         } catch {
             remote.close()
             throw error
+        }
+    }
+
+    /// Merges the store into the remote's items (`StoreMerge`); answers the items adopted (in
+    /// step already: not sent up).
+    private static func merge(_ shared: ServedStore, sync: StoreSync, remote: PostgresRemote,
+                              progress: ((String) -> Void)?) throws(DocfsError) -> Set<UInt64> {
+        var listing: [RemoteChange] = []
+        do {
+            while true {
+                let page = try remote.listing(after: listing.last?.version.item ?? 0, limit: 1000)
+                listing += page
+                progress?("listing the remote: \(listing.count) items")
+                if page.count < 1000 { break }
+            }
+        } catch {
+            throw DocfsError(.invalidArgument, "listing the remote's items failed: \(error.message); nothing here changed, link again")
+        }
+        do {
+            let outcome = try StoreMerge(shared: shared, sync: sync).merge(with: listing, progress: progress)
+            return Set(outcome.adopted.keys)
+        } catch {
+            throw DocfsError(.internalFailure, "merging the store into the remote's items failed: \(error); docfs index rebuild, then link again")
         }
     }
 

@@ -58,7 +58,9 @@ struct RemoteCommand: ParsableCommand {
             let onTerminal = isatty(STDERR_FILENO) == 1
             let summary = try reportingErrors { () throws(DocfsError) -> String in
                 try RemoteLinking.servingHere(layout, purpose: "docfs remote link") { shared throws(DocfsError) -> String in
-                    let (link, remote) = try RemoteLinking.link(shared, uri: uri, machine: machine, home: home)
+                    let (link, remote) = try RemoteLinking.link(shared, uri: uri, machine: machine, home: home, merging: true) { step in
+                        if onTerminal { printError("\r\u{1B}[Kdocfs: \(step)…") }
+                    }
                     defer { remote.close() }
                     let round = try RemoteLinking.syncUntilSettled(shared, link: link, remote: remote) { up, down in
                         if onTerminal { printError("\rdocfs: \(up) items sent, \(down) received…") }

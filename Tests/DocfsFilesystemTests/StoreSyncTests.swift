@@ -422,6 +422,72 @@ import Glibc
         #expect(try a.engine.syncOnce() == SyncEngine.Round() && b.engine.syncOnce() == SyncEngine.Round())
     }
 
+    /// A store with documents linked to a remote that holds another store's (both numbered
+    /// their items from the same first id): the trees merge. A folder at the same place is one
+    /// folder, a file with the same content there is one file (neither goes up again), a file
+    /// that differs is kept both ways; every other item here takes an id of this machine's
+    /// space, its kept versions and the references to it following; then both stores hold
+    /// the same tree and settle.
+    @Test func aStoreWithDocumentsMergesIntoARemoteHoldingAnothers() throws {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 16)
+        let b = try Machine("b", remote: remote, firstID: 16, settings: Self.everyVersion)
+        defer { a.cleanUp(); b.cleanUp() }
+        _ = try a.filesystem.makeDirectory(parent: 1, name: "Projects", mode: 0o755, caller: .daemon)
+        try a.save("Projects/plan.txt", "a's plan")
+        try a.save("Projects/same.txt", "the same on both")
+        try a.save("report.txt", "a's report")
+        try a.engine.syncOnce()
+
+        _ = try b.filesystem.makeDirectory(parent: 1, name: "Projects", mode: 0o755, caller: .daemon)
+        try b.save("Projects/same.txt", "the same on both")
+        try b.save("Projects/notes.txt", "b's notes")
+        try b.save("report.txt", "b's report, first")
+        try b.save("report.txt", "b's report")
+        let notes = try ContainerID("com.example.Notes")
+        _ = try ContainerAdministration(view: b.filesystem).create(notes, name: "Notes", isPublic: false)
+        _ = try DocumentPicker(view: b.filesystem).pick(.open, item: ItemID(rawValue: try #require(b.id("report.txt"))),
+                                                        into: StorePlace(container: notes, scope: .documents, path: ""), caller: .daemon)
+        // The ids collide: b's report has the number a's folder or a document of a's has.
+        let collided = try #require(b.id("report.txt"))
+        #expect(try remote.currentVersion(of: collided) != nil)
+
+        // Linking b, as RemoteLinking does: its own id space, the merge, its items queued.
+        try b.sync.forget()
+        try b.store.itemIDs.enter(space: 1)
+        let outcome = try StoreMerge(shared: b.filesystem.shared, sync: b.sync).merge(with: try remote.listing(after: 0, limit: 1000))
+        #expect(Set(outcome.adopted.keys) == Set([try #require(a.id("Projects")), try #require(a.id("Projects/same.txt"))]))
+        #expect(b.id("Projects") == a.id("Projects") && b.id("Projects/same.txt") == a.id("Projects/same.txt"))
+        let report = try #require(b.id("report.txt"))
+        #expect(report >= ItemIDAllocator.spaceSize && report < 2 * ItemIDAllocator.spaceSize)
+        #expect(try #require(b.id("Projects/notes.txt")) >= ItemIDAllocator.spaceSize)
+        // Its kept versions and the reference to it follow it; the index knows it by its new id.
+        #expect(b.store.versions.versions(of: ItemID(rawValue: report)).count >= 1)
+        #expect(b.store.versions.versions(of: ItemID(rawValue: collided)).isEmpty)
+        #expect(try b.index.records(id: Int64(report)).map(\.path).sorted() == ["/Documents/report.txt", "/report.txt"])
+        try b.sync.enqueue(try b.sync.allItems().filter { outcome.adopted[$0] == nil })
+
+        for _ in 0..<4 {
+            try b.engine.syncOnce()
+            try a.engine.syncOnce()
+        }
+        // One tree on both: b's report beside a's under another name, b's notes and reference on a.
+        func tree(_ machine: Machine) -> [String: String] {
+            var found: [String: String] = [:]
+            let enumerator = FileManager.default.enumerator(atPath: machine.documents)
+            while let path = enumerator?.nextObject() as? String {
+                found[path] = machine.content(path) ?? "(folder)"
+            }
+            return found
+        }
+        #expect(tree(a) == tree(b) && tree(a).count == 6, "\(tree(a)) \(tree(b))")
+        #expect(Set(tree(a).values.filter { $0.contains("report") }) == ["a's report", "b's report"])
+        #expect(tree(a)["Projects/notes.txt"] == "b's notes" && tree(a).keys.filter { $0.contains("same") } == ["Projects/same.txt"])
+        #expect(try a.index.records(id: Int64(report)).contains { $0.isExternal && $0.container == notes.rawValue })
+        #expect(a.id("report.txt") != b.id("report.txt") || a.content("report.txt") == b.content("report.txt"))
+        #expect(try a.engine.syncOnce() == SyncEngine.Round() && b.engine.syncOnce() == SyncEngine.Round())
+    }
+
     /// A machine whose appends lose a race keeps them as a conflict version; the versions its
     /// append sessions kept before (deltas of the content after them) still read back as they
     /// were, not from the winner's content that is current now.

@@ -176,6 +176,52 @@ import Glibc
         #expect(status.status == 1 && status.output.contains("not linked"), "\(status.output)")
     }
 
+    /// A machine with documents of its own joins a remote that holds another's: refused while
+    /// mounted (with what to do), merged when linked unmounted. The folder both have is one,
+    /// the file both have the same is one, the one that differs is kept both ways; after the
+    /// mount both machines show the same tree, and an edit on the joined machine reaches the
+    /// first under the merged ids.
+    @Test func aStoreWithDocumentsLinkedToARemoteWithAnothersMergesIntoIt() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("merged")
+        let a = try Machine("a", mounted: true)
+        let c = try Machine("c", mounted: true)
+        defer { a.fixture.tearDown(); c.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        for machine in [a, c] {
+            #expect(mkdir(machine.path("Projects"), 0o755) == 0)
+            try "the same on both\n".write(toFile: machine.path("Projects/same.txt"), atomically: false, encoding: .utf8)
+            try "\(machine.name)'s report\n".write(toFile: machine.path("report.txt"), atomically: false, encoding: .utf8)
+        }
+        try "c's notes\n".write(toFile: c.path("Projects/notes.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
+        let refused = try c.link(uri)
+        #expect(refused.status == 1 && refused.output.contains("docfs unmount"), "\(refused.output)")
+        #expect(!FileManager.default.fileExists(atPath: c.fixture.store + "/remote.json"))
+        c.fixture.stop()
+        let linked = try c.link(uri)
+        #expect(linked.status == 0 && linked.output.contains("linked to"), "\(linked.output)")
+        try c.fixture.start()
+        func tree(_ machine: Machine) -> [String: String] {
+            var found: [String: String] = [:]
+            let enumerator = FileManager.default.enumerator(atPath: machine.path(""))
+            while let path = enumerator?.nextObject() as? String {
+                if !path.hasPrefix(".docfs") { found[path] = machine.content(path) ?? "(folder)" }
+            }
+            return found
+        }
+        #expect(Self.within(15) { tree(a) == tree(c) && tree(a).count == 5 } != nil, "\(tree(a)) \(tree(c))")
+        #expect(Set(tree(a).values.filter { $0.contains("report") }) == ["a's report\n", "c's report\n"])
+        #expect(a.id("Projects") == c.id("Projects") && a.id("Projects/same.txt") == c.id("Projects/same.txt"))
+        #expect(a.id("Projects/notes.txt") == c.id("Projects/notes.txt") && a.id("Projects/notes.txt") != nil)
+        try "c's notes, edited\n".write(toFile: c.path("Projects/notes.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { a.content("Projects/notes.txt") == "c's notes, edited\n" } != nil)
+        for machine in [a, c] {
+            let status = try machine.status()
+            #expect(status["parked"] as? Int == 0 && status["lastError"] == nil, "\(machine.name): \(status)")
+        }
+    }
+
     /// The server goes away while a machine saves: its saves wait in the outbox (the status
     /// says so, with the error in words), and reach the other machine once the server is back.
     @Test func savesMadeWhileTheServerIsDownArriveWhenItIsBack() throws {
