@@ -40,11 +40,11 @@ public enum RemoteLinking {
             let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: name, user: SyncService.userName))
             var items: [UInt64]
             do { items = try sync.allItems() } catch { throw DocfsError(.internalFailure, "reading the store's items failed: \(error)") }
+            if space != 0 && !items.isEmpty && !merging {
+                throw DocfsError(.invalidArgument, "this store holds \(items.count) items and the remote holds another store's: merging them renumbers this store's items, which a mount would not see; docfs unmount the store, then docfs remote link again")
+            }
             try shared.store.itemIDs.enter(space: space)
             if space != 0 && !items.isEmpty {
-                guard merging else {
-                    throw DocfsError(.invalidArgument, "this store holds \(items.count) items and the remote holds another store's: merging them renumbers this store's items, which a mount would not see; docfs unmount the store, then docfs remote link again")
-                }
                 let adopted = try merge(shared, sync: sync, remote: remote, progress: progress)
                 do { items = try sync.allItems().filter { !adopted.contains($0) } } catch {
                     throw DocfsError(.internalFailure, "reading the store's items after merging failed: \(error)")

@@ -172,6 +172,16 @@ import Glibc
         let answer = try machine.link(foreign)
         #expect(answer.status == 1 && answer.output.contains("not docfs's"), "\(answer.output)")
         #expect(!FileManager.default.fileExists(atPath: machine.fixture.store + "/remote.json"))
+        // A remote whose schema is newer than this docfs (a machine updated first): refused.
+        let newer = try server.makeDatabase("newer")
+        let first = try Machine("first", mounted: false)
+        defer { first.fixture.tearDown() }
+        #expect(try first.link(newer).status == 0)
+        try server.sql("UPDATE docfs.meta SET value = '99' WHERE key = 'schema_version'", database: newer.databaseName)
+        let refused = try machine.link(newer)
+        #expect(refused.status == 1 && refused.output.contains("update docfs"), "\(refused.output)")
+        #expect(refused.output.split(separator: "\n").count == 1, "\(refused.output)")
+        #expect(!FileManager.default.fileExists(atPath: machine.fixture.store + "/remote.json"))
         let status = try machine.docfs("remote status --store '\(machine.fixture.store)'")
         #expect(status.status == 1 && status.output.contains("not linked"), "\(status.output)")
     }
