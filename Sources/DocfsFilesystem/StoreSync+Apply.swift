@@ -146,10 +146,19 @@ extension StoreSync {
             // Under the remote's number, unless a version kept here has it: kept already (a
             // round cut short), or a save made here offline (then the next free number).
             var number = version.number
-            if versions.isTaken(item, number) {
-                if versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
-                number = versions.firstFreeNumber(of: item, above: number)
+            if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
+            // Saves made here that never went up (above the number last in step), kept or the
+            // content here, may hold its number: they move past it (as in `replaceContent`), the
+            // content here last, so each version has the remote's number here as everywhere.
+            let here = ItemAttributes.version(ofDescriptor: fd)
+            if versions.isTaken(item, number) || number == here, let floor = (try? syncState(of: version.item))?.number, number > floor {
+                let top = versions.moveUnsentVersions(of: item, above: floor, past: max(number, here), currentStays: true)
+                if here == number {
+                    try ItemAttributes.setVersion(top + 1, onDescriptor: fd)
+                    shared.ownChanges.changedFile(at: fd)
+                }
             }
+            if versions.isTaken(item, number) { number = versions.firstFreeNumber(of: item, above: number) }
             // Nor the number of the content here, a save of this machine's not gone up yet: kept
             // under it later, that save would find the number taken and be lost.
             if number == ItemAttributes.version(ofDescriptor: fd) { number = versions.firstFreeNumber(of: item, above: number) }
@@ -289,19 +298,26 @@ extension StoreSync {
         let replacing = oldFD >= 0 && fstat(oldFD, &oldStat) == 0 && oldStat.st_mode & S_IFMT == S_IFREG
         let versions = shared.store.versions
         let oldVersion = replacing ? max(ItemAttributes.version(ofDescriptor: oldFD), 1) : 0
-        // A number taken already (a version kept here has it) would drop the content it replaces.
+        // Kept as a conflict version, the content it replaces leaves the chain of previous
+        // versions, whose newest may be a delta of it (an append session's): that one is made
+        // whole from it first, or it would be read from the new content.
+        if replacing && conflict != nil {
+            let readable = open("/proc/self/fd/\(oldFD)", O_RDONLY | O_CLOEXEC)
+            guard readable >= 0 else { throw DocfsError.errno("reading item \(version.item) to keep it as a conflict version") }
+            defer { close(readable) }
+            try versions.materializeNewestPrefix(of: item, from: readable)
+        }
+        // Saves made here that never went up (kept above the number last in step) may hold
+        // the numbers the remote gave: the winner's, ours as a conflict version. They move past
+        // them, so each version has the remote's number here as everywhere.
+        let remoteNumbers = [version.number] + (conflict.map { [$0] } ?? [])
+        if remoteNumbers.contains(where: { versions.isTaken(item, $0) }), let floor = (try? syncState(of: version.item))?.number {
+            versions.moveUnsentVersions(of: item, above: floor, past: max(remoteNumbers.max()!, oldVersion), currentStays: false)
+        }
+        // A number taken still (a version kept here has it) would drop the content it replaces.
         let wanted = conflict ?? oldVersion
         let keptAs = versions.isTaken(item, wanted) ? versions.firstFreeNumber(of: item, above: wanted) : wanted
         if replacing {
-            // Kept as a conflict version, the content it replaces leaves the chain of previous
-            // versions, whose newest may be a delta of it (an append session's): that one is
-            // made whole from it first, or it would be read from the new content.
-            if conflict != nil {
-                let readable = open("/proc/self/fd/\(oldFD)", O_RDONLY | O_CLOEXEC)
-                guard readable >= 0 else { throw DocfsError.errno("reading item \(version.item) to keep it as a conflict version") }
-                defer { close(readable) }
-                try versions.materializeNewestPrefix(of: item, from: readable)
-            }
             // The content it replaces stays recoverable (C4): a previous version, or a conflict
             // version when it lost the race on the remote.
             let record = VersionRecord(version: keptAs, kind: conflict != nil ? .conflict : .previous,
