@@ -147,16 +147,12 @@ extension StoreSync {
             // round cut short), or a save made here offline (then the next free number).
             var number = version.number
             if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
-            // Saves made here that never went up (above the number last in step), kept or the
-            // content here, may hold its number: they move past it (as in `replaceContent`), the
-            // content here last, so each version has the remote's number here as everywhere.
+            // The content here may be a save that never went up holding its number: it moves
+            // past it too, last.
             let here = ItemAttributes.version(ofDescriptor: fd)
-            if versions.isTaken(item, number) || number == here, let floor = (try? syncState(of: version.item))?.number, number > floor {
-                let top = versions.moveUnsentVersions(of: item, above: floor, past: max(number, here), currentStays: true)
-                if here == number {
-                    try ItemAttributes.setVersion(top + 1, onDescriptor: fd)
-                    shared.ownChanges.changedFile(at: fd)
-                }
+            if let top = makeRoom(for: [number], of: version.item, here: here, currentStays: true), here == number {
+                try ItemAttributes.setVersion(top + 1, onDescriptor: fd)
+                shared.ownChanges.changedFile(at: fd)
             }
             if versions.isTaken(item, number) { number = versions.firstFreeNumber(of: item, above: number) }
             // Nor the number of the content here, a save of this machine's not gone up yet: kept
@@ -307,13 +303,8 @@ extension StoreSync {
             defer { close(readable) }
             try versions.materializeNewestPrefix(of: item, from: readable)
         }
-        // Saves made here that never went up (kept above the number last in step) may hold
-        // the numbers the remote gave: the winner's, ours as a conflict version. They move past
-        // them, so each version has the remote's number here as everywhere.
-        let remoteNumbers = [version.number] + (conflict.map { [$0] } ?? [])
-        if remoteNumbers.contains(where: { versions.isTaken(item, $0) }), let floor = (try? syncState(of: version.item))?.number {
-            versions.moveUnsentVersions(of: item, above: floor, past: max(remoteNumbers.max()!, oldVersion), currentStays: false)
-        }
+        // The winner's number and ours as a conflict version are the remote's.
+        makeRoom(for: [version.number] + (conflict.map { [$0] } ?? []), of: version.item, here: oldVersion, currentStays: false)
         // A number taken still (a version kept here has it) would drop the content it replaces.
         let wanted = conflict ?? oldVersion
         let keptAs = versions.isTaken(item, wanted) ? versions.firstFreeNumber(of: item, above: wanted) : wanted
@@ -349,6 +340,21 @@ extension StoreSync {
         } else {
             view.deliver(.name(.created, target.name, inFolder: target.folder, item: item))
         }
+    }
+
+    /// Saves made here that never went up (kept above the number last in step, or the content
+    /// here, numbered `here`) may hold `numbers`, numbers the remote gave versions: the kept
+    /// ones move past them (`VersionStore.moveUnsentVersions`), so each version has the
+    /// remote's number here as everywhere. Answers the highest number kept afterwards when
+    /// anything was in the way (the content here, if in the way, goes above it: the caller's
+    /// part); nil when nothing was.
+    @discardableResult
+    func makeRoom(for numbers: [UInt64], of item: UInt64, here: UInt64, currentStays: Bool) -> UInt64? {
+        let versions = shared.store.versions
+        let id = ItemID(rawValue: item)
+        guard let floor = (try? syncState(of: item))?.number,
+              numbers.contains(where: { $0 > floor && (versions.isTaken(id, $0) || $0 == here) }) else { return nil }
+        return versions.moveUnsentVersions(of: id, above: floor, past: max(numbers.max()!, here), currentStays: currentStays)
     }
 
     private func makeFolder(_ version: RemoteVersion, at target: Located, view: Filesystem) throws(DocfsError) {
@@ -463,9 +469,10 @@ extension StoreSync {
         try Self.describe(fd, as: version)
         // The same content under the remote's newer number (a rename, attributes, a resolution):
         // one number for the current version on every machine.
-        if version.kind == .file && ItemAttributes.version(ofDescriptor: fd) < version.number
-            && !shared.store.versions.isTaken(item, version.number) {
-            try ItemAttributes.setVersion(version.number, onDescriptor: fd)
+        let here = ItemAttributes.version(ofDescriptor: fd)
+        if version.kind == .file && here < version.number {
+            makeRoom(for: [version.number], of: version.item, here: here, currentStays: true)
+            if !shared.store.versions.isTaken(item, version.number) { try ItemAttributes.setVersion(version.number, onDescriptor: fd) }
         }
         if moved {
             view.deliver(.name(.moved(from: old.name, inFolder: old.folder, exchange: false), target.name,
