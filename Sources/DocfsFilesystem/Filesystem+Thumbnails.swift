@@ -100,9 +100,12 @@ extension Filesystem {
         return thumbnailer.store.rendition(size, of: node.item, stamp: stamp)
     }
 
-    /// getxattr of `user.docfs.thumbnail`.
+    /// getxattr of `user.docfs.thumbnail`, under a read claim: a thumbnail another machine
+    /// made is put in under the item's write claim with the record that says so, so it is
+    /// never read before the index knows it (S1).
     func thumbnailAttribute(of node: Node) throws(DocfsError) -> [UInt8] {
-        guard let png = thumbnail(.attribute, of: node) else { throw DocfsError.system(ENODATA) }
+        let png = try coordinator.withClaims([(node.item, .read)]) { () throws(DocfsError) in thumbnail(.attribute, of: node) }
+        guard let png else { throw DocfsError.system(ENODATA) }
         return png
     }
 

@@ -171,7 +171,8 @@ extension StoreSync {
     }
 
     /// The thumbnail set the saving machine made goes in for the content here (none is rendered
-    /// here then). A failure costs only a rendering here: it is reported, not thrown.
+    /// here then), under the item's write claim with the record that says so (a reader of the
+    /// thumbnail waits for both). A failure costs only a rendering here: it is reported, not thrown.
     private func installThumbnail(_ digest: ChunkDigest, of version: RemoteVersion, view: Filesystem,
                                   fetch: (ChunkDigest) throws -> [UInt8]) {
         guard let thumbnails = shared.thumbnailer?.store else { return }
@@ -182,7 +183,7 @@ extension StoreSync {
             guard let place = try place(of: version.item) else { return }
             let document = try Located(place: place, paths: shared.paths)
             defer { document.close() }
-            try view.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
+            try view.coordinator.withClaims([(item, .write)]) { () throws(DocfsError) in
                 let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
                 guard fd >= 0 else { throw DocfsError.errno("opening item \(item) for its thumbnail") }
                 defer { close(fd) }
