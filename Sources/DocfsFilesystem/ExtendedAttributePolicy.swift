@@ -21,7 +21,7 @@ enum ExtendedAttributePolicy {
     static let computed: Set<String> = [ItemAttributes.bookmark]
     /// Names docfs serves from its own state, listed only when the item has them; whatever the
     /// store holds under them is not shown.
-    static let served: Set<String> = Set([ItemAttributes.thumbnail]).union(containerNames).union(externalNames)
+    static let served: Set<String> = Set([ItemAttributes.thumbnail, ItemAttributes.status]).union(containerNames).union(externalNames)
         .union([ReferenceStub.attribute])
     /// The names a container's folder carries (DESIGN §6, issue 6 §1).
     static let containerNames: Set<String> = [ItemAttributes.container, ItemAttributes.containerID]

@@ -35,6 +35,10 @@ extension Filesystem {
         if name == ItemAttributes.bookmark && VirtualNodes.isVirtual(id) { throw DocfsError.system(ENODATA) }
         if name == ItemAttributes.bookmark { return try fit(Array(try bookmarkToken(of: node).utf8), into: size) }
         if name == ItemAttributes.thumbnail { return try fit(try thumbnailAttribute(of: node), into: size) }
+        if name == ItemAttributes.status {
+            guard let status = syncStatus(of: node) else { throw DocfsError.system(ENODATA) }
+            return try fit(Array(status.utf8), into: size)
+        }
         if ExtendedAttributePolicy.containerNames.contains(name) {
             guard let value = containerAttribute(name, of: node) else { throw DocfsError.system(ENODATA) }
             return try fit(Array(value.utf8), into: size)
@@ -104,6 +108,7 @@ extension Filesystem {
                 names += Array(computed.utf8) + [0]
             }
             if currentThumbnail(of: node) != nil { names += Array(ItemAttributes.thumbnail.utf8) + [0] }
+            if syncStatus(of: node) != nil { names += Array(ItemAttributes.status.utf8) + [0] }
             for name in containerAttributeNames(of: node) { names += Array(name.utf8) + [0] }
             break
         }

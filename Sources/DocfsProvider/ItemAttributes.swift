@@ -16,6 +16,8 @@ public enum ItemAttributes {
     public static let bookmark = "user.docfs.bookmark"
     /// The item's thumbnail, a PNG (made when read; see `ThumbnailStore`).
     public static let thumbnail = "user.docfs.thumbnail"
+    /// Sync state with a remote (DESIGN §6, §9.1); absent when the store is not linked.
+    public static let status = "user.docfs.status"
     /// On a container's folder: the container's display name (on a reference: the name of the
     /// container that holds the original).
     public static let container = "user.docfs.container"

@@ -249,3 +249,16 @@ public protocol SyncedStore: Sendable {
     /// its item, beside the current content.
     func keepConflict(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws
 }
+
+/// What `user.docfs.status` and `docfs status` say of an item of a linked store (DESIGN §6,
+/// §9.1): `conflict` while it has a conflict version not resolved, `uploading` while this
+/// machine has a change of it that has not gone up (never in step, a save numbered past the
+/// version last in step, or a writer has it open), else `current`. (Promised items, issue 23,
+/// add `promised`, `downloading N%` and `pinned`.)
+public enum ItemSyncStatus {
+    public static func describe(state: ItemSyncState?, versionHere: UInt64, conflict: Bool, beingWritten: Bool) -> String {
+        if conflict { return "conflict" }
+        guard let state, !beingWritten, versionHere <= state.number else { return "uploading" }
+        return "current"
+    }
+}

@@ -2,7 +2,9 @@ import ArgumentParser
 import CLinux
 import DocfsCore
 import DocfsDaemon
+import DocfsIndex
 import DocfsProvider
+import DocfsSync
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -43,6 +45,8 @@ struct StatusCommand: ParsableCommand {
         var reference: ReferenceReport?
         /// The serving daemon's claims; nil when no daemon serves the store.
         var claims: ClaimReport?
+        /// Where it stands with the remote (`user.docfs.status`); nil when the store is not linked.
+        var sync: String?
     }
 
     func run() throws {
@@ -58,7 +62,8 @@ struct StatusCommand: ParsableCommand {
                             keptBytes: kept.reduce(0) { $0 + $1.storedSize },
                             conflict: kept.contains { $0.kind == .conflict }, container: place.container.rawValue,
                             containerName: containerName, scope: place.scope.rawValue,
-                            reference: ReferenceReport(document), claims: claims(on: document))
+                            reference: ReferenceReport(document), claims: claims(on: document),
+                            sync: syncStatus(of: document, conflict: kept.contains { $0.kind == .conflict }))
         if json { return printJSON(report) }
         var lines = [("path", PlainOutput.name(report.path)), ("item id", String(report.item)), ("kind", report.kind)]
         if let version = report.version { lines.append(("version", String(version))) }
@@ -68,6 +73,7 @@ struct StatusCommand: ParsableCommand {
         lines.append(("versions", "\(report.keptVersions) kept, \(report.keptBytes) bytes (docfs versions \(file))"))
         lines.append(("conflict", report.conflict ? "yes: see docfs versions \(file)" : "none"))
         lines.append(("container", "\(report.containerName) (\(report.container)), \(report.scope) scope"))
+        if let sync = report.sync { lines.append(("sync", sync)) }
         if let reference = report.reference {
             lines.append(("reference", reference.original.map { "to \(PlainOutput.name($0)) (in \(reference.originalContainer ?? "?"))" }
                           ?? "its original (item \(report.item)) was deleted: the reference cannot be opened; remove it"))
@@ -85,6 +91,21 @@ struct StatusCommand: ParsableCommand {
             }
         }
         for (label, value) in lines { PlainOutput.line("\((label + ":").padding(10)) \(value)") }
+    }
+
+    /// Where the document stands with the remote: as the mount says (`user.docfs.status`), or,
+    /// for a path in the store, from its sync state in the index; nil when not linked.
+    private func syncStatus(of document: LocatedDocument, conflict: Bool) -> String? {
+        if document.mountPoint != nil {
+            var value = [UInt8](repeating: 0, count: 64)
+            let n = value.withUnsafeMutableBytes { docfs_getxattr(document.path, ItemAttributes.status, $0.baseAddress, $0.count) }
+            return n > 0 ? String(decoding: value[0..<n], as: UTF8.self) : nil
+        }
+        guard (try? RemoteLink.load(document.store)) != nil else { return nil }
+        let index = try? IndexDatabase(path: document.store.indexFile, readOnly: true)
+        let state = (try? index?.syncState(of: Int64(bitPattern: document.item.rawValue))).flatMap { $0 }
+            .flatMap { try? JSONDecoder().decode(ItemSyncState.self, from: Data($0)) }
+        return ItemSyncStatus.describe(state: state, versionHere: document.version ?? 0, conflict: conflict, beingWritten: false)
     }
 
     /// What the daemon serving the document's store holds, when one does.

@@ -648,17 +648,22 @@ import Glibc
         #expect(Set(kept.values).isSuperset(of: ["base", "one", "two", "theirs", "theirs, later"]), "\(kept)")
     }
 
+    /// ... and `user.docfs.status` says so on each: uploading while a save has not gone up,
+    /// current once it has, conflict while the conflict stands; nothing on a store not linked.
     @Test func twoSavesFromOneBaseLeaveTheLoserAsAConflictVersionOnBothStores() throws {
         let remote = InMemoryRemote()
         let a = try Machine("a", remote: remote, firstID: 1_000)
         let b = try Machine("b", remote: remote, firstID: 1_000_000_000)
         defer { a.cleanUp(); b.cleanUp() }
         try a.save("notes.txt", "base")
+        #expect(status(a, "notes.txt") == "uploading")
         try a.engine.syncOnce()
         try b.engine.syncOnce()
+        #expect(status(a, "notes.txt") == "current" && status(b, "notes.txt") == "current")
         let item = try #require(b.id("notes.txt"))
         try a.save("notes.txt", "edited on a")
         try b.save("notes.txt", "edited on b")
+        #expect(status(a, "notes.txt") == "uploading" && status(b, "notes.txt") == "uploading")
         try a.engine.syncOnce()
         try b.engine.syncOnce()
         try a.engine.syncOnce()
@@ -667,6 +672,17 @@ import Glibc
             let conflicts = machine.store.versions.versions(of: ItemID(rawValue: item)).filter { $0.kind == .conflict }
             #expect(conflicts.count == 1, "\(machine.sync.author.machine): \(conflicts)")
             #expect(docfs_getxattr(machine.documents + "/notes.txt", "user.docfs.conflict", nil, 0) == 1)
+            #expect(status(machine, "notes.txt") == "conflict")
         }
+        // An unlinked store has no status.
+        a.sync.fillOutbox(false)
+        #expect(status(a, "notes.txt") == nil)
+    }
+
+    /// `user.docfs.status` of `path` in the machine's default documents, through its filesystem.
+    func status(_ machine: Machine, _ path: String) -> String? {
+        guard let node = try? machine.filesystem.lookup(parent: 1, name: FileName(path)).node,
+              case .bytes(let value) = try? machine.filesystem.getExtendedAttribute(node, name: "user.docfs.status", size: 64) else { return nil }
+        return String(decoding: value, as: UTF8.self)
     }
 }

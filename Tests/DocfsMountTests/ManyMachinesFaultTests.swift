@@ -356,6 +356,35 @@ import Glibc
         }
     }
 
+    /// `user.docfs.status` and `docfs status` say where a document stands with the remote:
+    /// uploading while it is open for writing (its save not gone up), current once it is in
+    /// step on both machines; a store not linked has no status.
+    @Test func theStatusSaysWhereADocumentStands() throws {
+        let (_, _, a, b) = try Self.linkedPair("status")
+        let solo = try Machine("solo", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown(); solo.fixture.tearDown() }
+        func status(_ path: String) -> String? {
+            var value = [UInt8](repeating: 0, count: 64)
+            let n = docfs_getxattr(path, "user.docfs.status", &value, value.count)
+            return n > 0 ? String(decoding: value[0..<n], as: UTF8.self) : nil
+        }
+        let fd = open(a.path("plan.txt"), O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        #expect(fd >= 0 && write(fd, "the plan\n", 9) == 9)
+        #expect(status(a.path("plan.txt")) == "uploading")
+        close(fd)
+        #expect(Self.within(10) { status(a.path("plan.txt")) == "current" && b.content("plan.txt") == "the plan\n" } != nil)
+        #expect(status(b.path("plan.txt")) == "current")
+        var names = [CChar](repeating: 0, count: 4096)
+        let length = docfs_listxattr(a.path("plan.txt"), &names, names.count)
+        #expect(length > 0 && names[0..<max(length, 0)].split(separator: 0).map { String(cString: Array($0) + [0]) }.contains("user.docfs.status"))
+        let shown = try a.docfs("status '\(a.path("plan.txt"))'")
+        #expect(shown.status == 0 && shown.output.contains("sync:") && shown.output.contains("current"), "\(shown.output)")
+        // Not linked: no status at all.
+        try "alone\n".write(toFile: solo.path("alone.txt"), atomically: false, encoding: .utf8)
+        #expect(status(solo.path("alone.txt")) == nil && errno == ENODATA)
+        #expect(try !solo.docfs("status '\(solo.path("alone.txt"))'").output.contains("sync:"))
+    }
+
     /// A machine away while the log was pruned (its anchor is older than what the prune
     /// removed, the tombstone of a deletion among it) lists every item when it is back, and
     /// ends as the others: the deleted document goes, the edited one is current.

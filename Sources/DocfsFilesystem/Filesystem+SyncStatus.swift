@@ -1,0 +1,22 @@
+import CLinux
+import DocfsCore
+import DocfsProvider
+import DocfsSync
+import Foundation
+
+/// `user.docfs.status` (DESIGN §6, §9.1): where an item of a linked store stands with the
+/// remote, read from its sync state in the index (one keyed read) and the file's own version.
+extension Filesystem {
+    /// The status of `node`'s item; nil when the store is not linked, or the item does not
+    /// travel under an id of its own here (a symbolic link's is derived from its inode).
+    func syncStatus(of node: Node) -> String? {
+        guard let stitcher, stitcher.fillsOutbox.load(ordering: .relaxed), !node.item.isDerived else { return nil }
+        let state = (try? stitcher.index.syncState(of: Int64(bitPattern: node.item.rawValue)))
+            .flatMap { $0 }.flatMap { try? JSONDecoder().decode(ItemSyncState.self, from: Data($0)) }
+        var conflict = [UInt8](repeating: 0, count: 2)
+        let conflicted = conflict.withUnsafeMutableBytes { docfs_getxattr(node.procPath, Self.conflictAttribute, $0.baseAddress, $0.count) } == 1
+            && conflict[0] == UInt8(ascii: "1")
+        return ItemSyncStatus.describe(state: state, versionHere: node.type == S_IFREG ? ItemAttributes.version(ofDescriptor: node.fd) : 0,
+                                       conflict: conflicted, beingWritten: stitcher.isWritten(node.item))
+    }
+}
