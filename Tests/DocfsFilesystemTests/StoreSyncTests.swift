@@ -305,7 +305,26 @@ import Glibc
             return contents
         }
 
+        /// The version number of the document at `path` here (`user.docfs.version`).
+        func versionNumber(_ path: String) -> UInt64 {
+            let fd = open(documents + "/" + path, O_RDONLY | O_CLOEXEC)
+            defer { close(fd) }
+            return ItemAttributes.version(ofDescriptor: fd)
+        }
+
         func cleanUp() { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    /// Two machines keeping every version, in step on the document `path` saved on a as `text`;
+    /// answers them, their remote and the document's id.
+    func twoMachinesInStep(on path: String, _ text: String) throws -> (InMemoryRemote, Machine, Machine, UInt64) {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
+        try a.save(path, text)
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        return (remote, a, b, try #require(a.id(path)))
     }
 
     /// Settings that keep every session's version (no thinning), as a document edited now and
@@ -543,28 +562,18 @@ import Glibc
     /// the remote's numbers, so the winner is current under its one number on both machines
     /// and the loser a conflict version under one number on both; every save is still kept.
     @Test func savesThatNeverWentUpGiveWayToTheRemotesNumbers() throws {
-        let remote = InMemoryRemote()
-        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
-        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
+        let (remote, a, b, item) = try twoMachinesInStep(on: "plan.txt", "base")
         defer { a.cleanUp(); b.cleanUp() }
-        try a.save("plan.txt", "base")
-        try a.engine.syncOnce()
-        try b.engine.syncOnce()
-        let item = try #require(a.id("plan.txt"))
         try b.save("plan.txt", "b's first, never sent")
         try b.save("plan.txt", "b's second")
         try a.save("plan.txt", "a's")
         try a.engine.syncOnce()
         try b.engine.syncOnce()
         try a.engine.syncOnce()
-        func number(_ machine: Machine) -> UInt64 {
-            let fd = open(machine.documents + "/plan.txt", O_RDONLY | O_CLOEXEC)
-            defer { close(fd) }
-            return ItemAttributes.version(ofDescriptor: fd)
-        }
         let current = try #require(try remote.currentVersion(of: item))
+        let numbers = (a.versionNumber("plan.txt"), b.versionNumber("plan.txt"))
         #expect(a.content("plan.txt") == "a's" && b.content("plan.txt") == "a's")
-        #expect(number(a) == current.number && number(b) == current.number, "a v\(number(a)), b v\(number(b)), remote v\(current.number)")
+        #expect(numbers == (current.number, current.number), "a, b: \(numbers), remote v\(current.number)")
         func conflicts(_ machine: Machine) -> [UInt64] {
             machine.store.versions.versions(of: ItemID(rawValue: item)).filter { $0.kind == .conflict }.map(\.version)
         }
@@ -579,14 +588,8 @@ import Glibc
     /// another edits it: the deletion loses (the edit is kept), and the first save, kept here
     /// as a previous version, gives way to the number the remote gave the edit.
     @Test func anUnsentSaveOfADocumentWhoseDeletionLostGivesWayToTheRemotesNumber() throws {
-        let remote = InMemoryRemote()
-        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
-        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
+        let (remote, a, b, item) = try twoMachinesInStep(on: "log.txt", "base")
         defer { a.cleanUp(); b.cleanUp() }
-        try a.save("log.txt", "base")
-        try a.engine.syncOnce()
-        try b.engine.syncOnce()
-        let item = try #require(a.id("log.txt"))
         try b.save("log.txt", "b's first")
         try b.save("log.txt", "b's second, then deleted")
         try b.filesystem.unlink(parent: 1, name: "log.txt")
@@ -598,9 +601,7 @@ import Glibc
         }
         let current = try #require(try remote.currentVersion(of: item))
         #expect(!current.deleted && b.content("log.txt") == "a's edit")
-        let fd = open(b.documents + "/log.txt", O_RDONLY | O_CLOEXEC)
-        defer { close(fd) }
-        #expect(ItemAttributes.version(ofDescriptor: fd) == current.number)
+        #expect(b.versionNumber("log.txt") == current.number)
         let keptOnB = try b.keptContents(of: item, at: "log.txt")
         #expect(keptOnB.values.contains("b's first") && keptOnB[current.number] == nil, "\(keptOnB)")
     }
@@ -629,12 +630,7 @@ import Glibc
         #expect(Set(kept.values).isSuperset(of: ["base", "one", "theirs"]), "\(kept)")
         // One under the number of the content here (a save that never went up either): that
         // content takes a number past every kept one, and is kept under it when saved over.
-        func numberHere() -> UInt64 {
-            let fd = open(a.documents + "/notes.txt", O_RDONLY | O_CLOEXEC)
-            defer { close(fd) }
-            return ItemAttributes.version(ofDescriptor: fd)
-        }
-        let held2 = numberHere()
+        let held2 = a.versionNumber("notes.txt")
         let later = Array("theirs, later".utf8)
         var conflict2 = conflict
         conflict2.number = held2
@@ -642,7 +638,7 @@ import Glibc
         conflict2.size = Int64(later.count)
         try a.sync.keepConflict(conflict2) { _ in later }
         kept = try a.keptContents(of: item, at: "notes.txt")
-        #expect(kept[held2] == "theirs, later" && numberHere() > kept.keys.max()!, "v\(numberHere()) \(kept)")
+        #expect(kept[held2] == "theirs, later" && a.versionNumber("notes.txt") > kept.keys.max()!, "v\(a.versionNumber("notes.txt")) \(kept)")
         try a.save("notes.txt", "three")
         kept = try a.keptContents(of: item, at: "notes.txt")
         #expect(Set(kept.values).isSuperset(of: ["base", "one", "two", "theirs", "theirs, later"]), "\(kept)")
