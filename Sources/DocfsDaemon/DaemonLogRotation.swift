@@ -1,3 +1,4 @@
+import CLinux
 import DocfsCore
 #if canImport(Glibc)
 import Glibc
@@ -32,17 +33,23 @@ enum DaemonLogRotation {
     }
 
     /// Moves the log aside and points standard output and error at a new one when it is past
-    /// `limit` bytes; answers whether it did.
+    /// `limit` bytes; answers whether it did. The new file is made beside and exchanged with the
+    /// old one in one step, so `daemon.log` is never missing (a reader or `tail -F` always finds it).
     @discardableResult
     static func rotateIfPast(_ limit: Int64, path: String) -> Bool {
         var st = stat()
         guard fstat(2, &st) == 0, Int64(st.st_size) > limit, writesTo(path) else { return false }
-        guard rename(path, path + ".1") == 0 else { return false }
-        let fresh = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
-        guard fresh >= 0 else { return false }  // the old file (now .1) goes on taking the output
+        let beside = path + ".new"
+        let fresh = open(beside, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0o644)
+        guard fresh >= 0 else { return false }
+        defer { close(fresh) }
+        guard docfs_renameat2(AT_FDCWD, beside, AT_FDCWD, path, UInt32(DOCFS_RENAME_EXCHANGE)) == 0 else {
+            unlink(beside)
+            return false  // the old file goes on taking the output
+        }
+        rename(beside, path + ".1")  // the old log, now at the name beside
         dup2(fresh, 1)
         dup2(fresh, 2)
-        close(fresh)
         return true
     }
 }
