@@ -146,15 +146,10 @@ extension StoreSync {
             // Under the remote's number, unless a version kept here has it: kept already (a
             // round cut short), or a save made here offline (then the next free number).
             var number = version.number
-            if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
-            // The content here may be a save that never went up holding its number: it moves
-            // past it too, last.
-            let here = ItemAttributes.version(ofDescriptor: fd)
-            if let top = makeRoom(for: [number], of: version.item, here: here, currentStays: true), here == number {
-                try ItemAttributes.setVersion(top + 1, onDescriptor: fd)
-                shared.ownChanges.changedFile(at: fd)
+            if versions.isTaken(item, number) {
+                if versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
+                number = versions.firstFreeNumber(of: item, above: number)
             }
-            if versions.isTaken(item, number) { number = versions.firstFreeNumber(of: item, above: number) }
             // Nor the number of the content here, a save of this machine's not gone up yet: kept
             // under it later, that save would find the number taken and be lost.
             if number == ItemAttributes.version(ofDescriptor: fd) { number = versions.firstFreeNumber(of: item, above: number) }
@@ -295,21 +290,19 @@ extension StoreSync {
         let replacing = oldFD >= 0 && fstat(oldFD, &oldStat) == 0 && oldStat.st_mode & S_IFMT == S_IFREG
         let versions = shared.store.versions
         let oldVersion = replacing ? max(ItemAttributes.version(ofDescriptor: oldFD), 1) : 0
-        // Kept as a conflict version, the content it replaces leaves the chain of previous
-        // versions, whose newest may be a delta of it (an append session's): that one is made
-        // whole from it first, or it would be read from the new content.
-        if replacing && conflict != nil {
-            let readable = open("/proc/self/fd/\(oldFD)", O_RDONLY | O_CLOEXEC)
-            guard readable >= 0 else { throw DocfsError.errno("reading item \(version.item) to keep it as a conflict version") }
-            defer { close(readable) }
-            try versions.materializeNewestPrefix(of: item, from: readable)
-        }
-        // The winner's number and ours as a conflict version are the remote's.
-        makeRoom(for: [version.number] + (conflict.map { [$0] } ?? []), of: version.item, here: oldVersion, currentStays: false)
-        // A number taken still (a version kept here has it) would drop the content it replaces.
+        // A number taken already (a version kept here has it) would drop the content it replaces.
         let wanted = conflict ?? oldVersion
         let keptAs = versions.isTaken(item, wanted) ? versions.firstFreeNumber(of: item, above: wanted) : wanted
         if replacing {
+            // Kept as a conflict version, the content it replaces leaves the chain of previous
+            // versions, whose newest may be a delta of it (an append session's): that one is
+            // made whole from it first, or it would be read from the new content.
+            if conflict != nil {
+                let readable = open("/proc/self/fd/\(oldFD)", O_RDONLY | O_CLOEXEC)
+                guard readable >= 0 else { throw DocfsError.errno("reading item \(version.item) to keep it as a conflict version") }
+                defer { close(readable) }
+                try versions.materializeNewestPrefix(of: item, from: readable)
+            }
             // The content it replaces stays recoverable (C4): a previous version, or a conflict
             // version when it lost the race on the remote.
             let record = VersionRecord(version: keptAs, kind: conflict != nil ? .conflict : .previous,
@@ -341,21 +334,6 @@ extension StoreSync {
         } else {
             view.deliver(.name(.created, target.name, inFolder: target.folder, item: item))
         }
-    }
-
-    /// Saves made here that never went up (kept above the number last in step, or the content
-    /// here, numbered `here`) may hold `numbers`, numbers the remote gave versions: the kept
-    /// ones move past them (`VersionStore.moveUnsentVersions`), so each version has the
-    /// remote's number here as everywhere. Answers the highest number kept afterwards when
-    /// anything was in the way (the content here, if in the way, goes above it: the caller's
-    /// part); nil when nothing was.
-    @discardableResult
-    func makeRoom(for numbers: [UInt64], of item: UInt64, here: UInt64, currentStays: Bool) -> UInt64? {
-        let versions = shared.store.versions
-        let id = ItemID(rawValue: item)
-        guard let floor = (try? syncState(of: item))?.number,
-              numbers.contains(where: { $0 > floor && (versions.isTaken(id, $0) || $0 == here) }) else { return nil }
-        return versions.moveUnsentVersions(of: id, above: floor, past: max(numbers.max()!, here), currentStays: currentStays)
     }
 
     private func makeFolder(_ version: RemoteVersion, at target: Located, view: Filesystem) throws(DocfsError) {
@@ -470,10 +448,9 @@ extension StoreSync {
         try Self.describe(fd, as: version)
         // The same content under the remote's newer number (a rename, attributes, a resolution):
         // one number for the current version on every machine.
-        let here = ItemAttributes.version(ofDescriptor: fd)
-        if version.kind == .file && here < version.number {
-            makeRoom(for: [version.number], of: version.item, here: here, currentStays: true)
-            if !shared.store.versions.isTaken(item, version.number) { try ItemAttributes.setVersion(version.number, onDescriptor: fd) }
+        if version.kind == .file && ItemAttributes.version(ofDescriptor: fd) < version.number
+            && !shared.store.versions.isTaken(item, version.number) {
+            try ItemAttributes.setVersion(version.number, onDescriptor: fd)
         }
         if moved {
             view.deliver(.name(.moved(from: old.name, inFolder: old.folder, exchange: false), target.name,

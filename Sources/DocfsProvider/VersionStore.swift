@@ -231,39 +231,6 @@ public final class VersionStore: Sendable {
         return next
     }
 
-    /// Moves the previous versions of `item` numbered above `floor` (saves made here that
-    /// never went up: numbers the remote may give another machine's versions) past `minimum`
-    /// and every number kept, all by one shift so their order, and so the deltas among them,
-    /// stay as they were; they stay above every older version. Answers the highest number
-    /// kept afterwards (at least `minimum`): a current content that never went up either goes
-    /// above it. When the current content is about to change (`currentStays` false), only if
-    /// the newest of them is whole: a delta leaning on the current content would then lean on
-    /// content that is not its own (callers make it whole first).
-    @discardableResult
-    public func moveUnsentVersions(of item: ItemID, above floor: UInt64, past minimum: UInt64, currentStays: Bool) -> UInt64 {
-        let kept = versions(of: item)
-        let unsent = kept.filter { $0.kind == .previous && $0.version > floor }
-        let top = max(minimum, kept.last?.version ?? 0)
-        guard let lowest = unsent.first?.version, let newest = unsent.last, currentStays || !newest.isPrefix else { return top }
-        let shift = top + 1 - lowest
-        for record in unsent.reversed() {
-            let old = record.version, new = old + shift
-            guard var moved = try? readRecord(item, old) else { continue }
-            moved.version = new
-            // The new record first, the old one last: a crash between leaves a record without
-            // content, which the next start removes (`removeLeftovers`), never content without one.
-            guard let json = try? JSONEncoder().encode(moved),
-                  (try? StoreFiles.replace(recordPath(item, new), with: Array(json), durable: false)) != nil else { continue }
-            for (from, to) in [(contentPath(item, old), contentPath(item, new)), (chunksPath(item, old), chunksPath(item, new)),
-                               (savedPath(item, old), savedPath(item, new))] {
-                _ = docfs_renameat2(AT_FDCWD, from, AT_FDCWD, to, DOCFS_RENAME_NOREPLACE)
-            }
-            unlink(recordPath(item, old))
-            if !moved.isPrefix { settleLater(item, version: new) }
-        }
-        return newest.version + shift
-    }
-
     /// Whether a kept version of `item` has the number `version`.
     public func isTaken(_ item: ItemID, _ version: UInt64) -> Bool {
         access(recordPath(item, version), F_OK) == 0 || access(contentPath(item, version), F_OK) == 0
