@@ -143,13 +143,20 @@ extension StoreSync {
             let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { throw DocfsError.errno("opening item \(version.item) to mark its conflict") }
             defer { close(fd) }
-            // Under the remote's number, unless a version kept here has it: kept already (a
-            // round cut short), or a save made here offline (then the next free number).
+            // Under the remote's number: kept already when a version kept here with it has this
+            // content (a round cut short); a save made here that never went up and holds it
+            // gives way (`giveWay`), and so does the content here (a number above every kept
+            // one); else, as a last resort, the next free number.
             var number = version.number
-            if versions.isTaken(item, number) {
-                if versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
-                number = versions.firstFreeNumber(of: item, above: number)
+            if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
+            let here = ItemAttributes.version(ofDescriptor: fd)
+            giveWay(number, of: item, to: "/proc/self/fd/\(working.fd)", past: max(number, here), current: "/proc/self/fd/\(fd)")
+            if here == number, let floor = (try? syncState(of: version.item))?.number, here > floor {
+                // The content here is a save that never went up: it goes above every kept number.
+                try ItemAttributes.setVersion(max(number, versions.versions(of: item).last?.version ?? 0) + 1, onDescriptor: fd)
+                shared.ownChanges.changedFile(at: fd)
             }
+            if versions.isTaken(item, number) { number = versions.firstFreeNumber(of: item, above: number) }
             // Nor the number of the content here, a save of this machine's not gone up yet: kept
             // under it later, that save would find the number taken and be lost.
             if number == ItemAttributes.version(ofDescriptor: fd) { number = versions.firstFreeNumber(of: item, above: number) }
@@ -290,19 +297,24 @@ extension StoreSync {
         let replacing = oldFD >= 0 && fstat(oldFD, &oldStat) == 0 && oldStat.st_mode & S_IFMT == S_IFREG
         let versions = shared.store.versions
         let oldVersion = replacing ? max(ItemAttributes.version(ofDescriptor: oldFD), 1) : 0
-        // A number taken already (a version kept here has it) would drop the content it replaces.
+        // Kept as a conflict version, the content it replaces leaves the chain of previous
+        // versions, whose newest may be a delta of it (an append session's): that one is made
+        // whole from it first, or it would be read from the new content.
+        if replacing && conflict != nil {
+            let readable = open("/proc/self/fd/\(oldFD)", O_RDONLY | O_CLOEXEC)
+            guard readable >= 0 else { throw DocfsError.errno("reading item \(version.item) to keep it as a conflict version") }
+            defer { close(readable) }
+            try versions.materializeNewestPrefix(of: item, from: readable)
+        }
+        // The winner's number and ours as a conflict version are the remote's.
+        let current = replacing ? "/proc/self/fd/\(oldFD)" : nil
+        let highest = max(version.number, conflict ?? 0, oldVersion)
+        giveWay(version.number, of: item, to: "/proc/self/fd/\(working.fd)", past: highest, current: current)
+        if let conflict, let current { giveWay(conflict, of: item, to: current, past: highest, current: current) }
+        // A number taken still (a version kept here has it) would drop the content it replaces.
         let wanted = conflict ?? oldVersion
         let keptAs = versions.isTaken(item, wanted) ? versions.firstFreeNumber(of: item, above: wanted) : wanted
         if replacing {
-            // Kept as a conflict version, the content it replaces leaves the chain of previous
-            // versions, whose newest may be a delta of it (an append session's): that one is
-            // made whole from it first, or it would be read from the new content.
-            if conflict != nil {
-                let readable = open("/proc/self/fd/\(oldFD)", O_RDONLY | O_CLOEXEC)
-                guard readable >= 0 else { throw DocfsError.errno("reading item \(version.item) to keep it as a conflict version") }
-                defer { close(readable) }
-                try versions.materializeNewestPrefix(of: item, from: readable)
-            }
             // The content it replaces stays recoverable (C4): a previous version, or a conflict
             // version when it lost the race on the remote.
             let record = VersionRecord(version: keptAs, kind: conflict != nil ? .conflict : .previous,
@@ -333,6 +345,22 @@ extension StoreSync {
             view.deliver(change)
         } else {
             view.deliver(.name(.created, target.name, inFolder: target.folder, item: item))
+        }
+    }
+
+    /// A number the remote gave a version (`content`: its content's path) is held here by a
+    /// previous version with other content: a save of this machine's that never went up. It
+    /// moves past `minimum` and every kept number, detached from the chain of deltas
+    /// (`VersionStore.detach`; `current`: the content here, which deltas are made up from), so
+    /// the remote's version has its number here as everywhere. A failure leaves it where it is
+    /// (the remote's version then takes the next free number): reported, not thrown.
+    func giveWay(_ number: UInt64, of item: ItemID, to content: String, past minimum: UInt64, current: String?) {
+        let versions = shared.store.versions
+        guard versions.record(of: item, version: number)?.kind == .previous, !versions.sameContent(item, version: number, as: content) else { return }
+        do {
+            _ = try versions.detach(item, version: number, past: minimum, current: current)
+        } catch {
+            shared.problemSink("sync: the save of item \(item) kept as version \(number), which never went up, could not give way to the remote's version \(number) (\(error)); that takes the next free number here")
         }
     }
 
@@ -448,9 +476,10 @@ extension StoreSync {
         try Self.describe(fd, as: version)
         // The same content under the remote's newer number (a rename, attributes, a resolution):
         // one number for the current version on every machine.
-        if version.kind == .file && ItemAttributes.version(ofDescriptor: fd) < version.number
-            && !shared.store.versions.isTaken(item, version.number) {
-            try ItemAttributes.setVersion(version.number, onDescriptor: fd)
+        let here = ItemAttributes.version(ofDescriptor: fd)
+        if version.kind == .file && here < version.number {
+            giveWay(version.number, of: item, to: "/proc/self/fd/\(fd)", past: version.number, current: "/proc/self/fd/\(fd)")
+            if !shared.store.versions.isTaken(item, version.number) { try ItemAttributes.setVersion(version.number, onDescriptor: fd) }
         }
         if moved {
             view.deliver(.name(.moved(from: old.name, inFolder: old.folder, exchange: false), target.name,

@@ -67,7 +67,7 @@ extension VersionStore {
     /// it) no longer depend on the current file. Answers the bytes copied.
     @discardableResult
     public func materializeNewestPrefix(of item: ItemID, from current: Int32) throws(DocfsError) -> Int64 {
-        guard var newest = versions(of: item).last(where: { $0.kind == .previous }), newest.isPrefix else { return 0 }
+        guard var newest = versions(of: item).last(where: \.isInChain), newest.isPrefix else { return 0 }
         let saved = savedRanges(of: item, version: newest.version)
         let content = open(contentPath(item, newest.version), O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
         guard content >= 0 else { throw failure("cannot keep version \(newest.version) of item \(item)") }
@@ -95,11 +95,41 @@ extension VersionStore {
         return copied
     }
 
+    /// Makes delta `version` of `item` a whole copy of what it stands for (made up as
+    /// `openContent` does, `current` the current content's path), in place.
+    func makeWhole(_ item: ItemID, version: UInt64, current: String) throws(DocfsError) {
+        guard var record = try? readRecord(item, version), record.isPrefix else { return }
+        let content = try openContent(item, version: version, current: current)
+        let incoming = try makeIncoming(item)
+        let fd = open(incoming, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failure("cannot make version \(version) of item \(item) whole") }
+        do throws(DocfsError) {
+            defer { close(fd) }
+            _ = try content.copy(to: fd)
+        } catch {
+            unlink(incoming)
+            throw error
+        }
+        guard rename(incoming, contentPath(item, version)) == 0 else {
+            unlink(incoming)
+            throw failure("cannot make version \(version) of item \(item) whole")
+        }
+        record.prefix = nil
+        record.savedBytes = nil
+        do {
+            try StoreFiles.replace(recordPath(item, version), with: Array(try JSONEncoder().encode(record)), durable: false)
+        } catch {
+            throw recordFailure(version, item, error)
+        }
+        unlink(savedPath(item, version))
+        settleLater(item, version: version)
+    }
+
     /// The content of kept version `version` of `item`. A delta is made up in a file of its own
     /// (unlinked), from the next newer whole version or the current file (`current`, a path)
     /// and the saved bytes of every delta in between.
     public func openContent(_ item: ItemID, version: UInt64, current: String) throws(DocfsError) -> VersionContent {
-        let all = versions(of: item).filter { $0.kind == .previous || $0.version == version }
+        let all = versions(of: item).filter { $0.isInChain || $0.version == version }
         guard let index = all.firstIndex(where: { $0.version == version }) else {
             throw DocfsError(.invalidArgument, "version \(version) is not kept: see docfs versions for the ones that are")
         }

@@ -42,6 +42,10 @@ public struct VersionRecord: Codable, Sendable, Equatable {
     /// the bytes saved in `<version>.saved`'s ranges laid over them (none for an append-only
     /// session: a prefix). See `VersionStore`.
     public var prefix: Bool?
+    /// Set for a save of this machine's that never went up and was moved past the numbers a
+    /// remote gave other machines' versions (`VersionStore.detach`): whole, and out
+    /// of the chain deltas are made up from, whatever its number.
+    public var detached: Bool?
     /// For a delta, the bytes saved so far (filled in when listed, not stored).
     public var savedBytes: Int64?
     /// For a version kept as chunks, the bytes of the chunks no other version uses: what
@@ -49,7 +53,7 @@ public struct VersionRecord: Codable, Sendable, Equatable {
     public var ownChunkBytes: Int64?
 
     private enum CodingKeys: String, CodingKey {
-        case version, kind, modified, kept, size, author, prefix
+        case version, kind, modified, kept, size, author, prefix, detached
     }
 
     public init(version: UInt64, kind: Kind, modified: Double, kept: Double, size: Int64, author: Author?,
@@ -65,6 +69,9 @@ public struct VersionRecord: Codable, Sendable, Equatable {
 
     /// Whether the version is a delta of the next newer state (a prefix when nothing is saved).
     public var isPrefix: Bool { prefix == true }
+
+    /// Whether it is in the chain deltas are made up from: a previous version not detached.
+    public var isInChain: Bool { kind == .previous && detached != true }
 
     /// Whether the version's content is kept as chunks (known when listed).
     public var isChunked: Bool { ownChunkBytes != nil }
@@ -230,6 +237,47 @@ public final class VersionStore: Sendable {
         while isTaken(item, next) { next += 1 }
         return next
     }
+
+    /// Moves previous version `version` of `item` (a save made here that never went up,
+    /// whose number a remote gave another machine's version) past `minimum` and every number
+    /// kept, *detached*: made whole first, and out of the chain deltas are made up from, so a
+    /// version numbered above the current content never becomes what a later delta is made
+    /// from. The previous version right below it, when a delta of it, is made whole first too.
+    /// `current`: the current content's path, for deltas made up from it. Answers the new
+    /// number; nil when the number holds no previous version.
+    public func detach(_ item: ItemID, version: UInt64, past minimum: UInt64, current: String?) throws(DocfsError) -> UInt64? {
+        guard var record = try? readRecord(item, version), record.kind == .previous else { return nil }
+        let kept = versions(of: item)
+        let chain = kept.filter(\.isInChain)
+        let source = current ?? "/nonexistent"
+        if record.isInChain, let below = chain.last(where: { $0.version < version }), below.isPrefix {
+            try makeWhole(item, version: below.version, current: source)
+        }
+        if record.isPrefix {
+            try makeWhole(item, version: version, current: source)
+            guard let whole = try? readRecord(item, version) else { return nil }
+            record = whole
+        }
+        let new = max(minimum, kept.last?.version ?? 0) + 1
+        record.version = new
+        record.detached = true
+        // The new record first, the old one last: a crash between leaves a record without
+        // content, which the next start removes (`removeLeftovers`), never content without one.
+        do {
+            try StoreFiles.replace(recordPath(item, new), with: Array(try JSONEncoder().encode(record)), durable: false)
+        } catch {
+            throw recordFailure(new, item, error)
+        }
+        for (from, to) in [(contentPath(item, version), contentPath(item, new)), (chunksPath(item, version), chunksPath(item, new))] {
+            _ = docfs_renameat2(AT_FDCWD, from, AT_FDCWD, to, DOCFS_RENAME_NOREPLACE)
+        }
+        unlink(recordPath(item, version))
+        settleLater(item, version: new)
+        return new
+    }
+
+    /// The record of kept version `version` of `item`, if there is one.
+    public func record(of item: ItemID, version: UInt64) -> VersionRecord? { try? readRecord(item, version) }
 
     /// Whether a kept version of `item` has the number `version`.
     public func isTaken(_ item: ItemID, _ version: UInt64) -> Bool {

@@ -305,7 +305,26 @@ import Glibc
             return contents
         }
 
+        /// The version number of the document at `path` here (`user.docfs.version`).
+        func versionNumber(_ path: String) -> UInt64 {
+            let fd = open(documents + "/" + path, O_RDONLY | O_CLOEXEC)
+            defer { close(fd) }
+            return ItemAttributes.version(ofDescriptor: fd)
+        }
+
         func cleanUp() { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    /// Two machines keeping every version, in step on the document `path` saved on a as `text`;
+    /// answers them, their remote and the document's id.
+    func twoMachinesInStep(on path: String, _ text: String) throws -> (InMemoryRemote, Machine, Machine, UInt64) {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
+        try a.save(path, text)
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        return (remote, a, b, try #require(a.id(path)))
     }
 
     /// Settings that keep every session's version (no thinning), as a document edited now and
@@ -536,6 +555,115 @@ import Glibc
         try a.save("notes.txt", "three")
         let kept = try a.keptContents(of: item, at: "notes.txt")
         #expect(Set(kept.values).isSuperset(of: ["one", "two", "theirs"]), "\(kept)")
+    }
+
+    /// A machine that saved twice without going up, and lost the race to another machine's
+    /// save: its first save held the number the remote gave the winner. That save moves past
+    /// the remote's numbers, so the winner is current under its one number on both machines
+    /// and the loser a conflict version under one number on both; every save is still kept.
+    @Test func savesThatNeverWentUpGiveWayToTheRemotesNumbers() throws {
+        let (remote, a, b, item) = try twoMachinesInStep(on: "plan.txt", "base")
+        defer { a.cleanUp(); b.cleanUp() }
+        try b.save("plan.txt", "b's first, never sent")
+        try b.save("plan.txt", "b's second")
+        try a.save("plan.txt", "a's")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        try a.engine.syncOnce()
+        let current = try #require(try remote.currentVersion(of: item))
+        let numbers = (a.versionNumber("plan.txt"), b.versionNumber("plan.txt"))
+        #expect(a.content("plan.txt") == "a's" && b.content("plan.txt") == "a's")
+        #expect(numbers == (current.number, current.number), "a, b: \(numbers), remote v\(current.number)")
+        func conflicts(_ machine: Machine) -> [UInt64] {
+            machine.store.versions.versions(of: ItemID(rawValue: item)).filter { $0.kind == .conflict }.map(\.version)
+        }
+        #expect(conflicts(a) == conflicts(b) && conflicts(a).count == 1, "a \(conflicts(a)), b \(conflicts(b))")
+        let keptOnB = try b.keptContents(of: item, at: "plan.txt")
+        #expect(Set(keptOnB.values).isSuperset(of: ["base", "b's first, never sent", "b's second"]), "\(keptOnB)")
+        #expect(keptOnB[current.number] == nil)
+        #expect(try a.keptContents(of: item, at: "plan.txt")[conflicts(a)[0]] == "b's second")
+    }
+
+    /// Saves kept as deltas (appends) that never went up, moved past the remote's numbers
+    /// when the machine lost a race: every kept version still reads as it was, and a delta of
+    /// the current content kept after the move (another append) is made up from that content,
+    /// not from a moved save numbered above it.
+    @Test func movedSavesKeepEveryVersionReadingAsItWas() throws {
+        let (remote, a, b, item) = try twoMachinesInStep(on: "log.txt", "base")
+        defer { a.cleanUp(); b.cleanUp() }
+        try b.append("log.txt", " b1")
+        try b.append("log.txt", " b2")
+        try a.save("log.txt", "a's")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        try a.engine.syncOnce()
+        let current = try #require(try remote.currentVersion(of: item))
+        #expect(b.content("log.txt") == "a's" && b.versionNumber("log.txt") == current.number)
+        try b.append("log.txt", " b3")
+        let kept = try b.keptContents(of: item, at: "log.txt")
+        #expect(kept[current.number] == "a's", "\(kept)")
+        #expect(Set(kept.values) == ["base", "base b1", "base b1 b2", "a's"], "\(kept)")
+        #expect(b.content("log.txt") == "a's b3")
+    }
+
+    /// A machine saves a document twice and then deletes it before any of that went up, while
+    /// another edits it: the deletion loses (the edit is kept), and the first save, kept here
+    /// as a previous version, gives way to the number the remote gave the edit.
+    @Test func anUnsentSaveOfADocumentWhoseDeletionLostGivesWayToTheRemotesNumber() throws {
+        let (remote, a, b, item) = try twoMachinesInStep(on: "log.txt", "base")
+        defer { a.cleanUp(); b.cleanUp() }
+        try b.save("log.txt", "b's first")
+        try b.save("log.txt", "b's second, then deleted")
+        try b.filesystem.unlink(parent: 1, name: "log.txt")
+        try a.save("log.txt", "a's edit")
+        try a.engine.syncOnce()
+        for _ in 0..<2 {
+            try b.engine.syncOnce()
+            try a.engine.syncOnce()
+        }
+        let current = try #require(try remote.currentVersion(of: item))
+        #expect(!current.deleted && b.content("log.txt") == "a's edit")
+        #expect(b.versionNumber("log.txt") == current.number)
+        let keptOnB = try b.keptContents(of: item, at: "log.txt")
+        #expect(keptOnB.values.contains("b's first") && keptOnB[current.number] == nil, "\(keptOnB)")
+    }
+
+    /// Another machine's conflict version arrives under a number a save made here holds that
+    /// never went up (kept as a previous version, or the content here): the save moves past
+    /// it, and the conflict version has the number it has everywhere.
+    @Test func aConflictVersionTakesItsNumberFromASaveThatNeverWentUp() throws {
+        let a = try Machine("a", remote: InMemoryRemote(), firstID: 1_000, settings: Self.everyVersion)
+        defer { a.cleanUp() }
+        try a.save("notes.txt", "base")
+        try a.engine.syncOnce()
+        try a.save("notes.txt", "one")
+        try a.save("notes.txt", "two")
+        let item = try #require(a.id("notes.txt"))
+        let inStep = try #require(try a.sync.syncState(of: item)).number
+        let held = try #require(a.store.versions.versions(of: ItemID(rawValue: item)).last { $0.kind == .previous && $0.version > inStep })
+        let theirs = Array("theirs".utf8)
+        let digest = theirs.withUnsafeBytes { ChunkDigest(of: $0) }
+        let conflict = RemoteVersion(item: item, container: "docfs.default", name: "notes.txt", kind: .file, number: held.version,
+                                     base: inStep, manifest: [digest], size: Int64(theirs.count), modified: 1_700_000_000,
+                                     author: RemoteAuthor(machine: "b", user: "alice"), conflict: true)
+        try a.sync.keepConflict(conflict) { _ in theirs }
+        var kept = try a.keptContents(of: item, at: "notes.txt")
+        #expect(kept[held.version] == "theirs", "\(kept)")
+        #expect(Set(kept.values).isSuperset(of: ["base", "one", "theirs"]), "\(kept)")
+        // One under the number of the content here (a save that never went up either): that
+        // content takes a number past every kept one, and is kept under it when saved over.
+        let held2 = a.versionNumber("notes.txt")
+        let later = Array("theirs, later".utf8)
+        var conflict2 = conflict
+        conflict2.number = held2
+        conflict2.manifest = [later.withUnsafeBytes { ChunkDigest(of: $0) }.hex]
+        conflict2.size = Int64(later.count)
+        try a.sync.keepConflict(conflict2) { _ in later }
+        kept = try a.keptContents(of: item, at: "notes.txt")
+        #expect(kept[held2] == "theirs, later" && a.versionNumber("notes.txt") > kept.keys.max()!, "v\(a.versionNumber("notes.txt")) \(kept)")
+        try a.save("notes.txt", "three")
+        kept = try a.keptContents(of: item, at: "notes.txt")
+        #expect(Set(kept.values).isSuperset(of: ["base", "one", "two", "theirs", "theirs, later"]), "\(kept)")
     }
 
     /// ... and `user.docfs.status` says so on each: uploading while a save has not gone up,

@@ -75,8 +75,8 @@ import Glibc
     }
 
     /// path → "id content" for every document as the machine has it; with `numbers`, the
-    /// version number too, but for the items in `except`.
-    static func snapshot(_ machine: Machine, numbers: Bool = false, except: Set<String> = []) -> [String: String] {
+    /// version number too.
+    static func snapshot(_ machine: Machine, numbers: Bool = false) -> [String: String] {
         var tree: [String: String] = [:]
         for folder in folders {
             for name in (try? FileManager.default.contentsOfDirectory(atPath: machine.path(folder))) ?? [] where name.hasSuffix(".txt") {
@@ -84,7 +84,7 @@ import Glibc
                 var version = [UInt8](repeating: 0, count: 24)
                 let n = docfs_getxattr(machine.path(path), "user.docfs.version", &version, version.count)
                 let id = machine.id(path) ?? "-"
-                let number = numbers && !except.contains(id) ? " v" + (n > 0 ? String(decoding: version[0..<n], as: UTF8.self) : "-") : ""
+                let number = numbers ? " v" + (n > 0 ? String(decoding: version[0..<n], as: UTF8.self) : "-") : ""
                 tree[path] = "\(id)\(number) \(machine.content(path) ?? "")"
             }
         }
@@ -166,29 +166,11 @@ import Glibc
         let described = records + histories(of: differingIDs)
         #expect(converged != nil, "seed \(seed), worked \(Int(worked)) s: \(differences) \(described) \(machines.map { (try? $0.status()) ?? [:] })")
         #expect(snapshots.first.map { $0.count > 100 } == true, "\(snapshots.first?.count ?? 0) documents")
-        // One number for each current version everywhere, but for documents that had a
-        // conflict: there the machine that lost may have used the number for a save of its own
-        // that never went up (its current version then takes the next free one).
-        let conflicted = Set(((try? server.sql("SELECT DISTINCT item FROM docfs.versions WHERE conflict", database: uri.databaseName)) ?? "")
-            .split(separator: "\n").map(String.init))
-        let numbered = machines.map { Self.snapshot($0, numbers: true, except: conflicted) }
-        // The same holds where a machine's own save that never went up (it deleted the
-        // document next, and the deletion lost to another machine's edit) holds the number the
-        // remote gave the winner: that machine keeps it as a previous version of its own
-        // content under that number, and the winner takes the next free one there.
-        func unsentSaveHoldsTheNumber(_ key: String) -> Bool {
-            guard let id = numbered.lazy.compactMap({ $0[key]?.split(separator: " ").first }).first,
-                  let current = try? server.sql("SELECT current_number FROM docfs.items WHERE item = \(id)", database: uri.databaseName)
-                    .trimmingCharacters(in: .whitespacesAndNewlines) else { return false }
-            return zip(machines, numbered).allSatisfy { machine, tree in
-                guard let value = tree[key], !value.hasPrefix("\(id) v\(current) ") else { return true }
-                guard let kept = try? machine.docfs("versions --show \(current) '\(machine.path(key))'"), kept.status == 0 else { return false }
-                return kept.output != machine.content(key)
-            }
-        }
+        // One number for each current version everywhere, conflicts or not: a machine's saves
+        // that never went up give way to the numbers the remote gave others' versions.
+        let numbered = machines.map { Self.snapshot($0, numbers: true) }
         let misnumbered = Set(numbered[0].keys).union(numbered[1].keys)
-            .filter { numbered[0][$0] != numbered[1][$0] || numbered[1][$0] != numbered[2][$0] }.sorted()
-            .filter { !unsentSaveHoldsTheNumber($0) }.prefix(5)
+            .filter { numbered[0][$0] != numbered[1][$0] || numbered[1][$0] != numbered[2][$0] }.sorted().prefix(5)
         // With each machine's kept versions of such a document.
         let kept = misnumbered.map { key in
             machines.map { machine in "\(machine.name): \((try? machine.docfs("versions --json '\(machine.path(key))'"))?.output ?? "")" }
