@@ -352,11 +352,13 @@ extension StoreSync {
     /// previous version with other content: a save of this machine's that never went up. It
     /// moves past `minimum` and every kept number, detached from the chain of deltas
     /// (`VersionStore.detach`; `current`: the content here, which deltas are made up from), so
-    /// the remote's version has its number here as everywhere. A failure leaves it where it is
+    /// the remote's version has its number here as everywhere. Not while a writer has the item
+    /// open (its session may be adding to the newest delta). A failure leaves it where it is
     /// (the remote's version then takes the next free number): reported, not thrown.
     func giveWay(_ number: UInt64, of item: ItemID, to content: String, past minimum: UInt64, current: String?) {
         let versions = shared.store.versions
-        guard versions.record(of: item, version: number)?.kind == .previous, !versions.sameContent(item, version: number, as: content) else { return }
+        guard shared.stitcher?.isWritten(item) != true, versions.record(of: item, version: number)?.kind == .previous,
+              !versions.sameContent(item, version: number, as: content) else { return }
         do {
             _ = try versions.detach(item, version: number, past: minimum, current: current)
         } catch {
