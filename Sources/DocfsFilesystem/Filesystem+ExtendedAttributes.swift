@@ -108,7 +108,7 @@ extension Filesystem {
                 names += Array(computed.utf8) + [0]
             }
             if currentThumbnail(of: node) != nil { names += Array(ItemAttributes.thumbnail.utf8) + [0] }
-            if syncStatus(of: node) != nil { names += Array(ItemAttributes.status.utf8) + [0] }
+            if hasSyncStatus(node) { names += Array(ItemAttributes.status.utf8) + [0] }
             for name in containerAttributeNames(of: node) { names += Array(name.utf8) + [0] }
             break
         }

@@ -7,10 +7,16 @@ import Foundation
 /// `user.docfs.status` (DESIGN §6, §9.1): where an item of a linked store stands with the
 /// remote, read from its sync state in the index (one keyed read) and the file's own version.
 extension Filesystem {
-    /// The status of `node`'s item; nil when the store is not linked, or the item does not
-    /// travel under an id of its own here (a symbolic link's is derived from its inode).
+    /// Whether `node` has a status: the store is linked, and the item travels under an id of
+    /// its own here (a symbolic link's is derived from its inode). What a listing asks, without
+    /// reading the status.
+    func hasSyncStatus(_ node: Node) -> Bool {
+        stitcher?.fillsOutbox.load(ordering: .relaxed) == true && !node.item.isDerived
+    }
+
+    /// The status of `node`'s item; nil when it has none (`hasSyncStatus`).
     func syncStatus(of node: Node) -> String? {
-        guard let stitcher, stitcher.fillsOutbox.load(ordering: .relaxed), !node.item.isDerived else { return nil }
+        guard hasSyncStatus(node), let stitcher else { return nil }
         let state = (try? stitcher.index.syncState(of: Int64(bitPattern: node.item.rawValue)))
             .flatMap { $0 }.flatMap { try? JSONDecoder().decode(ItemSyncState.self, from: Data($0)) }
         var conflict = [UInt8](repeating: 0, count: 2)

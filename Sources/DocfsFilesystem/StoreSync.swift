@@ -192,9 +192,8 @@ public final class StoreSync: SyncedStore {
         var st = stat()
         guard fstat(fd, &st) == 0 else { return nil }
         let kind: RemoteItemKind
-        let original = ReferenceStub.target(ofDescriptor: fd, st)
         switch st.st_mode & S_IFMT {
-        case S_IFREG: kind = original == nil ? .file : .reference
+        case S_IFREG: kind = ReferenceStub.target(ofDescriptor: fd, st) == nil ? .file : .reference
         case S_IFDIR: kind = .folder
         case S_IFLNK: kind = .symlink
         default: return nil
@@ -231,7 +230,7 @@ public final class StoreSync: SyncedStore {
                 throw LocalItemBeingWritten(item: item)
             }
         case .symlink, .reference:
-            let target = try original.map { Array($0.description.utf8) } ?? Self.linkTarget(fd)
+            let target = try Self.inlineContent(fd, st)
             manifest = target.isEmpty ? [] : [target.withUnsafeBytes { ChunkDigest(of: $0) }]
             size = Int64(target.count)
             remember(item, [:], inline: target)
@@ -500,11 +499,17 @@ public final class StoreSync: SyncedStore {
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0 else { throw StoreSyncError("item \(item) is gone") }
-        let target = try ReferenceStub.target(ofDescriptor: fd, st).map { Array($0.description.utf8) } ?? Self.linkTarget(fd)
+        let target = try Self.inlineContent(fd, st)
         guard target.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
             throw StoreSyncError("the link or reference \(item) changed since it was read")
         }
         return target
+    }
+
+    /// The one chunk of the link or reference `fd` (whose attributes are `st`): a link's
+    /// target, a reference's original's id as text.
+    static func inlineContent(_ fd: Int32, _ st: stat) throws -> [UInt8] {
+        try ReferenceStub.target(ofDescriptor: fd, st).map { Array($0.description.utf8) } ?? linkTarget(fd)
     }
 
     static func linkTarget(_ fd: Int32) throws -> [UInt8] {

@@ -54,16 +54,17 @@ struct StatusCommand: ParsableCommand {
         let st = document.attributes
         let kept = VersionStore(directory: document.store.versionsDirectory, policy: .defaults).versions(of: document.item)
         let place = document.place
+        let conflict = kept.contains { $0.kind == .conflict }
         let containerName = ContainerCatalog(registry: ContainerRegistry(layout: document.store)).displayName(of: place.container)
         let report = Report(path: document.path, store: document.store.root, item: document.item.rawValue,
                             kind: st.st_mode & S_IFMT == S_IFDIR ? "folder" : "file", version: document.version,
                             size: Int64(st.st_size), created: birthTime(document.backingPath),
                             modified: seconds(st.st_mtim), keptVersions: kept.count,
                             keptBytes: kept.reduce(0) { $0 + $1.storedSize },
-                            conflict: kept.contains { $0.kind == .conflict }, container: place.container.rawValue,
+                            conflict: conflict, container: place.container.rawValue,
                             containerName: containerName, scope: place.scope.rawValue,
                             reference: ReferenceReport(document), claims: claims(on: document),
-                            sync: syncStatus(of: document, conflict: kept.contains { $0.kind == .conflict }))
+                            sync: syncStatus(of: document, conflict: conflict))
         if json { return printJSON(report) }
         var lines = [("path", PlainOutput.name(report.path)), ("item id", String(report.item)), ("kind", report.kind)]
         if let version = report.version { lines.append(("version", String(version))) }
