@@ -34,16 +34,12 @@ public struct DocumentPicker: Sendable {
         public var place: StorePlace
         public var item: ItemID
         public var invalidations = KernelInvalidations()
-        /// The names it made or changed (folder, name), for the other mounts to forget.
-        var names: [(folder: BackingKey, name: FileName)] = []
     }
 
     /// Carries out `mode` for document `item`, into the folder at `folder` (the app's folder for
     /// open and import, a folder of the user view for move and export).
     public func pick(_ mode: Mode, item: ItemID, into folder: StorePlace, caller: Caller) throws(DocfsError) -> Picked {
-        let picked = try carryOut(mode, item: item, into: folder, caller: caller)
-        view.shared.changed(by: view, names: picked.names)
-        return picked
+        try carryOut(mode, item: item, into: folder, caller: caller)
     }
 
     private func carryOut(_ mode: Mode, item: ItemID, into folder: StorePlace, caller: Caller) throws(DocfsError) -> Picked {
@@ -89,17 +85,19 @@ public struct DocumentPicker: Sendable {
         switch mode {
         case .open:
             if let existing = view.existingReference(to: item, in: folder.container) { return Picked(place: existing, item: item) }
-            return try view.coordinator.withClaims([(item, .read), (folderItem, .write)]) { () throws(DocfsError) -> Picked in
+            var made = TouchedPlaces()  // for the other mounts to forget
+            return try view.changing([(item, .read), (folderItem, .write)], touching: made) { () throws(DocfsError) in
                 let free = Self.freeName(name, in: into)
+                made.names.append((BackingKey(st), free))
                 view.ownChanges.changedName(free, in: BackingKey(st))
                 try ReferenceStub.make(in: into, name: free, target: item)
-                view.deliver(.name(.created, free, inFolder: into, item: item))
-                return Picked(place: folder.appending(free.description), item: item, invalidations: forget(free, in: st),
-                              names: [(BackingKey(st), free)])
+                return (Picked(place: folder.appending(free.description), item: item, invalidations: forget(free, in: st)),
+                        [.name(.created, free, inFolder: into, item: item)])
             }
         case .import, .export:
-            return try view.coordinator.withClaims([(item, .read), (folderItem, .write)]) { () throws(DocfsError) -> Picked in
-                try copy(document, named: name, into: into, folder: folder, folderStat: st, caller: caller)
+            var made = TouchedPlaces()
+            return try view.changing([(item, .read), (folderItem, .write)], touching: made) { () throws(DocfsError) in
+                try copy(document, named: name, into: into, folder: folder, folderStat: st, caller: caller, made: &made)
             }
         case .move:
             return try moveOut(document, at: source, into: into, folder: folder, folderStat: st, folderItem: folderItem)
@@ -109,7 +107,7 @@ public struct DocumentPicker: Sendable {
     /// A copy of `document` in `into` (at `folder`), under a free name like `name`, with a new
     /// item id and the user attributes it had; made under a working name and renamed into place.
     private func copy(_ document: Node, named name: FileName, into: Int32, folder: StorePlace, folderStat: stat,
-                      caller: Caller) throws(DocfsError) -> Picked {
+                      caller: Caller, made: inout TouchedPlaces) throws(DocfsError) -> (Picked, [ChangeRecord]) {
         let source = Glibc.open(document.procPath, O_RDONLY | O_CLOEXEC)
         guard source >= 0 else { throw DocfsError.errno("reading \(name)") }
         defer { close(source) }
@@ -133,12 +131,13 @@ public struct DocumentPicker: Sendable {
             try ItemAttributes.setVersion(1, onDescriptor: target)
             try check(Glibc.fsync(target))
             let free = Self.freeName(name, in: into)
+            made.names.append((BackingKey(folderStat), free))
             view.ownChanges.changedName(working, in: BackingKey(folderStat))
             view.ownChanges.changedName(free, in: BackingKey(folderStat))
             try check(docfs_renameat2(into, working.cString, into, free.cString, DOCFS_RENAME_NOREPLACE))
-            view.deliver(.name(.created, free, inFolder: into, item: item))
-            return Picked(place: folder.appending(free.description), item: item, invalidations: forget(free, in: folderStat),
-                          names: [(BackingKey(folderStat), free)])
+            // docfs's own copy: the record names no caller.
+            return (Picked(place: folder.appending(free.description), item: item, invalidations: forget(free, in: folderStat)),
+                    [.name(.created, free, inFolder: into, item: item)])
         } catch {
             unlinkat(into, working.cString, 0)
             throw error
@@ -158,9 +157,11 @@ public struct DocumentPicker: Sendable {
         try check(fstat(from, &fromStat))
         let name = FileName(String(source.path[source.path.index(after: slash)...]))
         let claims: [(ItemID, ClaimIntent)] = [(document.item, .move), (view.identity.item(of: from, fromStat), .write), (folderItem, .write)]
-        return try view.coordinator.withClaims(claims) { () throws(DocfsError) -> Picked in
+        var made = TouchedPlaces(names: [(BackingKey(fromStat), name)])
+        return try view.changing(claims, touching: made) { () throws(DocfsError) in
             let working = FileName(".docfs-pick-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
             let free = Self.freeName(name, in: into)
+            made.names.append((BackingKey(folderStat), free))
             for (changed, folder) in [(working, fromStat), (name, fromStat), (free, folderStat)] {
                 view.ownChanges.changedName(changed, in: BackingKey(folder), events: 2)
             }
@@ -178,12 +179,11 @@ public struct DocumentPicker: Sendable {
                 if docfs_renameat2(from, name.cString, from, working.cString, DOCFS_RENAME_EXCHANGE) == 0 { unlinkat(from, working.cString, 0) }
                 throw error
             }
-            view.deliver(.name(.movedOut(from: source, fromName: name, inFolder: from), free, inFolder: into, item: document.item))
-            view.deliver(.name(.created, name, inFolder: from, item: document.item))  // the reference left behind
             var invalidations = forget(free, in: folderStat)
             invalidations.add(forget(name, in: fromStat))
-            return Picked(place: folder.appending(free.description), item: document.item, invalidations: invalidations,
-                          names: [(BackingKey(folderStat), free), (BackingKey(fromStat), name)])
+            return (Picked(place: folder.appending(free.description), item: document.item, invalidations: invalidations),
+                    [.name(.movedOut(from: source, fromName: name, inFolder: from), free, inFolder: into, item: document.item),
+                     .name(.created, name, inFolder: from, item: document.item)])  // the reference left behind
         }
     }
 

@@ -26,20 +26,22 @@ public struct DocumentRestorer: Sendable {
                         caller: Caller) throws(DocfsError) -> KernelInvalidations {
         let (directory, name) = try view.openParent(of: path, place: place)
         defer { close(directory) }
-        defer {
-            // The name holds new content now: the other mounts look it up again.
-            var folder = stat()
-            if fstat(directory, &folder) == 0 { view.shared.changed(by: view, names: [(BackingKey(folder), name)]) }
-        }
         var claims: [(ItemID, ClaimIntent)] = [(item, .replace)]
         if let folder = ItemAttributes.id(ofDescriptor: directory) { claims.append((folder, .write)) }
-        return try view.coordinator.withClaims(claims) { () throws(DocfsError) -> KernelInvalidations in
+        // The name holds new content now: the other mounts look it up again.
+        return try view.changing(claims, touching: Self.name(name, in: directory), by: caller) { () throws(DocfsError) in
             try restore(in: directory, name: name, path: path, item: item, version: version, caller: caller)
         }
     }
 
+    /// The name `name` in the folder `directory` (a descriptor), for the other views to forget.
+    private static func name(_ name: FileName, in directory: Int32) -> TouchedPlaces {
+        var folder = stat()
+        return fstat(directory, &folder) == 0 ? TouchedPlaces(names: [(BackingKey(folder), name)]) : TouchedPlaces()
+    }
+
     private func restore(in directory: Int32, name: FileName, path: String, item: ItemID, version: UInt64,
-                         caller: Caller) throws(DocfsError) -> KernelInvalidations {
+                         caller: Caller) throws(DocfsError) -> (KernelInvalidations, [ChangeRecord]) {
         guard let document = view.replaceSide(inDirectory: directory, name: name) else {
             throw DocfsError(.invalidArgument, "\(path) is not a regular file with a single link: only those have versions")
         }
@@ -74,14 +76,12 @@ public struct DocumentRestorer: Sendable {
         let version = view.store.versions.firstFreeNumber(of: item, above: max(ItemAttributes.version(ofDescriptor: document.fd), 1))
         var restored = ChangeRecord.name(.newVersion(version, conflict: false), name, inFolder: directory, item: item)
         restored.version = version
-        restored.caller = caller
-        view.deliver(restored)
         var invalidations = KernelInvalidations()
         var st = stat()
         if fstat(directory, &st) == 0, let parent = view.nodes.known(key: BackingKey(st)) {
             invalidations.entries.append((parent.id, name))
         }
-        return invalidations
+        return (invalidations, [restored])
     }
 
     /// Clears the conflict of the document at `path`: its conflict versions are dropped; with
@@ -92,7 +92,8 @@ public struct DocumentRestorer: Sendable {
         if let keep { invalidations = try restore(path: path, place: place, item: item, version: keep, caller: caller) }
         let (directory, name) = try view.openParent(of: path, place: place)
         defer { close(directory) }
-        try view.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
+        // Attributes only (user.docfs.conflict): the other views' kernels cache none.
+        try view.changing([(item, .metadata)], touching: TouchedPlaces(), by: caller) { () throws(DocfsError) -> ((), [ChangeRecord]) in
             guard let document = view.replaceSide(inDirectory: directory, name: name), document.item == item else {
                 throw DocfsError(.invalidArgument, "\(path) is no longer item \(item): look again")
             }
@@ -104,7 +105,7 @@ public struct DocumentRestorer: Sendable {
             if docfs_removexattr(path, Filesystem.conflictAttribute) != 0 && errno != ENODATA {
                 throw DocfsError.errno("clearing \(Filesystem.conflictAttribute)")
             }
-            view.deliver(.name(.attributes, name, inFolder: directory, item: item))
+            return ((), [.name(.attributes, name, inFolder: directory, item: item)])
         }
         view.shared.conflictResolved(item)
         return invalidations

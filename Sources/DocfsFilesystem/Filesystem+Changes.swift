@@ -5,28 +5,63 @@ import DocfsProvider
 import Glibc
 #endif
 
+/// Whose kernels must forget what a change touched, once its claims are let go.
+enum KernelAudience: Sendable {
+    /// Every view but the one whose request made the change: its reply tells its own kernel.
+    case otherViews
+    /// Every view: no view's request made the change (a remote change applied here).
+    case everyView
+}
+
+/// Why a change record may be delivered where it is (see `Filesystem.deliver`): every delivery
+/// happens inside a scope that has said how the kernels learn of the change, so one that forgot
+/// the other views' kernels fails the tests (a debug check) instead of leaving them stale.
+enum DeliveryScope: Sendable {
+    /// Inside `changing`: the scope tells the kernels what it touched after the claims go.
+    case changing
+    /// The change leaves nothing a kernel caches (a version number, a thumbnail, a session's
+    /// end: extended attributes are not cached, a writer's close tells the kernels itself).
+    case nothingCached
+    /// The store watcher's batch: its effects tell every mount's kernel (`Daemon.watch`).
+    case storeWatcher
+    /// The container registry's change: the answer tells the view's kernel which names of
+    /// the root to forget, and no other view shows the root (an app view shows its own
+    /// container, which cannot be deleted while it is mounted).
+    case containers
+
+    @TaskLocal static var current: DeliveryScope?
+}
+
 /// The write path's one shape (issue 20 §4): `changing` claims, runs the backing operation,
 /// hands each record of what it changed to every consumer, and tells the other views what to
 /// drop from their kernel caches after the claims are let go.
 extension Filesystem {
     /// Runs `operation` (the backing operation, answering its result and what it changed)
-    /// under `claims`; its records go to every consumer before the claims are let go (S1: the
-    /// index has them before the reply), and the other views drop `touched` afterwards.
-    /// `caller` is who the records say asked for the change.
+    /// under `claims`; its records (and those it delivers itself) go to every consumer before
+    /// the claims are let go (S1: the index has them before the reply), and the kernels of
+    /// `audience` drop `touched` afterwards, whether or not the operation succeeded (a failed
+    /// one may have changed something first). `caller` is who the records say asked for it.
     func changing<T>(_ claims: [(ItemID, ClaimIntent)], touching touched: @autoclosure () -> TouchedPlaces, by caller: Caller? = nil,
+                     telling audience: KernelAudience = .otherViews,
                      _ operation: () throws(DocfsError) -> (T, [ChangeRecord])) throws(DocfsError) -> T {
         defer {
             let places = touched()  // read at the end: an operation may learn of more
-            shared.changed(by: self, names: places.names, files: places.files)
+            shared.changed(by: audience == .everyView ? nil : self, names: places.names, files: places.files)
         }
-        return try coordinator.withClaims(claims) { () throws(DocfsError) -> T in
-            let (result, changes) = try operation()
-            for var change in changes {
-                if change.caller == nil { change.caller = caller }
-                deliver(change)
+        var outcome: Result<T, DocfsError>?
+        DeliveryScope.$current.withValue(.changing) {
+            outcome = Result { () throws(DocfsError) -> T in
+                try coordinator.withClaims(claims) { () throws(DocfsError) -> T in
+                    let (result, changes) = try operation()
+                    for var change in changes {
+                        if change.caller == nil { change.caller = caller }
+                        deliver(change)
+                    }
+                    return result
+                }
             }
-            return result
         }
+        return try outcome!.get()
     }
 
     /// A writer's close or fsync stitched `node` (the stitcher follows open writers, S1): the
@@ -36,16 +71,24 @@ extension Filesystem {
         let node = written.node
         var change = ChangeRecord.file(.written, node)
         change.thumbnailOutlook = written.outlook
-        deliver(change)
+        DeliveryScope.$current.withValue(.changing) { deliver(change) }
         shared.changed(by: self, files: [node.key])
     }
 
     /// Hands `change` to each consumer, in this order: the index (stitched now, before the
-    /// reply), presenters (posted to their queue), thumbnails (queued to the thumbnailer).
+    /// reply), presenters (posted to their queue), thumbnails (queued to the thumbnailer). The
+    /// kernels are the scope's to tell (`DeliveryScope`): inside `changing`, or a scope saying
+    /// why they need not be.
     func deliver(_ change: ChangeRecord) {
+        assert(DeliveryScope.current != nil, "a change record (\(change.kind)) delivered outside changing(...): no kernel would be told")
         shared.stitch(change)
         presentersHear(change)
         thumbnailsFollow(change)
+    }
+
+    /// Delivers `change`, which leaves nothing a kernel caches (see `DeliveryScope.nothingCached`).
+    func deliverUncached(_ change: ChangeRecord) {
+        DeliveryScope.$current.withValue(.nothingCached) { deliver(change) }
     }
 
     /// Whether this view knows the folder `node` was last found in (presenters are told of the
@@ -160,11 +203,13 @@ extension ServedStore {
 
     /// A record of a change the store's shared parts made (a write session's end, a thumbnail
     /// installed): delivered through the view that knows the file's folder (presenters are told
-    /// at the place it shows), or to the index alone while no view is served.
+    /// at the place it shows), or to the index alone while no view is served. No kernel caches
+    /// what they change: a version number, a thumbnail (the writer's close told the kernels of
+    /// the content).
     func deliver(_ change: ChangeRecord) {
         let views = servedViews()
         if let view = change.node.flatMap({ node in views.first { $0.knowsFolder(of: node) } }) ?? views.first {
-            view.deliver(change)
+            view.deliverUncached(change)
         } else {
             stitch(change)
         }

@@ -20,15 +20,19 @@ extension Filesystem {
     func keepBoth(_ ours: Node, caller: Caller) {
         guard let place = ours.place, let folder = nodes.known(key: place.directory) else { return }
         let item = ours.item
+        // The other views' kernels forget the name (it holds the put-back file now) and the
+        // file the session wrote.
+        let touched = TouchedPlaces(names: [(folder.key, place.name)], files: [ours.key])
         let effects = reporting("put the raced save of item \(item) back in place at \(place.name)") { () throws(DocfsError) in
-            try coordinator.withClaims([(folder.item, .write), (item, .replace)]) { () throws(DocfsError) -> KernelInvalidations in
+            try changing([(folder.item, .write), (item, .replace)], touching: touched) { () throws(DocfsError) in
                 try putBack(ours, at: place.name, in: folder, caller: caller)
             }
         }
         if let effects { invalidate(effects) }
     }
 
-    private func putBack(_ ours: Node, at name: FileName, in folder: Node, caller: Caller) throws(DocfsError) -> KernelInvalidations {
+    private func putBack(_ ours: Node, at name: FileName, in folder: Node,
+                         caller: Caller) throws(DocfsError) -> (KernelInvalidations, [ChangeRecord]) {
         let item = ours.item
         sessions.keptElsewhere(item)
         var version = store.versions.firstFreeNumber(of: item, above: max(ItemAttributes.version(ofDescriptor: ours.fd), 1))
@@ -67,9 +71,8 @@ extension Filesystem {
             throw error
         }
         sessions.noteAuthor(of: item, version: version, caller: caller)
-        deliver(.name(.newVersion(version, conflict: theirs != nil), name, in: folder, item: item))
         var invalidations = KernelInvalidations()
         invalidations.entries.append((folder.id, name))
-        return invalidations
+        return (invalidations, [.name(.newVersion(version, conflict: theirs != nil), name, in: folder, item: item)])
     }
 }

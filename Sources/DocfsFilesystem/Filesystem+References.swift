@@ -150,8 +150,10 @@ extension Filesystem {
     /// changes when the name holds something else by now, or the original is gone.
     func turnIntoBackup(_ backupName: FileName, of original: ItemID, in directory: Node) throws(DocfsError) {
         guard let (_, source) = self.original(original) else { return }
-        let changed = try coordinator.withClaims([(directory.item, .write), (original, .read)]) { () throws(DocfsError) -> Bool in
-            guard reference(at: backupName, in: directory) == original else { return false }
+        // The other mounts forget the name: it holds a document now.
+        let touched = TouchedPlaces.name(backupName, in: directory)
+        let changed = try changing([(directory.item, .write), (original, .read)], touching: touched) { () throws(DocfsError) in
+            guard reference(at: backupName, in: directory) == original else { return (false, []) }
             let target = openat(directory.fd, backupName.cString, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
             guard target >= 0 else { throw DocfsError.errno("opening the backup \(backupName)") }
             defer { close(target) }
@@ -179,14 +181,12 @@ extension Filesystem {
             if fstat(target, &made) == 0 { after = made }
             // The kernel knows the backup as the reference it was: it finds a new node at the name.
             nodes.detach(key: key)
-            deliver(.name(.referenceBecameDocument, backupName, in: directory, item: item))
-            return true
+            return (true, [.name(.referenceBecameDocument, backupName, in: directory, item: item)])
         }
         guard changed else { return }
         var forget = KernelInvalidations()
         forget.entries = [(directory.id, backupName)]
         invalidateAfterReply(forget)
-        shared.changed(by: self, names: [(directory.key, backupName)])
     }
 
     /// An existing reference of container `app` to `item`, from the index.

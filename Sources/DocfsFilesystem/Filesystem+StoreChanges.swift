@@ -18,6 +18,10 @@ extension Filesystem {
     }
 
     public func noticeStoreChanges(_ changes: [StoreWatcher.Change]) -> StoreChangeEffects {
+        DeliveryScope.$current.withValue(.storeWatcher) { noticeStoreChangesDelivering(changes) }
+    }
+
+    private func noticeStoreChangesDelivering(_ changes: [StoreWatcher.Change]) -> StoreChangeEffects {
         var effects = StoreChangeEffects()
         // The files whose content changed, as they are now (found before any lock is taken),
         // and which of the changes are docfs's own, sorted out in one go. A file closed twice in

@@ -134,11 +134,14 @@ public final class ServedStore: Sendable {
     }
 
     /// `origin` changed these names (folder, name) and files: every other view's kernel is told
-    /// to forget what it knows of them, now (to those mounts the change came from outside).
-    /// Called after the change's claims are released: a kernel may wait for a folder lock that
-    /// one of its own requests holds while waiting for a claim.
-    func changed(by origin: Filesystem, names: [(folder: BackingKey, name: FileName)] = [], files: [BackingKey] = []) {
-        let others = views.withLock { views in views.count > 1 ? views.compactMap(\.view).filter { $0 !== origin } : [] }
+    /// to forget what it knows of them, now (to those mounts the change came from outside);
+    /// every view's, when no view made the change (`origin` nil: a remote change). Called
+    /// after the change's claims are released: a kernel may wait for a folder lock that one of
+    /// its own requests holds while waiting for a claim.
+    func changed(by origin: Filesystem?, names: [(folder: BackingKey, name: FileName)] = [], files: [BackingKey] = []) {
+        let others = views.withLock { views in
+            origin == nil || views.count > 1 ? views.compactMap(\.view).filter { $0 !== origin } : []
+        }
         for view in others {
             let invalidations = view.invalidations(names: names, files: files)
             if !invalidations.entries.isEmpty || !invalidations.inodes.isEmpty { view.invalidate(invalidations) }

@@ -72,10 +72,13 @@ extension StoreSync {
         if let old, let folder = ItemAttributes.id(ofDescriptor: old.folder), !claims.contains(where: { $0.0 == folder }) {
             claims.append((folder, .write))
         }
+        // Every view's kernel forgets the names the item had and has (no view made the change).
+        var names = [(folder: target.folderKey, name: target.name)]
+        if let old { names.append((old.folderKey, old.name)) }
         let outcome = try RemoteApplication.$machine.withValue(version.author.machine) { () throws -> ApplyOutcome in
-            try view.coordinator.withClaims(claims) { () throws(DocfsError) -> ApplyOutcome in
+            try view.changing(claims, touching: TouchedPlaces(names: names), telling: .everyView) { () throws(DocfsError) in
                 do {
-                    guard expected.isMet(by: try current(version.item)) else { return .changedHere }
+                    guard expected.isMet(by: try current(version.item)) else { return (.changedHere, []) }
                 } catch {
                     throw DocfsError(.internalFailure, "reading item \(version.item) before applying a remote version failed")
                 }
@@ -88,19 +91,11 @@ extension StoreSync {
                 } else {
                     try moveAndDescribe(version, from: old!, to: target, view: view)
                 }
-                return .applied
+                return (.applied, [])
             }
         }
         if outcome == .applied, version.kind == .file, let digest = version.thumbnail.flatMap({ ChunkDigest(hex: $0) }) {
             installThumbnail(digest, of: version, view: view, fetch: fetch)
-        }
-        if outcome == .applied {
-            var names = [(folder: target.folderKey, name: target.name)]
-            if let old { names.append((old.folderKey, old.name)) }
-            for each in shared.servedViews() {
-                let invalidations = each.invalidations(names: names, files: [])
-                if !invalidations.entries.isEmpty || !invalidations.inodes.isEmpty { each.invalidate(invalidations) }
-            }
         }
         return outcome
     }
@@ -112,16 +107,14 @@ extension StoreSync {
         var claims: [(ItemID, ClaimIntent)] = [(ItemID(rawValue: item), .metadata)]
         if let folder = ItemAttributes.id(ofDescriptor: old.folder) { claims.append((folder, .write)) }
         let newName = FileName(name)
-        try view.coordinator.withClaims(claims) { () throws(DocfsError) in
+        let touched = TouchedPlaces(names: [(old.folderKey, old.name), (old.folderKey, newName)])
+        try view.changing(claims, touching: touched, telling: .everyView) { () throws(DocfsError) in
             shared.ownChanges.changedName(old.name, in: old.folderKey)
             shared.ownChanges.changedName(newName, in: old.folderKey)
             try check(docfs_renameat2(old.folder, old.name.cString, old.folder, newName.cString, UInt32(DOCFS_RENAME_NOREPLACE)))
             // A local change: it goes up like a rename through the mount.
-            view.deliver(.name(.moved(from: old.name, inFolder: old.folder, exchange: false), newName, inFolder: old.folder,
-                               item: ItemID(rawValue: item)))
-        }
-        for each in shared.servedViews() {
-            each.invalidate(each.invalidations(names: [(old.folderKey, old.name), (old.folderKey, newName)], files: []))
+            return ((), [.name(.moved(from: old.name, inFolder: old.folder, exchange: false), newName, inFolder: old.folder,
+                               item: ItemID(rawValue: item))])
         }
     }
 
@@ -166,8 +159,8 @@ extension StoreSync {
             try check(docfs_fd_setxattr(fd, Filesystem.conflictAttribute, "1", 1, 0))
             RemoteApplication.$machine.withValue(version.author.machine) {
                 // The document's content stays; presenters hear of the conflict, its record is made again.
-                shared.servedViews().first?.deliver(.name(.newVersion(ItemAttributes.version(ofDescriptor: fd), conflict: true),
-                                                          document.name, inFolder: document.folder, item: item))
+                shared.servedViews().first?.deliverUncached(.name(.newVersion(ItemAttributes.version(ofDescriptor: fd), conflict: true),
+                                                                  document.name, inFolder: document.folder, item: item))
             }
         }
     }
@@ -194,7 +187,7 @@ extension StoreSync {
                 let stamp = ContentStamp(st, version: ItemAttributes.version(ofDescriptor: fd))
                 guard try thumbnails.installPortableSet(bytes, for: item, stamp: stamp) else { return }
                 RemoteApplication.$machine.withValue(version.author.machine) {
-                    view.deliver(.name(.attributes, document.name, inFolder: document.folder, item: item))  // hasThumbnail
+                    view.deliverUncached(.name(.attributes, document.name, inFolder: document.folder, item: item))  // hasThumbnail
                 }
             }
         } catch {
@@ -241,7 +234,7 @@ extension StoreSync {
             }
             shared.ownChanges.changedFile(at: fd)
             RemoteApplication.$machine.withValue(author.machine) {
-                view.deliver(.name(.attributes, document.name, inFolder: document.folder, item: id))
+                view.deliverUncached(.name(.attributes, document.name, inFolder: document.folder, item: id))
             }
         }
     }
@@ -495,20 +488,15 @@ extension StoreSync {
         let item = ItemID(rawValue: version.item)
         var claims: [(ItemID, ClaimIntent)] = [(item, .replace)]
         if let folder = ItemAttributes.id(ofDescriptor: old.folder) { claims.append((folder, .write)) }
-        let outcome = try RemoteApplication.$machine.withValue(version.author.machine) { () throws -> ApplyOutcome in
-            try view.coordinator.withClaims(claims) { () throws(DocfsError) -> ApplyOutcome in
-                guard (try? expected.isMet(by: current(version.item))) == true else { return .changedHere }
+        return try RemoteApplication.$machine.withValue(version.author.machine) { () throws -> ApplyOutcome in
+            try view.changing(claims, touching: TouchedPlaces(names: [(old.folderKey, old.name)]), telling: .everyView) { () throws(DocfsError) in
+                guard (try? expected.isMet(by: current(version.item))) == true else { return (.changedHere, []) }
                 let wasReference = ReferenceStub.isReference(old.name, in: old.folder, Self.attributes(of: old))
                 shared.ownChanges.changedName(old.name, in: old.folderKey)
                 try Self.removeTree(old.name, in: old.folder)
-                view.deliver(.name(.deleted(wasReference: wasReference), old.name, inFolder: old.folder, item: item))
-                return .applied
+                return (.applied, [.name(.deleted(wasReference: wasReference), old.name, inFolder: old.folder, item: item)])
             }
         }
-        for each in shared.servedViews() {
-            each.invalidate(each.invalidations(names: [(old.folderKey, old.name)], files: []))
-        }
-        return outcome
     }
 
     /// The attributes of what is at `place` now (none read: zeroes).

@@ -289,7 +289,7 @@ public final class StoreSync: SyncedStore {
             RemoteApplication.$machine.withValue(author.machine) {
                 var change = ChangeRecord.name(.attributes, document.name, inFolder: document.folder, item: id)
                 change.version = number
-                view.deliver(change)
+                view.deliverUncached(change)  // a version number: no kernel caches it
             }
         }
     }

@@ -115,6 +115,97 @@ import Glibc
         #expect(try String(contentsOfFile: f, encoding: .utf8) == "start\n")
     }
 
+    static let deltaSaver = """
+    import os, sys
+    big, log = sys.argv[1], sys.argv[2]
+    i = 0
+    try:
+        while i < 500:
+            fd = os.open(big, os.O_RDWR)
+            os.pwrite(fd, (f"record {i:06d} ".encode() * 300)[:4096], i * 4096)
+            os.fsync(fd)
+            os.close(fd)
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+            os.write(fd, f"line {i:06d}\\n".encode())
+            os.fsync(fd)
+            os.close(fd)
+            print(i, flush=True)
+            i += 1
+        print("done", flush=True)
+    except OSError as error:
+        print("stopped", error.errno, flush=True)
+    """
+
+    /// SIGKILL in the middle of sessions whose predecessors are kept as deltas (4 KiB rewrites
+    /// of a 2 MiB file) and as prefixes (appends to a log): after a restart every fsync'd write
+    /// is in the current content, and every kept version reads back as a state the file really
+    /// had: the big file's as the first k records over the original bytes, the log's as its
+    /// first k lines, none torn by the kill.
+    @Test func killedDuringDeltaAndPrefixSessionsLosesNoWriteAndTearsNoVersion() throws {
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
+        defer { fixture.tearDown() }
+        let big = fixture.path("model.bin"), log = fixture.path("events.log")
+        let original = [UInt8](repeating: UInt8(ascii: "."), count: 2 << 20)
+        try Data(original).write(to: URL(fileURLWithPath: big))
+        try write("", to: log)
+        let saver = Process()
+        saver.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        saver.arguments = ["python3", "-c", Self.deltaSaver, big, log]
+        let output = Pipe()
+        saver.standardOutput = output
+        saver.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try saver.run()
+        usleep(1_200_000)
+        let daemon = try #require(fixture.daemon)
+        kill(daemon.processIdentifier, SIGKILL)
+        daemon.waitUntilExit()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        saver.waitUntilExit()
+        let acknowledged = text.split(separator: "\n").compactMap { Int($0) }
+        #expect(acknowledged.count > 5, "the saver made too little progress: \(text.suffix(200))")
+        try fixture.restartAfterCrash()
+
+        func record(_ i: Int) -> [UInt8] { Array(String(repeating: "record \(String(format: "%06d", i)) ", count: 300).utf8.prefix(4096)) }
+        /// How many records `content` holds from the start, when it is exactly those over the
+        /// original bytes (nil: not a state the file had).
+        func recordsHeld(_ content: [UInt8]) -> Int? {
+            guard content.count == original.count else { return nil }
+            var k = 0
+            while k < 500, Array(content[k * 4096..<(k + 1) * 4096]) == record(k) { k += 1 }
+            return content[(k * 4096)...].allSatisfy { $0 == UInt8(ascii: ".") } ? k : nil
+        }
+        let current = try [UInt8](Data(contentsOf: URL(fileURLWithPath: big)))
+        let held = recordsHeld(current)
+        #expect(held != nil && held! >= (acknowledged.last ?? -1) + 1, "the current content holds \(held.map(String.init) ?? "a torn state")")
+        let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n")
+        #expect(lines.count >= acknowledged.count && lines.enumerated().allSatisfy { $0.element == "line \(String(format: "%06d", $0.offset))" })
+
+        // The newest ten versions of each (those the kill may have caught) and a sample of the rest.
+        func sample(_ rows: [VersionRow]) -> [VersionRow] {
+            let older = rows.sorted { $0.version > $1.version }
+            return Array(older.prefix(10)) + older.dropFirst(10).enumerated().filter { $0.offset % 10 == 0 }.map(\.element)
+        }
+        let logVersions = try versionsJSON(fixture, log).filter { $0.kind != "current" }
+        #expect(logVersions.count >= min(acknowledged.count, 20))
+        for row in sample(logVersions) {
+            let shown = try shell("'\(MountFixture.binary)' versions --show \(row.version) '\(log)'")
+            let kept = shown.output.split(separator: "\n", omittingEmptySubsequences: true)
+            #expect(shown.status == 0 && kept.enumerated().allSatisfy { $0.element == "line \(String(format: "%06d", $0.offset))" },
+                    "log version \(row.version): \(shown.output.suffix(100))")
+        }
+        let bigVersions = try versionsJSON(fixture, big).filter { $0.kind != "current" }
+        #expect(bigVersions.count >= min(acknowledged.count, 20))
+        var previous: Int?
+        for row in sample(bigVersions) {
+            let shown = try shell("'\(MountFixture.binary)' versions --show \(row.version) '\(big)' | base64 -w0")
+            let content = [UInt8](Data(base64Encoded: shown.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? Data())
+            let k = recordsHeld(content)
+            #expect(k != nil, "version \(row.version) of the big file is not a state it had (\(content.count) bytes)")
+            if let k, let newer = previous { #expect(k <= newer, "version \(row.version) holds more records than a newer one") }
+            if let k { previous = k }
+        }
+    }
+
     /// SIGKILL right after a run of safe-saves of a big document, while the settler cuts the
     /// kept files into chunks: after a restart every version reads back exactly, nothing half
     /// made is left, every kept file is cut into chunks, and no chunk is left that no version uses.

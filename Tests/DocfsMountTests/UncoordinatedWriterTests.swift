@@ -402,6 +402,36 @@ func eventually(seconds: Double, _ condition: () -> Bool) -> Bool {
         #expect(try indexedRecord(fixture, "/report.txt")?.conflict == false)  // when resolve returns
     }
 
+    /// The put-back is docfs's own change, made at the session's release: every other view's
+    /// kernel is told by the put-back itself (and by the store watcher, which tells each mount
+    /// of whatever it sees). Mounted with a 60 s cache, the user view, which looked the name up
+    /// while it held the other writer's file, reads the saved content and the same file.
+    @Test func aRacedSavePutBackIsSeenByEveryView() throws {
+        let fixture = try MountFixture(options: UncoordinatedWriterTests.options)
+        defer { fixture.tearDown() }
+        #expect(try runDocfs("container create com.example.Notes --name Notes --public '\(fixture.mountPoint)'").status == 0)
+        let app = try fixture.mountApp("com.example.Notes", options: UncoordinatedWriterTests.options)
+        let written = app + "/Documents/report.txt"
+        let seen = fixture.path("Notes/report.txt")
+        try write("base\n", to: written)
+        let fd = open(written, O_WRONLY | O_TRUNC)
+        #expect(fd >= 0)
+        #expect(Glibc.write(fd, "ours, ", 6) == 6)
+        let backing = fixture.store + "/containers/com.example.Notes/Documents"
+        try write("theirs\n", to: backing + "/.report.txt.sync")
+        #expect(rename(backing + "/.report.txt.sync", backing + "/report.txt") == 0)
+        #expect(eventually(seconds: 20) { fixture.log.contains("both contents will be kept") })
+        // The user view looks the name up now: its kernel holds the other writer's file.
+        #expect(eventually(seconds: 20) { ControlAreaTests.contents(seen) == "theirs\n" })
+        #expect(Glibc.write(fd, "saved last\n", 11) == 11)
+        close(fd)
+        #expect(eventually(seconds: 20) { attribute(written, "user.docfs.conflict") == "1" })
+        #expect(eventually(seconds: 10) { ControlAreaTests.contents(seen) == "ours, saved last\n" },
+                "the user view still reads \(ControlAreaTests.contents(seen) ?? "nothing")")
+        var inApp = stat(), inUser = stat()
+        #expect(stat(written, &inApp) == 0 && stat(seen, &inUser) == 0 && inApp.st_ino == inUser.st_ino)
+    }
+
     @Test func resolvingCanKeepTheOtherWritersContent() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
