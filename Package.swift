@@ -59,7 +59,9 @@ let package = Package(
                 swiftSettings: [.unsafeFlags(["-O"])]),
         .target(name: "DocfsProvider", dependencies: ["DocfsCore", "DocfsChunks", "CLinux", "CGio", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "DocfsCoordination", dependencies: ["DocfsCore"]),
-        .target(name: "DocfsIndex", dependencies: ["DocfsCore", .product(name: "GRDB", package: "GRDB.swift")]),
+        // SQLite settings GRDB has no call for (sqlite3_db_config is variadic: Swift cannot call it).
+        .target(name: "CIndexSQLite", path: "Sources/CIndexSQLite", linkerSettings: [.linkedLibrary("sqlite3")]),
+        .target(name: "DocfsIndex", dependencies: ["DocfsCore", "CIndexSQLite", .product(name: "GRDB", package: "GRDB.swift")]),
         .target(name: "DocfsThumbnails", dependencies: ["DocfsCore", "CLinux", "CVips", .product(name: "Crypto", package: "swift-crypto")]),
         // The sync engine's side of many machines (DESIGN §9): the Remote interface and its
         // in-memory implementation; the PostgreSQL remote will be a target of its own.
