@@ -126,6 +126,19 @@ public final class IndexDatabase: Sendable {
         guard code == 0 else { throw DatabaseError(resultCode: ResultCode(rawValue: code), message: "enabling the planner's stability guarantee failed") }
     }
 
+    /// How many times SQLite compiled the statement reading the rows under a place again while
+    /// it read under each of `places`, on the connection stitches read through (a check for
+    /// tests: it must be none, see `planWithoutBoundValues`).
+    func recompilationsReadingUnder(_ places: [IndexLocation]) throws -> Int {
+        try writer.withLock { writer in
+            try writer!.base.inDatabase { db in
+                let statement = try db.cachedStatement(sql: "SELECT entry FROM items WHERE container = ? AND scope = ? AND path > ? AND path < ?")
+                for place in places { _ = try Int64.fetchAll(statement, arguments: [place.container, place.scope, place.path + "/", place.path + "0"]) }
+                return Int(docfs_sqlite_statement_recompilations(UnsafeMutableRawPointer(statement.sqliteStatement)))
+            }
+        }
+    }
+
     /// `journalRestartSize`: the journal's size past which it starts again (tests make it small).
     public init(path: String, readOnly: Bool = false, waitingForWriter patience: Double = 10,
                 journalRestartSize: Int = 1 << 20) throws(DocfsError) {

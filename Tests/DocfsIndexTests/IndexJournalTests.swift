@@ -148,6 +148,21 @@ import Testing
     /// The background commit keeps up with a stream of stitches: it never waits while changes
     /// wait (docfs once stopped committing when a stitch arrived during a commit, and every
     /// change after that waited in the journal until the daemon ended).
+    /// Reading under places of every scope (as removals do) never compiles the cached
+    /// statement again: with a partial index on `scope = 'external'`, SQLite would weigh each
+    /// value bound to `scope = ?` against it and recompile whenever it changed (GRDB's authorizer
+    /// running each time), unless the connection plans without bound values.
+    @Test func readingPlacesOfEveryScopeNeverCompilesAStatementAgain() throws {
+        let directory = NSTemporaryDirectory() + "docfs-journal-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let index = try IndexDatabase(path: directory + "/index.sqlite")
+        try index.stitch([.put(IndexQueryTests.record(21, "a.txt"))])
+        let places = (0..<200).map { i in
+            IndexLocation(container: "docfs.default", scope: ["documents", "external", "data"][i % 3], path: "/f\(i)")
+        }
+        #expect(try index.recompilationsReadingUnder(places) == 0)
+    }
+
     @Test func theBackgroundCommitKeepsUpWithAStream() throws {
         let directory = NSTemporaryDirectory() + "docfs-journal-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: directory) }

@@ -7,4 +7,8 @@
 /// A C function because sqlite3_db_config is variadic, which Swift cannot call.
 int docfs_sqlite_plan_without_bound_values(void *db);
 
+/// How many times SQLite compiled the statement `statement` (a sqlite3_stmt *) again since it
+/// was first compiled (SQLITE_STMTSTATUS_REPREPARE).
+int docfs_sqlite_statement_recompilations(void *statement);
+
 #endif
