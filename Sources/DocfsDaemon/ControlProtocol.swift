@@ -167,6 +167,9 @@ public struct ControlReply: Codable {
     public var resolution: BookmarkResolution.Report? = nil
     /// How a linked store's sync goes, for `remoteStatus` and `remoteLink`.
     public var remote: RemoteStatusReport? = nil
+    /// For `remoteLink`: the store must be merged into the remote's items, which renumbers
+    /// them, so it must be linked unmounted (`docfs remote link` unmounts and remounts it).
+    public var mergeNeedsUnmountedStore: Bool? = nil
 }
 
 /// What the daemon's coordinator holds (`docfs status` shows it): whether the item asked about

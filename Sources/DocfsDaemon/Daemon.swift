@@ -4,6 +4,7 @@ import DocfsFUSE
 import DocfsFilesystem
 import DocfsIndex
 import DocfsProvider
+import DocfsRemotePostgres
 import Logging
 import Synchronization
 #if canImport(Glibc)
@@ -153,7 +154,7 @@ public final class Daemon: Sendable {
             mounts.append(served)
             return mounts.count > 1
         }
-        MountRegistry.register(mountPoint: mountPoint, store: shared.store.layout.root, app: app?.rawValue)
+        MountRegistry.register(mountPoint: mountPoint, store: shared.store.layout.root, app: app?.rawValue, options: options.arguments)
         if let connection = mount.connectionNumber { DeadMountReaper.start(mountPoint: mountPoint, connection: connection) }
         if started { run(served) }
     }
@@ -310,7 +311,15 @@ public final class Daemon: Sendable {
         switch request.kind {
         case .remoteLink:
             guard let asked = request.remote else { throw DocfsError(.invalidArgument, "link to which remote?") }
-            let (link, remote) = try RemoteLinking.link(shared, uri: asked.uri, machine: asked.machine, home: asked.home, merging: false)
+            let link: RemoteLink, remote: PostgresRemote
+            do throws(DocfsError) {
+                (link, remote) = try RemoteLinking.link(shared, uri: asked.uri, machine: asked.machine, home: asked.home, merging: false)
+            } catch where error.code == .storeBusy {
+                // The CLI unmounts the store, links it (merging) and mounts it again.
+                var reply = ControlReply(ok: false, message: error.message)
+                reply.mergeNeedsUnmountedStore = true
+                return reply
+            }
             let service = try SyncService(shared: shared, link: link, remote: remote, logger: logger)
             service.start()
             syncService.withLock { $0 = service }

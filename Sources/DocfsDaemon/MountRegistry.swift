@@ -14,6 +14,9 @@ public enum MountRegistry {
         public var app: String?
         /// The mount point (records of older daemons do not say).
         public var mountPoint: String? = nil
+        /// The `-o` options that mount it the same way again (`docfs remote link` remounts a
+        /// store it must merge unmounted); none said by older daemons.
+        public var options: [String] = []
     }
 
     static var directory: String {
@@ -36,10 +39,11 @@ public enum MountRegistry {
         return directory
     }
 
-    static func register(mountPoint: String, store: String, app: String? = nil) {
+    static func register(mountPoint: String, store: String, app: String? = nil, options: [String] = []) {
         guard let directory = ownDirectory() else { return }
         removeRecordsOfEndedDaemons(in: directory)
         let text = "\(getpid())\n\(store)\n" + (app.map { "app \($0)\n" } ?? "") + "mount \(mountPoint)\n"
+            + options.map { "option \($0)\n" }.joined()
         let fd = open(file(for: mountPoint), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { return }
         _ = text.withCString { write(fd, $0, strlen($0)) }
@@ -55,6 +59,15 @@ public enum MountRegistry {
     public static func record(for mountPoint: String) -> Record? {
         guard ownDirectory() != nil else { return nil }
         return read(file(for: mountPoint))
+    }
+
+    /// The mounts of the store at `store` (its root, canonical) that are mounted now.
+    public static func mounts(ofStore store: String) -> [Record] {
+        guard let directory = ownDirectory() else { return [] }
+        return records(in: directory).map(\.record).filter { record in
+            guard let mountPoint = record.mountPoint, !hasEnded(record.pid) else { return false }
+            return MountTable.canonical(record.store) == store && MountTable.entry(at: mountPoint) != nil
+        }
     }
 
     /// Whether daemon `pid` still serves a mount (it serves several views): a record of it
@@ -111,6 +124,7 @@ public enum MountRegistry {
         guard lines.count >= 2, let pid = pid_t(lines[0]) else { return nil }
         let app = lines.dropFirst(2).first { $0.hasPrefix("app ") }.map { String($0.dropFirst(4)) }
         let mountPoint = lines.dropFirst(2).first { $0.hasPrefix("mount ") }.map { String($0.dropFirst(6)) }
-        return Record(pid: pid, store: String(lines[1]), app: app, mountPoint: mountPoint)
+        let options = lines.dropFirst(2).filter { $0.hasPrefix("option ") }.map { String($0.dropFirst(7)) }
+        return Record(pid: pid, store: String(lines[1]), app: app, mountPoint: mountPoint, options: options)
     }
 }

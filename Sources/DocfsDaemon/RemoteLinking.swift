@@ -14,7 +14,8 @@ public enum RemoteLinking {
     /// migrated), joins as `machine` (its id space), keeps a password the URI holds in
     /// `~/.pgpass`, records the link and puts every item of the store in the outbox. A store
     /// with documents joining a remote that holds another store's is merged into it first
-    /// (`StoreMerge`), when `merging` (no daemon serves it). Refuses a store already linked.
+    /// (`StoreMerge`), when `merging` (no daemon serves it); else refused as `.storeBusy`,
+    /// nothing changed. Refuses a store already linked.
     /// Answers the link and the connected remote.
     public static func link(_ shared: ServedStore, uri: String, machine: String?, home: String, merging: Bool,
                             progress: ((String) -> Void)? = nil) throws(DocfsError) -> (RemoteLink, PostgresRemote) {
@@ -41,7 +42,7 @@ public enum RemoteLinking {
             var items: [UInt64]
             do { items = try sync.allItems() } catch { throw DocfsError(.internalFailure, "reading the store's items failed: \(error)") }
             if space != 0 && !items.isEmpty && !merging {
-                throw DocfsError(.invalidArgument, "this store holds \(items.count) items and the remote holds another store's: merging them renumbers this store's items, which a mount would not see; docfs unmount the store, then docfs remote link again")
+                throw DocfsError(.storeBusy, "this store holds \(items.count) items and the remote holds another store's: merging them renumbers this store's items, which a mount would not see; docfs unmount the store, then docfs remote link again")
             }
             try shared.store.itemIDs.enter(space: space)
             if space != 0 && !items.isEmpty {

@@ -41,7 +41,12 @@ public final class FUSEMount: Sendable {
             self.maxThreads = maxThreads
         }
 
-        /// Splits user `-o` options into docfs's own and libfuse's.
+        /// The `-o` options that mount the same way again (`parse` of them gives these).
+        public var arguments: [String] {
+            fuseOptions + (writebackCache ? ["writeback"] : []) + (passthrough ? [] : ["nopassthrough"])
+                + (thumbnails ? [] : ["nothumbnails"]) + (cacheTimeout.map { ["timeout=\($0)"] } ?? [])
+        }
+
         /// Whether the kernel must check permissions (`default_permissions`): whenever
         /// processes other than root's own can reach the mount. A root daemon's mount without
         /// allow_other/allow_root is reachable by root alone, for whom the checks pass anyway
@@ -51,6 +56,7 @@ public final class FUSEMount: Sendable {
             getuid() != 0 || fuseOptions.contains { ["allow_other", "allow_root", "default_permissions"].contains($0) }
         }
 
+        /// Splits user `-o` options into docfs's own and libfuse's.
         public static func parse(_ options: [String]) -> Options {
             var result = Options()
             for option in options.flatMap({ $0.split(separator: ",").map(String.init) }) where !option.isEmpty {

@@ -48,6 +48,14 @@ struct RemoteCommand: ParsableCommand {
                 var request = ControlRequest(kind: .remoteLink, path: "")
                 request.remote = RemoteLinkRequest(uri: uri, machine: machine, home: home)
                 let reply = try reportingErrors { () throws(DocfsError) in try ControlClient.send(request, to: layout) }
+                if reply.mergeNeedsUnmountedStore == true {
+                    // Merging renumbers the store's items: linked unmounted, mounted again.
+                    let summary = try reportingErrors { () throws(DocfsError) -> String in
+                        try UnmountedForAMoment(layout: layout).run { () throws(DocfsError) -> String in try linkHere(layout, home: home) }
+                    }
+                    print("\(summary); mounted again, the daemon keeps it in step")
+                    return
+                }
                 guard reply.ok else {
                     printError("docfs: \(reply.message)\n")
                     throw ExitCode(ExitStatus.failed)
@@ -55,21 +63,25 @@ struct RemoteCommand: ParsableCommand {
                 print("\(reply.message); the daemon syncs in the background (docfs remote status shows how far)")
                 return
             }
+            let summary = try reportingErrors { () throws(DocfsError) -> String in try linkHere(layout, home: home) }
+            print("\(summary); mount the store (docfs mount) to keep it in step")
+        }
+
+        /// Links the store no daemon serves (merging it into the remote's items when it must)
+        /// and brings it in step, showing progress on a terminal; answers what it did.
+        private func linkHere(_ layout: StoreLayout, home: String) throws(DocfsError) -> String {
             let onTerminal = isatty(STDERR_FILENO) == 1
-            let summary = try reportingErrors { () throws(DocfsError) -> String in
-                try RemoteLinking.servingHere(layout, purpose: "docfs remote link") { shared throws(DocfsError) -> String in
-                    let (link, remote) = try RemoteLinking.link(shared, uri: uri, machine: machine, home: home, merging: true) { step in
-                        if onTerminal { printError("\r\u{1B}[Kdocfs: \(step)…") }
-                    }
-                    defer { remote.close() }
-                    let round = try RemoteLinking.syncUntilSettled(shared, link: link, remote: remote) { up, down in
-                        if onTerminal { printError("\rdocfs: \(up) items sent, \(down) received…") }
-                    }
-                    if onTerminal { printError("\r\u{1B}[K") }
-                    return "linked to \(link.uri) as \(link.machine): \(round.uploaded) items sent, \(round.applied) received; mount the store (docfs mount) to keep it in step"
+            return try RemoteLinking.servingHere(layout, purpose: "docfs remote link") { shared throws(DocfsError) -> String in
+                let (link, remote) = try RemoteLinking.link(shared, uri: uri, machine: machine, home: home, merging: true) { step in
+                    if onTerminal { printError("\r\u{1B}[Kdocfs: \(step)…") }
                 }
+                defer { remote.close() }
+                let round = try RemoteLinking.syncUntilSettled(shared, link: link, remote: remote) { up, down in
+                    if onTerminal { printError("\rdocfs: \(up) items sent, \(down) received…") }
+                }
+                if onTerminal { printError("\r\u{1B}[K") }
+                return "linked to \(link.uri) as \(link.machine): \(round.uploaded) items sent, \(round.applied) received"
             }
-            print(summary)
         }
     }
 

@@ -26,28 +26,31 @@ struct UnmountCommand: ParsableCommand {
             throw ExitCode.failure
         }
         let record = MountRegistry.record(for: path)
-        if !unmount(path) {
+        if !Self.unmount(path, lazy: lazy) {
             printError("docfs: \(path) is busy: close the files and shells using it (fuser -vm \(path)), or use --lazy\n")
             throw ExitCode.failure
         }
-        if let record { waitForEnd(of: path, servedBy: record.pid) }
+        if let record, !Self.waitForEnd(of: path, servedBy: record.pid) {
+            printError("docfs: the daemon (pid \(record.pid)) is still finishing; it will exit once its work is done\n")
+        }
     }
 
-    private func unmount(_ path: String) -> Bool {
+    /// Unmounts the docfs mount at `path` (canonical); false when it is busy.
+    static func unmount(_ path: String, lazy: Bool = false) -> Bool {
         if lazy { return FUSEMount.detach(path) }
         if getuid() == 0 { return umount2(path, 0) == 0 || MountTable.entry(at: path) == nil }
         return ProcessRunner.run("fusermount3", ["-u", path]) == 0
     }
 
-    /// The daemon releases the store when it exits after its last mount; wait (up to 10 s) for
-    /// that, so a new mount can follow, or, when it serves other mounts still, for it to be done
-    /// with this one.
-    private func waitForEnd(of path: String, servedBy pid: pid_t) {
+    /// The daemon releases the store when it exits after its last mount; waits (up to 10 s)
+    /// for that, so a new mount can follow, or, when it serves other mounts still, for it to be
+    /// done with this one. False when it was still finishing.
+    static func waitForEnd(of path: String, servedBy pid: pid_t) -> Bool {
         for _ in 0..<1000 {
-            if MountRegistry.hasEnded(pid) { return }
-            if MountRegistry.record(for: path) == nil && MountRegistry.serves(pid: pid) { return }
+            if MountRegistry.hasEnded(pid) { return true }
+            if MountRegistry.record(for: path) == nil && MountRegistry.serves(pid: pid) { return true }
             usleep(10_000)
         }
-        printError("docfs: the daemon (pid \(pid)) is still finishing; it will exit once its work is done\n")
+        return false
     }
 }

@@ -45,6 +45,44 @@ import Glibc
         #expect(onDisk < 2 << 20, "kept versions take \(onDisk) bytes on disk")
     }
 
+    /// `keep` bounds chains too: of twelve rewrite sessions of a big file (deltas, each made
+    /// up from the next newer version) and twelve appends to a log (prefixes), only the three
+    /// newest previous versions stay, each reading back exactly; dropping an older one never
+    /// breaks the chain of the newer ones.
+    @Test func keepBoundsChainsOfDeltasAndPrefixes() throws {
+        let fixture = try MountFixture(settings: #"{"versions": {"keep": 3, "thinningWindowSeconds": 0}}"#)
+        defer { fixture.tearDown() }
+        let big = fixture.path("disk.img"), log = fixture.path("app.log")
+        var model = randomBytes(3 << 20)
+        try Data(model).write(to: URL(fileURLWithPath: big))
+        var lines = Data("start\n".utf8)
+        try lines.write(to: URL(fileURLWithPath: log))
+        var bigStates = [model], logStates = [lines]
+        for i in 0..<12 {
+            let fd = open(big, O_WRONLY)
+            #expect(fd >= 0)
+            let chunk = randomBytes(Int.random(in: 1...30_000))
+            let offset = Int.random(in: 0..<(model.count - chunk.count))
+            #expect(chunk.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(offset)) } == chunk.count)
+            close(fd)
+            model.replaceSubrange(offset..<offset + chunk.count, with: chunk)
+            bigStates.append(model)
+            let line = Data("line \(i)\n".utf8)
+            try append(line, to: log)
+            lines += line
+            logStates.append(lines)
+        }
+        #expect(eventually { attribute(big, "user.docfs.version") == "13" && attribute(log, "user.docfs.version") == "13" })
+        for (path, states) in [(big, bigStates.map { Data($0) }), (log, logStates)] {
+            let kept = eventually { (try? versionsJSON(fixture, path).map(\.version)) == [13, 12, 11, 10] }
+            #expect(kept, "\(path): \((try? versionsJSON(fixture, path).map(\.version)) ?? [])")
+            for version in 10...12 {
+                #expect(try shown(fixture, path, version) == states[version - 1], "version \(version) of \(path)")
+            }
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == states[12])
+        }
+    }
+
     @Test func aBurstOfSmallRewritesKeepsOneDeltaOfWhatTheyOverwrote() throws {
         let fixture = try MountFixture()  // the default window: a minute
         defer { fixture.tearDown() }
