@@ -69,13 +69,7 @@ import Glibc
         let f = fixture.path("journal.txt")
         try write("start\n", to: f)
         let id = try #require(itemID(f))
-        let saver = Process()
-        saver.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        saver.arguments = ["python3", "-c", Self.saver, f]
-        let output = Pipe()
-        saver.standardOutput = output
-        saver.standardError = FileHandle(forWritingAtPath: "/dev/null")
-        try saver.run()
+        let (saver, output) = try Self.python(Self.saver, [f])
         let restorer = Process()
         restorer.executableURL = URL(fileURLWithPath: "/bin/bash")
         restorer.arguments = ["-c", "while true; do '\(MountFixture.binary)' versions '\(f)' --restore 1 >/dev/null 2>&1; sleep 0.05; done"]
@@ -148,19 +142,7 @@ import Glibc
         let original = [UInt8](repeating: UInt8(ascii: "."), count: 2 << 20)
         try Data(original).write(to: URL(fileURLWithPath: big))
         try write("", to: log)
-        let saver = Process()
-        saver.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        saver.arguments = ["python3", "-c", Self.deltaSaver, big, log]
-        let output = Pipe()
-        saver.standardOutput = output
-        saver.standardError = FileHandle(forWritingAtPath: "/dev/null")
-        try saver.run()
-        usleep(1_200_000)
-        let daemon = try #require(fixture.daemon)
-        kill(daemon.processIdentifier, SIGKILL)
-        daemon.waitUntilExit()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        saver.waitUntilExit()
+        let text = try Self.killDaemon(of: fixture, after: 1_200_000, whileRunning: Self.deltaSaver, on: [big, log])
         let acknowledged = text.split(separator: "\n").compactMap { Int($0) }
         #expect(acknowledged.count > 5, "the saver made too little progress: \(text.suffix(200))")
         try fixture.restartAfterCrash()
@@ -294,16 +276,11 @@ import Glibc
                 "query and mount differ: \(found.output.count) vs \(listed.output.count) bytes")
     }
 
-    /// Runs the Python `script` on the mount point, SIGKILLs the daemon `microseconds` later,
-    /// and answers what the script printed until it noticed.
-    static func killDaemon(of fixture: MountFixture, after microseconds: useconds_t, whileRunning script: String) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script, fixture.mountPoint]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-        try process.run()
+    /// Runs the Python `script` on the mount point (or on `paths`), SIGKILLs the daemon
+    /// `microseconds` later, and answers what the script printed until it noticed.
+    static func killDaemon(of fixture: MountFixture, after microseconds: useconds_t, whileRunning script: String,
+                           on paths: [String]? = nil) throws -> String {
+        let (process, output) = try python(script, paths ?? [fixture.mountPoint])
         usleep(microseconds)
         guard let daemon = fixture.daemon else { throw FixtureError("the fixture has no daemon") }
         kill(daemon.processIdentifier, SIGKILL)
@@ -311,5 +288,17 @@ import Glibc
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         return text
+    }
+
+    /// Starts the Python `script` with `arguments`; what it prints is read from `output`.
+    static func python(_ script: String, _ arguments: [String]) throws -> (process: Process, output: Pipe) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script] + arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try process.run()
+        return (process, output)
     }
 }
