@@ -297,8 +297,10 @@ public final class Filesystem: Sendable {
         return try changing([(node.item, changes.size == nil ? .metadata : .write)], touching: .file(node), by: caller) { () throws(DocfsError) in
             let st = try setAttributes(of: node, handle: handle, changes, caller: caller)
             ownChanges.changedFile(st)
-            // Mode and owner are no part of the index's record; size and times are.
-            return (st, changes.size != nil || changes.changesTimes ? [.file(.attributes, node)] : [])
+            // Mode and owner are no part of the index's record; size and times are. A mode
+            // travels to the other machines of a linked store: its record goes up.
+            let travels = changes.mode != nil && (stitcher?.fillsOutbox.load(ordering: .relaxed) ?? false)
+            return (st, changes.size != nil || changes.changesTimes || travels ? [.file(.attributes, node)] : [])
         }
     }
 

@@ -358,6 +358,14 @@ import Glibc
         #expect(a.content("Projects/plan.txt") == "the plan, revised on b")
         #expect(a.store.versions.versions(of: ItemID(rawValue: item)).contains { $0.kind == .previous })
         #expect(try a.index.outbox(limit: 10).isEmpty)
+        // A mode alone (chmod) travels too.
+        let planOnA = try a.filesystem.lookup(parent: folder.node, name: "plan.txt").node
+        _ = try a.filesystem.setAttributes(of: planOnA, handle: nil, AttributeChanges(mode: 0o600), caller: .daemon)
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        var modeOnB = stat()
+        #expect(stat(b.documents + "/Projects/plan.txt", &modeOnB) == 0 && modeOnB.st_mode & 0o7777 == 0o600)
+        #expect(b.content("Projects/plan.txt") == "the plan, revised on b")
         // a renames and moves it; b follows. b deletes it; a follows.
         _ = try a.filesystem.rename(parent: folder.node, name: "plan.txt", newParent: 1, newName: "final.txt", flags: 0, caller: .daemon)
         try a.engine.syncOnce()

@@ -80,9 +80,9 @@ import Glibc
         #expect(linked.status == 0 && linked.output.contains("linked to postgresql://docfs_test@127.0.0.1"), "\(linked.output)")
         #expect(!linked.output.contains(server.password))
         #expect(Self.within(10) { (try? a.status())?["waiting"] as? Int == 0 && (try? a.status())?["lastContact"] != nil } != nil)
-        // The password is in a's ~/.pgpass, not in the store.
+        // The password is in a's ~/.pgpass, not in the store or the daemon's log.
         #expect(try String(contentsOfFile: a.home + "/.pgpass", encoding: .utf8).contains(server.password))
-        let store = try shell("grep -rl '\(server.password)' '\(a.fixture.store)' || true")
+        let store = try shell("grep -rl '\(server.password)' '\(a.fixture.store)' '\(a.fixture.daemonLog)' || true")
         #expect(store.output.isEmpty, "\(store.output)")
 
         // b is empty and not served: linking brings a's documents down now; its daemon keeps them in step.
@@ -119,6 +119,16 @@ import Glibc
         }
         let events = (try? String(contentsOfFile: watchOutput, encoding: .utf8)) ?? ""
         #expect(heard != nil && events.contains(#""origin":"remote""#) && events.contains(#""path":"plan.txt""#), "\(events)")
+        // The same version number on both, and the same document by id on both.
+        #expect(Self.within(5) { attribute(b.path("plan.txt"), "user.docfs.version") == attribute(a.path("plan.txt"), "user.docfs.version") } != nil)
+        let planID = try #require(a.id("plan.txt"))
+        #expect(b.content(".docfs/by-id/\(planID)") == "save 4 on a\n")
+        // A mode changed alone travels.
+        #expect(chmod(a.path("plan.txt"), 0o640) == 0)
+        #expect(Self.within(5) {
+            var st = stat()
+            return stat(b.path("plan.txt"), &st) == 0 && st.st_mode & 0o7777 == 0o640
+        } != nil)
         try "made on b\n".write(toFile: b.path("from-b.txt"), atomically: false, encoding: .utf8)
         #expect(Self.within(5) { a.content("from-b.txt") == "made on b\n" } != nil)
         #expect(a.id("from-b.txt") == b.id("from-b.txt"))
