@@ -190,7 +190,9 @@ import Glibc
     /// a's cable is pulled while a and b edit (a's daemon in a network namespace of its own,
     /// the veth pair's host side taken down) and put back: nothing is lost, the three
     /// machines converge, the document both edited keeps the loser as a conflict version on
-    /// all three under the same numbers, and resolving it on c resolves it everywhere.
+    /// all three under the same numbers, and resolving it on c resolves it everywhere. A writer
+    /// behind c's mount (C5) races a remote change by the same rules: its content, up first,
+    /// stays current everywhere, and a's edit is a conflict version.
     @Test func aMachineCutOffWhileBothEditLosesNothingAndConverges() throws {
         let subnet = Int(getpid() % 200) + 20
         let network = try NetworkNamespace("a", subnet: subnet)
@@ -208,9 +210,15 @@ import Glibc
         #expect(try c.link(uri).status == 0)
         try "shared v1\n".write(toFile: a.path("shared.txt"), atomically: false, encoding: .utf8)
         try "a's own v1\n".write(toFile: a.path("a-own.txt"), atomically: false, encoding: .utf8)
+        try "other v1\n".write(toFile: a.path("other.txt"), atomically: false, encoding: .utf8)
         #expect(Self.within(10) { b.content("shared.txt") == "shared v1\n" && b.content("a-own.txt") == "a's own v1\n" } != nil)
+        #expect(Self.within(10) { c.content("other.txt") == "other v1\n" } != nil)
 
         try network.cut()
+        // A writer behind c's mount (C5) races a's edit of other.txt: it goes up first.
+        try "a's edit of other while cut off\n".write(toFile: a.path("other.txt"), atomically: false, encoding: .utf8)
+        try "c's uncoordinated edit\n".write(toFile: c.fixture.documents + "/other.txt", atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { b.content("other.txt") == "c's uncoordinated edit\n" } != nil)
         try "a's edit while cut off\n".write(toFile: a.path("shared.txt"), atomically: false, encoding: .utf8)
         try "a's own v2\n".write(toFile: a.path("a-own.txt"), atomically: false, encoding: .utf8)
         try "made on a while cut off\n".write(toFile: a.path("new-on-a.txt"), atomically: false, encoding: .utf8)
@@ -230,6 +238,15 @@ import Glibc
         #expect(converged != nil, "a: \(a.fixture.log.suffix(1500))")
         // b committed first: its edit is current; a's is a conflict version on both machines.
         #expect(a.content("shared.txt") == "b's edit meanwhile\n")
+        // So did c's uncoordinated writer: its content is current everywhere, a's a conflict version.
+        for machine in [a, b, c] {
+            let kept = Self.within(20) {
+                machine.content("other.txt") == "c's uncoordinated edit\n" && Self.versions(machine, "other.txt").values.contains("conflict")
+            }
+            #expect(kept != nil, "\(machine.name): \(machine.content("other.txt") ?? "") \(Self.versions(machine, "other.txt"))")
+        }
+        let otherConflict = Self.versions(a, "other.txt").first { $0.value == "conflict" }?.key ?? 0
+        #expect(try a.docfs("versions --show \(otherConflict) '\(a.path("other.txt"))'").output == "a's edit of other while cut off\n")
         for machine in [a, b, c] {
             let kept = Self.within(20) {
                 let versions = (try? machine.docfs("versions '\(machine.path("shared.txt"))'"))?.output ?? ""
