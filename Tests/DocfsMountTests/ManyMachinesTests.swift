@@ -1,4 +1,5 @@
 import CLinux
+import DocfsIndex
 import DocfsTestSupport
 import Foundation
 import Testing
@@ -194,6 +195,46 @@ import Glibc
         #expect(!FileManager.default.fileExists(atPath: machine.fixture.store + "/remote.json"))
         let status = try machine.docfs("remote status --store '\(machine.fixture.store)'")
         #expect(status.status == 1 && status.output.contains("not linked"), "\(status.output)")
+    }
+
+    /// Remote changes are applied as replaces under the item's claim: a reader on b polling
+    /// the document while a saves it twenty times reads each save whole, never a mix of two,
+    /// and the index already has a version at least as new as the one the file showed (the
+    /// record is stitched before the content can be seen).
+    @Test func readersOfAnotherMachinesSavesSeeEachWholeAndIndexedFirst() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("whole")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: true)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0)
+        #expect(try b.link(uri).status == 0)
+        let size = 256 << 10
+        try String(repeating: "@", count: size).write(toFile: a.path("page.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { b.content("page.txt")?.count == size } != nil)
+        let saving = Thread {
+            for round in 0..<20 {
+                let letter = String(UnicodeScalar(UInt8(ascii: "a") + UInt8(round)))
+                try? String(repeating: letter, count: size).write(toFile: a.path("page.txt"), atomically: false, encoding: .utf8)
+                usleep(150_000)
+            }
+        }
+        saving.start()
+        var seen = Set<Character>(), mixed: [String] = [], lagging: [String] = []
+        let deadline = Date().addingTimeInterval(30)
+        while !seen.contains("t") && Date() < deadline {
+            let shown = UInt64(attribute(b.path("page.txt"), "user.docfs.version") ?? "") ?? 0
+            guard let content = b.content("page.txt"), let first = content.first else { continue }
+            if content.count != size || content.contains(where: { $0 != first }) { mixed.append("\(content.count) bytes from \(first)") }
+            if !seen.contains(first), let record = try indexedRecord(b.fixture, "/page.txt"), record.version < Int64(shown) {
+                lagging.append("\(first): file at \(shown), index at \(record.version)")
+            }
+            seen.insert(first)
+        }
+        #expect(seen.contains("t"), "b saw \(seen.sorted())")
+        #expect(seen.count >= 5, "b saw only \(seen.sorted())")
+        #expect(mixed.isEmpty, "\(mixed.prefix(5))")
+        #expect(lagging.isEmpty, "\(lagging.prefix(5))")
     }
 
     /// A mounted machine with documents of its own joins a remote that holds another's: the
