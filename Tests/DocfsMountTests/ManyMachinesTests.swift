@@ -89,8 +89,11 @@ import Glibc
         // b is empty and not served: linking brings a's documents down now; its daemon keeps them in step.
         let bLinked = try b.link(uri.replacingOccurrences(of: ":\(server.password)@", with: "@"))
         #expect(bLinked.status != 0 && bLinked.output.contains("password"), "without a's ~/.pgpass b has no password: \(bLinked.output)")
-        let withPassword = try b.link(uri)
+        // On a terminal (script(1) gives it one) the link shows its progress as it goes.
+        let onTerminal = "'\(MountFixture.binary)' remote link '\(uri)' --machine b --store '\(b.fixture.store)'"
+        let withPassword = try shell("script -qec \"\(onTerminal)\" /dev/null", environment: ["HOME": b.home])
         #expect(withPassword.status == 0 && withPassword.output.contains("3 received"), "\(withPassword.output)")
+        #expect(withPassword.output.contains("items sent,") && withPassword.output.contains("received\u{2026}"), "\(withPassword.output)")
         try b.fixture.start()
         #expect(b.content("plan.txt") == "plan from a\n" && b.content("Projects/inner.txt") == "inner\n")
         #expect(b.id("plan.txt") != nil && b.id("plan.txt") == a.id("plan.txt") && b.id("Projects") == a.id("Projects"))
@@ -290,6 +293,7 @@ import Glibc
 
     /// The server goes away while a machine saves: its saves wait in the outbox (the status
     /// says so, with the error in words), and reach the other machine once the server is back.
+    /// Then the server is restarted in the middle of a stream of saves: every one arrives.
     @Test func savesMadeWhileTheServerIsDownArriveWhenItIsBack() throws {
         let server = try ThrowawayPostgres.private()
         let uri = try server.makeDatabase("restart")
@@ -313,6 +317,24 @@ import Glibc
         try server.start()
         // The retry comes by itself (1 s doubling); the local copies were never blocked.
         #expect(Self.within(40) { b.content("doc.txt") == "while down 4\n" && b.content("new.txt") == "new while down\n" } != nil)
+        #expect(Self.within(10) { (try? a.status())?["lastError"] == nil && (try? a.status())?["waiting"] as? Int == 0 } != nil)
+
+        // PostgreSQL restarted in the middle of a stream of saves: every save arrives.
+        let stream = Thread {
+            for round in 0..<40 {
+                try? "stream \(round)\n".write(toFile: a.path("stream-\(round).txt"), atomically: false, encoding: .utf8)
+                try? "doc at \(round)\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
+                usleep(50_000)
+            }
+        }
+        stream.start()
+        usleep(600_000)
+        try server.stop()
+        try server.start()
+        let arrived = Self.within(60) {
+            b.content("doc.txt") == "doc at 39\n" && (0..<40).allSatisfy { b.content("stream-\($0).txt") == "stream \($0)\n" }
+        }
+        #expect(arrived != nil, "b has \((0..<40).filter { b.content("stream-\($0).txt") != nil }.count) of 40, doc: \(b.content("doc.txt") ?? "")")
         #expect(Self.within(10) { (try? a.status())?["lastError"] == nil && (try? a.status())?["waiting"] as? Int == 0 } != nil)
     }
 }
