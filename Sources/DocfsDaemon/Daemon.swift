@@ -314,7 +314,7 @@ public final class Daemon: Sendable {
             let link: RemoteLink, remote: PostgresRemote
             do throws(DocfsError) {
                 (link, remote) = try RemoteLinking.link(shared, uri: asked.uri, machine: asked.machine, home: asked.home, merging: false)
-            } catch where error.code == .storeBusy {
+            } catch where error.cause is RemoteLinking.MergeNeedsUnmountedStore {
                 // The CLI unmounts the store, links it (merging) and mounts it again.
                 var reply = ControlReply(ok: false, message: error.message)
                 reply.mergeNeedsUnmountedStore = true

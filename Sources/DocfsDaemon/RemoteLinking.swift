@@ -10,6 +10,10 @@ import Logging
 /// Linking a store to a remote and unlinking it (issue 22 §1), the same in the daemon (a
 /// served store) and in `docfs remote link` itself (a store no daemon serves).
 public enum RemoteLinking {
+    /// Why a served store's link was refused: it must be merged into the remote's items,
+    /// which renumbers them, so it must be linked unmounted (`docfs remote link` does that).
+    public struct MergeNeedsUnmountedStore: Error, Sendable {}
+
     /// Links the store `shared` serves to the remote at `uri`: connects (the schema made or
     /// migrated), joins as `machine` (its id space), keeps a password the URI holds in
     /// `~/.pgpass`, records the link and puts every item of the store in the outbox. A store
@@ -42,7 +46,8 @@ public enum RemoteLinking {
             var items: [UInt64]
             do { items = try sync.allItems() } catch { throw DocfsError(.internalFailure, "reading the store's items failed: \(error)") }
             if space != 0 && !items.isEmpty && !merging {
-                throw DocfsError(.storeBusy, "this store holds \(items.count) items and the remote holds another store's: merging them renumbers this store's items, which a mount would not see; docfs unmount the store, then docfs remote link again")
+                throw DocfsError(.storeBusy, "this store holds \(items.count) items and the remote holds another store's: merging them renumbers this store's items, which a mount would not see; docfs unmount the store, then docfs remote link again",
+                                 cause: MergeNeedsUnmountedStore())
             }
             try shared.store.itemIDs.enter(space: space)
             if space != 0 && !items.isEmpty {

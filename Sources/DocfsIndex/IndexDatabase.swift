@@ -112,15 +112,14 @@ public final class IndexDatabase: Sendable {
         var end: Int
     }
 
-    /// Opens (creating when `readOnly` is false) the index at `path`, migrating it to the
-    /// current schema. A writer takes the journal's lock (waiting up to `patience` seconds for
-    /// another writer to let go of it) and first commits what a killed predecessor left in the
-    /// journal.
-    /// Plans of `db`'s statements never depend on the values bound to them. Without this,
-    /// SQLite compiles a statement again each time the value bound to `scope = ?` changes:
-    /// the planner weighs that value against the partial index of references (`WHERE scope =
-    /// 'external'`), and GRDB's authorizer runs on every compile. That was a tenth of the
-    /// daemon's time in an `rm -rf` (each removal reads the rows under the place it empties).
+    /// Plans of `db`'s statements never depend on the values bound to them: for the connections
+    /// stitches read and commits write through, whose few statements run for every change.
+    /// Without this, SQLite compiles a statement again whenever a value is bound to
+    /// `scope = ?`: the planner weighs that value against the partial index of references
+    /// (`WHERE scope = 'external'`), and GRDB's authorizer runs on every compile. That was a
+    /// tenth of the daemon's time in an `rm -rf` (each removal reads the rows under the place it
+    /// empties). Not for the connections queries run on: there the value bound to `GLOB ?`
+    /// lets a name's prefix be read from its index.
     static func planWithoutBoundValues(_ db: Database) throws {
         let code = docfs_sqlite_plan_without_bound_values(UnsafeMutableRawPointer(db.sqliteConnection))
         guard code == 0 else { throw DatabaseError(resultCode: ResultCode(rawValue: code), message: "enabling the planner's stability guarantee failed") }
@@ -139,6 +138,10 @@ public final class IndexDatabase: Sendable {
         }
     }
 
+    /// Opens (creating when `readOnly` is false) the index at `path`, migrating it to the
+    /// current schema. A writer takes the journal's lock (waiting up to `patience` seconds for
+    /// another writer to let go of it) and first commits what a killed predecessor left in the
+    /// journal.
     /// `journalRestartSize`: the journal's size past which it starts again (tests make it small).
     public init(path: String, readOnly: Bool = false, waitingForWriter patience: Double = 10,
                 journalRestartSize: Int = 1 << 20) throws(DocfsError) {
@@ -148,7 +151,9 @@ public final class IndexDatabase: Sendable {
         configuration.readonly = readOnly
         configuration.busyMode = .timeout(10)
         configuration.prepareDatabase { db in
-            try Self.planWithoutBoundValues(db)
+            // The writer's connection (the commit's statements run for every change); the
+            // pool's readers, which run queries, are read-only.
+            if !db.configuration.readonly { try Self.planWithoutBoundValues(db) }
             db.add(function: IndexFunctions.match)
             if !readOnly { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
             // A query's scan reads the file through a mapping, not a read per page (not the

@@ -50,13 +50,28 @@ final class BlockingBridge: TaskExecutor, @unchecked Sendable {
     }
 
     /// Runs `operation` on the bridge's thread and waits for it: its result, or what it threw.
-    func run<Value: Sendable>(_ operation: @escaping @Sendable () async throws -> Value) throws -> Value {
+    /// Past `limit` (when given) it stops waiting, calls `gaveUp` (which should make the
+    /// operation fail, say by closing its connection) and throws `TimedOut`: an operation
+    /// awaiting an answer that never comes (a server gone under a request) cannot hold its
+    /// caller forever, whether or not it ever ends.
+    func run<Value: Sendable>(within limit: Duration? = nil, gaveUp: @escaping @Sendable () -> Void = {},
+                              _ operation: @escaping @Sendable () async throws -> Value) throws -> Value {
         let outcome = Outcome<Value>()
         Task(executorPreference: self) {
             do { outcome.finish(.success(try await operation())) } catch { outcome.finish(.failure(error)) }
         }
-        return try outcome.wait()
+        guard let limit else { return try outcome.wait() }
+        let (seconds, attoseconds) = limit.components
+        let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
+        guard let value = try outcome.wait(until: .now() + .nanoseconds(nanoseconds)) else {
+            gaveUp()
+            throw TimedOut()
+        }
+        return value
     }
+
+    /// An operation did not end within its limit.
+    struct TimedOut: Error {}
 
     /// Starts `operation` on the bridge's thread without waiting (a listener that lives as long
     /// as the remote does).
@@ -78,6 +93,12 @@ private final class Outcome<Value: Sendable>: Sendable {
 
     func wait() throws -> Value {
         finished.wait()
+        return try result.withLock { $0! }.get()
+    }
+
+    /// The result, or nil when there is none by `deadline`.
+    func wait(until deadline: DispatchTime) throws -> Value? {
+        guard finished.wait(timeout: deadline) == .success else { return nil }
         return try result.withLock { $0! }.get()
     }
 }

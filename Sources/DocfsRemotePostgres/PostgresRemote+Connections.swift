@@ -5,6 +5,7 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import PostgresNIO
+import Synchronization
 
 extension PostgresRemote {
     /// Runs `body` on a connection (in a transaction when asked) on the bridge's thread, and
@@ -12,14 +13,20 @@ extension PostgresRemote {
     /// are tried again after a jittered pause; a connection found broken is dropped and the
     /// call tried once more on a new one (the server restarted while it sat idle).
     @discardableResult
-    func perform<Value: Sendable>(_ what: String, transaction: Bool = false,
+    func perform<Value: Sendable>(_ what: String, transaction: Bool = false, limit: Duration = operationLimit,
                                   _ body: @escaping @Sendable (PostgresConnection) async throws -> Value) throws(RemoteError) -> Value {
         var attempt = 0
         while true {
             attempt += 1
             do {
-                return try bridge.run { [self] in
+                // The connection the operation runs on: closed when it takes too long.
+                let leased = Mutex<PostgresConnection?>(nil)
+                return try bridge.run(within: limit, gaveUp: { [bridge] in
+                    guard let connection = leased.withLock({ $0 }) else { return }
+                    bridge.start { try? await connection.close() }
+                }) { [self] in
                     let connection = try await lease()
+                    leased.withLock { $0 = connection }
                     do {
                         let value: Value
                         if transaction {
@@ -49,6 +56,13 @@ extension PostgresRemote {
             }
         }
     }
+
+    /// How long one operation may take on its connection before the connection is taken for
+    /// dead and closed (a server that stopped or restarted under a request, a cable pulled: the
+    /// client would wait for an answer that never comes; the sync loop tries again later). The
+    /// log's pruning and the chunks' sweep, whose statements go over whole tables, get longer.
+    static let operationLimit: Duration = .seconds(30)
+    static let sweepLimit: Duration = .seconds(1800)
 
     /// An idle connection, else a new one to the first server that answers.
     private func lease() async throws -> PostgresConnection {
@@ -109,6 +123,9 @@ extension PostgresRemote {
     static func failure(_ error: any Error, doing what: String, at location: PostgresLocation) -> (error: RemoteError, retry: Retry) {
         let place = location.servers.map { $0.isSocketFolder ? $0.socketPath : "\($0.host):\($0.port)" }.joined(separator: ", ")
         if let error = error as? RemoteError { return (error, .no) }
+        if error is BlockingBridge.TimedOut {
+            return (RemoteError(.unreachable, "PostgreSQL at \(place) did not answer in time while docfs tried to \(what); docfs tries again on a new connection"), .no)
+        }
         if let error = error as? PostgresTransactionError {
             if let inner = error.closureError ?? error.beginError ?? error.commitError {
                 return failure(inner, doing: what, at: location)

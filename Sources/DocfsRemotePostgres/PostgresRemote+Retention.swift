@@ -40,7 +40,7 @@ extension PostgresRemote {
     /// a later version resolved them), and every version of an item deleted before it.
     public func prune(olderThan seconds: Double) throws(RemoteError) -> Int {
         let logger = logger
-        let removed = try perform("prune the change log", transaction: true) { connection in
+        let removed = try perform("prune the change log", transaction: true, limit: Self.sweepLimit) { connection in
             try await connection.query("SELECT sequence FROM docfs.log_head WHERE id = 1 FOR UPDATE", logger: logger)
             let cutoff = try await connection.query("""
                 SELECT COALESCE(max(sequence), 0) FROM docfs.versions WHERE committed < now() - make_interval(secs => \(seconds))

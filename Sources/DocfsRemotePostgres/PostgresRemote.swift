@@ -196,7 +196,7 @@ public final class PostgresRemote: Remote {
     /// for `seconds`, removed in one statement.
     public func sweepChunks(unusedFor seconds: Double) throws(RemoteError) -> ChunkSweep {
         let logger = logger
-        let (count, bytes) = try perform("sweep unused chunks") { connection in
+        let (count, bytes) = try perform("sweep unused chunks", limit: Self.sweepLimit) { connection in
             var found: (Int64, Int64) = (0, 0)
             for try await row in try await connection.query("""
                 WITH named AS (

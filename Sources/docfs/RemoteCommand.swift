@@ -49,11 +49,18 @@ struct RemoteCommand: ParsableCommand {
                 request.remote = RemoteLinkRequest(uri: uri, machine: machine, home: home)
                 let reply = try reportingErrors { () throws(DocfsError) in try ControlClient.send(request, to: layout) }
                 if reply.mergeNeedsUnmountedStore == true {
-                    // Merging renumbers the store's items: linked unmounted, mounted again.
-                    let summary = try reportingErrors { () throws(DocfsError) -> String in
-                        try UnmountedForAMoment(layout: layout).run { () throws(DocfsError) -> String in try linkHere(layout, home: home) }
+                    // Merging renumbers the store's items: linked (merged) unmounted, mounted
+                    // again at once; the daemon then brings it in step.
+                    let (summary, notBack) = try reportingErrors { () throws(DocfsError) -> (String, notBack: [String]) in
+                        try UnmountedForAMoment(layout: layout).run { () throws(DocfsError) -> String in
+                            try linkHere(layout, home: home, settling: false)
+                        }
                     }
-                    print("\(summary); mounted again, the daemon keeps it in step")
+                    guard notBack.isEmpty else {
+                        printError("docfs: \(summary), but \(notBack.joined(separator: ", ")) could not be mounted again: docfs mount it\n")
+                        throw ExitCode(ExitStatus.failed)
+                    }
+                    print("\(summary); mounted again, the daemon brings it in step (docfs remote status shows how far)")
                     return
                 }
                 guard reply.ok else {
@@ -63,19 +70,24 @@ struct RemoteCommand: ParsableCommand {
                 print("\(reply.message); the daemon syncs in the background (docfs remote status shows how far)")
                 return
             }
-            let summary = try reportingErrors { () throws(DocfsError) -> String in try linkHere(layout, home: home) }
+            let summary = try reportingErrors { () throws(DocfsError) -> String in try linkHere(layout, home: home, settling: true) }
             print("\(summary); mount the store (docfs mount) to keep it in step")
         }
 
         /// Links the store no daemon serves (merging it into the remote's items when it must)
-        /// and brings it in step, showing progress on a terminal; answers what it did.
-        private func linkHere(_ layout: StoreLayout, home: String) throws(DocfsError) -> String {
+        /// and, when `settling`, brings it in step, showing progress on a terminal; answers what
+        /// it did.
+        private func linkHere(_ layout: StoreLayout, home: String, settling: Bool) throws(DocfsError) -> String {
             let onTerminal = isatty(STDERR_FILENO) == 1
             return try RemoteLinking.servingHere(layout, purpose: "docfs remote link") { shared throws(DocfsError) -> String in
                 let (link, remote) = try RemoteLinking.link(shared, uri: uri, machine: machine, home: home, merging: true) { step in
                     if onTerminal { printError("\r\u{1B}[Kdocfs: \(step)…") }
                 }
                 defer { remote.close() }
+                guard settling else {
+                    if onTerminal { printError("\r\u{1B}[K") }
+                    return "linked to \(link.uri) as \(link.machine), merged"
+                }
                 let round = try RemoteLinking.syncUntilSettled(shared, link: link, remote: remote) { up, down in
                     if onTerminal { printError("\rdocfs: \(up) items sent, \(down) received…") }
                 }

@@ -145,9 +145,6 @@ import Testing
         #expect(try index.count() == n + 0)  // "/dir" itself was never put
     }
 
-    /// The background commit keeps up with a stream of stitches: it never waits while changes
-    /// wait (docfs once stopped committing when a stitch arrived during a commit, and every
-    /// change after that waited in the journal until the daemon ended).
     /// Reading under places of every scope (as removals do) never compiles the cached
     /// statement again: with a partial index on `scope = 'external'`, SQLite would weigh each
     /// value bound to `scope = ?` against it and recompile whenever it changed (GRDB's authorizer
@@ -163,6 +160,9 @@ import Testing
         #expect(try index.recompilationsReadingUnder(places) == 0)
     }
 
+    /// The background commit keeps up with a stream of stitches: it never waits while changes
+    /// wait (docfs once stopped committing when a stitch arrived during a commit, and every
+    /// change after that waited in the journal until the daemon ended).
     @Test func theBackgroundCommitKeepsUpWithAStream() throws {
         let directory = NSTemporaryDirectory() + "docfs-journal-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: directory) }

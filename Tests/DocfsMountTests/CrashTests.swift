@@ -142,7 +142,7 @@ import Glibc
         let original = [UInt8](repeating: UInt8(ascii: "."), count: 2 << 20)
         try Data(original).write(to: URL(fileURLWithPath: big))
         try write("", to: log)
-        let text = try Self.killDaemon(of: fixture, after: 1_200_000, whileRunning: Self.deltaSaver, on: [big, log])
+        let text = try Self.killDaemon(of: fixture, after: 2_000_000, whileRunning: Self.deltaSaver, on: [big, log])
         let acknowledged = text.split(separator: "\n").compactMap { Int($0) }
         #expect(acknowledged.count > 5, "the saver made too little progress: \(text.suffix(200))")
         try fixture.restartAfterCrash()

@@ -72,9 +72,9 @@ import Glibc
             lines += line
             logStates.append(lines)
         }
-        #expect(eventually { attribute(big, "user.docfs.version") == "13" && attribute(log, "user.docfs.version") == "13" })
+        #expect(eventually(seconds: 20) { attribute(big, "user.docfs.version") == "13" && attribute(log, "user.docfs.version") == "13" })
         for (path, states) in [(big, bigStates.map { Data($0) }), (log, logStates)] {
-            let kept = eventually { (try? versionsJSON(fixture, path).map(\.version)) == [13, 12, 11, 10] }
+            let kept = eventually(seconds: 20) { (try? versionsJSON(fixture, path).map(\.version)) == [13, 12, 11, 10] }
             #expect(kept, "\(path): \((try? versionsJSON(fixture, path).map(\.version)) ?? [])")
             for version in 10...12 {
                 #expect(try shown(fixture, path, version) == states[version - 1], "version \(version) of \(path)")

@@ -124,7 +124,10 @@ import Glibc
         let events = (try? String(contentsOfFile: watchOutput, encoding: .utf8)) ?? ""
         #expect(heard != nil && events.contains(#""origin":"remote""#) && events.contains(#""path":"plan.txt""#), "\(events)")
         // The same version number on both, and the same document by id on both.
-        #expect(Self.within(5) { attribute(b.path("plan.txt"), "user.docfs.version") == attribute(a.path("plan.txt"), "user.docfs.version") } != nil)
+        #expect(Self.within(5) {
+            let number = attribute(a.path("plan.txt"), "user.docfs.version")
+            return number != nil && attribute(b.path("plan.txt"), "user.docfs.version") == number
+        } != nil)
         let planID = try #require(a.id("plan.txt"))
         #expect(b.content(".docfs/by-id/\(planID)") == "save 4 on a\n")
         // A mode changed alone travels.
@@ -223,25 +226,26 @@ import Glibc
             }
         }
         saving.start()
-        var seen = Set<Character>(), mixed: [String] = [], lagging: [String] = []
-        let deadline = Date().addingTimeInterval(30)
-        while !seen.contains("t") && Date() < deadline {
+        var seen = Set<UInt8>(), mixed: [String] = [], lagging: [String] = []
+        let deadline = Date().addingTimeInterval(60)
+        while !seen.contains(UInt8(ascii: "t")) && Date() < deadline {
+            usleep(5_000)
             let shown = UInt64(attribute(b.path("page.txt"), "user.docfs.version") ?? "") ?? 0
-            guard let content = b.content("page.txt"), let first = content.first else { continue }
+            guard let content = FileManager.default.contents(atPath: b.path("page.txt")), let first = content.first else { continue }
             if content.count != size || content.contains(where: { $0 != first }) { mixed.append("\(content.count) bytes from \(first)") }
             if !seen.contains(first), let record = try indexedRecord(b.fixture, "/page.txt"), record.version < Int64(shown) {
                 lagging.append("\(first): file at \(shown), index at \(record.version)")
             }
             seen.insert(first)
         }
-        #expect(seen.contains("t"), "b saw \(seen.sorted())")
-        #expect(seen.count >= 5, "b saw only \(seen.sorted())")
+        #expect(seen.contains(UInt8(ascii: "t")), "b saw \(seen.sorted())")
+        #expect(seen.count >= 3, "b saw only \(seen.sorted())")
         #expect(mixed.isEmpty, "\(mixed.prefix(5))")
         #expect(lagging.isEmpty, "\(lagging.prefix(5))")
     }
 
     /// A mounted machine with documents of its own joins a remote that holds another's: the
-    /// store is unmounted for the merge (refused, nothing changed, while a file is open on it)
+    /// store is unmounted for the merge (refused, not linked, while a file is open on it)
     /// and mounted again with the options it had. The folder both have is one, the file both
     /// have the same is one, the one that differs is kept both ways; both machines show the
     /// same tree, and an edit on the joined machine reaches the first under the merged ids.
@@ -265,7 +269,7 @@ import Glibc
         #expect(held >= 0)
         let refused = try c.link(uri)
         close(held)
-        #expect(refused.status == 1 && refused.output.contains("is busy") && refused.output.contains("nothing changed"), "\(refused.output)")
+        #expect(refused.status == 1 && refused.output.contains("is busy") && refused.output.contains("was not linked"), "\(refused.output)")
         #expect(!FileManager.default.fileExists(atPath: c.fixture.store + "/remote.json"))
         #expect(MountFixture.isMounted(c.fixture.mountPoint) && c.content("report.txt") == "c's report\n")
         let linked = try c.link(uri)
@@ -334,7 +338,7 @@ import Glibc
         let arrived = Self.within(60) {
             b.content("doc.txt") == "doc at 39\n" && (0..<40).allSatisfy { b.content("stream-\($0).txt") == "stream \($0)\n" }
         }
-        #expect(arrived != nil, "b has \((0..<40).filter { b.content("stream-\($0).txt") != nil }.count) of 40, doc: \(b.content("doc.txt") ?? "")")
+        #expect(arrived != nil, "b has \((0..<40).filter { b.content("stream-\($0).txt") != nil }.count) of 40, doc: \(b.content("doc.txt") ?? ""); a: \((try? a.status()) ?? [:]); b: \((try? b.status()) ?? [:]); a's log: \(a.fixture.log.suffix(3000))")
         #expect(Self.within(10) { (try? a.status())?["lastError"] == nil && (try? a.status())?["waiting"] as? Int == 0 } != nil)
     }
 }
