@@ -24,14 +24,14 @@ public struct ContainerAdministration: Sendable {
     public func rename(_ id: ContainerID, to name: String) throws(DocfsError) -> KernelInvalidations {
         try view.containerFolders.catalog.registry.rename(id, to: name)
         let invalidations = try containersChanged()
-        DeliveryScope.$current.withValue(.containers) { view.deliver(.container(id, deleted: false)) }
+        DeliveryScope.within(.containers) { view.deliver(.container(id, deleted: false)) }
         return invalidations
     }
 
     /// Deletes container `id` (see `ContainerRegistry.delete`) and its index records.
     public func delete(_ id: ContainerID, force: Bool) throws(DocfsError) -> KernelInvalidations {
         try view.containerFolders.catalog.registry.delete(id, force: force)
-        DeliveryScope.$current.withValue(.containers) { view.deliver(.container(id, deleted: true)) }
+        DeliveryScope.within(.containers) { view.deliver(.container(id, deleted: true)) }
         return try containersChanged()
     }
 

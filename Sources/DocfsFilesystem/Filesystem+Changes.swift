@@ -30,6 +30,18 @@ enum DeliveryScope: Sendable {
     case containers
 
     @TaskLocal static var current: DeliveryScope?
+
+    /// Runs `body` in `scope`. Only a debug build keeps the scope (for `deliver`'s check): a
+    /// release build runs `body` as it is, nothing pushed on the write path.
+    static func within<T, E: Error>(_ scope: DeliveryScope, _ body: () throws(E) -> T) throws(E) -> T {
+        #if DEBUG
+        var outcome: Result<T, E>?
+        $current.withValue(scope) { outcome = Result { () throws(E) -> T in try body() } }
+        return try outcome!.get()
+        #else
+        return try body()
+        #endif
+    }
 }
 
 /// The write path's one shape (issue 20 §4): `changing` claims, runs the backing operation,
@@ -48,20 +60,16 @@ extension Filesystem {
             let places = touched()  // read at the end: an operation may learn of more
             shared.changed(by: audience == .everyView ? nil : self, names: places.names, files: places.files)
         }
-        var outcome: Result<T, DocfsError>?
-        DeliveryScope.$current.withValue(.changing) {
-            outcome = Result { () throws(DocfsError) -> T in
-                try coordinator.withClaims(claims) { () throws(DocfsError) -> T in
-                    let (result, changes) = try operation()
-                    for var change in changes {
-                        if change.caller == nil { change.caller = caller }
-                        deliver(change)
-                    }
-                    return result
+        return try DeliveryScope.within(.changing) { () throws(DocfsError) -> T in
+            try coordinator.withClaims(claims) { () throws(DocfsError) -> T in
+                let (result, changes) = try operation()
+                for var change in changes {
+                    if change.caller == nil { change.caller = caller }
+                    deliver(change)
                 }
+                return result
             }
         }
-        return try outcome!.get()
     }
 
     /// A writer's close or fsync stitched `node` (the stitcher follows open writers, S1): the
@@ -71,7 +79,7 @@ extension Filesystem {
         let node = written.node
         var change = ChangeRecord.file(.written, node)
         change.thumbnailOutlook = written.outlook
-        DeliveryScope.$current.withValue(.changing) { deliver(change) }
+        DeliveryScope.within(.changing) { deliver(change) }
         shared.changed(by: self, files: [node.key])
     }
 
@@ -88,7 +96,7 @@ extension Filesystem {
 
     /// Delivers `change`, which leaves nothing a kernel caches (see `DeliveryScope.nothingCached`).
     func deliverUncached(_ change: ChangeRecord) {
-        DeliveryScope.$current.withValue(.nothingCached) { deliver(change) }
+        DeliveryScope.within(.nothingCached) { deliver(change) }
     }
 
     /// Whether this view knows the folder `node` was last found in (presenters are told of the

@@ -18,7 +18,7 @@ extension Filesystem {
     }
 
     public func noticeStoreChanges(_ changes: [StoreWatcher.Change]) -> StoreChangeEffects {
-        DeliveryScope.$current.withValue(.storeWatcher) { noticeStoreChangesDelivering(changes) }
+        DeliveryScope.within(.storeWatcher) { noticeStoreChangesDelivering(changes) }
     }
 
     private func noticeStoreChangesDelivering(_ changes: [StoreWatcher.Change]) -> StoreChangeEffects {

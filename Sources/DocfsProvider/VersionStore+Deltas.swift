@@ -84,11 +84,7 @@ extension VersionStore {
         guard ftruncate(content, off_t(newest.size)) == 0 else { throw failure("cannot keep version \(newest.version) of item \(item)") }
         newest.prefix = nil
         newest.savedBytes = nil
-        do {
-            try StoreFiles.replace(recordPath(item, newest.version), with: Array(try JSONEncoder().encode(newest)), durable: false)
-        } catch {
-            throw recordFailure(newest.version, item, error)
-        }
+        try writeRecord(newest, of: item)
         unlink(savedPath(item, newest.version))
         account(copied)
         settleLater(item, version: newest.version)
@@ -116,11 +112,7 @@ extension VersionStore {
         }
         record.prefix = nil
         record.savedBytes = nil
-        do {
-            try StoreFiles.replace(recordPath(item, version), with: Array(try JSONEncoder().encode(record)), durable: false)
-        } catch {
-            throw recordFailure(version, item, error)
-        }
+        try writeRecord(record, of: item)
         unlink(savedPath(item, version))
         settleLater(item, version: version)
     }

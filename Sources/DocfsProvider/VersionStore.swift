@@ -222,11 +222,7 @@ public final class VersionStore: Sendable {
         kept.prefix = true
         _ = try makeItemDirectory(item)
         guard access(recordPath(item, record.version), F_OK) != 0 else { return }  // kept already
-        do {
-            try StoreFiles.replace(recordPath(item, record.version), with: Array(try JSONEncoder().encode(kept)), durable: false)
-        } catch {
-            throw recordFailure(record.version, item, error)
-        }
+        try writeRecord(kept, of: item)
     }
 
     /// The first version number above `number` that no kept version of `item` has: what a
@@ -263,11 +259,7 @@ public final class VersionStore: Sendable {
         record.detached = true
         // The new record first, the old one last: a crash between leaves a record without
         // content, which the next start removes (`removeLeftovers`), never content without one.
-        do {
-            try StoreFiles.replace(recordPath(item, new), with: Array(try JSONEncoder().encode(record)), durable: false)
-        } catch {
-            throw recordFailure(new, item, error)
-        }
+        try writeRecord(record, of: item)
         for (from, to) in [(contentPath(item, version), contentPath(item, new)), (chunksPath(item, version), chunksPath(item, new))] {
             _ = docfs_renameat2(AT_FDCWD, from, AT_FDCWD, to, DOCFS_RENAME_NOREPLACE)
         }
@@ -462,14 +454,22 @@ public final class VersionStore: Sendable {
             if collision { return false }
             throw error
         }
-        do {
-            let json = try JSONEncoder().encode(record)
-            try StoreFiles.replace(recordPath(item, record.version), with: Array(json), durable: false)
+        do throws(DocfsError) {
+            try writeRecord(record, of: item)
         } catch {
             if chunked { ChunkManifest.remove(target, store: chunks) } else { unlink(target) }
-            throw recordFailure(record.version, item, error)
+            throw error
         }
         return true
+    }
+
+    /// Writes `record` as the record of its version of `item`.
+    func writeRecord(_ record: VersionRecord, of item: ItemID) throws(DocfsError) {
+        do {
+            try StoreFiles.replace(recordPath(item, record.version), with: Array(try JSONEncoder().encode(record)), durable: false)
+        } catch {
+            throw recordFailure(record.version, item, error)
+        }
     }
 
     /// The error of a failed step of keeping a version, errno as it is now: a full disk (or
