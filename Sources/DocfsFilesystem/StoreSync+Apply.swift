@@ -119,12 +119,22 @@ extension StoreSync {
     }
 
     public func keepConflict(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws {
+        try keep(version, as: .conflict, fetch: fetch)
+    }
+
+    public func keepPrevious(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws {
+        try keep(version, as: .previous, fetch: fetch)
+    }
+
+    /// Keeps another machine's `version` of an item here as a kept version of `kind`, beside
+    /// the content here (which stays).
+    private func keep(_ version: RemoteVersion, as kind: VersionRecord.Kind, fetch: (ChunkDigest) throws -> [UInt8]) throws {
         guard version.kind == .file, let place = try place(of: version.item) else { return }
         let document = try Located(place: place, paths: shared.paths)
         defer { document.close() }
         let working = try WorkingFile(prefix: ".docfs-sync-", in: document.folder, replacing: document.name,
                                       mode: mode_t(version.mode), ownChanges: shared.ownChanges,
-                                      purpose: "keep conflict version \(version.number) of item \(version.item) in")
+                                      purpose: "keep \(kind == .conflict ? "conflict " : "")version \(version.number) of item \(version.item) in")
         defer {
             working.close()
             unlinkat(document.folder, working.name.cString, 0)
@@ -134,7 +144,7 @@ extension StoreSync {
         let versions = shared.store.versions
         try shared.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
             let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
-            guard fd >= 0 else { throw DocfsError.errno("opening item \(version.item) to mark its conflict") }
+            guard fd >= 0 else { throw DocfsError.errno("opening item \(version.item) to keep its version \(version.number)") }
             defer { close(fd) }
             // Under the remote's number: kept already when a version kept here with it has this
             // content (a round cut short); a save made here that never went up and holds it
@@ -153,9 +163,10 @@ extension StoreSync {
             // Nor the number of the content here, a save of this machine's not gone up yet: kept
             // under it later, that save would find the number taken and be lost.
             if number == ItemAttributes.version(ofDescriptor: fd) { number = versions.firstFreeNumber(of: item, above: number) }
-            let record = VersionRecord(version: number, kind: .conflict, modified: version.modified,
+            let record = VersionRecord(version: number, kind: kind, modified: version.modified,
                                        kept: WriteSessions.now(), size: version.size, author: nil)
             try shared.store.versions.keepFile(working.fd, item: item, record: record)
+            guard kind == .conflict else { return }
             try check(docfs_fd_setxattr(fd, Filesystem.conflictAttribute, "1", 1, 0))
             RemoteApplication.$machine.withValue(version.author.machine) {
                 // The document's content stays; presenters hear of the conflict, its record is made again.

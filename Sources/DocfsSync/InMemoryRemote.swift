@@ -133,6 +133,10 @@ public final class InMemoryRemote: Remote {
         state.withLock { $0.current[item] }
     }
 
+    public func version(of item: UInt64, number: UInt64) throws(RemoteError) -> RemoteVersion? {
+        state.withLock { state in state.log.last { $0.version.item == item && $0.version.number == number }?.version }
+    }
+
     public func head() throws(RemoteError) -> RemoteAnchor {
         state.withLock { RemoteAnchor(sequence: $0.sequence) }
     }

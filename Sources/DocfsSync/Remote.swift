@@ -40,6 +40,11 @@ public protocol Remote: Sendable {
     /// The item's current version (a tombstone when it was deleted); nil when it never was.
     func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion?
 
+    /// The item's version `number` (a conflict version or a tombstone too); nil when it never
+    /// was, or a prune removed it. What a deleted document held is fetched this way when the
+    /// document comes back (an edit won over its deletion), to be kept as a version.
+    func version(of item: UInt64, number: UInt64) throws(RemoteError) -> RemoteVersion?
+
     /// Registers machine `machine` and answers its item id space (ids `space << 41` up, issue
     /// 22 §3: one id per item on every machine): 0 for the first store to join a remote that
     /// holds no items (it keeps the ids it has given), else a space of its own; the same space

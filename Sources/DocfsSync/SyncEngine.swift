@@ -396,6 +396,7 @@ public final class SyncEngine: Sendable {
         applied.number = number
         if try apply(applied, expecting: ApplyExpectation(ours), keepingHereAsConflict: nil) == .applied {
             try settle(proposal, number: number, sequence: sequence, after: state)
+            try keepWhatWasDeleted(by: current, cameBackAs: applied)
         }
         round.merged += 1
     }
@@ -563,11 +564,27 @@ public final class SyncEngine: Sendable {
         case .applied:
             note("down \(version.item) v\(version.number): applied as \(version.deleted ? "a deletion" : "\(version.name) of \(version.size) bytes")")
             try settle(version, number: version.number, sequence: change.sequence, after: state)
+            if let state { try keepWhatWasDeleted(by: state.version, cameBackAs: version) }
             round.applied += 1
             progress((round.uploaded, round.applied))
         case .changedHere:
             note("down \(version.item) v\(version.number): changed here, not applied")
             break  // the outbox sends the change up from the old base; the remote decides
+        }
+    }
+
+    /// `version` brought back an item `tombstone` deleted (an edit won over the deletion): the
+    /// content the deletion removed (the version it was based on, which another machine's edit
+    /// raced) is kept here as a previous version, as on every machine, unless it is the content
+    /// that came back. Nothing committed is then lost to a deletion that lost.
+    private func keepWhatWasDeleted(by tombstone: RemoteVersion, cameBackAs version: RemoteVersion) throws(SyncError) {
+        guard tombstone.deleted, !version.deleted, version.kind == .file, tombstone.base > 0 else { return }
+        let item = version.item, number = tombstone.base
+        guard let deleted = try SyncError.remote({ () throws(RemoteError) in try remote.version(of: item, number: number) }),
+              deleted.kind == .file, !deleted.deleted, !deleted.conflict, deleted.manifest != version.manifest else { return }
+        note("down \(item) v\(version.number): came back over a deletion; what it deleted (v\(number)) kept as a previous version")
+        try SyncError.local("keep version \(number) of item \(item)") {
+            try store.keepPrevious(deleted) { digest in try self.fetch(digest) }
         }
     }
 

@@ -248,6 +248,11 @@ public protocol SyncedStore: Sendable {
     /// Keeps `version` (another machine's content that lost a race) as a conflict version of
     /// its item, beside the current content.
     func keepConflict(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws
+
+    /// Keeps `version` (content the item held before it was deleted, and came back with an
+    /// edit that won over the deletion) as a previous version of its item, under its number
+    /// unless a version kept here holds that number already.
+    func keepPrevious(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws
 }
 
 /// What `user.docfs.status` and `docfs status` say of an item of a linked store (DESIGN §6,

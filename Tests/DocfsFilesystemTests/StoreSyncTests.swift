@@ -636,6 +636,38 @@ import Glibc
         #expect(keptOnB.values.contains("b's first") && keptOnB[current.number] == nil, "\(keptOnB)")
     }
 
+    /// Three stores: a edits, c takes a's edit and deletes the document, then b's edit from
+    /// before both goes up: the edit wins over the deletion and the document comes back with
+    /// it, and a's edit, which the deletion removed, is a kept version on every store (c, which
+    /// deleted it, and b, which never had it, too).
+    @Test func anEditComingBackOverADeletionKeepsWhatTheDeletionRemovedOnEveryStore() throws {
+        let remote = InMemoryRemote()
+        let machines = try ["a", "b", "c"].enumerated().map { index, name in
+            try Machine(name, remote: remote, firstID: 1_000 + UInt64(index) * 1_000_000_000, settings: Self.everyVersion)
+        }
+        defer { for machine in machines { machine.cleanUp() } }
+        let (a, b, c) = (machines[0], machines[1], machines[2])
+        try a.save("doc.txt", "first")
+        for machine in machines { try machine.engine.syncOnce() }
+        let item = try #require(c.id("doc.txt"))
+        try b.save("doc.txt", "b's edit, made offline")
+        try a.save("doc.txt", "a's edit")
+        try a.engine.syncOnce()
+        try c.engine.syncOnce()
+        #expect(c.content("doc.txt") == "a's edit")
+        try c.filesystem.unlink(parent: 1, name: "doc.txt")
+        try c.engine.syncOnce()
+        try b.engine.syncOnce()
+        for _ in 0..<2 { for machine in machines { try machine.engine.syncOnce() } }
+        let current = try #require(try remote.currentVersion(of: item))
+        for machine in machines {
+            let name = machine.sync.author.machine
+            #expect(machine.content("doc.txt") == "b's edit, made offline" && machine.versionNumber("doc.txt") == current.number, "\(name)")
+            let kept = try machine.keptContents(of: item, at: "doc.txt")
+            #expect(kept.values.contains("a's edit"), "\(name): \(kept)")
+        }
+    }
+
     /// Another machine's conflict version arrives under a number a save made here holds that
     /// never went up (kept as a previous version, or the content here): the save moves past
     /// it, and the conflict version has the number it has everywhere.

@@ -27,6 +27,12 @@ final class MemoryStore: SyncedStore, Sendable {
         var numbers: [UInt64: UInt64] = [:]
         var parked: [UInt64: (change: RemoteChange, problem: String)] = [:]
         var kept: [UInt64: [UInt64: String]] = [:]
+        /// The content of every version kept here (previous and conflict), per item.
+        var keptTexts: [UInt64: Set<String>] = [:]
+
+        func text(of item: UInt64) -> String? {
+            items[item].map { local in String(decoding: local.manifest.flatMap { chunks[$0] ?? [] }, as: UTF8.self) }
+        }
 
         /// The first number above `number` no kept version of `item` has.
         func free(_ item: UInt64, above number: UInt64) -> UInt64 {
@@ -36,9 +42,10 @@ final class MemoryStore: SyncedStore, Sendable {
         }
 
         /// A save here: the content it replaces is kept as a previous version.
-        mutating func saved(_ item: UInt64) {
+        mutating func saved(_ item: UInt64, replacing old: String?) {
             let current = numbers[item] ?? 0
             if current > 0 { kept[item, default: [:]][current] = "previous" }
+            if let old { keptTexts[item, default: []].insert(old) }
             numbers[item] = free(item, above: current)
         }
         var clock: Double = 1_700_000_000
@@ -85,12 +92,13 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func write(_ item: UInt64, _ text: String) {
         state.withLock { state in
+            let old = state.text(of: item)
             let (manifest, size) = Self.store(text, in: &state)
             let now = state.tick()
             state.items[item]?.manifest = manifest
             state.items[item]?.size = size
             state.items[item]?.modified = now
-            state.saved(item)
+            state.saved(item, replacing: old)
             state.enqueue(item)
         }
     }
@@ -126,11 +134,10 @@ final class MemoryStore: SyncedStore, Sendable {
 
     // MARK: What a test looks at
 
-    func text(of item: UInt64) -> String? {
-        state.withLock { state in
-            state.items[item].map { local in String(decoding: local.manifest.flatMap { state.chunks[$0] ?? [] }, as: UTF8.self) }
-        }
-    }
+    func text(of item: UInt64) -> String? { state.withLock { $0.text(of: item) } }
+
+    /// The content of the item's kept versions (previous and conflict ones).
+    func keptTexts(of item: UInt64) -> Set<String> { state.withLock { $0.keptTexts[item] ?? [] } }
 
     func item(_ item: UInt64) -> LocalItem? { state.withLock { $0.items[item] } }
 
@@ -297,6 +304,9 @@ final class MemoryStore: SyncedStore, Sendable {
             // Numbered as the real store numbers (StoreSync+Apply).
             let old = state.numbers[version.item] ?? 0
             if let here = state.items[version.item], here.kind == .file {
+                if conflict != nil || version.kind == .file && version.chunks != here.manifest, let text = state.text(of: version.item) {
+                    state.keptTexts[version.item, default: []].insert(text)
+                }
                 if let conflict {
                     state.conflicts[version.item, default: []].append(
                         String(decoding: here.manifest.flatMap { state.chunks[$0] ?? [] }, as: UTF8.self))
@@ -348,11 +358,21 @@ final class MemoryStore: SyncedStore, Sendable {
     }
 
     func keepConflict(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws {
+        try keep(version, as: "conflict", fetch: fetch)
+    }
+
+    func keepPrevious(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws {
+        try keep(version, as: "previous", fetch: fetch)
+    }
+
+    private func keep(_ version: RemoteVersion, as kind: String, fetch: (ChunkDigest) throws -> [UInt8]) throws {
         let bytes = try (version.chunks ?? []).flatMap { try fetch($0) }
         state.withLock { state in
-            state.conflicts[version.item, default: []].append(String(decoding: bytes, as: UTF8.self))
+            let text = String(decoding: bytes, as: UTF8.self)
+            state.keptTexts[version.item, default: []].insert(text)
+            if kind == "conflict" { state.conflicts[version.item, default: []].append(text) }
             let number = state.kept[version.item]?[version.number] != nil ? state.free(version.item, above: version.number) : version.number
-            state.kept[version.item, default: [:]][number] = "conflict"
+            state.kept[version.item, default: [:]][number] = kind
         }
     }
 }

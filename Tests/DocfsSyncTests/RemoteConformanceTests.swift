@@ -157,6 +157,10 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         _ = try remote.commit(tombstone, operation: "g2")
         let head = try remote.head()
         #expect(head.sequence == 4)
+        // Any version the log holds, by number: an earlier one, a tombstone; none past the last.
+        #expect(try remote.version(of: 500, number: 1)?.size == 2 && remote.version(of: 500, number: 1)?.deleted == false)
+        #expect(try remote.version(of: 501, number: 2)?.deleted == true)
+        #expect(try remote.version(of: 500, number: 3) == nil && remote.version(of: 77, number: 1) == nil)
         #expect(try remote.listing(after: 0, limit: 10).map(\.version.item) == [500, 501])
         #expect(try remote.prune(olderThan: 3600) == 0)
         #expect(try remote.prune(olderThan: 0) == 3)
@@ -165,6 +169,7 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(listed.map(\.version.item) == [500] && listed.first?.version.number == 2 && listed.first?.sequence == 2)
         #expect(try remote.changes(after: head, limit: 10).changes.isEmpty)
         #expect(try remote.currentVersion(of: 501) == nil)
+        #expect(try remote.version(of: 500, number: 1) == nil && remote.version(of: 500, number: 2)?.number == 2)
         #expect(try remote.fetchChunk(Array("v2".utf8).withUnsafeBytes { ChunkDigest(of: $0) }) == Array("v2".utf8))
         // The pruned chunks go at the sweep; the current one stays.
         #expect(try remote.sweepChunks(unusedFor: 0).chunks == 2)

@@ -51,6 +51,10 @@ final class FlakyRemote: Remote {
         try check()
         return try base.currentVersion(of: item)
     }
+    func version(of item: UInt64, number: UInt64) throws(RemoteError) -> RemoteVersion? {
+        try check()
+        return try base.version(of: item, number: number)
+    }
     func head() throws(RemoteError) -> RemoteAnchor {
         try check()
         return try base.head()
@@ -378,6 +382,33 @@ final class FlakyRemote: Remote {
         #expect(machines[0].tree() == machines[2].tree() && machines[1].tree() == machines[2].tree())
     }
 
+    /// An edit made from an old base comes back over a deletion of a later edit (a edits, c sees
+    /// it and deletes, b's edit from before both commits last): b's edit is current, and a's,
+    /// which the deletion removed, is kept as a previous version on every machine.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func anEditComingBackOverADeletionKeepsWhatTheDeletionRemovedEverywhere(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let doc = machines[0].create("doc.txt", text: "first")
+        try machines.settle()
+        machines[1].write(doc, "b's edit, made offline")
+        machines[0].write(doc, "a's edit")
+        try machines.sync(0)
+        try machines.sync(2)
+        #expect(machines[2].text(of: doc) == "a's edit")
+        machines[2].delete(doc)
+        try machines.sync(2)
+        try machines.sync(1)
+        try machines.settle()
+        for store in machines.stores {
+            #expect(store.text(of: doc) == "b's edit, made offline", "\(store.author.machine)")
+            #expect(store.keptTexts(of: doc).contains("a's edit"), "\(store.author.machine): \(store.keptTexts(of: doc))")
+        }
+        // Under the number the remote gave it, everywhere.
+        let log = try machines.remote.changes(after: .start, limit: 100).changes.map(\.version).filter { $0.item == doc }
+        let aEdit = try #require(log.first { $0.author.machine == "a" && $0.number > 1 })
+        for store in machines.stores { #expect(store.versionList(of: doc)[aEdit.number] == "previous", "\(store.author.machine)") }
+    }
+
     /// Two machines create one name apart: both items are kept; the one committed later is
     /// renamed `name (2).ext` on every machine.
     @Test(arguments: RemoteUnderTest.allCases)
@@ -515,6 +546,14 @@ final class FlakyRemote: Remote {
             for store in machines.stores {
                 #expect(current.deleted ? store.item(item) == nil : try store.text(of: item) == text(current))
             }
+        }
+        // Every content committed of an item that exists is its current content or a kept
+        // version on some machine (a deletion that lost to an edit lost nothing either).
+        for version in log where !version.conflict && !version.deleted && version.kind == .file {
+            guard let current = try machines.remote.currentVersion(of: version.item), !current.deleted else { continue }
+            let payload = try text(version)
+            #expect(machines.stores.contains { $0.text(of: version.item) == payload || $0.keptTexts(of: version.item).contains(payload) },
+                    "seed \(seed): v\(version.number) of \(version.item) \(payload.debugDescription) is nowhere")
         }
         for conflict in log where conflict.conflict && !conflict.deleted {
             for store in machines.stores where store.author != conflict.author {
