@@ -16,7 +16,7 @@ extension Filesystem {
 
     /// `change`, marked as another machine's when the sync engine is applying it.
     func fromItsMachine(_ change: PresentedChange) -> PresentedChange {
-        guard let machine = RemoteApplication.machine else { return change }
+        guard let machine = RemoteApplication.otherMachine else { return change }
         var marked = change
         marked.origin = "remote"
         marked.machine = machine

@@ -361,7 +361,7 @@ final class IndexStitcher: Sendable {
         do throws(DocfsError) {
             try namespace.withLock { _ throws(DocfsError) in
                 let current = epoch.add(1, ordering: .sequentiallyConsistent).oldValue
-                try index.stitch(withOutbox(current == seen ? found : changes()))
+                try index.stitch(withOutbox(current == seen ? found : changes()).markedWithTheirMachine())
             }
         } catch {
             report(error)
@@ -407,7 +407,8 @@ final class IndexStitcher: Sendable {
             let found = changes()
             do throws(DocfsError) {
                 try namespace.withLock { _ throws(DocfsError) in
-                    try index.stitch(withOutbox(epoch.load(ordering: .sequentiallyConsistent) == seen ? found : changes()))
+                    try index.stitch(withOutbox(epoch.load(ordering: .sequentiallyConsistent) == seen ? found : changes())
+                        .markedWithTheirMachine())
                 }
             } catch {
                 report(error)
@@ -540,5 +541,17 @@ final class IndexStitcher: Sendable {
     /// Where the index keeps the record of a reference at `place` (the external scope).
     private func externalLocation(_ place: StorePlace) -> IndexLocation {
         builder(place).location(place.path, isReference: true)
+    }
+}
+
+extension [IndexChange] {
+    /// The records of a change the sync engine applies say which machine it came from.
+    fileprivate func markedWithTheirMachine() -> [IndexChange] {
+        guard let machine = RemoteApplication.otherMachine else { return self }
+        return map { change in
+            guard case .put(var record) = change else { return change }
+            record.remoteMachine = machine
+            return .put(record)
+        }
     }
 }

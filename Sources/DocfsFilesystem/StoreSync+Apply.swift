@@ -244,7 +244,7 @@ extension StoreSync {
                 throw DocfsError.errno("clearing \(Filesystem.conflictAttribute)")
             }
             shared.ownChanges.changedFile(at: fd)
-            RemoteApplication.$machine.withValue(author.machine) {
+            RemoteApplication.$machine.withValue(RemoteApplication.ownBookkeeping) {
                 view.deliverUncached(.name(.attributes, document.name, inFolder: document.folder, item: id))
             }
         }

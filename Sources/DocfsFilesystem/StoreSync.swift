@@ -286,7 +286,7 @@ public final class StoreSync: SyncedStore {
             guard ItemAttributes.id(ofDescriptor: fd) == id, ItemAttributes.version(ofDescriptor: fd) < number else { return }
             try ItemAttributes.setVersion(number, onDescriptor: fd)
             shared.ownChanges.changedFile(at: fd)
-            RemoteApplication.$machine.withValue(author.machine) {
+            RemoteApplication.$machine.withValue(RemoteApplication.ownBookkeeping) {
                 var change = ChangeRecord.name(.attributes, document.name, inFolder: document.folder, item: id)
                 change.version = number
                 view.deliverUncached(change)  // a version number: no kernel caches it

@@ -9,9 +9,15 @@ enum IndexChangeCoding {
         w.u32(UInt32(changes.count))
         for change in changes {
             switch change {
-            case .put(let record):
+            case .put(let record) where record.remoteMachine.isEmpty:
                 w.u8(1)
                 w.record(record)
+            case .put(let record):
+                // A record of another machine's change: with that machine's name (a tag of its
+                // own, so frames written before it existed read as they were).
+                w.u8(8)
+                w.record(record)
+                w.text(record.remoteMachine)
             case .touch(let location, let modified, let statusChanged):
                 w.u8(2)
                 w.location(location)
@@ -59,6 +65,10 @@ enum IndexChangeCoding {
             case 5: changes.append(.move(from: try r.location(), to: try r.location()))
             case 6: changes.append(.exchange(try r.location(), try r.location()))
             case 7: changes.append(.outbox(item: try r.i64()))
+            case 8:
+                var record = try r.record()
+                record.remoteMachine = try r.text()
+                changes.append(.put(record))
             default: throw Malformed()
             }
         }

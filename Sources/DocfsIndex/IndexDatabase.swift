@@ -520,7 +520,7 @@ public final class IndexDatabase: Sendable {
     static let columns = ["entry", "id", "name", "path", "container", "containerName", "scope", "kind", "size", "created",
                                   "modified", "contentType", "uti", "version", "tags", "comment", "hasThumbnail",
                                   "isExternal", "originalPath", "localPath", "conflict", "downloadState", "uploadState",
-                                  "sequence", "backingInode", "statusChanged"]
+                                  "sequence", "backingInode", "statusChanged", "remoteMachine"]
 
     /// Inserts a record, or updates the entry at its place (keeping the entry number).
     private static let upsertSQL = """
@@ -541,7 +541,7 @@ public final class IndexDatabase: Sendable {
         [entry, r.id, r.name, r.path, r.container, r.containerName, r.scope, r.kind, r.size, r.created, r.modified,
          r.contentType, r.uti, r.version, encodeTags(r.tags), r.comment, r.hasThumbnail, r.isExternal,
          r.originalPath, r.localPath, r.conflict, r.downloadState, r.uploadState, sequence,
-         Int64(bitPattern: r.backingInode), r.statusChanged]
+         Int64(bitPattern: r.backingInode), r.statusChanged, r.remoteMachine]
     }
 
     /// The columns a read of records selects (not `*`: a row's values are read by position,
@@ -559,6 +559,7 @@ public final class IndexDatabase: Sendable {
         record.entry = row[0]
         record.backingInode = UInt64(bitPattern: row[24])
         record.statusChanged = row[25]
+        record.remoteMachine = row[26]
         return record
     }
 

@@ -55,6 +55,11 @@ public struct IndexRecord: Sendable, Equatable {
     /// date (any change to an item moves its ctime).
     public var backingInode: UInt64 = 0
     public var statusChanged: Double = 0
+    /// The machine whose change the record last took, when the sync engine applied it from
+    /// another machine (issue 22 §3: `query --watch` says where a change came from); empty for
+    /// a change made here. Not an attribute of the item: equality and a rebuild's walk leave it
+    /// out.
+    public var remoteMachine = ""
 
     public init(id: Int64, name: String, path: String, container: String, containerName: String, scope: String,
                 kind: String, size: Int64, created: Double, modified: Double, contentType: String, uti: String = "",

@@ -21,6 +21,9 @@ import GRDB
 ///     syncLinks the id a symbolic link has on every machine, by the id derived from its inode
 ///               here
 ///
+/// An item's row also says which machine its last change came from (`remoteMachine`, empty
+/// for this one).
+///
 /// A step that only adds (an index on a column) keeps the rows: an index that has not run it is
 /// migrated in place when opened for writing, without a rebuild.
 enum IndexSchema {
@@ -28,7 +31,7 @@ enum IndexSchema {
     /// an older docfs and needs a rebuild.
     static let newestRebuilding = "v2-entries"
     /// The newest migration of all.
-    static let newest = "v6-reference-inodes"
+    static let newest = "v7-remote-machine"
 
     static func migrator() -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -124,8 +127,12 @@ enum IndexSchema {
         }
         // References travel (issue 22 §2) under an id of their own, derived here from their own
         // file's inode, as symbolic links do: their records found by it.
-        migrator.registerMigration(newest) { db in
+        migrator.registerMigration("v6-reference-inodes") { db in
             try db.execute(sql: "CREATE INDEX items_reference_inode ON items (backingInode) WHERE scope = 'external'")
+        }
+        // Which machine a record's last change came from (issue 22 §3), for `query --watch`.
+        migrator.registerMigration(newest) { db in
+            try db.execute(sql: "ALTER TABLE items ADD COLUMN remoteMachine TEXT NOT NULL DEFAULT ''")
         }
         return migrator
     }

@@ -36,12 +36,20 @@ struct QueryWatch {
         }
     }
 
+    /// A result, or a change to the results: an addition or change said with where it came
+    /// from (`remote` and the machine's name when the sync engine applied another machine's
+    /// change, else `local`); a removal with the record as it was last reported (the index
+    /// keeps no more of a removal than when it was).
     private func emit(_ event: String, _ record: IndexRecord) {
+        let fromElsewhere = event != "result" && event != "removed" && !record.remoteMachine.isEmpty
         if json {
-            print(jsonLine(WatchEventJSON(event: event, record: RecordJSON(record))))
+            print(jsonLine(WatchEventJSON(event: event, record: RecordJSON(record),
+                                          origin: event == "result" || event == "removed" ? nil : fromElsewhere ? "remote" : "local",
+                                          machine: fromElsewhere ? record.remoteMachine : nil)))
         } else {
             let record = QueryCommand.withOriginal(record, index: index, view: view)
-            PlainOutput.line((event == "result" ? "" : event + " ") + QueryCommand.describe(record, mountPoint: mountPoint, view: view))
+            PlainOutput.line((event == "result" ? "" : event + " ") + QueryCommand.describe(record, mountPoint: mountPoint, view: view)
+                             + (fromElsewhere ? " (from \(PlainOutput.name(record.remoteMachine)))" : ""))
         }
     }
 }
@@ -50,4 +58,8 @@ struct QueryWatch {
 struct WatchEventJSON: Encodable {
     let event: String
     let record: RecordJSON
+    /// For a change: `remote` (another machine's, applied here) or `local`.
+    let origin: String?
+    /// For a remote change: the machine it came from.
+    let machine: String?
 }

@@ -47,7 +47,8 @@ import Testing
     }
 
     /// Issue 20 §3: the date indexes come by a migration that keeps the rows (no rebuild), and a
-    /// date range reads them; so do issue 22's outbox and sync states.
+    /// date range reads them; so do issue 22's outbox, sync states and the machine a record's
+    /// last change came from.
     @Test func anIndexWithoutTheDateIndexesGetsThemAndKeepsItsRows() throws {
         let directory = NSTemporaryDirectory() + "docfs-condition-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -69,7 +70,8 @@ import Testing
             try db.execute(sql: "DROP TABLE syncParked")
             try db.execute(sql: "DROP TABLE syncLinks")
             try db.execute(sql: "DROP INDEX items_reference_inode")
-            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier IN ('v3-dates', 'v4-sync', 'v5-sync-parked', ?)",
+            try db.execute(sql: "ALTER TABLE items DROP COLUMN remoteMachine")
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier IN ('v3-dates', 'v4-sync', 'v5-sync-parked', 'v6-reference-inodes', ?)",
                            arguments: [IndexSchema.newest])
         }
         try queue.close()
@@ -77,6 +79,12 @@ import Testing
         let (index, condition) = try IndexDatabase.open(path: path)
         #expect(condition == .ready)
         #expect(try index.count() == 300)
+        // Which machine made a record's last change: none yet, and a put says so from now on.
+        #expect(try index.allRecords().allSatisfy { $0.remoteMachine.isEmpty })
+        var fromB = IndexQueryTests.record(1, "file1", modified: 1_773_000_000 + day)
+        fromB.remoteMachine = "b"
+        try index.apply([.put(fromB)])
+        #expect(try index.records(id: 1).map(\.remoteMachine) == ["b"])
         // The sync tables of issue 22 came by their migration too.
         #expect(try index.outboxCount() == 0 && index.syncAnchor() == 0 && index.parkedSyncChanges(limit: 10).isEmpty)
         let plan = try DatabaseQueue(path: path).read { db in

@@ -26,6 +26,8 @@ import Testing
                                                 modified: 1_773_000_000 + Double(rng.next(below: 10)),
                                                 tags: rng.next(below: 3) == 0 ? ["work"] : [])
             record.path = at.path
+            // Now and then another machine's change (its name travels in the frame).
+            if rng.next(below: 3) == 0 { record.remoteMachine = "machine-\(rng.next(below: 2))" }
             return [.put(record)]
         case 2:
             return [.touch(place(), modified: 1_773_100_000 + Double(rng.next(below: 100)), statusChanged: 1_773_100_000 + Double(rng.next(below: 100)))]
@@ -47,7 +49,9 @@ import Testing
     /// What a reader sees: every record with its entry, what changed since a sequence, a
     /// query with sort and limit, and single places.
     static func view(_ index: IndexDatabase, since: Int64) throws -> [String] {
-        var lines = try index.allRecords().map { "\($0.entry) \($0.path) \($0.id) \($0.size) \($0.modified) \($0.statusChanged) \($0.tags)" }
+        var lines = try index.allRecords().map {
+            "\($0.entry) \($0.path) \($0.id) \($0.size) \($0.modified) \($0.statusChanged) \($0.tags) \($0.remoteMachine)"
+        }
         lines.append("count \(try index.count()) latest \(try index.latestSequence())")
         let changes = try index.changes(after: since)
         lines.append("written \(changes.written.map(\.entry)) removed \(changes.removed) sequence \(changes.sequence)")

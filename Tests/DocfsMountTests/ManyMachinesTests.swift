@@ -111,6 +111,16 @@ import Glibc
         watch.standardOutput = FileHandle(forWritingAtPath: watchOutput)
         try watch.run()
         defer { kill(watch.processIdentifier, SIGTERM) }
+        // And a live query, which reads the index: its record says which machine changed it.
+        let queryOutput = b.fixture.root + "/query-watch.jsonl"
+        let liveQuery = Process()
+        liveQuery.executableURL = URL(fileURLWithPath: MountFixture.binary)
+        liveQuery.arguments = ["query", "name ENDSWITH \".txt\"", "--watch", "--json", "--store", b.fixture.store]
+        _ = FileManager.default.createFile(atPath: queryOutput, contents: nil)
+        liveQuery.standardOutput = FileHandle(forWritingAtPath: queryOutput)
+        try liveQuery.run()
+        defer { kill(liveQuery.processIdentifier, SIGTERM) }
+        #expect(Self.within(5) { ((try? String(contentsOfFile: queryOutput, encoding: .utf8)) ?? "").contains(#""event":"gathered""#) } != nil)
         usleep(300_000)
         // Saves both ways, each seen within a second.
         for round in 0..<5 {
@@ -123,6 +133,13 @@ import Glibc
         }
         let events = (try? String(contentsOfFile: watchOutput, encoding: .utf8)) ?? ""
         #expect(heard != nil && events.contains(#""origin":"remote""#) && events.contains(#""path":"plan.txt""#), "\(events)")
+        let queryHeard = Self.within(5) {
+            ((try? String(contentsOfFile: queryOutput, encoding: .utf8)) ?? "").split(separator: "\n").contains { line in
+                line.contains(#""event":"changed""#) && line.contains(#""origin":"remote""#) && line.contains(#""machine":"a""#)
+                    && line.contains(#""name":"plan.txt""#)
+            }
+        }
+        #expect(queryHeard != nil, "\((try? String(contentsOfFile: queryOutput, encoding: .utf8)) ?? "")")
         // The same version number on both, and the same document by id on both.
         #expect(Self.within(5) {
             let number = attribute(a.path("plan.txt"), "user.docfs.version")
@@ -138,6 +155,12 @@ import Glibc
         } != nil)
         try "made on b\n".write(toFile: b.path("from-b.txt"), atomically: false, encoding: .utf8)
         #expect(Self.within(5) { a.content("from-b.txt") == "made on b\n" } != nil)
+        // b's own change, to b's live query: local, no machine.
+        #expect(Self.within(5) {
+            ((try? String(contentsOfFile: queryOutput, encoding: .utf8)) ?? "").split(separator: "\n").contains { line in
+                line.contains(#""name":"from-b.txt""#) && line.contains(#""origin":"local""#) && !line.contains(#""machine""#)
+            }
+        } != nil, "\((try? String(contentsOfFile: queryOutput, encoding: .utf8)) ?? "")")
         #expect(a.id("from-b.txt") == b.id("from-b.txt"))
         // b's ids come from b's own space: no item of a's has them.
         #expect((UInt64(b.id("from-b.txt") ?? "0") ?? 0) >= 1 << 41)
