@@ -16,13 +16,23 @@ public struct ContainerAdministration: Sendable {
     /// it is public.
     public func create(_ id: ContainerID, name: String, isPublic: Bool) throws(DocfsError) -> (ContainerRecord, KernelInvalidations) {
         let record = try view.containerFolders.catalog.registry.create(id, name: name, isPublic: isPublic)
-        return (record, try containersChanged())
+        let invalidations = try containersChanged()
+        DeliveryScope.within(.containers) { view.deliver(.container(id, deleted: false)) }
+        return (record, invalidations)
     }
 
     /// Gives container `id` another display name: its folder in the root takes it, and so do
     /// its index records.
     public func rename(_ id: ContainerID, to name: String) throws(DocfsError) -> KernelInvalidations {
         try view.containerFolders.catalog.registry.rename(id, to: name)
+        let invalidations = try containersChanged()
+        DeliveryScope.within(.containers) { view.deliver(.container(id, deleted: false)) }
+        return invalidations
+    }
+
+    /// Shows container `id` in the root, or stops showing it.
+    public func setPublic(_ id: ContainerID, _ isPublic: Bool) throws(DocfsError) -> KernelInvalidations {
+        try view.containerFolders.catalog.registry.setPublic(id, isPublic)
         let invalidations = try containersChanged()
         DeliveryScope.within(.containers) { view.deliver(.container(id, deleted: false)) }
         return invalidations

@@ -355,13 +355,13 @@ final class IndexStitcher: Sendable {
     /// A change of names: looked at outside `namespace` (a look may build records, reading
     /// files), appended under it, and looked at again there if another change of names was
     /// appended meanwhile, so that every look is as new as the changes of names before it.
-    private func stitch(_ changes: () -> [IndexChange]) {
+    private func stitch(outbox: OutboxChoice = .byRecords, _ changes: () -> [IndexChange]) {
         let seen = epoch.load(ordering: .sequentiallyConsistent)
         let found = changes()
         do throws(DocfsError) {
             try namespace.withLock { _ throws(DocfsError) in
                 let current = epoch.add(1, ordering: .sequentiallyConsistent).oldValue
-                try index.stitch(withOutbox(current == seen ? found : changes()).markedWithTheirMachine())
+                try index.stitch(withOutbox(current == seen ? found : changes(), outbox).markedWithTheirMachine())
             }
         } catch {
             report(error)
@@ -376,17 +376,27 @@ final class IndexStitcher: Sendable {
     /// symbolic links (the sync engine gives them one). A reference's record carries its
     /// original's id: the reference goes as itself, under the id derived from its own file (as
     /// a link's), its original only by its own changes.
-    private func withOutbox(_ changes: [IndexChange]) -> [IndexChange] {
+    private func withOutbox(_ changes: [IndexChange], _ choice: OutboxChoice = .byRecords) -> [IndexChange] {
         guard fillsOutbox.load(ordering: .relaxed), !RemoteApplication.isApplying else { return changes }
         var items: [Int64] = []
+        var noted = Set<Int64>()
+        var looked = changes
+        var container: ContainerID?
+        switch choice {
+        case .none: return changes
+        case .byRecords: break
+        case .also(let records, let id):
+            looked = records.map { .put($0) }
+            container = id
+        }
         func note(_ record: IndexRecord?) {
             guard let record, record.id > 0 else { return }
             let item = record.isExternal ? Int64(bitPattern: ItemID.derived(fromBackingInode: record.backingInode).rawValue) : record.id
-            guard !items.contains(item),
-                  record.isExternal || !ItemID(rawValue: UInt64(bitPattern: record.id)).isDerived || record.kind == "symlink" else { return }
+            guard record.isExternal || !ItemID(rawValue: UInt64(bitPattern: record.id)).isDerived || record.kind == "symlink",
+                  noted.insert(item).inserted else { return }
             items.append(item)
         }
-        for change in changes {
+        for change in looked {
             switch change {
             case .put(let record): note(record)
             case .remove(let location), .move(from: let location, to: _): note(try? index.record(at: location))
@@ -396,7 +406,20 @@ final class IndexStitcher: Sendable {
             case .touch, .removeEntries, .outbox: break
             }
         }
+        // A container's item after what it holds: a deletion of what it held goes up first.
+        if let container { items.append(Int64(bitPattern: StoreSync.containerItem(container))) }
         return changes + items.map { .outbox(item: $0) }
+    }
+
+    /// Which items a stitch puts in the outbox (on a linked store).
+    enum OutboxChoice {
+        /// Those its changes reach (the usual).
+        case byRecords
+        /// None.
+        case none
+        /// A container's item and those of `records` (a container's change, whose records'
+        /// changes are no change of their items).
+        case also([IndexRecord], containerItem: ContainerID)
     }
 
     /// A file's new content or attributes: looked at under the file's lock, appended under
@@ -504,20 +527,33 @@ final class IndexStitcher: Sendable {
         return changes
     }
 
-    /// Container `id` was deleted: its records go.
+    /// Container `id` was deleted: its records go. On a linked store the container's item and
+    /// every item it held go up as deleted (a deletion with `--force` deletes them everywhere).
     func removeContainer(_ id: ContainerID) {
-        stitch { Scope.allCases.map { .remove(IndexLocation(container: id.rawValue, scope: $0.rawValue, path: "")) } }
+        let held: [IndexRecord]
+        if fillsOutbox.load(ordering: .relaxed), !RemoteApplication.isApplying {
+            let inContainer = QueryPredicate.comparison(Comparison(attribute: .container, op: .equal, value: .text(id.rawValue)))
+            held = (try? index.records(matching: IndexQuery(predicate: inContainer))) ?? []
+        } else {
+            held = []
+        }
+        stitch(outbox: .also(held, containerItem: id)) {
+            Scope.allCases.map { .remove(IndexLocation(container: id.rawValue, scope: $0.rawValue, path: "")) }
+        }
     }
 
-    /// Every record of container `id` made again (its display name changed).
+    /// Every record of container `id` made again (its display name or visibility changed, or it
+    /// was made). On a linked store its item goes up; its documents do not (only their records'
+    /// container name changed, which travels with the container's item).
     func recordContainer(_ id: ContainerID, layout: StoreLayout) {
         for folder in [layout.documentsDirectory(id), layout.dataDirectory(id)] {
             let slash = folder.lastIndex(of: "/")!
             let parent = open(String(folder[..<slash]), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             guard parent >= 0 else { continue }
             defer { close(parent) }
-            stitch { recordsUnder(FileName(String(folder[folder.index(after: slash)...])), in: parent) }
+            stitch(outbox: .none) { recordsUnder(FileName(String(folder[folder.index(after: slash)...])), in: parent) }
         }
+        stitch(outbox: .also([], containerItem: id)) { [] }
     }
 
     // MARK: - Places

@@ -104,7 +104,7 @@ public struct StoreMerge {
         case .file:
             guard record.kind == IndexRecord.fileKind, record.size == version.size else { return false }
             return try sync.current(UInt64(bitPattern: record.id))?.manifest == (version.chunks ?? [])
-        case .symlink, .reference: return false
+        case .symlink, .reference, .container: return false
         }
     }
 

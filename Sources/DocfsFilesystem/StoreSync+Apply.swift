@@ -21,6 +21,7 @@ import Glibc
 extension StoreSync {
     public func apply(_ version: RemoteVersion, placedAs name: String, expecting expected: ApplyExpectation,
                       keepingHereAsConflict: UInt64?, fetch: (ChunkDigest) throws -> [UInt8]) throws -> ApplyOutcome {
+        if version.kind == .container { return try applyContainer(version, expecting: expected) }
         guard let view = shared.servedViews().first else {
             throw StoreSyncError("the store has no view to apply remote changes through")
         }

@@ -73,7 +73,7 @@ public final class StoreSync: SyncedStore {
             return try remoteID(ofLocal: local)
         }
         let references = try index.referenceInodes().map { try remoteID(ofLocal: ItemID.derived(fromBackingInode: $0).rawValue) }
-        return items + references
+        return containerItems() + items + references
     }
 
     // MARK: Ids of symbolic links and references
@@ -161,7 +161,10 @@ public final class StoreSync: SyncedStore {
         return nil
     }
 
-    public func isGone(_ item: UInt64) throws -> Bool { try place(of: item) == nil && !mayBeUnrecorded(item) }
+    public func isGone(_ item: UInt64) throws -> Bool {
+        if Self.isContainerItem(item) { return container(ofItem: item) == nil }
+        return try place(of: item) == nil && !mayBeUnrecorded(item)
+    }
 
     /// Whether the index may lack a record of `item` for a moment though it is not gone: a
     /// safe-save's new file is taking it over, or a writer has it open (a created file is
@@ -179,6 +182,7 @@ public final class StoreSync: SyncedStore {
 
     /// The item as it is here; its content's chunks handed to `cut` as they are cut, if given.
     private func read(_ item: UInt64, cut: ((_ batch: ChunkBatch) throws -> Void)?) throws -> LocalItem? {
+        if Self.isContainerItem(item) { return currentContainer(item) }
         guard let place = try place(of: item), !place.isScopeRoot else {
             // Between a safe-save's new file taking the document over and its record: not gone.
             if mayBeUnrecorded(item) { throw LocalItemUnsettled(item: item) }
@@ -234,7 +238,7 @@ public final class StoreSync: SyncedStore {
             manifest = target.isEmpty ? [] : [target.withUnsafeBytes { ChunkDigest(of: $0) }]
             size = Int64(target.count)
             remember(item, [:], inline: target)
-        case .folder:
+        case .folder, .container:
             break
         }
         return LocalItem(item: item, container: place.container.rawValue, scope: place.scope.rawValue, parent: parent,

@@ -89,6 +89,15 @@ public struct ContainerRegistry: Sendable {
         }
     }
 
+    /// Shows container `id`'s documents in the user view, or stops showing them.
+    public func setPublic(_ id: ContainerID, _ isPublic: Bool) throws(DocfsError) {
+        try locked { () throws(DocfsError) in
+            var record = try existing(id, changing: "made \(isPublic ? "public" : "private")")
+            record.isPublic = isPublic
+            try write(record)
+        }
+    }
+
     /// Removes container `id` and everything in it; one that holds documents or data is
     /// refused unless `force`.
     public func delete(_ id: ContainerID, force: Bool) throws(DocfsError) {

@@ -73,6 +73,11 @@ enum RemoteSchema {
             // the remote as newer than it rather than taking their versions for damaged ones.
             "COMMENT ON COLUMN docfs.versions.kind IS 'file, folder, symlink or reference'",
         ],
+        [
+            // Containers travel as items of their own (kind 'container'): likewise refused by a
+            // docfs that does not know them.
+            "COMMENT ON COLUMN docfs.versions.kind IS 'file, folder, symlink, reference or container'",
+        ],
     ]
 
     /// Brings the database's docfs schema to `current`, creating it in a database with no

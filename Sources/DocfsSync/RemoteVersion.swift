@@ -15,10 +15,16 @@ public struct RemoteAnchor: Codable, Hashable, Comparable, Sendable {
 }
 
 /// What an item is, as it travels. A reference (DESIGN §8, open mode) is an app's entry for a
-/// document in another container: its one chunk is the original's item id, as text.
+/// document in another container: its one chunk is the original's item id, as text. A
+/// container (issue 22 §2) travels as an item of its own, so its display name and visibility
+/// change on every machine when they change on one: its name is the display name, its mode
+/// says whether it is public (`containerPublicMode`), its scope is empty.
 public enum RemoteItemKind: String, Codable, Sendable {
-    case file, folder, symlink, reference
+    case file, folder, symlink, reference, container
 }
+
+/// A container item's mode when the container is public (shown in the user view's root).
+public let containerPublicMode: UInt32 = 1
 
 /// Who committed a version: the machine (its name) and the user there.
 public struct RemoteAuthor: Codable, Hashable, Sendable {

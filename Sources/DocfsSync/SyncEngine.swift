@@ -126,12 +126,12 @@ public final class SyncEngine: Sendable {
     /// The entries of files and links gone here first: a name one of them held may be taken
     /// by an item made here since (`ln -sf`, a file renamed over another), and other machines
     /// must see the name free before the new item claims it, or they would rename it aside.
-    /// Folders keep their place: what was moved out of one must go before it goes.
+    /// Folders and containers keep their place: what was moved out of one must go before it goes.
     private func goneFilesFirst(_ entries: [OutboxEntry]) throws(SyncError) -> [OutboxEntry] {
         var gone: [OutboxEntry] = [], rest: [OutboxEntry] = []
         for entry in entries {
             let isGoneFile = try SyncError.local("look for item \(entry.item)") {
-                try store.isGone(entry.item) && (try store.syncState(of: entry.item))?.version.kind != .folder
+                try store.isGone(entry.item) && ![.folder, .container].contains((try store.syncState(of: entry.item))?.version.kind)
             }
             if isGoneFile { gone.append(entry) } else { rest.append(entry) }
         }
@@ -183,7 +183,7 @@ public final class SyncEngine: Sendable {
         // A new item at a name an item gone here held on the remote (`ln -sf`, `mv new old`):
         // the old one's tombstone goes first, or other machines would see the name taken and
         // rename the new one aside.
-        if state == nil, let local, depth < 64, let previous = try SyncError.local("look up a name", {
+        if state == nil, let local, local.kind != .container, depth < 64, let previous = try SyncError.local("look up a name", {
             try store.itemInStep(named: local.name, in: local.parent, container: local.container, scope: local.scope, other: item)
         }), try SyncError.local("look for item \(previous)", { try store.isGone(previous) }) {
             try upload(OutboxEntry(sequence: entry.sequence, item: previous), &round, depth: depth + 1)
@@ -603,7 +603,7 @@ public final class SyncEngine: Sendable {
     /// items claimed one name). Then the later of the two (`SyncNames`) takes a new name: the
     /// incoming one (the name it is placed as), or the one here (moved aside first).
     private func placement(of version: RemoteVersion, committedAt sequence: UInt64?, depth: Int) throws(SyncError) -> String {
-        guard !version.deleted else { return version.name }
+        guard !version.deleted, version.kind != .container else { return version.name }
         var holder = try SyncError.local("look up a name") {
             try store.item(named: version.name, in: version.parent, container: version.container, scope: version.scope)
         }

@@ -11,6 +11,8 @@ enum SyncMerge {
         // their edit stays current over our deletion: no merge, our tombstone lost).
         if theirs.deleted { return ours }
         if ours.deleted { return nil }
+        // A container both machines had before they were linked: the remote's name stands.
+        if ours.kind == .container && theirs.kind == .container && base == nil { return theirs }
         guard let base, !base.deleted else { return nil }
         var merged = theirs
         if content(of: ours) != content(of: base) {

@@ -286,7 +286,8 @@ import Glibc
     }
 
     /// Documents in containers other than the default travel with their containers: a
-    /// machine without the container makes it, under its display name, public or not.
+    /// machine without the container makes it, under its display name, public or not; a
+    /// container made, renamed or deleted on one machine is the same on the other.
     @Test func containersTravelWithTheirDocuments() throws {
         let (_, _, a, b) = try Self.linkedPair("containers")
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
@@ -306,6 +307,31 @@ import Glibc
         // And back: b's save in the container reaches a.
         try "an idea, improved\n".write(toFile: b.path("Notes/idea.txt"), atomically: false, encoding: .utf8)
         #expect(Self.within(10) { a.content("Notes/idea.txt") == "an idea, improved\n" } != nil)
+
+        // A container travels as an item of its own: made empty, renamed and deleted on one
+        // machine, the same on the other.
+        func listing(_ machine: Machine) -> String { (try? machine.docfs("container list --store '\(machine.fixture.store)'").output) ?? "" }
+        #expect(try a.docfs("container create com.example.Empty --name Empty --store '\(a.fixture.store)'").status == 0)
+        #expect(Self.within(10) { listing(b).contains("com.example.Empty  private  Empty") } != nil, "\(listing(b))")
+        let renamed = try b.docfs("container rename com.example.Notes 'Field notes' --store '\(b.fixture.store)'")
+        #expect(renamed.status == 0, "\(renamed.output)")
+        #expect(Self.within(10) { listing(a).contains("com.example.Notes  public   Field notes") } != nil, "\(listing(a))")
+        #expect(Self.within(5) { a.content("Field notes/idea.txt") == "an idea, improved\n" } != nil)
+        // A save on a afterwards (its version carries the container's name) renames nothing back.
+        try "an idea, third\n".write(toFile: a.path("Field notes/idea.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(10) { b.content("Field notes/idea.txt") == "an idea, third\n" } != nil)
+        usleep(500_000)
+        #expect(listing(b).contains("Field notes") && listing(a).contains("Field notes"), "\(listing(a)) \(listing(b))")
+        // The query on b finds the document under the container's new name.
+        let query = try b.docfs("query 'name == \"idea.txt\"' --json --store '\(b.fixture.store)'")
+        #expect(query.output.contains(#""containerName" : "Field notes""#), "\(query.output)")
+        #expect(try a.docfs("container delete com.example.Empty --store '\(a.fixture.store)'").status == 0)
+        #expect(Self.within(10) { !listing(b).contains("com.example.Empty") } != nil, "\(listing(b))")
+        // Deleted with what it holds (--force): its documents go on the other machine too.
+        #expect(try b.docfs("container delete com.example.Notes --force --store '\(b.fixture.store)'").status == 0)
+        #expect(Self.within(10) { !listing(a).contains("com.example.Notes") && a.content("Field notes/idea.txt") == nil } != nil,
+                "\(listing(a)) \(a.fixture.log.suffix(3000)) \(b.fixture.log.suffix(3000))")
+        #expect(!FileManager.default.fileExists(atPath: a.fixture.store + "/containers/com.example.Notes"))
     }
 
     /// Symbolic links travel (they carry no id in the store: each gets one every machine
