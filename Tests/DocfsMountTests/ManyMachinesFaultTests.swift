@@ -187,34 +187,44 @@ import Glibc
         return list
     }
 
-    /// a's cable is pulled while a and b edit (a's daemon in a network namespace of its own,
-    /// the veth pair's host side taken down) and put back: nothing is lost, the three
+    /// a's cable is pulled while a and b edit (the server and each daemon in a network
+    /// namespace of its own, joined by a bridge; a's veth pair's host side taken down) and put
+    /// back: nothing is lost, the three
     /// machines converge, the document both edited keeps the loser as a conflict version on
     /// all three under the same numbers, and resolving it on c resolves it everywhere. A writer
     /// behind c's mount (C5) races a remote change by the same rules: its content, up first,
     /// stays current everywhere, and a's edit is a conflict version.
     @Test func aMachineCutOffWhileBothEditLosesNothingAndConverges() throws {
         let subnet = Int(getpid() % 200) + 20
-        let network = try NetworkNamespace("a", subnet: subnet)
+        let network = try TestNetwork(subnet: subnet)
         defer { network.remove() }
-        let server = try ThrowawayPostgres.private(listeningAlsoOn: [network.hostAddress])
-        let uri = try server.makeDatabase("cut", host: network.hostAddress)
-        let a = try Machine("a", mounted: false)
-        a.fixture.launcher = network.launcher
-        try a.fixture.start()
-        let b = try Machine("b", mounted: true)
-        let c = try Machine("c", mounted: true)
+        let (serverSpace, aSpace, bSpace, cSpace) = (try network.namespace("s"), try network.namespace("a"),
+                                                     try network.namespace("b"), try network.namespace("c"))
+        let server = try ThrowawayPostgres.private(inNamespace: serverSpace.name, listeningOn: serverSpace.address)
+        defer { try? server.stop() }
+        let uri = try server.makeDatabase("cut", host: serverSpace.address)
+        let (a, b, c) = (try Machine("a", mounted: false), try Machine("b", mounted: false), try Machine("c", mounted: false))
         defer { a.fixture.tearDown(); b.fixture.tearDown(); c.fixture.tearDown() }
+        for (machine, space) in [(a, aSpace), (b, bSpace), (c, cSpace)] {
+            machine.fixture.launcher = space.launcher
+            try machine.fixture.start()
+        }
+
         #expect(try a.link(uri).status == 0)
         #expect(try b.link(uri).status == 0)
         #expect(try c.link(uri).status == 0)
+        // Each daemon reaches the server over its own namespace's link.
+        #expect(Self.within(10) {
+            let peers = (try? shell("nsenter --net=/run/netns/\(serverSpace.name) -- ss -Htn state established"))?.output ?? ""
+            return [aSpace, bSpace, cSpace].allSatisfy { peers.contains($0.address + ":") }
+        } != nil)
         try "shared v1\n".write(toFile: a.path("shared.txt"), atomically: false, encoding: .utf8)
         try "a's own v1\n".write(toFile: a.path("a-own.txt"), atomically: false, encoding: .utf8)
         try "other v1\n".write(toFile: a.path("other.txt"), atomically: false, encoding: .utf8)
         #expect(Self.within(10) { b.content("shared.txt") == "shared v1\n" && b.content("a-own.txt") == "a's own v1\n" } != nil)
         #expect(Self.within(10) { c.content("other.txt") == "other v1\n" } != nil)
 
-        try network.cut()
+        try aSpace.cut()
         // A writer behind c's mount (C5) races a's edit of other.txt: it goes up first.
         try "a's edit of other while cut off\n".write(toFile: a.path("other.txt"), atomically: false, encoding: .utf8)
         try "c's uncoordinated edit\n".write(toFile: c.fixture.documents + "/other.txt", atomically: false, encoding: .utf8)
@@ -229,7 +239,7 @@ import Glibc
         usleep(3_000_000)
         #expect(a.content("new-on-b.txt") == nil && b.content("new-on-a.txt") == nil)
         #expect(b.content("a-own.txt") == "a's own v1\n")
-        try network.restore()
+        try aSpace.restore()
 
         let converged = Self.within(90) {
             a.content("new-on-b.txt") == "made on b meanwhile\n" && b.content("new-on-a.txt") == "made on a while cut off\n"

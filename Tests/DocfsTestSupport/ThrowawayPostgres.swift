@@ -31,8 +31,9 @@ public final class ThrowawayPostgres: Sendable {
         }
     }
 
-    private init(listeningAlsoOn addresses: [String] = []) throws {
-        folder = try Self.run(["start", String(getpid())] + (addresses.isEmpty ? [] : [addresses.joined(separator: ",")]))
+    private init(listeningAlsoOn addresses: [String] = [], inNamespace namespace: String? = nil) throws {
+        folder = try Self.run(["start", String(getpid())] + (addresses.isEmpty && namespace == nil ? [] : [addresses.joined(separator: ",")])
+                              + (namespace.map { [$0] } ?? []))
             .trimmingCharacters(in: .whitespacesAndNewlines)
         port = Int(try String(contentsOfFile: folder + "/port", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
         password = try String(contentsOfFile: folder + "/password", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -42,6 +43,12 @@ public final class ThrowawayPostgres: Sendable {
     /// too (each must be one of this machine's: the root side of a test's veth pair).
     public static func `private`(listeningAlsoOn addresses: [String] = []) throws -> ThrowawayPostgres {
         try ThrowawayPostgres(listeningAlsoOn: addresses)
+    }
+
+    /// A server of the caller's own running in the network namespace `namespace` (`ip netns`),
+    /// listening on `address`, one of that namespace's: reached over the test's own network.
+    public static func `private`(inNamespace namespace: String, listeningOn address: String) throws -> ThrowawayPostgres {
+        try ThrowawayPostgres(listeningAlsoOn: [address], inNamespace: namespace)
     }
 
     /// Stops the server (as an administrator's restart or a crash would); `start` brings it
