@@ -154,6 +154,8 @@ extension StoreSync {
             var number = version.number
             if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
             let here = ItemAttributes.version(ofDescriptor: fd)
+            // A previous version: never moves a version kept here, nor the content here.
+            if kind == .previous && (versions.isTaken(item, number) || here == number) { return }
             giveWay(number, of: item, to: "/proc/self/fd/\(working.fd)", past: max(number, here), current: "/proc/self/fd/\(fd)")
             if here == number, let floor = (try? syncState(of: version.item))?.number, here > floor {
                 // The content here is a save that never went up: it goes above every kept number.

@@ -441,10 +441,11 @@ public final class StoreSync: SyncedStore {
     /// price of a longer manifest (64 hex digits per 64 KiB: 1 MB for a 1 GiB file).
     static let uploadChunker = ContentChunker(minimumSize: 16 << 10, averageSize: 64 << 10, maximumSize: 256 << 10)
 
-    /// The file's content as chunks (`uploadChunker`'s cut points), remembered for `chunk`,
-    /// and handed to `cut` (if given) with their bytes in batches as they are cut.
-    private func chunks(ofFileAt path: Int32, item: UInt64, length: Int64,
-                        cut: ((_ batch: ChunkBatch) throws -> Void)?) throws -> ([ChunkDigest], Int64) {
+    /// The file's content as chunks (`uploadChunker`'s cut points), remembered for `chunk`
+    /// (unless it is not the item's file: `remembering` false), and handed to `cut` (if given)
+    /// with their bytes in batches as they are cut.
+    func chunks(ofFileAt path: Int32, item: UInt64, length: Int64, remembering: Bool = true,
+                cut: ((_ batch: ChunkBatch) throws -> Void)?) throws -> ([ChunkDigest], Int64) {
         let fd = open("/proc/self/fd/\(path)", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw StoreSyncError("cannot read item \(item): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
@@ -477,7 +478,7 @@ public final class StoreSync: SyncedStore {
             if error is ChunkError { throw StoreSyncError("cannot read item \(item): \(error)") }
             throw error
         }
-        remember(item, references)
+        if remembering { remember(item, references) }
         return (manifest, size)
     }
 

@@ -140,7 +140,7 @@ public final class SyncEngine: Sendable {
 
     private func upload(_ entry: OutboxEntry, _ round: inout Round, depth: Int = 0) throws(SyncError) {
         let item = entry.item
-        let state = try syncState(of: item)
+        var state = try syncState(of: item)
         // Open for writing here: it goes up once the writer lets go (not read half written).
         if store.putOffWhileWritten(item) {
             note("up \(item): put off, open for writing")
@@ -201,6 +201,9 @@ public final class SyncEngine: Sendable {
                 note("up \(item): in step already (number \(state.number))")
                 return  // in step already
             }
+            if local.kind == .file && !resolving {
+                state = try sendUnsentSaves(of: local, after: state, &round)
+            }
             try uploadChunks(of: local, except: sent)
             var made = local.proposal(base: state?.number ?? 0, by: store.author)
             // The save's number here: the remote gives it when it can, so numbers agree.
@@ -245,6 +248,43 @@ public final class SyncEngine: Sendable {
         case .stale:
             try resolve(proposal, lostFrom: state, operation: operation, &round)
         }
+    }
+
+    /// Sends the saves made here since `state` that the current content `local` superseded,
+    /// each as a version of its own (its content, `local`'s place and attributes), oldest
+    /// first, each on the one before; answers the state they leave the item in. A save whose
+    /// base is no longer current (another machine committed first) and those after it stay
+    /// here only: the current content then goes up, and races, as ever.
+    private func sendUnsentSaves(of local: LocalItem, after state: ItemSyncState?, _ round: inout Round) throws(SyncError) -> ItemSyncState? {
+        var state = state
+        let item = local.item
+        let numbers = try SyncError.local("list the saves of item \(item) not gone up") {
+            try store.unsentSaves(of: item, after: state?.number ?? 0)
+        }
+        for number in numbers {
+            try checkStop()
+            var sent = Set<ChunkDigest>()
+            let known = Set(state?.version.chunks ?? [])
+            let content = try SyncError.local("read save \(number) of item \(item)") {
+                try store.unsentSave(of: item, number: number) { batch in try sendChunks(batch, skipping: &sent, known: known) }
+            }
+            guard let content else { continue }
+            var save = local
+            (save.manifest, save.size, save.modified) = (content.manifest, content.size, content.modified)
+            try uploadChunks(of: save, except: sent)
+            var proposal = save.proposal(base: state?.number ?? 0, by: store.author)
+            proposal.number = number
+            let operation = "\(store.author.machine)/\(item)/save-\(number)/\(Self.digest(of: proposal))"
+            let outcome = try SyncError.remote { () throws(RemoteError) in
+                try remote.commit(proposal, operation: operation, whenStale: .refuse)
+            }
+            note("up \(item): \(outcome) for save \(number) made here before the current content")
+            guard case .current(let given, let sequence) = outcome else { break }
+            try settle(proposal, number: given, sequence: sequence, after: state)
+            state = try syncState(of: item)
+            round.uploaded += 1
+        }
+        return state
     }
 
     /// `proposal` is the item's current version `number` now: in step, under that number here too.
@@ -397,6 +437,7 @@ public final class SyncEngine: Sendable {
         if try apply(applied, expecting: ApplyExpectation(ours), keepingHereAsConflict: nil) == .applied {
             try settle(proposal, number: number, sequence: sequence, after: state)
             try keepWhatWasDeleted(by: current, cameBackAs: applied)
+            try keepSkipped(of: applied.item, after: state?.number ?? 0, before: applied)
         }
         round.merged += 1
     }
@@ -414,6 +455,7 @@ public final class SyncEngine: Sendable {
         if try apply(current, expecting: ApplyExpectation(ours), keepingHereAsConflict: keepingOurs) == .applied {
             note("up \(ours.item): took the remote's v\(current.number)" + (keepingOurs.map { ", ours kept as conflict v\($0)" } ?? ""))
             try settle(current, number: current.number, sequence: nil, after: state)
+            try keepSkipped(of: current.item, after: state?.number ?? 0, before: current)
         } else {
             note("up \(ours.item): changed here again, not taking the remote's v\(current.number)")
             // Changed here again meanwhile: tried again next round (the content that lost
@@ -564,7 +606,10 @@ public final class SyncEngine: Sendable {
         case .applied:
             note("down \(version.item) v\(version.number): applied as \(version.deleted ? "a deletion" : "\(version.name) of \(version.size) bytes")")
             try settle(version, number: version.number, sequence: change.sequence, after: state)
-            if let state { try keepWhatWasDeleted(by: state.version, cameBackAs: version) }
+            if let state {
+                try keepWhatWasDeleted(by: state.version, cameBackAs: version)
+                try keepSkipped(of: version.item, after: state.number, before: version)
+            }
             round.applied += 1
             progress((round.uploaded, round.applied))
         case .changedHere:
@@ -588,15 +633,50 @@ public final class SyncEngine: Sendable {
         }
     }
 
+    /// The item's versions committed after `low` (the one last in step here) and before
+    /// `applied` (the version just applied here) that this machine never applied, taking a
+    /// later one at once (its own change raced them), are kept here as previous versions,
+    /// fetched from the log, under their numbers, as every machine that applied them keeps
+    /// them: those whose content the next version replaced (a version that only renamed keeps
+    /// nothing). Conflict versions come on their own; a number a version kept here holds
+    /// already is left alone; at most the last 64 are looked for.
+    private func keepSkipped(of item: UInt64, after low: UInt64, before applied: RemoteVersion) throws(SyncError) {
+        let high = applied.number
+        guard applied.kind == .file, high > low + 1 else { return }
+        var skipped: [RemoteVersion] = []
+        for number in max(low + 1, high > 64 ? high - 64 : 1)..<high {
+            try checkStop()
+            if let version = try SyncError.remote({ () throws(RemoteError) in try remote.version(of: item, number: number) }),
+               !version.conflict {
+                skipped.append(version)
+            }
+        }
+        for (version, next) in zip(skipped, skipped.dropFirst() + [applied])
+        where version.kind == .file && !version.deleted && !next.deleted && next.manifest != version.manifest {
+            note("down \(item): v\(version.number) was skipped here; kept as a previous version")
+            try SyncError.local("keep version \(version.number) of item \(item)") {
+                try store.keepPrevious(version) { digest in try self.fetch(digest) }
+            }
+        }
+    }
+
     /// Applies `version` (committed at `sequence` of the log, when known) through the store,
     /// under the name the naming rule gives it here.
     private func apply(_ version: RemoteVersion, committedAt sequence: UInt64? = nil, expecting expected: ApplyExpectation,
                        keepingHereAsConflict: UInt64?, depth: Int = 0) throws(SyncError) -> ApplyOutcome {
         let name = try placement(of: version, committedAt: sequence, depth: depth)
-        return try SyncError.local("apply version \(version.number) of item \(version.item)") {
+        let outcome = try SyncError.local("apply version \(version.number) of item \(version.item)") {
             try store.apply(version, placedAs: name, expecting: expected,
                             keepingHereAsConflict: keepingHereAsConflict) { digest in try self.fetch(digest) }
         }
+        // Placed under another name (it came later to a name taken here): that rename is a
+        // change of this machine's, and goes up; until it has, the item differs here from the
+        // version it is in step with, and later versions wait for it.
+        if outcome == .applied && name != version.name {
+            note("down \(version.item) v\(version.number): placed as \(name); the rename goes up")
+            try SyncError.local("queue item \(version.item)") { try store.requeue(version.item) }
+        }
+        return outcome
     }
 
     /// The name `version`'s item takes here: its own, unless another item holds it (two

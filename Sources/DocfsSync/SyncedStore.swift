@@ -250,9 +250,22 @@ public protocol SyncedStore: Sendable {
     func keepConflict(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws
 
     /// Keeps `version` (content the item held before it was deleted, and came back with an
-    /// edit that won over the deletion) as a previous version of its item, under its number
-    /// unless a version kept here holds that number already.
+    /// edit that won over the deletion, or a version this machine skipped) as a previous
+    /// version of its item, under its number; nothing when a version kept here holds that
+    /// number already, or it is the content here.
     func keepPrevious(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws
+
+    /// The numbers of the item's saves made here after its version `number` (the one last in
+    /// step) that the current content superseded and that never went up (kept previous
+    /// versions between that number and the current content's), oldest first: each goes up as
+    /// a version of its own before the current content, so every machine keeps it too.
+    func unsentSaves(of item: UInt64, after number: UInt64) throws -> [UInt64]
+
+    /// The content of save `number` of the item (see `unsentSaves`): its chunks (cut as
+    /// `current`'s, handed to `cut` as they are cut), size and modification time; nil when it
+    /// is no longer kept.
+    func unsentSave(of item: UInt64, number: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws
+        -> (manifest: [ChunkDigest], size: Int64, modified: Double)?
 }
 
 /// What `user.docfs.status` and `docfs status` say of an item of a linked store (DESIGN §6,

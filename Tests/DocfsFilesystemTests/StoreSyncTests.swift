@@ -253,6 +253,7 @@ import Glibc
             sync = try StoreSync(serving: filesystem.shared, author: RemoteAuthor(machine: name, user: "alice"))
             sync.fillOutbox(true)
             engine = SyncEngine(store: sync, remote: remote)
+            if ProcessInfo.processInfo.environment["DOCFS_SYNC_TRACE"] != nil { engine.onTrace { print("TRACE \(name) \($0)") } }
         }
 
         var documents: String { store.layout.documentsDirectory(try! ContainerID("docfs.default")) }

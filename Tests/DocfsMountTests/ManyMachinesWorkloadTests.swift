@@ -74,6 +74,18 @@ import Glibc
         return written
     }
 
+    /// The versions the machine keeps of item `id` (number and kind, from the version store's
+    /// records), in number order: what `docfs versions` lists but the current one.
+    static func keptVersions(_ machine: Machine, _ id: String) -> [String] {
+        let directory = machine.fixture.store + "/versions/" + id
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return names.filter { $0.hasSuffix(".json") }.compactMap { name -> (UInt64, String)? in
+            guard let number = UInt64(name.dropLast(5)), let data = FileManager.default.contents(atPath: directory + "/" + name),
+                  let record = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return nil }
+            return (number, record["kind"] as? String ?? "?")
+        }.sorted { $0.0 < $1.0 }.map { "v\($0.0) \($0.1)" }
+    }
+
     /// path → "id content" for every document as the machine has it; with `numbers`, the
     /// version number too.
     static func snapshot(_ machine: Machine, numbers: Bool = false) -> [String: String] {
@@ -177,6 +189,18 @@ import Glibc
         }
         #expect(misnumbered.isEmpty,
                 "\(misnumbered.map { key in numbered.map { $0[key] ?? "absent" } }) \(kept) \(histories(of: misnumbered.compactMap { key in numbered.compactMap { $0[key]?.split(separator: " ").first.map(String.init) }.first }))")
+        // One list of versions everywhere: each document's kept versions, numbers and kinds, are
+        // the same on every machine (saves that never went up on their own go up before the
+        // content after them; versions a machine skipped are fetched), but for a few: a save of
+        // one machine's that lost a race before it went up stays listed there alone (measured:
+        // 17 to 22 documents of about 870 differ; issue 22 is open for them). Bounded at 5%.
+        let ids = Set(numbered[0].values.compactMap { $0.split(separator: " ").first.map(String.init) })
+        let differentLists = ids.sorted().filter { id in
+            let lists = machines.map { Self.keptVersions($0, id) }
+            return lists[0] != lists[1] || lists[1] != lists[2]
+        }
+        print("ManyMachinesWorkloadTests: version lists differ for \(differentLists.count) of \(ids.count) documents")
+        #expect(differentLists.count * 20 <= ids.count, "\(differentLists.count) of \(ids.count) documents: \(differentLists.prefix(4).map { id in "\(id): \(machines.map { Self.keptVersions($0, id) })" }) \(histories(of: Array(differentLists.prefix(2))))")
         for machine in machines {
             let status = try machine.status()
             #expect(status["parked"] as? Int == 0 && status["lastError"] == nil, "\(machine.name): \(status)")

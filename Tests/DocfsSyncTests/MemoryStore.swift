@@ -29,6 +29,8 @@ final class MemoryStore: SyncedStore, Sendable {
         var kept: [UInt64: [UInt64: String]] = [:]
         /// The content of every version kept here (previous and conflict), per item.
         var keptTexts: [UInt64: Set<String>] = [:]
+        /// The content of saves made here that later ones superseded, per item and number.
+        var saves: [UInt64: [UInt64: String]] = [:]
 
         func text(of item: UInt64) -> String? {
             items[item].map { local in String(decoding: local.manifest.flatMap { chunks[$0] ?? [] }, as: UTF8.self) }
@@ -45,7 +47,10 @@ final class MemoryStore: SyncedStore, Sendable {
         mutating func saved(_ item: UInt64, replacing old: String?) {
             let current = numbers[item] ?? 0
             if current > 0 { kept[item, default: [:]][current] = "previous" }
-            if let old { keptTexts[item, default: []].insert(old) }
+            if let old {
+                keptTexts[item, default: []].insert(old)
+                if current > 0 { saves[item, default: [:]][current] = old }
+            }
             numbers[item] = free(item, above: current)
         }
         var clock: Double = 1_700_000_000
@@ -361,6 +366,29 @@ final class MemoryStore: SyncedStore, Sendable {
         try keep(version, as: "conflict", fetch: fetch)
     }
 
+    func unsentSaves(of item: UInt64, after number: UInt64) throws -> [UInt64] {
+        state.withLock { state in
+            let current = state.numbers[item] ?? 0
+            return (state.saves[item] ?? [:]).keys.filter { kept in
+                kept > number && kept < current && state.kept[item]?[kept] == "previous"
+            }.sorted()
+        }
+    }
+
+    func unsentSave(of item: UInt64, number: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws
+        -> (manifest: [ChunkDigest], size: Int64, modified: Double)? {
+        let made = state.withLock { state -> ([ChunkDigest], Int64, [[UInt8]])? in
+            guard let text = state.saves[item]?[number] else { return nil }
+            let (manifest, size) = Self.store(text, in: &state)
+            return (manifest, size, manifest.map { state.chunks[$0] ?? [] })
+        }
+        guard let (manifest, size, pieces) = made else { return nil }
+        var batch = ChunkBatch()
+        for (digest, piece) in zip(manifest, pieces) { batch.append(digest, piece) }
+        if !batch.chunks.isEmpty { try cut(batch) }
+        return (manifest, size, 1_700_000_000 + Double(number))
+    }
+
     func keepPrevious(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws {
         try keep(version, as: "previous", fetch: fetch)
     }
@@ -368,6 +396,8 @@ final class MemoryStore: SyncedStore, Sendable {
     private func keep(_ version: RemoteVersion, as kind: String, fetch: (ChunkDigest) throws -> [UInt8]) throws {
         let bytes = try (version.chunks ?? []).flatMap { try fetch($0) }
         state.withLock { state in
+            // A previous version never moves a kept one, nor the content here.
+            if kind == "previous" && (state.kept[version.item]?[version.number] != nil || state.numbers[version.item] == version.number) { return }
             let text = String(decoding: bytes, as: UTF8.self)
             state.keptTexts[version.item, default: []].insert(text)
             if kind == "conflict" { state.conflicts[version.item, default: []].append(text) }

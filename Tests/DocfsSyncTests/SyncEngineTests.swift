@@ -409,6 +409,55 @@ final class FlakyRemote: Remote {
         for store in machines.stores { #expect(store.versionList(of: doc)[aEdit.number] == "previous", "\(store.author.machine)") }
     }
 
+    /// Saves made one after another before any went up (offline, or faster than the uploads)
+    /// each go up as a version of their own, oldest first: every machine lists the same
+    /// versions under the same numbers and keeps each save's content.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func savesMadeBeforeTheyWentUpEachTravelAsAVersion(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let doc = machines[0].create("doc.txt", text: "one")
+        try machines.settle()
+        for text in ["two", "three", "four"] { machines[0].write(doc, text) }
+        // A new document saved again before it first went up, too.
+        let fresh = machines[1].create("fresh.txt", text: "first")
+        for text in ["second", "third"] { machines[1].write(fresh, text) }
+        try machines.settle()
+        for store in machines.stores {
+            let name = store.author.machine
+            #expect(store.versionList(of: doc) == machines[0].versionList(of: doc), "\(name): \(store.versionList(of: doc))")
+            #expect(store.versionList(of: fresh) == machines[1].versionList(of: fresh), "\(name): \(store.versionList(of: fresh))")
+            #expect(store.text(of: doc) == "four" && store.text(of: fresh) == "third", "\(name)")
+            #expect(store.keptTexts(of: doc).isSuperset(of: ["one", "two", "three"]), "\(name): \(store.keptTexts(of: doc))")
+            #expect(store.keptTexts(of: fresh).isSuperset(of: ["first", "second"]), "\(name): \(store.keptTexts(of: fresh))")
+        }
+        #expect(machines[1].versionList(of: doc).count == 4 && machines[0].versionList(of: fresh).count == 3)
+    }
+
+    /// A machine whose own edit lost a race takes the winner at once, past versions it never
+    /// applied (b's edit, then c's on top of it, while a edited): it keeps those it skipped,
+    /// fetched from the log, and every machine lists the same versions.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aMachineTakingALaterVersionAtOnceKeepsTheOnesItSkipped(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let doc = machines[0].create("doc.txt", text: "one")
+        try machines.settle()
+        machines[0].write(doc, "a's edit, made offline")
+        machines[1].write(doc, "b's edit")
+        try machines.sync(1)
+        try machines.sync(2)
+        machines[2].write(doc, "c's edit on b's")
+        try machines.sync(2)
+        try machines.sync(0)
+        try machines.settle()
+        for store in machines.stores {
+            let name = store.author.machine
+            #expect(store.text(of: doc) == "c's edit on b's", "\(name)")
+            #expect(store.versionList(of: doc) == machines[2].versionList(of: doc), "\(name): \(store.versionList(of: doc)) \(machines[2].versionList(of: doc))")
+            #expect(store.keptTexts(of: doc).isSuperset(of: ["one", "b's edit"]), "\(name): \(store.keptTexts(of: doc))")
+        }
+        #expect(machines.stores.allSatisfy { $0.conflicts(of: doc) == ["a's edit, made offline"] })
+    }
+
     /// Two machines create one name apart: both items are kept; the one committed later is
     /// renamed `name (2).ext` on every machine.
     @Test(arguments: RemoteUnderTest.allCases)
