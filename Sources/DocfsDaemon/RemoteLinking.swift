@@ -41,6 +41,10 @@ public enum RemoteLinking {
         } catch {
             throw DocfsError(.invalidArgument, error.message)
         }
+        // Ids of a machine's space are `space << 41` up; containers' items live at 2^61.
+        guard space < StoreSync.containerItemBit >> 41 else {
+            throw DocfsError(.invalidArgument, "the remote has given ids to \(space) machines, as many as it can: link this store under the name of a machine it knows (--machine)")
+        }
         do throws(DocfsError) {
             let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: name, user: SyncService.userName))
             var items: [UInt64]

@@ -35,6 +35,7 @@ final class SyncService: Sendable {
         sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: Self.userName))
         let log = logger
         let engine = SyncEngine(store: sync, remote: self.remote)
+        engine.onProblem { log.warning("\($0)") }
         if ProcessInfo.processInfo.environment["DOCFS_SYNC_TRACE"] == "1" {
             engine.onTrace { log.notice("sync: \($0)") }
         }

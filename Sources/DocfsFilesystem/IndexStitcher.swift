@@ -533,7 +533,12 @@ final class IndexStitcher: Sendable {
         let held: [IndexRecord]
         if fillsOutbox.load(ordering: .relaxed), !RemoteApplication.isApplying {
             let inContainer = QueryPredicate.comparison(Comparison(attribute: .container, op: .equal, value: .text(id.rawValue)))
-            held = (try? index.records(matching: IndexQuery(predicate: inContainer))) ?? []
+            do {
+                held = try index.records(matching: IndexQuery(predicate: inContainer))
+            } catch {
+                report(DocfsError(.internalFailure, "the documents of container \(id.rawValue) could not be read to send their deletions up", cause: error))
+                held = []
+            }
         } else {
             held = []
         }

@@ -42,7 +42,7 @@ extension StoreSync {
             }
             return outcome
         }
-        try makeContainerIfMissing(for: version, view: view)
+        try RemoteApplication.$machine.withValue(version.author.machine) { try makeContainerIfMissing(for: version, view: view) }
         let target = try Located(folderOf: version, named: name, sync: self)
         defer { target.close() }
         // New content, written beside the target before any claim.
@@ -130,7 +130,10 @@ extension StoreSync {
     /// Keeps another machine's `version` of an item here as a kept version of `kind`, beside
     /// the content here (which stays).
     private func keep(_ version: RemoteVersion, as kind: VersionRecord.Kind, fetch: (ChunkDigest) throws -> [UInt8]) throws {
-        guard version.kind == .file, let place = try place(of: version.item) else { return }
+        guard version.kind == .file else { return }
+        // A previous version never moves one kept here: nothing to fetch when its number is taken.
+        if kind == .previous && shared.store.versions.isTaken(ItemID(rawValue: version.item), version.number) { return }
+        guard let place = try place(of: version.item) else { return }
         let document = try Located(place: place, paths: shared.paths)
         defer { document.close() }
         let working = try WorkingFile(prefix: ".docfs-sync-", in: document.folder, replacing: document.name,
@@ -166,8 +169,11 @@ extension StoreSync {
             // Nor the number of the content here, a save of this machine's not gone up yet: kept
             // under it later, that save would find the number taken and be lost.
             if number == ItemAttributes.version(ofDescriptor: fd) { number = versions.firstFreeNumber(of: item, above: number) }
-            let record = VersionRecord(version: number, kind: kind, modified: version.modified,
+            var record = VersionRecord(version: number, kind: kind, modified: version.modified,
                                        kept: WriteSessions.now(), size: version.size, author: nil)
+            // Out of the chain deltas are made up from: a delta kept here below it is made up from
+            // the content that followed it here, not from this one.
+            if kind == .previous { record.detached = true }
             try shared.store.versions.keepFile(working.fd, item: item, record: record)
             guard kind == .conflict else { return }
             try check(docfs_fd_setxattr(fd, Filesystem.conflictAttribute, "1", 1, 0))

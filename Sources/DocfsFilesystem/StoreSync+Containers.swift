@@ -14,7 +14,7 @@ extension StoreSync {
     /// Container items' ids: this bit set, under it 41 bits of the SHA-256 of the container's
     /// id. Above every machine's id space (`space << 41`, for fewer than 2^20 machines) and
     /// below derived ids (`ItemID.derivedBase`, 2^62).
-    static let containerItemBit: UInt64 = 1 << 61
+    public static let containerItemBit: UInt64 = 1 << 61
 
     /// The item container `id` travels as, the same on every machine.
     public static func containerItem(_ id: ContainerID) -> UInt64 {

@@ -11,12 +11,17 @@ import Glibc
 /// each superseded save as a previous version here; each goes up as a version of its own,
 /// oldest first, before the current content, so every other machine keeps it too.
 extension StoreSync {
+    /// Only saves made since the store was linked (its history from before stays here), in
+    /// the chain (not one that gave way to another machine's number: it lost a race already,
+    /// nor one kept from another machine), and after every conflict version (a save before
+    /// one was part of the race it settled).
     public func unsentSaves(of item: UInt64, after number: UInt64) throws -> [UInt64] {
         let current = versionNumber(of: item)
         guard current > number + 1 else { return [] }
-        return shared.store.versions.versions(of: ItemID(rawValue: item))
-            .filter { $0.kind == .previous && $0.version > number && $0.version < current }
-            .map(\.version)
+        let linked = (try? RemoteLink.load(shared.store.layout))??.linked ?? .infinity
+        let kept = shared.store.versions.versions(of: ItemID(rawValue: item))
+        let floor = max(number, kept.filter { $0.kind == .conflict }.map(\.version).max() ?? 0)
+        return kept.filter { $0.isInChain && $0.version > floor && $0.version < current && $0.kept >= linked }.map(\.version)
     }
 
     public func unsentSave(of item: UInt64, number: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws
@@ -42,7 +47,7 @@ extension StoreSync {
             let scratch = versions.directory + "/.unsent-\(item)-\(number)-XXXXXX"
             var template = Array(scratch.utf8CString)
             fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-            if fd >= 0 { unlink(String(cString: template)) }
+            if fd >= 0 { _ = template.withUnsafeBufferPointer { unlink($0.baseAddress!) } }
         }
         guard fd >= 0 else { throw StoreSyncError("cannot read save \(number) of item \(item): \(String(cString: strerror(errno)))") }
         defer { close(fd) }

@@ -33,6 +33,9 @@ public final class SyncEngine: Sendable {
     /// Told what the engine decided for each item (`DOCFS_SYNC_TRACE=1` logs it): for finding
     /// why a machine is not in step.
     private let trace = Callback<String>()
+    /// Told what went wrong without ending a round (an earlier version that could not be kept
+    /// here), for the daemon's log.
+    private let problems = Callback<String>()
     private let tracing = Atomic<Bool>(false)
     /// Set to end a round early (the daemon is stopping): checked between items and chunks, so
     /// an unmount does not wait for a big upload; what was not done is done next time.
@@ -54,6 +57,11 @@ public final class SyncEngine: Sendable {
     /// Calls `report` with the items sent up and applied so far in the round, as they go.
     public func onProgress(_ report: @escaping @Sendable (_ up: Int, _ down: Int) -> Void) {
         progress.set { report($0.0, $0.1) }
+    }
+
+    /// Calls `report` with each problem that did not end a round, in words.
+    public func onProblem(_ report: @escaping @Sendable (String) -> Void) {
+        problems.set(report)
     }
 
     /// Calls `report` with a line for each decision the engine makes about an item.
@@ -265,10 +273,19 @@ public final class SyncEngine: Sendable {
             try checkStop()
             var sent = Set<ChunkDigest>()
             let known = Set(state?.version.chunks ?? [])
-            let content = try SyncError.local("read save \(number) of item \(item)") {
-                try store.unsentSave(of: item, number: number) { batch in try sendChunks(batch, skipping: &sent, known: known) }
+            let content: (manifest: [ChunkDigest], size: Int64, modified: Double)?
+            do {
+                content = try SyncError.local("read save \(number) of item \(item)") {
+                    try store.unsentSave(of: item, number: number) { batch in try sendChunks(batch, skipping: &sent, known: known) }
+                }
+            } catch where error.remote == nil {
+                // Not readable (lost, changed behind docfs's back): it stays here; the current
+                // content still goes up.
+                note("up \(item): save \(number) made here cannot be read (\(error)); it stays here only")
+                break
             }
-            guard let content else { continue }
+            // Gone, or the content last in step (numbered past it here: nothing new).
+            guard let content, content.manifest != state?.version.chunks else { continue }
             var save = local
             (save.manifest, save.size, save.modified) = (content.manifest, content.size, content.modified)
             try uploadChunks(of: save, except: sent)
@@ -283,6 +300,8 @@ public final class SyncEngine: Sendable {
             try settle(proposal, number: given, sequence: sequence, after: state)
             state = try syncState(of: item)
             round.uploaded += 1
+            // Numbered otherwise by the remote: the saves after it would be too; they stay here.
+            if given != number { break }
         }
         return state
     }
@@ -436,8 +455,10 @@ public final class SyncEngine: Sendable {
         applied.number = number
         if try apply(applied, expecting: ApplyExpectation(ours), keepingHereAsConflict: nil) == .applied {
             try settle(proposal, number: number, sequence: sequence, after: state)
-            try keepWhatWasDeleted(by: current, cameBackAs: applied)
-            try keepSkipped(of: applied.item, after: state?.number ?? 0, before: applied)
+            keepingEarlierVersions(of: applied.item) { () throws(SyncError) in
+                try keepWhatWasDeleted(by: current, cameBackAs: applied)
+                try keepSkipped(of: applied.item, after: state?.number ?? 0, before: applied)
+            }
         }
         round.merged += 1
     }
@@ -455,7 +476,7 @@ public final class SyncEngine: Sendable {
         if try apply(current, expecting: ApplyExpectation(ours), keepingHereAsConflict: keepingOurs) == .applied {
             note("up \(ours.item): took the remote's v\(current.number)" + (keepingOurs.map { ", ours kept as conflict v\($0)" } ?? ""))
             try settle(current, number: current.number, sequence: nil, after: state)
-            try keepSkipped(of: current.item, after: state?.number ?? 0, before: current)
+            keepingEarlierVersions(of: current.item) { () throws(SyncError) in try keepSkipped(of: current.item, after: state?.number ?? 0, before: current) }
         } else {
             note("up \(ours.item): changed here again, not taking the remote's v\(current.number)")
             // Changed here again meanwhile: tried again next round (the content that lost
@@ -607,14 +628,27 @@ public final class SyncEngine: Sendable {
             note("down \(version.item) v\(version.number): applied as \(version.deleted ? "a deletion" : "\(version.name) of \(version.size) bytes")")
             try settle(version, number: version.number, sequence: change.sequence, after: state)
             if let state {
-                try keepWhatWasDeleted(by: state.version, cameBackAs: version)
-                try keepSkipped(of: version.item, after: state.number, before: version)
+                keepingEarlierVersions(of: version.item) { () throws(SyncError) in
+                    try keepWhatWasDeleted(by: state.version, cameBackAs: version)
+                    try keepSkipped(of: version.item, after: state.number, before: version)
+                }
             }
             round.applied += 1
             progress((round.uploaded, round.applied))
         case .changedHere:
             note("down \(version.item) v\(version.number): changed here, not applied")
             break  // the outbox sends the change up from the old base; the remote decides
+        }
+    }
+
+    /// Runs `keep`, which keeps earlier versions of `item` here after a version was applied and
+    /// settled: a failure (the network, a full disk) costs only those kept versions, reported,
+    /// and does not end the round (the change itself is applied and in step).
+    private func keepingEarlierVersions(of item: UInt64, _ keep: () throws(SyncError) -> Void) {
+        do {
+            try keep()
+        } catch {
+            problems("sync: earlier versions of item \(item) could not be kept here (\(error)); the item itself is in step")
         }
     }
 
