@@ -15,8 +15,7 @@ extension StoreSync {
     /// the chain (not one that gave way to another machine's number: it lost a race already,
     /// nor one kept from another machine), and after every conflict version (a save before
     /// one was part of the race it settled).
-    public func unsentSaves(of item: UInt64, after number: UInt64) throws -> [UInt64] {
-        let current = versionNumber(of: item)
+    public func unsentSaves(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64] {
         guard current > number + 1 else { return [] }
         let linked = (try? RemoteLink.load(shared.store.layout))??.linked ?? .infinity
         let kept = shared.store.versions.versions(of: ItemID(rawValue: item))

@@ -209,13 +209,14 @@ public final class SyncEngine: Sendable {
                 note("up \(item): in step already (number \(state.number))")
                 return  // in step already
             }
-            if local.kind == .file && !resolving {
-                state = try sendUnsentSaves(of: local, after: state, &round)
+            // The save's number here: the remote gives it when it can, so numbers agree.
+            let number = local.kind == .file ? store.versionNumber(of: item) : 0
+            if local.kind == .file && !resolving && number > (state?.number ?? 0) + 1 {
+                state = try sendUnsentSaves(of: local, numbered: number, after: state, &round)
             }
             try uploadChunks(of: local, except: sent)
             var made = local.proposal(base: state?.number ?? 0, by: store.author)
-            // The save's number here: the remote gives it when it can, so numbers agree.
-            made.number = local.kind == .file ? store.versionNumber(of: item) : 0
+            made.number = number
             made.resolves = resolving ? true : nil
             if let thumbnail, let thumbnailDigest {
                 if try SyncError.remote({ () throws(RemoteError) in try remote.missingChunks([thumbnailDigest]) }) == [thumbnailDigest] {
@@ -258,16 +259,18 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// Sends the saves made here since `state` that the current content `local` superseded,
+    /// Sends the saves made here since `state` that the current content `local` (numbered
+    /// `current` here) superseded,
     /// each as a version of its own (its content, `local`'s place and attributes), oldest
     /// first, each on the one before; answers the state they leave the item in. A save whose
     /// base is no longer current (another machine committed first) and those after it stay
     /// here only: the current content then goes up, and races, as ever.
-    private func sendUnsentSaves(of local: LocalItem, after state: ItemSyncState?, _ round: inout Round) throws(SyncError) -> ItemSyncState? {
+    private func sendUnsentSaves(of local: LocalItem, numbered current: UInt64, after state: ItemSyncState?,
+                                 _ round: inout Round) throws(SyncError) -> ItemSyncState? {
         var state = state
         let item = local.item
         let numbers = try SyncError.local("list the saves of item \(item) not gone up") {
-            try store.unsentSaves(of: item, after: state?.number ?? 0)
+            try store.unsentSaves(of: item, after: state?.number ?? 0, before: current)
         }
         for number in numbers {
             try checkStop()

@@ -256,10 +256,10 @@ public protocol SyncedStore: Sendable {
     func keepPrevious(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws
 
     /// The numbers of the item's saves made here after its version `number` (the one last in
-    /// step) that the current content superseded and that never went up (kept previous
-    /// versions between that number and the current content's), oldest first: each goes up as
-    /// a version of its own before the current content, so every machine keeps it too.
-    func unsentSaves(of item: UInt64, after number: UInt64) throws -> [UInt64]
+    /// step) that the current content (numbered `current` here) superseded and that never went
+    /// up (kept previous versions between the two numbers), oldest first: each goes up as a
+    /// version of its own before the current content, so every machine keeps it too.
+    func unsentSaves(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64]
 
     /// The content of save `number` of the item (see `unsentSaves`): its chunks (cut as
     /// `current`'s, handed to `cut` as they are cut), size and modification time; nil when it

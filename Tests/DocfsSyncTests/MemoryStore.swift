@@ -366,9 +366,8 @@ final class MemoryStore: SyncedStore, Sendable {
         try keep(version, as: "conflict", fetch: fetch)
     }
 
-    func unsentSaves(of item: UInt64, after number: UInt64) throws -> [UInt64] {
+    func unsentSaves(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64] {
         state.withLock { state in
-            let current = state.numbers[item] ?? 0
             // As a real store: after every conflict version kept here.
             let floor = max(number, (state.kept[item] ?? [:]).filter { $0.value == "conflict" }.keys.max() ?? 0)
             return (state.saves[item] ?? [:]).keys.filter { kept in
