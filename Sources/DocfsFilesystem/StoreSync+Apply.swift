@@ -42,7 +42,7 @@ extension StoreSync {
             }
             return outcome
         }
-        try RemoteApplication.$machine.withValue(version.author.machine) { try makeContainerIfMissing(for: version, view: view) }
+        try makeContainerIfMissing(for: version, view: view)
         let target = try Located(folderOf: version, named: name, sync: self)
         defer { target.close() }
         // New content, written beside the target before any claim.
@@ -213,26 +213,6 @@ extension StoreSync {
         } catch {
             shared.problemSink("sync: the thumbnail of item \(item) that came with version \(version.number) could not be kept (\(error)); it is made here")
         }
-    }
-
-    /// A version in a container this machine does not have: the container is made, under the
-    /// display name the version carries (another when a container here has that one).
-    private func makeContainerIfMissing(for version: RemoteVersion, view: Filesystem) throws {
-        guard let id = try? ContainerID(version.container), id != .userDefault,
-              try shared.containerFolders.catalog.registry.record(of: id) == nil else { return }
-        let wanted = version.containerName ?? String(id.rawValue.split(separator: ".").last ?? Substring(id.rawValue))
-        let administration = ContainerAdministration(view: view)
-        var lastError: DocfsError?
-        for name in [wanted, "\(wanted) (\(id.rawValue))"] {
-            do {
-                let (_, invalidations) = try administration.create(id, name: name, isPublic: version.containerPublic ?? false)
-                view.invalidate(invalidations)
-                return
-            } catch {
-                lastError = error
-            }
-        }
-        throw StoreSyncError("container \(id) could not be made here: \(lastError.map { "\($0)" } ?? "")")
     }
 
     public func resolveConflicts(of item: UInt64, before number: UInt64) throws {

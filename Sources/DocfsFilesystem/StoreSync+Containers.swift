@@ -77,26 +77,47 @@ extension StoreSync {
             }
             let isPublic = version.mode & containerPublicMode != 0
             guard let here else {
-                var lastError: (any Error)?
-                for name in [version.name, "\(version.name) (\(id.rawValue))"] {
-                    do {
-                        view.invalidate(try administration.create(id, name: name, isPublic: isPublic).1)
-                        return
-                    } catch {
-                        lastError = error
-                    }
-                }
-                throw StoreSyncError("container \(id.rawValue) could not be made here: \(lastError.map { "\($0)" } ?? "")")
+                return try makeContainer(id, named: version.name, isPublic: isPublic, view: view)
             }
             if here.isPublic != isPublic { view.invalidate(try administration.setPublic(id, isPublic)) }
             guard here.name != version.name else { return }
-            do {
-                view.invalidate(try administration.rename(id, to: version.name))
-            } catch {
-                // Another container here has that name: this one takes its id along.
-                view.invalidate(try administration.rename(id, to: "\(version.name) (\(id.rawValue))"))
+            try Self.underNameOrWithID(version.name, id) { name throws(DocfsError) in
+                view.invalidate(try administration.rename(id, to: name))
             }
         }
         return .applied
+    }
+
+    /// A version in a container this machine does not have: the container is made, under the
+    /// display name the version carries, as another machine's change.
+    func makeContainerIfMissing(for version: RemoteVersion, view: Filesystem) throws {
+        guard let id = try? ContainerID(version.container), id != .userDefault,
+              try shared.containerFolders.catalog.registry.record(of: id) == nil else { return }
+        let wanted = version.containerName ?? String(id.rawValue.split(separator: ".").last ?? Substring(id.rawValue))
+        try RemoteApplication.$machine.withValue(version.author.machine) {
+            try makeContainer(id, named: wanted, isPublic: version.containerPublic ?? false, view: view)
+        }
+    }
+
+    /// Makes container `id` named `name` (see `underNameOrWithID`).
+    private func makeContainer(_ id: ContainerID, named name: String, isPublic: Bool, view: Filesystem) throws {
+        do {
+            try Self.underNameOrWithID(name, id) { name throws(DocfsError) in
+                view.invalidate(try ContainerAdministration(view: view).create(id, name: name, isPublic: isPublic).1)
+            }
+        } catch {
+            throw StoreSyncError("container \(id.rawValue) could not be made here: \(error)")
+        }
+    }
+
+    /// Runs `body` with `name`, and when that fails (another container here has the name) with
+    /// the name and the container's id, `Name (com.example.id)`.
+    private static func underNameOrWithID(_ name: String, _ id: ContainerID,
+                                          _ body: (String) throws(DocfsError) -> Void) throws(DocfsError) {
+        do {
+            try body(name)
+        } catch {
+            try body("\(name) (\(id.rawValue))")
+        }
     }
 }

@@ -459,7 +459,6 @@ public final class SyncEngine: Sendable {
         if try apply(applied, expecting: ApplyExpectation(ours), keepingHereAsConflict: nil) == .applied {
             try settle(proposal, number: number, sequence: sequence, after: state)
             keepingEarlierVersions(of: applied.item) { () throws(SyncError) in
-                try keepWhatWasDeleted(by: current, cameBackAs: applied)
                 try keepSkipped(of: applied.item, after: state?.number ?? 0, before: applied)
             }
         }
@@ -631,9 +630,10 @@ public final class SyncEngine: Sendable {
             note("down \(version.item) v\(version.number): applied as \(version.deleted ? "a deletion" : "\(version.name) of \(version.size) bytes")")
             try settle(version, number: version.number, sequence: change.sequence, after: state)
             if let state {
+                // Back over a deletion (an edit won over it): from the version it deleted on.
+                let low = state.version.deleted && state.version.base > 0 ? state.version.base - 1 : state.number
                 keepingEarlierVersions(of: version.item) { () throws(SyncError) in
-                    try keepWhatWasDeleted(by: state.version, cameBackAs: version)
-                    try keepSkipped(of: version.item, after: state.number, before: version)
+                    try keepSkipped(of: version.item, after: low, before: version)
                 }
             }
             round.applied += 1
@@ -655,31 +655,19 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// `version` brought back an item `tombstone` deleted (an edit won over the deletion): the
-    /// content the deletion removed (the version it was based on, which another machine's edit
-    /// raced) is kept here as a previous version, as on every machine, unless it is the content
-    /// that came back. Nothing committed is then lost to a deletion that lost.
-    private func keepWhatWasDeleted(by tombstone: RemoteVersion, cameBackAs version: RemoteVersion) throws(SyncError) {
-        guard tombstone.deleted, !version.deleted, version.kind == .file, tombstone.base > 0 else { return }
-        let item = version.item, number = tombstone.base
-        guard let deleted = try SyncError.remote({ () throws(RemoteError) in try remote.version(of: item, number: number) }),
-              deleted.kind == .file, !deleted.deleted, !deleted.conflict, deleted.manifest != version.manifest else { return }
-        note("down \(item) v\(version.number): came back over a deletion; what it deleted (v\(number)) kept as a previous version")
-        try SyncError.local("keep version \(number) of item \(item)") {
-            try store.keepPrevious(deleted) { digest in try self.fetch(digest) }
-        }
-    }
-
-    /// The item's versions committed after `low` (the one last in step here) and before
-    /// `applied` (the version just applied here) that this machine never applied, taking a
-    /// later one at once (its own change raced them), are kept here as previous versions,
-    /// fetched from the log, under their numbers, as every machine that applied them keeps
-    /// them: those whose content the next version replaced (a version that only renamed keeps
-    /// nothing). Conflict versions come on their own; a number a version kept here holds
-    /// already is left alone; at most the last 64 are looked for.
+    /// The item's versions committed after `low` and before `applied` (the version just applied
+    /// here) that this machine does not keep, as every machine keeps them, fetched from the log
+    /// under their numbers:
+    /// - those it never applied, taking a later one at once (its own change raced them) and
+    ///   whose content the next version replaced (a version that only renamed keeps nothing);
+    /// - the one a deletion removed, when `applied` brought the item back (an edit won over the
+    ///   deletion: `low` is below the version the deletion was made on), so nothing committed is
+    ///   lost to a deletion that lost.
+    /// Conflict versions come on their own; a number a version kept here holds already is left
+    /// alone; at most the last 64 are looked for.
     private func keepSkipped(of item: UInt64, after low: UInt64, before applied: RemoteVersion) throws(SyncError) {
         let high = applied.number
-        guard applied.kind == .file, high > low + 1 else { return }
+        guard applied.kind == .file, !applied.deleted, high > low + 1 else { return }
         var skipped: [RemoteVersion] = []
         for number in max(low + 1, high > 64 ? high - 64 : 1)..<high {
             try checkStop()
@@ -689,7 +677,7 @@ public final class SyncEngine: Sendable {
             }
         }
         for (version, next) in zip(skipped, skipped.dropFirst() + [applied])
-        where version.kind == .file && !version.deleted && !next.deleted && next.manifest != version.manifest {
+        where version.kind == .file && !version.deleted && (next.deleted || next.manifest != version.manifest) {
             note("down \(item): v\(version.number) was skipped here; kept as a previous version")
             try SyncError.local("keep version \(version.number) of item \(item)") {
                 try store.keepPrevious(version) { digest in try self.fetch(digest) }

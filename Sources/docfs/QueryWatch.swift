@@ -41,15 +41,16 @@ struct QueryWatch {
     /// change, else `local`); a removal with the record as it was last reported (the index
     /// keeps no more of a removal than when it was).
     private func emit(_ event: String, _ record: IndexRecord) {
-        let fromElsewhere = event != "result" && event != "removed" && !record.remoteMachine.isEmpty
+        let saysOrigin = event == "added" || event == "changed"
+        let machine = saysOrigin && !record.remoteMachine.isEmpty ? record.remoteMachine : nil
         if json {
             print(jsonLine(WatchEventJSON(event: event, record: RecordJSON(record),
-                                          origin: event == "result" || event == "removed" ? nil : fromElsewhere ? "remote" : "local",
-                                          machine: fromElsewhere ? record.remoteMachine : nil)))
+                                          origin: saysOrigin ? (machine == nil ? "local" : "remote") : nil, machine: machine)))
         } else {
             let record = QueryCommand.withOriginal(record, index: index, view: view)
+            // As `docfs watch` says it.
             PlainOutput.line((event == "result" ? "" : event + " ") + QueryCommand.describe(record, mountPoint: mountPoint, view: view)
-                             + (fromElsewhere ? " (from \(PlainOutput.name(record.remoteMachine)))" : ""))
+                             + (machine.map { " [from \(PlainOutput.name($0))]" } ?? ""))
         }
     }
 }

@@ -193,7 +193,7 @@ import Glibc
         // the same on every machine (saves that never went up on their own go up before the
         // content after them; versions a machine skipped are fetched), but for a few: a save of
         // one machine's that lost a race before it went up stays listed there alone (measured:
-        // 17 to 22 documents of about 870 differ; issue 22 is open for them). Bounded at 5%.
+        // 5 to 22 documents of about 850 differ; issue 22 is open for them). Bounded at 5%.
         let ids = Set(numbered[0].values.compactMap { $0.split(separator: " ").first.map(String.init) })
         let differentLists = ids.sorted().filter { id in
             let lists = machines.map { Self.keptVersions($0, id) }
