@@ -28,17 +28,26 @@ public final class FUSEMount: Sendable {
         /// leaves it to the daemon (long while the store watcher makes the kernel forget changes
         /// made behind docfs as it sees them, short without it).
         public var cacheTimeout: Double?
+        /// How many threads serve requests. More than the machine has cores only make requests
+        /// wait for a core and contend for the same locks (the stress row of `scripts/bench` on
+        /// two cores: 15.1 s with 16, 14.6 s with 4, 14.3 s with 3); at least four, so a few
+        /// requests waiting on the disk (fsync) leave others served.
         public var maxThreads: UInt32
         /// Make thumbnails of images and PDFs (`-o nothumbnails` turns it off).
         public var thumbnails = true
 
         public init(fuseOptions: [String] = [], writebackCache: Bool = false, passthrough: Bool = true,
-                    cacheTimeout: Double? = nil, maxThreads: UInt32 = 16) {
+                    cacheTimeout: Double? = nil, maxThreads: UInt32 = Options.defaultThreads) {
             self.fuseOptions = fuseOptions
             self.writebackCache = writebackCache
             self.passthrough = passthrough
             self.cacheTimeout = cacheTimeout
             self.maxThreads = maxThreads
+        }
+
+        /// Twice the cores the daemon may use, within 4...16.
+        public static var defaultThreads: UInt32 {
+            UInt32(min(16, max(4, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))))
         }
 
         /// The `-o` options that mount the same way again (`parse` of them gives these).

@@ -62,6 +62,8 @@ extension Filesystem {
         }
         return try DeliveryScope.within(.changing) { () throws(DocfsError) -> T in
             try coordinator.withClaims(claims) { () throws(DocfsError) -> T in
+                let following = ownStatesFollowed(touched())
+                defer { ownChanges.followed(following) }
                 let (result, changes) = try operation()
                 for var change in changes {
                     if change.caller == nil { change.caller = caller }
@@ -70,6 +72,17 @@ extension Filesystem {
                 return result
             }
         }
+    }
+
+    /// The folders whose names an operation touches, and the files it touches, that docfs's
+    /// record of its own changes follows through it (see `OwnChanges.followed`): only those
+    /// with a record, so most operations pay one lookup.
+    private func ownStatesFollowed(_ touched: TouchedPlaces) -> [(node: Node, ctime: timespec)] {
+        var keys = touched.names.map(\.folder) + touched.files
+        if keys.count > 1 { keys = Array(Set(keys)) }
+        let tracked = ownChanges.tracked(keys)
+        if tracked.isEmpty { return [] }
+        return ownChanges.statesBefore(tracked.compactMap { nodes.known(key: $0) })
     }
 
     /// A writer's close or fsync stitched `node` (the stitcher follows open writers, S1): the

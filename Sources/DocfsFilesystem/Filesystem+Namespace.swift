@@ -12,7 +12,7 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
         return try changing([(directory.item, .write)], touching: .name(name, in: directory), by: caller) { () throws(DocfsError) in
-            try check(mkdirat(directory.fd, name.cString, mode & 0o7777))
+            try changingName(name, in: directory) { mkdirat(directory.fd, name.cString, mode & 0o7777) }
             return try made(name, in: directory, caller: caller, mode: nil)
         }
     }
@@ -22,7 +22,7 @@ extension Filesystem {
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
         return try changing([(directory.item, .write)], touching: .name(name, in: directory), by: caller) { () throws(DocfsError) in
-            try check(mknodat(directory.fd, name.cString, mode, device))
+            try changingName(name, in: directory) { mknodat(directory.fd, name.cString, mode, device) }
             return try made(name, in: directory, caller: caller, mode: mode)
         }
     }
@@ -32,15 +32,25 @@ extension Filesystem {
         try refuseTakingContainerName(parent, name)
         try refuseEscapingLink(target, in: directory, name: name)
         return try changing([(directory.item, .write)], touching: .name(name, in: directory), by: caller) { () throws(DocfsError) in
-            try check(symlinkat(target.cString, directory.fd, name.cString))
+            try changingName(name, in: directory) { symlinkat(target.cString, directory.fd, name.cString) }
             return try made(name, in: directory, caller: caller, mode: nil)
+        }
+    }
+
+    /// Makes or removes `name` in `directory` with `call` (a system call answering 0, or -1 and
+    /// errno), telling the store watcher first: the event may reach it before the call returns.
+    private func changingName(_ name: FileName, in directory: Node, _ call: () -> Int32) throws(DocfsError) {
+        ownChanges.changedName(name, in: directory.key)
+        guard call() == 0 else {
+            let e = Glibc.errno
+            ownChanges.withdrawName(name, in: directory.key)
+            throw DocfsError.system(e)
         }
     }
 
     /// What follows making `name` in `directory` (a folder, node or link): the caller owns it,
     /// the kernel gets its entry, and the record says it was created.
     private func made(_ name: FileName, in directory: Node, caller: Caller, mode: mode_t?) throws(DocfsError) -> (Entry, [ChangeRecord]) {
-        ownChanges.changedName(name, in: directory.key)
         try giveToCaller(in: directory, name: name, caller: caller, mode: mode)
         let made = try entry(in: directory, name: name)
         return (made, [.name(.created, name, in: directory, item: try nodes.node(made.node).item)])
@@ -58,11 +68,11 @@ extension Filesystem {
         let touched = TouchedPlaces(names: [(directory.key, newName)], files: [node.key])
         return try changing([(directory.item, .write), (node.item, .metadata)], touching: touched) { () throws(DocfsError) in
             // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; a daemon without it links through /proc.
-            if linkat(node.fd, "", directory.fd, newName.cString, DOCFS_AT_EMPTY_PATH) != 0 {
-                guard errno == ENOENT || errno == EPERM else { throw DocfsError.system(errno) }
-                try check(linkat(AT_FDCWD, node.procPath, directory.fd, newName.cString, AT_SYMLINK_FOLLOW))
+            try changingName(newName, in: directory) {
+                if linkat(node.fd, "", directory.fd, newName.cString, DOCFS_AT_EMPTY_PATH) == 0 { return 0 }
+                guard errno == ENOENT || errno == EPERM else { return -1 }
+                return linkat(AT_FDCWD, node.procPath, directory.fd, newName.cString, AT_SYMLINK_FOLLOW)
             }
-            ownChanges.changedName(newName, in: directory.key)
             var st = stat()
             try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
             nodes.reference(node)
@@ -78,8 +88,7 @@ extension Filesystem {
             let gone = knownNode(at: name, in: directory)
             let victim = gone?.type == S_IFREG ? gone : nil
             let wasReference = victim?.isReference ?? (reference(at: name, in: directory) != nil)
-            ownChanges.changedName(name, in: directory.key)
-            try check(unlinkat(directory.fd, name.cString, 0))
+            try changingName(name, in: directory) { unlinkat(directory.fd, name.cString, 0) }
             gone?.found(at: nil)  // gone by docfs's hand: no writer raced for it
             var change = ChangeRecord.name(.deleted(wasReference: wasReference), name, in: directory, item: victim?.item)
             change.node = victim
@@ -92,8 +101,7 @@ extension Filesystem {
         try refuseControlArea(parent, name)
         try refuseChangingContainerFolder(parent, name)
         try changing(claims(writing: [directory], deleting: name, in: directory), touching: .name(name, in: directory)) { () throws(DocfsError) in
-            ownChanges.changedName(name, in: directory.key)
-            try check(unlinkat(directory.fd, name.cString, AT_REMOVEDIR))
+            try changingName(name, in: directory) { unlinkat(directory.fd, name.cString, AT_REMOVEDIR) }
             return ((), [.name(.deleted(wasReference: false), name, in: directory, item: nil)])
         }
     }

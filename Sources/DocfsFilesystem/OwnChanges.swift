@@ -128,6 +128,16 @@ final class OwnChanges: Sendable {
         }
     }
 
+    /// The change announced by `changedName` did not happen (the call failed): its event is
+    /// not to be waited for.
+    func withdrawName(_ name: FileName, in directory: BackingKey) {
+        state.withLock { state in
+            let place = Place(directory: directory, name: name)
+            guard let expected = state.names[place] else { return }
+            state.names[place] = expected.count > 1 ? (expected.count - 1, expected.time) : nil
+        }
+    }
+
     /// A store watcher event to sort out: a name in a folder changed, or a file's content or
     /// attributes (its state as the watcher found it).
     enum Event {
@@ -275,6 +285,49 @@ final class OwnChanges: Sendable {
             state.files[key]!.time = now
         }
     }
+
+    /// Of `keys`, those whose record is docfs's last change to them: the files and folders an
+    /// operation is about to touch whose change time it will move as a side effect (a name
+    /// made or removed in a folder, a hard link made to a file).
+    func tracked(_ keys: [BackingKey]) -> [BackingKey] {
+        state.withLock { state in keys.filter { state.files[$0] != nil } }
+    }
+
+    /// The change times of `nodes` (tracked files and folders) before an operation of docfs's:
+    /// those equal to docfs's record, so that record is still current.
+    func statesBefore(_ nodes: [Node]) -> [(node: Node, ctime: timespec)] {
+        let states = nodes.compactMap { node -> (Node, stat)? in
+            var st = stat()
+            return fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 ? (node, st) : nil
+        }
+        return state.withLock { state in
+            states.compactMap { node, st in
+                guard let activity = state.files[BackingKey(st)], Self.same(activity.ctime, st.st_ctim) else { return nil }
+                return (node, st.st_ctim)
+            }
+        }
+    }
+
+    /// After the operation: each file or folder whose record was current before it (`before`)
+    /// and still is, takes its change time now. An attribute change docfs made before the
+    /// operation is then not judged, by the state the operation left, as someone else's (a
+    /// folder's id given at mkdir, then a file made in it). Another writer's change in between
+    /// moved the time past the record and stays someone else's.
+    func followed(_ before: [(node: Node, ctime: timespec)]) {
+        let now = SafeSaveTracker.now()
+        for (node, ctime) in before {
+            var st = stat()
+            guard fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+            state.withLock { state in
+                let key = BackingKey(st)
+                guard let activity = state.files[key], Self.same(activity.ctime, ctime) else { return }
+                state.files[key]!.ctime = st.st_ctim
+                state.files[key]!.time = now
+            }
+        }
+    }
+
+    private static func same(_ a: timespec, _ b: timespec) -> Bool { a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec }
 
     /// docfs changed the file or folder the O_PATH descriptor `fd` names (see `changedFile(_:)`).
     func changedFile(at fd: Int32) {

@@ -40,6 +40,8 @@ public enum VersionMakers {
         let path = file(of: layout)
         let incoming = path + ".\(getpid()).new"
         do {
+            // Made with the first version kept: makers may be known before (a file's creator).
+            try FileManager.default.createDirectory(atPath: layout.versionsDirectory, withIntermediateDirectories: true)
             try JSONEncoder().encode(entries).write(to: URL(fileURLWithPath: incoming))
         } catch {
             throw DocfsError(.storeUnavailable, "cannot write \(incoming): \(error)")

@@ -72,6 +72,18 @@ import Glibc
 
     /// `docfs versions` says who made every version while the daemon saw it: the one a create
     /// made (kept once it is superseded) and the current one, in the table and in JSON.
+    /// A store in which no version was kept yet has no versions folder: who made the files
+    /// made so far is saved all the same.
+    @Test func whoMadeTheFirstFilesIsKeptBeforeAnyVersionIs() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        #expect(try shell("sh -c 'echo first > \"\(fixture.path("first.txt"))\"'").status == 0)
+        fixture.stop()
+        let rows = try versionsJSON(fixture, fixture.documents + "/first.txt")
+        #expect(rows.count == 1 && rows[0].command == "sh", "with no daemon: \(rows)")
+        #expect(!fixture.log.contains("could not save who made"), "\(fixture.log)")
+    }
+
     @Test func versionsSayWhoMadeThemTheCurrentAndTheCreatedOneToo() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }

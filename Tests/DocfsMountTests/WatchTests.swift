@@ -176,6 +176,30 @@ import Glibc
         })
     }
 
+    /// docfs's own changes are not reported as someone else's: names the watcher may hear of
+    /// before the call that made them returns (mkdir, link), and changes that move a folder's
+    /// or file's change time as a side effect (a name made in a folder just given its id, a hard
+    /// link to a file just chmod-ed), which the watcher judges later by the state they left.
+    @Test func docfsOwnFoldersLinksAndModesAreNotReportedAsUncoordinated() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        let watcher = try Watcher(fixture.mountPoint, in: fixture)
+        defer { watcher.stop() }
+        // As a shell does them: each command right after the one before.
+        let made = try shell("""
+            cd '\(fixture.mountPoint)' && for i in $(seq 20); do
+              mkdir d$i; echo x > d$i/x; echo f > f$i; ln f$i g$i; chmod 600 f$i
+              sleep 0.1
+            done
+            """)
+        #expect(made.status == 0, "\(made.output)")
+        // A change behind docfs's back: once it is reported, the watcher saw all of the above.
+        try write("s\n", to: fixture.documents + "/sentinel")
+        #expect(eventually(seconds: 20) { watcher.events.contains { $0.path == "sentinel" && $0.uncoordinated } }, "\(watcher.events)")
+        let uncoordinated = watcher.events.filter { $0.uncoordinated && $0.path != "sentinel" }
+        #expect(uncoordinated.isEmpty, "\(uncoordinated)")
+    }
+
     @Test func aRacedSaveReportsItsConflict() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
