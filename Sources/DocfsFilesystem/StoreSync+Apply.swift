@@ -127,12 +127,19 @@ extension StoreSync {
         try keep(version, as: .previous, fetch: fetch)
     }
 
+    public func keepAside(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws {
+        try keep(version, as: .previous, aside: true, fetch: fetch)
+    }
+
     /// Keeps another machine's `version` of an item here as a kept version of `kind`, beside
-    /// the content here (which stays).
-    private func keep(_ version: RemoteVersion, as kind: VersionRecord.Kind, fetch: (ChunkDigest) throws -> [UInt8]) throws {
+    /// the content here (which stays). `aside`: a save set aside on another machine, whose
+    /// number a save of this machine's that never went up gives way to, as for a conflict.
+    private func keep(_ version: RemoteVersion, as kind: VersionRecord.Kind, aside: Bool = false,
+                      fetch: (ChunkDigest) throws -> [UInt8]) throws {
         guard version.kind == .file else { return }
+        let yields = kind == .previous && !aside
         // A previous version never moves one kept here: nothing to fetch when its number is taken.
-        if kind == .previous && shared.store.versions.isTaken(ItemID(rawValue: version.item), version.number) { return }
+        if yields && shared.store.versions.isTaken(ItemID(rawValue: version.item), version.number) { return }
         guard let place = try place(of: version.item) else { return }
         let document = try Located(place: place, paths: shared.paths)
         defer { document.close() }
@@ -158,7 +165,7 @@ extension StoreSync {
             if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
             let here = ItemAttributes.version(ofDescriptor: fd)
             // A previous version: never moves a version kept here, nor the content here.
-            if kind == .previous && (versions.isTaken(item, number) || here == number) { return }
+            if yields && (versions.isTaken(item, number) || here == number) { return }
             giveWay(number, of: item, to: "/proc/self/fd/\(working.fd)", past: max(number, here), current: "/proc/self/fd/\(fd)")
             if here == number, let floor = (try? syncState(of: version.item))?.number, here > floor {
                 // The content here is a save that never went up: it goes above every kept number.
@@ -354,6 +361,7 @@ extension StoreSync {
               !versions.sameContent(item, version: number, as: content) else { return }
         do {
             _ = try versions.detach(item, version: number, past: minimum, current: current)
+            try requeue(item.rawValue)  // it goes up set aside
         } catch {
             shared.problemSink("sync: the save of item \(item) kept as version \(number), which never went up, could not give way to the remote's version \(number) (\(error)); that takes the next free number here")
         }

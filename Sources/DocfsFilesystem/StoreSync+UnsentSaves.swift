@@ -16,25 +16,35 @@ extension StoreSync {
     /// nor one kept from another machine), and after every conflict version (a save before
     /// one was part of the race it settled).
     public func unsentSaves(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64] {
-        guard current > number + 1 else { return [] }
+        unsent(of: item, after: number, before: current).after
+    }
+
+    public func unsentSavesBeforeConflicts(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64] {
+        unsent(of: item, after: number, before: current).before
+    }
+
+    /// The saves made here since the store was linked, in the chain, numbered between `number`
+    /// and `current`: those after every conflict version, and those before one.
+    private func unsent(of item: UInt64, after number: UInt64, before current: UInt64) -> (after: [UInt64], before: [UInt64]) {
+        guard current > number + 1 else { return ([], []) }
         let linked = (try? RemoteLink.load(shared.store.layout))??.linked ?? .infinity
         let kept = shared.store.versions.versions(of: ItemID(rawValue: item))
         let floor = max(number, kept.filter { $0.kind == .conflict }.map(\.version).max() ?? 0)
-        return kept.filter { $0.isInChain && $0.version > floor && $0.version < current && $0.kept >= linked }.map(\.version)
+        let saves = kept.filter { $0.isInChain && $0.version > number && $0.version < current && $0.kept >= linked }.map(\.version)
+        return (saves.filter { $0 > floor }, saves.filter { $0 <= floor })
     }
 
     public func unsentSave(of item: UInt64, number: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws
         -> (manifest: [ChunkDigest], size: Int64, modified: Double)? {
         let id = ItemID(rawValue: item)
         let versions = shared.store.versions
-        guard let record = versions.record(of: id, version: number), record.kind == .previous,
-              let place = try place(of: item) else { return nil }
-        let document = shared.paths.openPlace(place)
-        guard document >= 0 else { return nil }
-        defer { close(document) }
+        guard let record = versions.record(of: id, version: number), record.kind == .previous else { return nil }
+        // Gone here (a save made before a deletion): only a whole version can be read.
+        let document = try place(of: item).map { shared.paths.openPlace($0) } ?? -1
+        defer { if document >= 0 { close(document) } }
         // One file (a whole version, or a delta made up from the content here), cut as it is;
         // one kept as chunks is put together in a file of its own first.
-        let content = try versions.openContent(id, version: number, current: "/proc/self/fd/\(document)")
+        let content = try versions.openContent(id, version: number, current: document >= 0 ? "/proc/self/fd/\(document)" : "/nonexistent")
         let fd: Int32
         var size: Int64?
         switch content.parts.count == 1 ? content.parts[0] : nil {
@@ -55,5 +65,50 @@ extension StoreSync {
             try chunks(ofFileAt: fd, item: item, length: length, remembering: false, cut: cut)
         }
         return (manifest, cutSize, record.modified)
+    }
+
+    public func setAside(_ numbers: [UInt64], of item: UInt64, above current: UInt64) throws {
+        let id = ItemID(rawValue: item)
+        guard !numbers.isEmpty else { return }
+        // Gone here (saves made before a deletion): deltas made up from it cannot be made whole.
+        let document = try place(of: item).map { shared.paths.openPlace($0) } ?? -1
+        defer { if document >= 0 { close(document) } }
+        let versions = shared.store.versions
+        try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in
+            // Oldest first, so they keep their order (each takes the number past every kept one).
+            for number in numbers.sorted() where versions.record(of: id, version: number)?.isInChain == true {
+                _ = try versions.detach(id, version: number, past: max(number, current),
+                                        current: document >= 0 ? "/proc/self/fd/\(document)" : nil)
+            }
+        }
+    }
+
+    public func unsentAside(of item: UInt64) throws -> [UInt64] {
+        shared.store.versions.unsentDetached(of: ItemID(rawValue: item))
+    }
+
+    public func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws {
+        let id = ItemID(rawValue: item)
+        let versions = shared.store.versions
+        let document = try place(of: item).map { shared.paths.openPlace($0) } ?? -1
+        defer { if document >= 0 { close(document) } }
+        try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in
+            let here = document >= 0 ? ItemAttributes.version(ofDescriptor: document) : 0
+            try versions.sent(id, version: number, as: given, current: here)
+        }
+    }
+
+    public func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest]) throws -> Bool {
+        let id = ItemID(rawValue: item)
+        let versions = shared.store.versions
+        guard let record = versions.record(of: id, version: number), record.kind == .previous else { return false }
+        // Not one a delta kept below it is made up from.
+        if record.isInChain, let below = versions.versions(of: id).filter(\.isInChain).last(where: { $0.version < number }),
+           below.isPrefix {
+            return false
+        }
+        guard let content = try unsentSave(of: item, number: number, cut: { _ in }), content.manifest == manifest else { return false }
+        try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in versions.remove(id, version: number) }
+        return true
     }
 }

@@ -46,6 +46,9 @@ public struct VersionRecord: Codable, Sendable, Equatable {
     /// remote gave other machines' versions (`VersionStore.detach`): whole, and out
     /// of the chain deltas are made up from, whatever its number.
     public var detached: Bool?
+    /// Set while a detached save (see `detached`) has not gone up yet as a version kept beside
+    /// the current one (`RemoteVersion.previous`): every machine lists it once it has.
+    public var unsent: Bool?
     /// For a delta, the bytes saved so far (filled in when listed, not stored).
     public var savedBytes: Int64?
     /// For a version kept as chunks, the bytes of the chunks no other version uses: what
@@ -53,7 +56,7 @@ public struct VersionRecord: Codable, Sendable, Equatable {
     public var ownChunkBytes: Int64?
 
     private enum CodingKeys: String, CodingKey {
-        case version, kind, modified, kept, size, author, prefix, detached
+        case version, kind, modified, kept, size, author, prefix, detached, unsent
     }
 
     public init(version: UInt64, kind: Kind, modified: Double, kept: Double, size: Int64, author: Author?,
@@ -257,15 +260,69 @@ public final class VersionStore: Sendable {
         let new = max(minimum, kept.last?.version ?? 0) + 1
         record.version = new
         record.detached = true
+        record.unsent = true
         // The new record first, the old one last: a crash between leaves a record without
         // content, which the next start removes (`removeLeftovers`), never content without one.
         try writeRecord(record, of: item)
+        try markUnsent(item)
         for (from, to) in [(contentPath(item, version), contentPath(item, new)), (chunksPath(item, version), chunksPath(item, new))] {
             _ = docfs_renameat2(AT_FDCWD, from, AT_FDCWD, to, DOCFS_RENAME_NOREPLACE)
         }
         unlink(recordPath(item, version))
         settleLater(item, version: new)
         return new
+    }
+
+    /// The numbers of `item`'s detached saves that have not gone up yet (`VersionRecord.unsent`),
+    /// lowest first. An item with none has no mark: one look, not a read of every record.
+    public func unsentDetached(of item: ItemID) -> [UInt64] {
+        guard access(unsentMark(item), F_OK) == 0 else { return [] }
+        let numbers = versions(of: item).filter { $0.unsent == true }.map(\.version)
+        if numbers.isEmpty { unlink(unsentMark(item)) }
+        return numbers
+    }
+
+    /// Marks `item` as having a detached save not gone up (made before its record says so).
+    private func markUnsent(_ item: ItemID) throws(DocfsError) {
+        let fd = open(unsentMark(item), O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failure("cannot mark item \(item)'s versions as not all gone up") }
+        close(fd)
+    }
+
+    private func unsentMark(_ item: ItemID) -> String { itemDirectory(item) + "/.unsent" }
+
+    /// Detached save `version` of `item` went up, numbered `number` by the remote: it takes that
+    /// number here too when no kept version holds it and it is not `current` (the number of the
+    /// content here), and is no longer unsent. Answers the number it has here.
+    @discardableResult
+    public func sent(_ item: ItemID, version: UInt64, as number: UInt64, current: UInt64) throws(DocfsError) -> UInt64 {
+        guard var record = try? readRecord(item, version) else { return version }
+        record.unsent = nil
+        // Another save that has not gone up yet holds the number: its number matters to no
+        // machine yet, so it moves past every kept one.
+        if number != version, let holder = try? readRecord(item, number), holder.unsent == true {
+            _ = try renumber(item, holder, to: firstFreeNumber(of: item, above: max(number, current, versions(of: item).last?.version ?? 0)))
+        }
+        guard number != version, number != current, !isTaken(item, number) else {
+            try writeRecord(record, of: item)
+            return version
+        }
+        return try renumber(item, record, to: number)
+    }
+
+    /// Moves whole version `record` (its record as it is to be written) of `item` to number
+    /// `number`, which nothing holds. As `detach`: the new record first, the old one last.
+    private func renumber(_ item: ItemID, _ record: VersionRecord, to number: UInt64) throws(DocfsError) -> UInt64 {
+        let version = record.version
+        var moved = record
+        moved.version = number
+        try writeRecord(moved, of: item)
+        for (from, to) in [(contentPath(item, version), contentPath(item, number)), (chunksPath(item, version), chunksPath(item, number))] {
+            _ = docfs_renameat2(AT_FDCWD, from, AT_FDCWD, to, DOCFS_RENAME_NOREPLACE)
+        }
+        unlink(recordPath(item, version))
+        settleLater(item, version: number)
+        return number
     }
 
     /// The record of kept version `version` of `item`, if there is one.

@@ -140,6 +140,17 @@ public final class PostgresRemote: Remote {
         return try rows.first.map { row throws(RemoteError) in try Self.version(from: row).version }
     }
 
+    public func versions(of item: UInt64, after number: UInt64, limit: Int) throws(RemoteError) -> [RemoteVersion] {
+        let logger = logger
+        let rows = try perform("read the versions of item \(item)") { connection in
+            try await connection.query("""
+                SELECT \(unescaped: Self.versionColumns) FROM docfs.versions
+                WHERE item = \(Int64(bitPattern: item)) AND number > \(Int64(bitPattern: number)) ORDER BY number LIMIT \(limit)
+                """, logger: logger).collect()
+        }
+        return try rows.map { row throws(RemoteError) in try Self.version(from: row).version }
+    }
+
     // MARK: Chunks
 
     public func missingChunks(_ digests: [ChunkDigest]) throws(RemoteError) -> [ChunkDigest] {
@@ -269,23 +280,26 @@ public final class PostgresRemote: Remote {
             """, logger: logger).decode((Int64, Int64).self) {
             (current, last) = (foundCurrent, foundLast)
         }
-        if whenStale == .refuse && Int64(bitPattern: proposal.base) != current {
+        let previous = proposal.previous == true
+        if whenStale == .refuse && Int64(bitPattern: proposal.base) != current && !previous {
             return .stale(current: UInt64(bitPattern: current))
         }
         let sequence = try await Self.nextSequence(on: connection, logger: logger)
         let number = max(last + 1, Int64(bitPattern: proposal.number))
-        let conflict = Int64(bitPattern: proposal.base) != current
+        let conflict = Int64(bitPattern: proposal.base) != current && !previous
         let manifest = proposal.manifest.joined()
         try await connection.query("""
             INSERT INTO docfs.versions (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified,
-                attributes, author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public, thumbnail)
+                attributes, author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public, thumbnail,
+                previous)
             VALUES (\(item), \(number), \(Int64(bitPattern: proposal.base)), \(proposal.container), \(proposal.scope),
                 \(Int64(bitPattern: proposal.parent)), \(proposal.name), \(proposal.kind.rawValue), \(manifest), \(proposal.size), \(Int64(proposal.mode)),
                 \(proposal.modified), \(attributes), \(proposal.author.machine), \(proposal.author.user), \(conflict),
-                \(proposal.deleted), \(sequence), \(proposal.resolves == true), \(proposal.containerName), \(proposal.containerPublic), \(proposal.thumbnail))
+                \(proposal.deleted), \(sequence), \(proposal.resolves == true), \(proposal.containerName), \(proposal.containerPublic), \(proposal.thumbnail),
+                \(previous))
             """, logger: logger)
         try await connection.query("""
-            UPDATE docfs.items SET last_number = \(number), current_number = \(conflict ? current : number) WHERE item = \(item)
+            UPDATE docfs.items SET last_number = \(number), current_number = \(conflict || previous ? current : number) WHERE item = \(item)
             """, logger: logger)
         try await connection.query("""
             INSERT INTO docfs.operations VALUES (\(operation), \(item), \(number), \(conflict), \(sequence))
@@ -401,15 +415,15 @@ public final class PostgresRemote: Remote {
 
     static let versionColumns = """
         item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
-        author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public, thumbnail
+        author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public, thumbnail, previous
         """
 
     static func version(from row: PostgresRow) throws(RemoteError) -> (version: RemoteVersion, sequence: UInt64) {
         do {
             let (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
-                 machine, user, conflict, deleted, sequence, resolves, containerName, containerPublic, thumbnail) = try row.decode(
+                 machine, user, conflict, deleted, sequence, resolves, containerName, containerPublic, thumbnail, previous) = try row.decode(
                     (Int64, Int64, Int64, String, String, Int64, String, String, String, Int64, Int64, Double, Data,
-                     String, String, Bool, Bool, Int64, Bool, String?, Bool?, String?).self)
+                     String, String, Bool, Bool, Int64, Bool, String?, Bool?, String?, Bool).self)
             guard let itemKind = RemoteItemKind(rawValue: kind), manifest.utf8.count % 64 == 0,
                   let mode = UInt32(exactly: mode) else {
                 throw RemoteError(.refused, "the remote's version \(number) of item \(item) is damaged")
@@ -431,6 +445,7 @@ public final class PostgresRemote: Remote {
                                         author: RemoteAuthor(machine: machine, user: user), conflict: conflict, deleted: deleted)
             var read = version
             read.resolves = resolves ? true : nil
+            read.previous = previous ? true : nil
             (read.containerName, read.containerPublic) = (containerName, containerPublic)
             read.thumbnail = thumbnail.flatMap { ChunkDigest(hex: $0) }?.hex
             return (read, UInt64(bitPattern: sequence))

@@ -78,6 +78,12 @@ enum RemoteSchema {
             // docfs that does not know them.
             "COMMENT ON COLUMN docfs.versions.kind IS 'file, folder, symlink, reference or container'",
         ],
+        [
+            // A save kept beside the current version on every machine, never current (a save
+            // that lost its number or its race before it went up): a docfs that does not know
+            // such versions would take one for the current content, so it refuses the remote.
+            "ALTER TABLE docfs.versions ADD COLUMN previous boolean NOT NULL DEFAULT false",
+        ],
     ]
 
     /// Brings the database's docfs schema to `current`, creating it in a database with no

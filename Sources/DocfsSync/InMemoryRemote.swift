@@ -97,13 +97,14 @@ public final class InMemoryRemote: Remote {
             }
             var version = proposal
             let current = state.current[proposal.item]?.number ?? 0
-            if whenStale == .refuse && proposal.base != current { return .stale(current: current) }
+            let previous = proposal.previous == true
+            if whenStale == .refuse && proposal.base != current && !previous { return .stale(current: current) }
             version.number = max((state.numbers[proposal.item] ?? 0) + 1, proposal.number)
             state.numbers[proposal.item] = version.number
-            version.conflict = proposal.base != current
+            version.conflict = proposal.base != current && !previous
             let sequence = state.nextSequence()
             state.committed[sequence] = Self.now()
-            if !version.conflict { state.current[proposal.item] = version }
+            if !version.conflict && !previous { state.current[proposal.item] = version }
             state.log.append(RemoteChange(sequence: sequence, version: version))
             let outcome: RemoteCommitOutcome = version.conflict
                 ? .conflict(version: version.number, sequence: sequence) : .current(version: version.number, sequence: sequence)
@@ -135,6 +136,12 @@ public final class InMemoryRemote: Remote {
 
     public func version(of item: UInt64, number: UInt64) throws(RemoteError) -> RemoteVersion? {
         state.withLock { state in state.log.last { $0.version.item == item && $0.version.number == number }?.version }
+    }
+
+    public func versions(of item: UInt64, after number: UInt64, limit: Int) throws(RemoteError) -> [RemoteVersion] {
+        state.withLock { state in
+            Array(state.log.map(\.version).filter { $0.item == item && $0.number > number }.sorted { $0.number < $1.number }.prefix(limit))
+        }
     }
 
     public func head() throws(RemoteError) -> RemoteAnchor {

@@ -35,6 +35,8 @@ public protocol Remote: Sendable {
     /// outcome and adds nothing to the log.
     /// With `whenStale: .refuse`, a proposal whose base is not current is not committed at all
     /// (`.stale`, nothing logged, the operation id still free): the engine merges first.
+    /// A `previous` proposal is neither: whatever its base, it commits beside the current
+    /// version (`.current` answers its number), which stays as it was.
     func commit(_ proposal: RemoteVersion, operation: String, whenStale: StaleBase) throws(RemoteError) -> RemoteCommitOutcome
 
     /// The item's current version (a tombstone when it was deleted); nil when it never was.
@@ -44,6 +46,11 @@ public protocol Remote: Sendable {
     /// was, or a prune removed it. What a deleted document held is fetched this way when the
     /// document comes back (an edit won over its deletion), to be kept as a version.
     func version(of item: UInt64, number: UInt64) throws(RemoteError) -> RemoteVersion?
+
+    /// The item's versions numbered above `number` (conflict versions, saves set aside and
+    /// tombstones too), lowest first, at most `limit`: what a machine keeps of an item that
+    /// comes back to it, or that it takes a later version of at once.
+    func versions(of item: UInt64, after number: UInt64, limit: Int) throws(RemoteError) -> [RemoteVersion]
 
     /// Registers machine `machine` and answers its item id space (ids `space << 41` up, issue
     /// 22 §3: one id per item on every machine): 0 for the first store to join a remote that

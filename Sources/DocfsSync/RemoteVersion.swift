@@ -75,6 +75,10 @@ public struct RemoteVersion: Codable, Hashable, Sendable {
     /// The machine that made it resolved the item's conflict there (`docfs versions --resolve`):
     /// every machine drops the conflict versions numbered below it (nil: no).
     public var resolves: Bool?
+    /// A version kept beside the item's content, never its current one: a save one machine made
+    /// that did not go up before another machine's version took its number (or won its race).
+    /// Every machine keeps it as a previous version under its number (nil: no).
+    public var previous: Bool?
     /// The container's display name and whether the user view shows it (not for the default
     /// container): a machine without the container makes it so.
     public var containerName: String?

@@ -204,6 +204,7 @@ public final class SyncEngine: Sendable {
         let thumbnail = local?.kind == .file ? store.thumbnailSet(of: item) : nil
         let thumbnailDigest = thumbnail.map { bytes in bytes.withUnsafeBytes { ChunkDigest(of: $0) } }
         if let local {
+            if local.kind == .file, state != nil { try sendSavesSetAside(of: local, after: state, &round) }
             if let state, LocalItem(state.version) == local, !resolving,
                thumbnailDigest == nil || state.version.thumbnail == thumbnailDigest?.hex || state.version.author != store.author {
                 note("up \(item): in step already (number \(state.number))")
@@ -213,6 +214,7 @@ public final class SyncEngine: Sendable {
             let number = local.kind == .file ? store.versionNumber(of: item) : 0
             if local.kind == .file && !resolving && number > (state?.number ?? 0) + 1 {
                 state = try sendUnsentSaves(of: local, numbered: number, after: state, &round)
+                try sendSavesSetAside(of: local, after: state, &round)  // those that lost their race just now
             }
             try uploadChunks(of: local, except: sent)
             var made = local.proposal(base: state?.number ?? 0, by: store.author)
@@ -230,7 +232,14 @@ public final class SyncEngine: Sendable {
             proposal = made
         } else {
             // Gone here: a tombstone, if the remote knows the item at all.
-            guard let state, !state.version.deleted else { return }
+            guard var state, !state.version.deleted else { return }
+            if state.version.kind == .file {
+                // Saves made here before the deletion that never went up go first, as versions of
+                // their own (at the place it was last in step), so every machine keeps them.
+                let last = LocalItem(state.version)
+                state = try sendUnsentSaves(of: last, numbered: .max, after: state, &round) ?? state
+                try sendSavesSetAside(of: last, after: state, &round)
+            }
             var tombstone = state.version
             tombstone.base = state.number
             tombstone.deleted = true
@@ -260,7 +269,7 @@ public final class SyncEngine: Sendable {
     }
 
     /// Sends the saves made here since `state` that the current content `local` (numbered
-    /// `current` here) superseded,
+    /// `current` here; `.max` when the item is gone here: the saves before its deletion) superseded,
     /// each as a version of its own (its content, `local`'s place and attributes), oldest
     /// first, each on the one before; answers the state they leave the item in. A save whose
     /// base is no longer current (another machine committed first) and those after it stay
@@ -269,6 +278,14 @@ public final class SyncEngine: Sendable {
                                  _ round: inout Round) throws(SyncError) -> ItemSyncState? {
         var state = state
         let item = local.item
+        let here = current == .max ? 0 : current  // .max: gone here, nothing numbered
+        // Saves before a conflict version kept here go up set aside, never current.
+        let early = try SyncError.local("list the saves of item \(item) not gone up") {
+            try store.unsentSavesBeforeConflicts(of: item, after: state?.number ?? 0, before: current)
+        }
+        if !early.isEmpty {
+            try SyncError.local("set saves \(early) of item \(item) aside") { try store.setAside(early, of: item, above: here) }
+        }
         let numbers = try SyncError.local("list the saves of item \(item) not gone up") {
             try store.unsentSaves(of: item, after: state?.number ?? 0, before: current)
         }
@@ -299,7 +316,13 @@ public final class SyncEngine: Sendable {
                 try remote.commit(proposal, operation: operation, whenStale: .refuse)
             }
             note("up \(item): \(outcome) for save \(number) made here before the current content")
-            guard case .current(let given, let sequence) = outcome else { break }
+            guard case .current(let given, let sequence) = outcome else {
+                // It lost its race before it went up (another machine committed first): it and
+                // the saves after it are set aside, to go up beside the current version.
+                let rest = Array(numbers.drop { $0 != number })
+                try SyncError.local("set saves \(rest) of item \(item) aside") { try store.setAside(rest, of: item, above: here) }
+                break
+            }
             try settle(proposal, number: given, sequence: sequence, after: state)
             state = try syncState(of: item)
             round.uploaded += 1
@@ -307,6 +330,47 @@ public final class SyncEngine: Sendable {
             if given != number { break }
         }
         return state
+    }
+
+    /// Sends the item's saves set aside here (they lost their number or their race before they
+    /// went up), each as a `previous` version: whatever the current version is, it commits
+    /// beside it, and every machine keeps it as a previous version. `local` gives the place and
+    /// attributes. One that cannot be read stays here, set aside, and is tried again with the
+    /// item's next change.
+    private func sendSavesSetAside(of local: LocalItem, after state: ItemSyncState?, _ round: inout Round) throws(SyncError) {
+        let item = local.item
+        // Looked for again after each: one sent may move another that held its new number.
+        var tried = Set<UInt64>()
+        while let number = try SyncError.local("list the saves of item \(item) set aside", { try store.unsentAside(of: item) })
+            .first(where: { !tried.contains($0) }), tried.count < 256 {
+            tried.insert(number)
+            try checkStop()
+            var sent = Set<ChunkDigest>()
+            let content: (manifest: [ChunkDigest], size: Int64, modified: Double)?
+            do {
+                content = try SyncError.local("read save \(number) of item \(item)") {
+                    try store.unsentSave(of: item, number: number) { batch in try sendChunks(batch, skipping: &sent, known: []) }
+                }
+            } catch where error.remote == nil {
+                note("up \(item): save \(number) set aside here cannot be read (\(error)); it stays here only for now")
+                continue
+            }
+            guard let content else { continue }
+            var save = local
+            (save.manifest, save.size, save.modified) = (content.manifest, content.size, content.modified)
+            try uploadChunks(of: save, except: sent)
+            var proposal = save.proposal(base: state?.number ?? 0, by: store.author)
+            proposal.number = number
+            proposal.previous = true
+            let operation = "\(store.author.machine)/\(item)/aside-\(number)/\(Self.digest(of: proposal))"
+            let outcome = try SyncError.remote { () throws(RemoteError) in
+                try remote.commit(proposal, operation: operation, whenStale: .refuse)
+            }
+            note("up \(item): \(outcome) for save \(number) set aside here")
+            guard case .current(let given, _) = outcome else { continue }
+            try SyncError.local("number save \(number) of item \(item) set aside") { try store.sentAside(number, of: item, as: given) }
+            round.uploaded += 1
+        }
     }
 
     /// `proposal` is the item's current version `number` now: in step, under that number here too.
@@ -478,7 +542,9 @@ public final class SyncEngine: Sendable {
         if try apply(current, expecting: ApplyExpectation(ours), keepingHereAsConflict: keepingOurs) == .applied {
             note("up \(ours.item): took the remote's v\(current.number)" + (keepingOurs.map { ", ours kept as conflict v\($0)" } ?? ""))
             try settle(current, number: current.number, sequence: nil, after: state)
-            keepingEarlierVersions(of: current.item) { () throws(SyncError) in try keepSkipped(of: current.item, after: state?.number ?? 0, before: current) }
+            // Our deletion lost: the content it removed here is kept, as every machine keeps it.
+            let low = ours.deleted ? max(state?.number ?? 1, 1) - 1 : state?.number ?? 0
+            keepingEarlierVersions(of: current.item) { () throws(SyncError) in try keepSkipped(of: current.item, after: low, before: current) }
         } else {
             note("up \(ours.item): changed here again, not taking the remote's v\(current.number)")
             // Changed here again meanwhile: tried again next round (the content that lost
@@ -601,12 +667,22 @@ public final class SyncEngine: Sendable {
 
     private func take(_ change: RemoteChange, _ round: inout Round) throws(SyncError) {
         let version = change.version
+        if version.previous == true {
+            // A save set aside on another machine: kept here too, beside the content (ours was
+            // kept here, numbered as the remote numbered it, when it went up).
+            guard version.author != store.author else { return }
+            note("down \(version.item) v\(version.number): kept as a previous version (a save \(version.author.machine) set aside)")
+            try SyncError.local("keep version \(version.number) of item \(version.item)") {
+                try store.keepAside(version) { digest in try self.fetch(digest) }
+            }
+            return
+        }
         let state = try syncState(of: version.item)
         if version.conflict {
-            // Our own lost commits were settled when they lost; others' are kept here too,
-            // unless they hold what the item holds now (nothing would be lost).
+            // Our own lost commits were settled when they lost; others' are kept here too, as
+            // on every machine (even one that holds the same content: what a machine holds when
+            // it reads the log differs from machine to machine, the log does not).
             guard version.author != store.author else { return }
-            if let state, SyncMerge.same(version, state.version) { return }
             note("down \(version.item) v\(version.number): kept as a conflict version")
             try SyncError.local("keep a conflict version of item \(version.item)") {
                 try store.keepConflict(version) { digest in try self.fetch(digest) }
@@ -665,22 +741,45 @@ public final class SyncEngine: Sendable {
     ///   lost to a deletion that lost.
     /// Conflict versions come on their own; a number a version kept here holds already is left
     /// alone; at most the last 64 are looked for.
+    ///
+    /// A version whose next one only renamed it is kept nowhere (the next holds its content):
+    /// one this machine kept of its own under its number (a save here that started from it)
+    /// goes, so every machine lists the same versions; `low` itself is looked at for that.
     private func keepSkipped(of item: UInt64, after low: UInt64, before applied: RemoteVersion) throws(SyncError) {
         let high = applied.number
         guard applied.kind == .file, !applied.deleted, high > low + 1 else { return }
-        var skipped: [RemoteVersion] = []
-        for number in max(low + 1, high > 64 ? high - 64 : 1)..<high {
-            try checkStop()
-            if let version = try SyncError.remote({ () throws(RemoteError) in try remote.version(of: item, number: number) }),
-               !version.conflict {
-                skipped.append(version)
+        let from = max(max(low, 1), high > 64 ? high - 64 : 1)
+        let listed = try SyncError.remote { () throws(RemoteError) in try remote.versions(of: item, after: from - 1, limit: 256) }
+        let skipped = listed.filter { $0.number < high && !$0.conflict && $0.previous != true }
+        // Conflict versions and saves set aside that came while the item was gone here (its
+        // deletion applied, or made here) were not kept then: they are now, but for conflicts a
+        // version resolved.
+        let resolved = (listed + [applied]).filter { $0.resolves == true }.map(\.number).max() ?? 0
+        for version in listed where version.author != store.author && version.kind == .file && !version.deleted {
+            if version.previous == true {
+                try SyncError.local("keep version \(version.number) of item \(item)") {
+                    try store.keepAside(version) { digest in try self.fetch(digest) }
+                }
+            } else if version.conflict && version.number > resolved {
+                try SyncError.local("keep conflict version \(version.number) of item \(item)") {
+                    try store.keepConflict(version) { digest in try self.fetch(digest) }
+                }
             }
         }
-        for (version, next) in zip(skipped, skipped.dropFirst() + [applied])
-        where version.kind == .file && !version.deleted && (next.deleted || next.manifest != version.manifest) {
-            note("down \(item): v\(version.number) was skipped here; kept as a previous version")
-            try SyncError.local("keep version \(version.number) of item \(item)") {
-                try store.keepPrevious(version) { digest in try self.fetch(digest) }
+        for (version, next) in zip(skipped, skipped.dropFirst() + [applied]) where version.kind == .file && !version.deleted {
+            if !next.deleted && next.manifest == version.manifest {
+                try SyncError.local("look at version \(version.number) of item \(item)") {
+                    if try store.forgetPrevious(version.number, of: item, holding: version.chunks ?? []) {
+                        note("down \(item): v\(version.number) kept here is v\(next.number)'s content, which only renamed it; no longer kept")
+                    }
+                }
+            } else {
+                // `low` too: the version this machine was in step with is kept here already when a
+                // save here superseded it, not when this machine only renamed it.
+                note("down \(item): v\(version.number) was skipped here; kept as a previous version")
+                try SyncError.local("keep version \(version.number) of item \(item)") {
+                    try store.keepPrevious(version) { digest in try self.fetch(digest) }
+                }
             }
         }
     }

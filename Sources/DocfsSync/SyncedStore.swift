@@ -261,11 +261,40 @@ public protocol SyncedStore: Sendable {
     /// version of its own before the current content, so every machine keeps it too.
     func unsentSaves(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64]
 
+    /// The saves `unsentSaves` leaves out for coming before a conflict version kept here: never
+    /// current now (the race that conflict settled may have been theirs), they go up set aside.
+    func unsentSavesBeforeConflicts(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64]
+
     /// The content of save `number` of the item (see `unsentSaves`): its chunks (cut as
     /// `current`'s, handed to `cut` as they are cut), size and modification time; nil when it
     /// is no longer kept.
     func unsentSave(of item: UInt64, number: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws
         -> (manifest: [ChunkDigest], size: Int64, modified: Double)?
+
+    /// Removes the item's kept previous version `number` when it holds exactly the content
+    /// `manifest` names (a later version holds the same content); answers whether it did.
+    /// Never a conflict version, nor one a delta kept below it is made up from.
+    func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest]) throws -> Bool
+
+    /// Sets saves `numbers` of the item (see `unsentSaves`) aside: they lost their race before
+    /// they went up (their base is no longer current). Each moves past `current` (the number of
+    /// the content here) and every kept number, out of the chain, to go up as a version kept
+    /// beside the current one (`unsentAside`).
+    func setAside(_ numbers: [UInt64], of item: UInt64, above current: UInt64) throws
+
+    /// The numbers of the item's saves made here and set aside (they lost their number or
+    /// their race before they went up) that have not gone up yet, lowest first: each goes up
+    /// as a `previous` version, so every machine keeps it.
+    func unsentAside(of item: UInt64) throws -> [UInt64]
+
+    /// Save `number` set aside went up, numbered `given` by the remote: it takes that number
+    /// here too when it is free.
+    func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws
+
+    /// Keeps another machine's save set aside (`RemoteVersion.previous`) as a previous version
+    /// of its item under its number; a save of this machine's that never went up and holds
+    /// that number moves past it (and goes up set aside in turn).
+    func keepAside(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws
 }
 
 /// What `user.docfs.status` and `docfs status` say of an item of a linked store (DESIGN §6,

@@ -248,6 +248,8 @@ import Glibc
             // Apart from each other, as linking will hand out (issue 22 §1).
             try "next=\(firstID)\n".write(toFile: directory + "/item-ids", atomically: true, encoding: .utf8)
             store = try LocalStore(path: directory)
+            // Linked now, as `docfs remote link` records it (saves from before stay local).
+            try RemoteLink(uri: "memory:", machine: name, space: 0, linked: Date().timeIntervalSince1970 - 1).save(store.layout)
             index = try IndexDatabase(path: store.layout.indexFile)
             filesystem = try Filesystem(store: store, index: index)
             sync = try StoreSync(serving: filesystem.shared, author: RemoteAuthor(machine: name, user: "alice"))
@@ -569,7 +571,8 @@ import Glibc
     /// A machine that saved twice without going up, and lost the race to another machine's
     /// save: its first save held the number the remote gave the winner. That save moves past
     /// the remote's numbers, so the winner is current under its one number on both machines
-    /// and the loser a conflict version under one number on both; every save is still kept.
+    /// and the loser a conflict version under one number on both; every save is still kept,
+    /// on both machines (the first save goes up set aside, beside the current version).
     @Test func savesThatNeverWentUpGiveWayToTheRemotesNumbers() throws {
         let (remote, a, b, item) = try twoMachinesInStep(on: "plan.txt", "base")
         defer { a.cleanUp(); b.cleanUp() }
@@ -591,6 +594,13 @@ import Glibc
         #expect(Set(keptOnB.values).isSuperset(of: ["base", "b's first, never sent", "b's second"]), "\(keptOnB)")
         #expect(keptOnB[current.number] == nil)
         #expect(try a.keptContents(of: item, at: "plan.txt")[conflicts(a)[0]] == "b's second")
+        // b's first save lost its race before it went up: set aside, it went up beside the
+        // current version, and both machines list the same versions.
+        func list(_ machine: Machine) -> [String] {
+            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
+        }
+        #expect(list(a) == list(b), "a \(list(a)), b \(list(b))")
+        #expect(try a.keptContents(of: item, at: "plan.txt").values.contains("b's first, never sent"))
     }
 
     /// Saves kept as deltas (appends) that never went up, moved past the remote's numbers
@@ -635,6 +645,33 @@ import Glibc
         #expect(b.versionNumber("log.txt") == current.number)
         let keptOnB = try b.keptContents(of: item, at: "log.txt")
         #expect(keptOnB.values.contains("b's first") && keptOnB[current.number] == nil, "\(keptOnB)")
+    }
+
+    /// A machine saves a document twice and deletes it while another edits it: its saves go up
+    /// before its deletion, the edit comes back to it, and both list the same versions.
+    @Test func aDeletionThatLostListsTheSameVersionsAsTheEdit() throws {
+        let (_, a, b, item) = try twoMachinesInStep(on: "log.txt", "one")
+        defer { a.cleanUp(); b.cleanUp() }
+        try a.save("log.txt", "two")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        // b saves twice, then deletes, before any of it goes up.
+        try b.save("log.txt", "b's first")
+        try b.save("log.txt", "b's second")
+        try b.filesystem.unlink(parent: 1, name: "log.txt")
+        try a.save("log.txt", "a's edit")
+        try b.engine.syncOnce()
+        for _ in 0..<2 {
+            try a.engine.syncOnce()
+            try b.engine.syncOnce()
+        }
+        #expect(b.content("log.txt") == "a's edit")
+        // What b saved before deleting went up before its deletion: a keeps it too.
+        #expect(try a.keptContents(of: item, at: "log.txt").values.contains("b's first"))
+        func list(_ machine: Machine) -> [String] {
+            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
+        }
+        #expect(list(a) == list(b), "a \(list(a)), b \(list(b))")
     }
 
     /// Three stores: a edits, c takes a's edit and deletes the document, then b's edit from

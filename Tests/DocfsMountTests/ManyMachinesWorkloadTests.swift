@@ -191,16 +191,20 @@ import Glibc
                 "\(misnumbered.map { key in numbered.map { $0[key] ?? "absent" } }) \(kept) \(histories(of: misnumbered.compactMap { key in numbered.compactMap { $0[key]?.split(separator: " ").first.map(String.init) }.first }))")
         // One list of versions everywhere: each document's kept versions, numbers and kinds, are
         // the same on every machine (saves that never went up on their own go up before the
-        // content after them; versions a machine skipped are fetched), but for a few: a save of
-        // one machine's that lost a race before it went up stays listed there alone (measured:
-        // 5 to 22 documents of about 850 differ; issue 22 is open for them). Bounded at 5%.
+        // content after them, or set aside beside it when they lost their race; versions a
+        // machine skipped or missed while the item was gone there are fetched). Measured: none
+        // differ in 8 of 9 runs, 1 of 858 in one. Bounded at 0.5%, so that rare race does not
+        // fail a run, a regression does.
         let ids = Set(numbered[0].values.compactMap { $0.split(separator: " ").first.map(String.init) })
         let differentLists = ids.sorted().filter { id in
             let lists = machines.map { Self.keptVersions($0, id) }
             return lists[0] != lists[1] || lists[1] != lists[2]
         }
         print("ManyMachinesWorkloadTests: version lists differ for \(differentLists.count) of \(ids.count) documents")
-        #expect(differentLists.count * 20 <= ids.count, "\(differentLists.count) of \(ids.count) documents: \(differentLists.prefix(4).map { id in "\(id): \(machines.map { Self.keptVersions($0, id) })" }) \(histories(of: Array(differentLists.prefix(2))))")
+        if !differentLists.isEmpty, ProcessInfo.processInfo.environment["DOCFS_WORKLOAD_DETAILS"] != nil {
+            print("ManyMachinesWorkloadTests: \(differentLists.prefix(4).map { id in "\(id): \(machines.map { Self.keptVersions($0, id) })" }) \(histories(of: Array(differentLists.prefix(4))))")
+        }
+        #expect(differentLists.count * 200 <= ids.count, "\(differentLists.count) of \(ids.count) documents: \(differentLists.prefix(4).map { id in "\(id): \(machines.map { Self.keptVersions($0, id) })" }) \(histories(of: Array(differentLists.prefix(6))))")
         for machine in machines {
             let status = try machine.status()
             #expect(status["parked"] as? Int == 0 && status["lastError"] == nil, "\(machine.name): \(status)")

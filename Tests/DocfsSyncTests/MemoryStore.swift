@@ -394,6 +394,29 @@ final class MemoryStore: SyncedStore, Sendable {
         try keep(version, as: "previous", fetch: fetch)
     }
 
+    // Saves set aside: this store numbers a remote's version past a save of its own that holds
+    // its number instead of moving the save (the real store's `giveWay`), and sets none aside.
+    func setAside(_ numbers: [UInt64], of item: UInt64, above current: UInt64) throws {}
+
+    func unsentSavesBeforeConflicts(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64] { [] }
+
+    func unsentAside(of item: UInt64) throws -> [UInt64] { [] }
+
+    func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws {}
+
+    func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest]) throws -> Bool {
+        state.withLock { state in
+            guard state.kept[item]?[number] == "previous", let text = state.saves[item]?[number],
+                  Self.store(text, in: &state).0 == manifest else { return false }
+            state.kept[item]?[number] = nil
+            return true
+        }
+    }
+
+    func keepAside(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws {
+        try keep(version, as: "previous", fetch: fetch)
+    }
+
     private func keep(_ version: RemoteVersion, as kind: String, fetch: (ChunkDigest) throws -> [UInt8]) throws {
         let bytes = try (version.chunks ?? []).flatMap { try fetch($0) }
         state.withLock { state in

@@ -80,6 +80,44 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(throws: RemoteError.self) { try remote.changes(after: .start, limit: 0) }
     }
 
+    /// A save set aside (`previous`) commits whatever its base, beside the current version:
+    /// numbered as asked or past the item's last number, listed in the log as such, and the
+    /// current version and the next save's compare-and-swap stay as they were.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aSaveSetAsideCommitsBesideTheCurrentVersion(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        let first = try Self.proposal(remote, item: 9, name: "doc.txt", text: "one", base: 0)
+        _ = try remote.commit(first, operation: "one")
+        let second = try Self.proposal(remote, item: 9, name: "doc.txt", text: "two", base: 1)
+        _ = try remote.commit(second, operation: "two")
+        var aside = try Self.proposal(remote, item: 9, name: "doc.txt", text: "b's, set aside", base: 1, by: Self.machineB)
+        aside.previous = true
+        aside.number = 5
+        guard case .current(5, _) = try remote.commit(aside, operation: "aside", whenStale: .refuse) else {
+            Issue.record("a save set aside was not committed as asked")
+            return
+        }
+        aside.number = 4  // asked below the last number: the next one
+        guard case .current(6, _) = try remote.commit(aside, operation: "aside-again", whenStale: .refuse) else {
+            Issue.record("a save set aside was not numbered past the last")
+            return
+        }
+        #expect(try remote.currentVersion(of: 9)?.number == 2)
+        let log = try remote.changes(after: .start, limit: 10).changes.map(\.version)
+        #expect(log.map(\.number) == [1, 2, 5, 6] && log.map { $0.previous == true } == [false, false, true, true])
+        #expect(try remote.version(of: 9, number: 5)?.previous == true)
+        // The next save on the current version is current, numbered past the saves set aside.
+        let third = try Self.proposal(remote, item: 9, name: "doc.txt", text: "three", base: 2)
+        guard case .current(7, _) = try remote.commit(third, operation: "three", whenStale: .refuse) else {
+            Issue.record("the save after the ones set aside was not current")
+            return
+        }
+        // An item's versions above a number, whatever they are, lowest first.
+        #expect(try remote.versions(of: 9, after: 1, limit: 10).map(\.number) == [2, 5, 6, 7])
+        #expect(try remote.versions(of: 9, after: 5, limit: 1).map(\.number) == [6])
+        #expect(try remote.versions(of: 10, after: 0, limit: 10).isEmpty)
+    }
+
     @Test(arguments: RemoteUnderTest.allCases)
     func chunksAreStoredOnceAndChecked(_ kind: RemoteUnderTest) throws {
         let remote = try kind.make()

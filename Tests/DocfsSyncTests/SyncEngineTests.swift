@@ -55,6 +55,10 @@ final class FlakyRemote: Remote {
         try check()
         return try base.version(of: item, number: number)
     }
+    func versions(of item: UInt64, after number: UInt64, limit: Int) throws(RemoteError) -> [RemoteVersion] {
+        try check()
+        return try base.versions(of: item, after: number, limit: limit)
+    }
     func head() throws(RemoteError) -> RemoteAnchor {
         try check()
         return try base.head()
