@@ -69,7 +69,9 @@ extension StoreSync {
 
     public func setAside(_ numbers: [UInt64], of item: UInt64, above current: UInt64) throws {
         let id = ItemID(rawValue: item)
-        guard !numbers.isEmpty else { return }
+        // Not while a writer has it open (its session may be adding to the newest delta): they
+        // stay in the chain, and are set aside when the item next goes up.
+        guard !numbers.isEmpty, shared.stitcher?.isWritten(id) != true else { return }
         // Gone here (saves made before a deletion): deltas made up from it cannot be made whole.
         let document = try place(of: item).map { shared.paths.openPlace($0) } ?? -1
         defer { if document >= 0 { close(document) } }
@@ -110,5 +112,16 @@ extension StoreSync {
         guard let content = try unsentSave(of: item, number: number, cut: { _ in }), content.manifest == manifest else { return false }
         try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in versions.remove(id, version: number) }
         return true
+    }
+
+    public func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> Bool {
+        let id = ItemID(rawValue: item)
+        guard shared.stitcher?.isWritten(id) != true else { return false }  // as `setAside`
+        let document = try place(of: item).map { shared.paths.openPlace($0) } ?? -1
+        defer { if document >= 0 { close(document) } }
+        return try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) -> Bool in
+            let here = document >= 0 ? ItemAttributes.version(ofDescriptor: document) : 0
+            return try shared.store.versions.moveUp(id, version: number, to: given, current: here)
+        }
     }
 }

@@ -310,14 +310,26 @@ public final class VersionStore: Sendable {
         return try renumber(item, record, to: number)
     }
 
-    /// Moves whole version `record` (its record as it is to be written) of `item` to number
-    /// `number`, which nothing holds. As `detach`: the new record first, the old one last.
+    /// Moves previous version `version` of `item` (in the chain, a delta or whole) to `number`
+    /// above it, when no kept version and not `current` (the content's number here) lies
+    /// between: the chain keeps its order. Answers whether it moved.
+    public func moveUp(_ item: ItemID, version: UInt64, to number: UInt64, current: UInt64) throws(DocfsError) -> Bool {
+        guard number > version, !(version < current && current <= number),
+              let record = try? readRecord(item, version), record.kind == .previous,
+              !versions(of: item).contains(where: { $0.version > version && $0.version <= number }) else { return false }
+        _ = try renumber(item, record, to: number)
+        return true
+    }
+
+    /// Moves version `record` (its record as it is to be written) of `item` to number `number`,
+    /// which nothing holds. As `detach`: the new record first, the old one last.
     private func renumber(_ item: ItemID, _ record: VersionRecord, to number: UInt64) throws(DocfsError) -> UInt64 {
         let version = record.version
         var moved = record
         moved.version = number
         try writeRecord(moved, of: item)
-        for (from, to) in [(contentPath(item, version), contentPath(item, number)), (chunksPath(item, version), chunksPath(item, number))] {
+        for (from, to) in [(contentPath(item, version), contentPath(item, number)), (chunksPath(item, version), chunksPath(item, number)),
+                           (savedPath(item, version), savedPath(item, number))] {
             _ = docfs_renameat2(AT_FDCWD, from, AT_FDCWD, to, DOCFS_RENAME_NOREPLACE)
         }
         unlink(recordPath(item, version))

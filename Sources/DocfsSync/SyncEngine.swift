@@ -326,8 +326,15 @@ public final class SyncEngine: Sendable {
             try settle(proposal, number: given, sequence: sequence, after: state)
             state = try syncState(of: item)
             round.uploaded += 1
-            // Numbered otherwise by the remote: the saves after it would be too; they stay here.
-            if given != number { break }
+            // Numbered otherwise by the remote (another machine's version took its number
+            // meanwhile): it takes that number here too, when nothing kept lies between; else
+            // the saves after it would be numbered otherwise too, and stay here.
+            if given != number {
+                let moved = try SyncError.local("number save \(number) of item \(item) as the remote did") {
+                    try store.renumberSave(number, of: item, as: given)
+                }
+                if !moved { break }
+            }
         }
         return state
     }

@@ -276,6 +276,11 @@ public protocol SyncedStore: Sendable {
     /// Never a conflict version, nor one a delta kept below it is made up from.
     func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest]) throws -> Bool
 
+    /// Save `number` of the item (see `unsentSaves`) went up numbered `given` by the remote: it
+    /// takes that number here too, unless a kept version or the content here holds a number
+    /// between the two (the chain's order would change); answers whether it moved.
+    func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> Bool
+
     /// Sets saves `numbers` of the item (see `unsentSaves`) aside: they lost their race before
     /// they went up (their base is no longer current). Each moves past `current` (the number of
     /// the content here) and every kept number, out of the chain, to go up as a version kept

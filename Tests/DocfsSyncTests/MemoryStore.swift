@@ -400,6 +400,8 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func unsentSavesBeforeConflicts(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64] { [] }
 
+    func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> Bool { false }
+
     func unsentAside(of item: UInt64) throws -> [UInt64] { [] }
 
     func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws {}
