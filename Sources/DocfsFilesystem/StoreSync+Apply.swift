@@ -140,6 +140,11 @@ extension StoreSync {
         let yields = kind == .previous && !aside
         // A previous version never moves one kept here: nothing to fetch when its number is taken.
         if yields && shared.store.versions.isTaken(ItemID(rawValue: version.item), version.number) { return }
+        // Kept already (a machine that looks at an item's versions again): nothing to fetch.
+        if let kept = shared.store.versions.record(of: ItemID(rawValue: version.item), version: version.number),
+           kept.kind == kind, kept.size == version.size, kept.modified == version.modified {
+            return
+        }
         guard let place = try place(of: version.item) else { return }
         let document = try Located(place: place, paths: shared.paths)
         defer { document.close() }
@@ -360,8 +365,8 @@ extension StoreSync {
         guard shared.stitcher?.isWritten(item) != true, versions.record(of: item, version: number)?.kind == .previous,
               !versions.sameContent(item, version: number, as: content) else { return }
         do {
-            _ = try versions.detach(item, version: number, past: minimum, current: current)
-            try requeue(item.rawValue)  // it goes up set aside
+            _ = try versions.detach(item, version: number, past: minimum, current: current, sendFrom: linkedSince)
+            try requeue(item.rawValue)  // a save of this machine's goes up set aside
         } catch {
             shared.problemSink("sync: the save of item \(item) kept as version \(number), which never went up, could not give way to the remote's version \(number) (\(error)); that takes the next free number here")
         }

@@ -15,6 +15,9 @@ extension StoreSync {
     /// the chain (not one that gave way to another machine's number: it lost a race already,
     /// nor one kept from another machine), and after every conflict version (a save before
     /// one was part of the race it settled).
+    /// When the store was linked (saves kept since go up; history from before stays here).
+    var linkedSince: Double { (try? RemoteLink.load(shared.store.layout))??.linked ?? .infinity }
+
     public func unsentSaves(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64] {
         unsent(of: item, after: number, before: current).after
     }
@@ -27,7 +30,7 @@ extension StoreSync {
     /// and `current`: those after every conflict version, and those before one.
     private func unsent(of item: UInt64, after number: UInt64, before current: UInt64) -> (after: [UInt64], before: [UInt64]) {
         guard current > number + 1 else { return ([], []) }
-        let linked = (try? RemoteLink.load(shared.store.layout))??.linked ?? .infinity
+        let linked = linkedSince
         let kept = shared.store.versions.versions(of: ItemID(rawValue: item))
         let floor = max(number, kept.filter { $0.kind == .conflict }.map(\.version).max() ?? 0)
         let saves = kept.filter { $0.isInChain && $0.version > number && $0.version < current && $0.kept >= linked }.map(\.version)
@@ -80,7 +83,7 @@ extension StoreSync {
             // Oldest first, so they keep their order (each takes the number past every kept one).
             for number in numbers.sorted() where versions.record(of: id, version: number)?.isInChain == true {
                 _ = try versions.detach(id, version: number, past: max(number, current),
-                                        current: document >= 0 ? "/proc/self/fd/\(document)" : nil)
+                                        current: document >= 0 ? "/proc/self/fd/\(document)" : nil, sendFrom: linkedSince)
             }
         }
     }
@@ -100,7 +103,7 @@ extension StoreSync {
         }
     }
 
-    public func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest]) throws -> Bool {
+    public func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest], keptAs: UInt64?) throws -> Bool {
         let id = ItemID(rawValue: item)
         let versions = shared.store.versions
         guard let record = versions.record(of: id, version: number), record.kind == .previous else { return false }
@@ -110,6 +113,9 @@ extension StoreSync {
             return false
         }
         guard let content = try unsentSave(of: item, number: number, cut: { _ in }), content.manifest == manifest else { return false }
+        if let keptAs {
+            guard let other = try unsentSave(of: item, number: keptAs, cut: { _ in }), other.manifest == manifest else { return false }
+        }
         try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in versions.remove(id, version: number) }
         return true
     }

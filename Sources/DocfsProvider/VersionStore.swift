@@ -244,8 +244,12 @@ public final class VersionStore: Sendable {
     /// from. The previous version right below it, when a delta of it, is made whole first too.
     /// `current`: the current content's path, for deltas made up from it. Answers the new
     /// number; nil when the number holds no previous version.
-    public func detach(_ item: ItemID, version: UInt64, past minimum: UInt64, current: String?) throws(DocfsError) -> UInt64? {
+    /// `sendFrom`: a save kept at or after this time, in the chain, is marked to go up set aside
+    /// (`unsent`); one kept from another machine, or from before the store was linked, is not.
+    public func detach(_ item: ItemID, version: UInt64, past minimum: UInt64, current: String?,
+                       sendFrom linked: Double = .infinity) throws(DocfsError) -> UInt64? {
         guard var record = try? readRecord(item, version), record.kind == .previous else { return nil }
+        let ours = record.isInChain && record.kept >= linked
         let kept = versions(of: item)
         let chain = kept.filter(\.isInChain)
         let source = current ?? "/nonexistent"
@@ -260,11 +264,11 @@ public final class VersionStore: Sendable {
         let new = max(minimum, kept.last?.version ?? 0) + 1
         record.version = new
         record.detached = true
-        record.unsent = true
+        if ours { record.unsent = true }
         // The new record first, the old one last: a crash between leaves a record without
         // content, which the next start removes (`removeLeftovers`), never content without one.
         try writeRecord(record, of: item)
-        try markUnsent(item)
+        if ours { try markUnsent(item) }
         for (from, to) in [(contentPath(item, version), contentPath(item, new)), (chunksPath(item, version), chunksPath(item, new))] {
             _ = docfs_renameat2(AT_FDCWD, from, AT_FDCWD, to, DOCFS_RENAME_NOREPLACE)
         }

@@ -232,14 +232,15 @@ public final class SyncEngine: Sendable {
             proposal = made
         } else {
             // Gone here: a tombstone, if the remote knows the item at all.
-            guard var state, !state.version.deleted else { return }
-            if state.version.kind == .file {
+            guard let known = state, !known.version.deleted else { return }
+            if known.version.kind == .file {
                 // Saves made here before the deletion that never went up go first, as versions of
                 // their own (at the place it was last in step), so every machine keeps them.
-                let last = LocalItem(state.version)
-                state = try sendUnsentSaves(of: last, numbered: .max, after: state, &round) ?? state
+                let last = LocalItem(known.version)
+                state = try sendUnsentSaves(of: last, numbered: .max, after: known, &round) ?? known
                 try sendSavesSetAside(of: last, after: state, &round)
             }
+            guard let state else { return }
             var tombstone = state.version
             tombstone.base = state.number
             tombstone.deleted = true
@@ -369,7 +370,9 @@ public final class SyncEngine: Sendable {
             var proposal = save.proposal(base: state?.number ?? 0, by: store.author)
             proposal.number = number
             proposal.previous = true
-            let operation = "\(store.author.machine)/\(item)/aside-\(number)/\(Self.digest(of: proposal))"
+            // Named by its content only: a retry after a lost answer is the same operation even
+            // when the document was renamed or its base moved meanwhile.
+            let operation = "\(store.author.machine)/\(item)/aside-\(number)/\(Self.digest(of: proposal.manifest))"
             let outcome = try SyncError.remote { () throws(RemoteError) in
                 try remote.commit(proposal, operation: operation, whenStale: .refuse)
             }
@@ -446,6 +449,10 @@ public final class SyncEngine: Sendable {
     }
 
     /// A short digest of everything a proposal says (for its operation id).
+    static func digest(of manifest: [String]) -> String {
+        String(Array(manifest.joined().utf8).withUnsafeBytes { ChunkDigest(of: $0).hex }.prefix(16))
+    }
+
     static func digest(of proposal: RemoteVersion) -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
@@ -762,30 +769,39 @@ public final class SyncEngine: Sendable {
         // deletion applied, or made here) were not kept then: they are now, but for conflicts a
         // version resolved.
         let resolved = (listed + [applied]).filter { $0.resolves == true }.map(\.number).max() ?? 0
+        let resolvedHere = try syncState(of: item)?.resolvedHere == true  // not gone up yet: they stay resolved
         for version in listed where version.author != store.author && version.kind == .file && !version.deleted {
             if version.previous == true {
                 try SyncError.local("keep version \(version.number) of item \(item)") {
                     try store.keepAside(version) { digest in try self.fetch(digest) }
                 }
-            } else if version.conflict && version.number > resolved {
+            } else if version.conflict && version.number > resolved && !resolvedHere {
                 try SyncError.local("keep conflict version \(version.number) of item \(item)") {
                     try store.keepConflict(version) { digest in try self.fetch(digest) }
                 }
             }
         }
+        var renamedOnly: [RemoteVersion] = []
         for (version, next) in zip(skipped, skipped.dropFirst() + [applied]) where version.kind == .file && !version.deleted {
             if !next.deleted && next.manifest == version.manifest {
-                try SyncError.local("look at version \(version.number) of item \(item)") {
-                    if try store.forgetPrevious(version.number, of: item, holding: version.chunks ?? []) {
-                        note("down \(item): v\(version.number) kept here is v\(next.number)'s content, which only renamed it; no longer kept")
-                    }
-                }
+                renamedOnly.append(version)
             } else {
                 // `low` too: the version this machine was in step with is kept here already when a
                 // save here superseded it, not when this machine only renamed it.
                 note("down \(item): v\(version.number) was skipped here; kept as a previous version")
                 try SyncError.local("keep version \(version.number) of item \(item)") {
                     try store.keepPrevious(version) { digest in try self.fetch(digest) }
+                }
+            }
+        }
+        // After the keeps, and only where the content stays here under the next's number (the
+        // version applied, or one kept above): a failed keep loses nothing.
+        for version in renamedOnly {
+            guard let next = (skipped + [applied]).first(where: { $0.number > version.number }) else { continue }
+            try SyncError.local("look at version \(version.number) of item \(item)") {
+                if try store.forgetPrevious(version.number, of: item, holding: version.chunks ?? [],
+                                            keptAs: next.number == high ? nil : next.number) {
+                    note("down \(item): v\(version.number) kept here is v\(next.number)'s content, which only renamed it; no longer kept")
                 }
             }
         }

@@ -272,9 +272,10 @@ public protocol SyncedStore: Sendable {
         -> (manifest: [ChunkDigest], size: Int64, modified: Double)?
 
     /// Removes the item's kept previous version `number` when it holds exactly the content
-    /// `manifest` names (a later version holds the same content); answers whether it did.
+    /// `manifest` names (a later version holds the same content: the content here, or the
+    /// version kept as `keptAs` when given, which must hold it too); answers whether it did.
     /// Never a conflict version, nor one a delta kept below it is made up from.
-    func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest]) throws -> Bool
+    func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest], keptAs: UInt64?) throws -> Bool
 
     /// Save `number` of the item (see `unsentSaves`) went up numbered `given` by the remote: it
     /// takes that number here too, unless a kept version or the content here holds a number

@@ -406,8 +406,9 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws {}
 
-    func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest]) throws -> Bool {
+    func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest], keptAs: UInt64?) throws -> Bool {
         state.withLock { state in
+            if let keptAs, state.kept[item]?[keptAs] == nil { return false }
             guard state.kept[item]?[number] == "previous", let text = state.saves[item]?[number],
                   Self.store(text, in: &state).0 == manifest else { return false }
             state.kept[item]?[number] = nil
