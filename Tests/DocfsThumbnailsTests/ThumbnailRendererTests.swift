@@ -3,8 +3,10 @@ import Foundation
 import Testing
 
 /// The renderer, in-process: every format issue 5 names gets a set whose renditions fit their
-/// sizes, the attribute one 64 KiB; damaged and hostile files get none, quickly.
-@Suite struct ThumbnailRendererTests {
+/// sizes, the attribute one 64 KiB; damaged and hostile files get none, quickly. One render at
+/// a time, as the worker process renders: libvips' vector code (liborc) crashed the tests'
+/// process when test cases rendered on several threads at once.
+@Suite(.serialized) struct ThumbnailRendererTests {
     init() { #expect(ThumbnailRenderer.start()) }
 
     @Test(arguments: ["photo.jpg", "picture.png", "picture.webp", "picture.gif", "picture.tif", "document.pdf"])
