@@ -11,10 +11,6 @@ import Glibc
 /// each superseded save as a previous version here; each goes up as a version of its own,
 /// oldest first, before the current content, so every other machine keeps it too.
 extension StoreSync {
-    /// Only saves made since the store was linked (its history from before stays here), in
-    /// the chain (not one that gave way to another machine's number: it lost a race already,
-    /// nor one kept from another machine), and after every conflict version (a save before
-    /// one was part of the race it settled).
     /// When the store was linked (saves kept since go up; history from before stays here).
     var linkedSince: Double { (try? RemoteLink.load(shared.store.layout))??.linked ?? .infinity }
 
@@ -26,8 +22,10 @@ extension StoreSync {
         unsent(of: item, after: number, before: current).before
     }
 
-    /// The saves made here since the store was linked, in the chain, numbered between `number`
-    /// and `current`: those after every conflict version, and those before one.
+    /// The saves made here since the store was linked (its history from before stays here), in
+    /// the chain (not one set aside, nor one kept from another machine), numbered between
+    /// `number` and `current`: those after every conflict version, and those before one (part
+    /// of the race it settled, perhaps: never current now).
     private func unsent(of item: UInt64, after number: UInt64, before current: UInt64) -> (after: [UInt64], before: [UInt64]) {
         guard current > number + 1 else { return ([], []) }
         let linked = linkedSince
@@ -43,7 +41,7 @@ extension StoreSync {
         let versions = shared.store.versions
         guard let record = versions.record(of: id, version: number), record.kind == .previous else { return nil }
         // Gone here (a save made before a deletion): only a whole version can be read.
-        let document = try place(of: item).map { shared.paths.openPlace($0) } ?? -1
+        let document = try openDocument(item)
         defer { if document >= 0 { close(document) } }
         // One file (a whole version, or a delta made up from the content here), cut as it is;
         // one kept as chunks is put together in a file of its own first.
@@ -76,7 +74,7 @@ extension StoreSync {
         // stay in the chain, and are set aside when the item next goes up.
         guard !numbers.isEmpty, shared.stitcher?.isWritten(id) != true else { return }
         // Gone here (saves made before a deletion): deltas made up from it cannot be made whole.
-        let document = try place(of: item).map { shared.paths.openPlace($0) } ?? -1
+        let document = try openDocument(item)
         defer { if document >= 0 { close(document) } }
         let versions = shared.store.versions
         try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in
@@ -95,11 +93,10 @@ extension StoreSync {
     public func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws {
         let id = ItemID(rawValue: item)
         let versions = shared.store.versions
-        let document = try place(of: item).map { shared.paths.openPlace($0) } ?? -1
+        let document = try openDocument(item)
         defer { if document >= 0 { close(document) } }
         try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in
-            let here = document >= 0 ? ItemAttributes.version(ofDescriptor: document) : 0
-            try versions.sent(id, version: number, as: given, current: here)
+            try versions.sent(id, version: number, as: given, current: Self.versionNumber(of: document))
         }
     }
 
@@ -123,11 +120,20 @@ extension StoreSync {
     public func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> Bool {
         let id = ItemID(rawValue: item)
         guard shared.stitcher?.isWritten(id) != true else { return false }  // as `setAside`
-        let document = try place(of: item).map { shared.paths.openPlace($0) } ?? -1
+        let document = try openDocument(item)
         defer { if document >= 0 { close(document) } }
         return try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) -> Bool in
-            let here = document >= 0 ? ItemAttributes.version(ofDescriptor: document) : 0
-            return try shared.store.versions.moveUp(id, version: number, to: given, current: here)
+            try shared.store.versions.moveUp(id, version: number, to: given, current: Self.versionNumber(of: document))
         }
+    }
+
+    /// A descriptor of the item's document here (the caller closes it); -1 when it is gone here.
+    private func openDocument(_ item: UInt64) throws -> Int32 {
+        try place(of: item).map { shared.paths.openPlace($0) } ?? -1
+    }
+
+    /// The version number of the document `fd` reaches; 0 for none (-1).
+    private static func versionNumber(of fd: Int32) -> UInt64 {
+        fd >= 0 ? ItemAttributes.version(ofDescriptor: fd) : 0
     }
 }

@@ -129,17 +129,6 @@ public final class PostgresRemote: Remote {
         return try rows.first.map { row throws(RemoteError) in try Self.version(from: row).version }
     }
 
-    public func version(of item: UInt64, number: UInt64) throws(RemoteError) -> RemoteVersion? {
-        let logger = logger
-        let rows = try perform("read version \(number) of item \(item)") { connection in
-            try await connection.query("""
-                SELECT \(unescaped: Self.versionColumns) FROM docfs.versions
-                WHERE item = \(Int64(bitPattern: item)) AND number = \(Int64(bitPattern: number))
-                """, logger: logger).collect()
-        }
-        return try rows.first.map { row throws(RemoteError) in try Self.version(from: row).version }
-    }
-
     public func versions(of item: UInt64, after number: UInt64, limit: Int) throws(RemoteError) -> [RemoteVersion] {
         let logger = logger
         let rows = try perform("read the versions of item \(item)") { connection in

@@ -134,10 +134,6 @@ public final class InMemoryRemote: Remote {
         state.withLock { $0.current[item] }
     }
 
-    public func version(of item: UInt64, number: UInt64) throws(RemoteError) -> RemoteVersion? {
-        state.withLock { state in state.log.last { $0.version.item == item && $0.version.number == number }?.version }
-    }
-
     public func versions(of item: UInt64, after number: UInt64, limit: Int) throws(RemoteError) -> [RemoteVersion] {
         state.withLock { state in
             Array(state.log.map(\.version).filter { $0.item == item && $0.number > number }.sorted { $0.number < $1.number }.prefix(limit))

@@ -42,11 +42,6 @@ public protocol Remote: Sendable {
     /// The item's current version (a tombstone when it was deleted); nil when it never was.
     func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion?
 
-    /// The item's version `number` (a conflict version or a tombstone too); nil when it never
-    /// was, or a prune removed it. What a deleted document held is fetched this way when the
-    /// document comes back (an edit won over its deletion), to be kept as a version.
-    func version(of item: UInt64, number: UInt64) throws(RemoteError) -> RemoteVersion?
-
     /// The item's versions numbered above `number` (conflict versions, saves set aside and
     /// tombstones too), lowest first, at most `limit`: what a machine keeps of an item that
     /// comes back to it, or that it takes a later version of at once.
@@ -127,6 +122,13 @@ public enum StaleBase: Sendable {
 }
 
 extension Remote {
+    /// The item's version `number` (a conflict version, a save set aside or a tombstone too);
+    /// nil when it never was, or a prune removed it.
+    public func version(of item: UInt64, number: UInt64) throws(RemoteError) -> RemoteVersion? {
+        guard number > 0 else { return nil }
+        return try versions(of: item, after: number - 1, limit: 1).first { $0.number == number }
+    }
+
     /// One `putChunk` after another.
     public func putChunks(_ chunks: [(digest: ChunkDigest, bytes: [UInt8])]) throws(RemoteError) {
         for (digest, bytes) in chunks { try putChunk(digest, bytes: bytes) }

@@ -273,8 +273,9 @@ public final class SyncEngine: Sendable {
     /// `current` here; `.max` when the item is gone here: the saves before its deletion) superseded,
     /// each as a version of its own (its content, `local`'s place and attributes), oldest
     /// first, each on the one before; answers the state they leave the item in. A save whose
-    /// base is no longer current (another machine committed first) and those after it stay
-    /// here only: the current content then goes up, and races, as ever.
+    /// base is no longer current (another machine committed first) and those after it are set
+    /// aside (`sendSavesSetAside`), and so are saves from before a conflict version kept here:
+    /// the current content then goes up, and races, as ever.
     private func sendUnsentSaves(of local: LocalItem, numbered current: UInt64, after state: ItemSyncState?,
                                  _ round: inout Round) throws(SyncError) -> ItemSyncState? {
         var state = state
@@ -292,26 +293,17 @@ public final class SyncEngine: Sendable {
         }
         for number in numbers {
             try checkStop()
-            var sent = Set<ChunkDigest>()
-            let known = Set(state?.version.chunks ?? [])
-            let content: (manifest: [ChunkDigest], size: Int64, modified: Double)?
+            let made: RemoteVersion?
             do {
-                content = try SyncError.local("read save \(number) of item \(item)") {
-                    try store.unsentSave(of: item, number: number) { batch in try sendChunks(batch, skipping: &sent, known: known) }
-                }
+                // Gone, or the content last in step (numbered past it here: nothing new): nil.
+                made = try proposal(forSave: number, of: local, after: state, unlessHolding: state?.version.chunks)
             } catch where error.remote == nil {
                 // Not readable (lost, changed behind docfs's back): it stays here; the current
                 // content still goes up.
                 note("up \(item): save \(number) made here cannot be read (\(error)); it stays here only")
                 break
             }
-            // Gone, or the content last in step (numbered past it here: nothing new).
-            guard let content, content.manifest != state?.version.chunks else { continue }
-            var save = local
-            (save.manifest, save.size, save.modified) = (content.manifest, content.size, content.modified)
-            try uploadChunks(of: save, except: sent)
-            var proposal = save.proposal(base: state?.number ?? 0, by: store.author)
-            proposal.number = number
+            guard let proposal = made else { continue }
             let operation = "\(store.author.machine)/\(item)/save-\(number)/\(Self.digest(of: proposal))"
             let outcome = try SyncError.remote { () throws(RemoteError) in
                 try remote.commit(proposal, operation: operation, whenStale: .refuse)
@@ -353,22 +345,14 @@ public final class SyncEngine: Sendable {
             .first(where: { !tried.contains($0) }), tried.count < 256 {
             tried.insert(number)
             try checkStop()
-            var sent = Set<ChunkDigest>()
-            let content: (manifest: [ChunkDigest], size: Int64, modified: Double)?
+            let made: RemoteVersion?
             do {
-                content = try SyncError.local("read save \(number) of item \(item)") {
-                    try store.unsentSave(of: item, number: number) { batch in try sendChunks(batch, skipping: &sent, known: []) }
-                }
+                made = try proposal(forSave: number, of: local, after: state)
             } catch where error.remote == nil {
                 note("up \(item): save \(number) set aside here cannot be read (\(error)); it stays here only for now")
                 continue
             }
-            guard let content else { continue }
-            var save = local
-            (save.manifest, save.size, save.modified) = (content.manifest, content.size, content.modified)
-            try uploadChunks(of: save, except: sent)
-            var proposal = save.proposal(base: state?.number ?? 0, by: store.author)
-            proposal.number = number
+            guard var proposal = made else { continue }
             proposal.previous = true
             // Named by its content only: a retry after a lost answer is the same operation even
             // when the document was renamed or its base moved meanwhile.
@@ -381,6 +365,25 @@ public final class SyncEngine: Sendable {
             try SyncError.local("number save \(number) of item \(item) set aside") { try store.sentAside(number, of: item, as: given) }
             round.uploaded += 1
         }
+    }
+
+    /// Save `number` of `local`'s item made into a proposal on `state` (its content, `local`'s
+    /// place and attributes, its number), its chunks sent up as they are read; nil when it is no
+    /// longer kept, or holds `unlessHolding`. Throws a local error when it cannot be read.
+    private func proposal(forSave number: UInt64, of local: LocalItem, after state: ItemSyncState?,
+                          unlessHolding skipped: [ChunkDigest]? = nil) throws(SyncError) -> RemoteVersion? {
+        var sent = Set<ChunkDigest>()
+        let known = Set(state?.version.chunks ?? [])
+        let content = try SyncError.local("read save \(number) of item \(local.item)") {
+            try store.unsentSave(of: local.item, number: number) { batch in try sendChunks(batch, skipping: &sent, known: known) }
+        }
+        guard let content, content.manifest != skipped else { return nil }
+        var save = local
+        (save.manifest, save.size, save.modified) = (content.manifest, content.size, content.modified)
+        try uploadChunks(of: save, except: sent)
+        var proposal = save.proposal(base: state?.number ?? 0, by: store.author)
+        proposal.number = number
+        return proposal
     }
 
     /// `proposal` is the item's current version `number` now: in step, under that number here too.
@@ -448,11 +451,12 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// A short digest of everything a proposal says (for its operation id).
+    /// A short digest of a manifest (for an operation id named by content alone).
     static func digest(of manifest: [String]) -> String {
         String(Array(manifest.joined().utf8).withUnsafeBytes { ChunkDigest(of: $0).hex }.prefix(16))
     }
 
+    /// A short digest of everything a proposal says (for its operation id).
     static func digest(of proposal: RemoteVersion) -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
@@ -753,8 +757,9 @@ public final class SyncEngine: Sendable {
     /// - the one a deletion removed, when `applied` brought the item back (an edit won over the
     ///   deletion: `low` is below the version the deletion was made on), so nothing committed is
     ///   lost to a deletion that lost.
-    /// Conflict versions come on their own; a number a version kept here holds already is left
-    /// alone; at most the last 64 are looked for.
+    /// Conflict versions and saves set aside another machine made while the item was gone here
+    /// are kept too (but conflicts a version resolved, or resolved here); a number a version
+    /// kept here holds already is left alone; at most the last 64 are looked for.
     ///
     /// A version whose next one only renamed it is kept nowhere (the next holds its content):
     /// one this machine kept of its own under its number (a save here that started from it)

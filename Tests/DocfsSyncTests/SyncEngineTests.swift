@@ -51,10 +51,6 @@ final class FlakyRemote: Remote {
         try check()
         return try base.currentVersion(of: item)
     }
-    func version(of item: UInt64, number: UInt64) throws(RemoteError) -> RemoteVersion? {
-        try check()
-        return try base.version(of: item, number: number)
-    }
     func versions(of item: UInt64, after number: UInt64, limit: Int) throws(RemoteError) -> [RemoteVersion] {
         try check()
         return try base.versions(of: item, after: number, limit: limit)
