@@ -35,8 +35,30 @@ public struct IndexLocation: Sendable, Hashable {
 
     /// The last component of the path.
     public var name: String {
-        guard let slash = path.lastIndex(of: "/") else { return path }
-        return String(path[path.index(after: slash)...])
+        // By scalars: a name may start with a combining mark.
+        guard let slash = path.unicodeScalars.lastIndex(of: "/") else { return path }
+        return String(path.unicodeScalars[path.unicodeScalars.index(after: slash)...])
+    }
+
+    /// Places are the same when their bytes are, as SQLite's keys are: two names that are
+    /// canonically equivalent but spelled differently (NFC and NFD) are two places, as they are
+    /// two files on Linux (Swift's `String ==` would call them one).
+    public static func == (a: Self, b: Self) -> Bool {
+        a.path.utf8.elementsEqual(b.path.utf8) && a.scope.utf8.elementsEqual(b.scope.utf8)
+            && a.container.utf8.elementsEqual(b.container.utf8)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        Self.hash(container, into: &hasher)
+        Self.hash(scope, into: &hasher)
+        Self.hash(path, into: &hasher)
+    }
+
+    /// Hashes `text`'s bytes (what `==` compares).
+    static func hash(_ text: String, into hasher: inout Hasher) {
+        hasher.combine(text.utf8.count)
+        let hashed = text.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        if hashed == nil { for byte in text.utf8 { hasher.combine(byte) } }
     }
 }
 

@@ -37,7 +37,7 @@ struct IndexCommitPlan {
         var outboxed: Set<Int64> = []
 
         func count(_ location: IndexLocation, _ delta: Int) {
-            var path = Substring(location.path)
+            var path = Substring(location.path).unicodeScalars  // by scalars, as `IndexOverlay.link`
             while let slash = path.lastIndex(of: "/") {
                 path = path[..<slash]
                 let folder = IndexLocation(container: location.container, scope: location.scope, path: String(path))

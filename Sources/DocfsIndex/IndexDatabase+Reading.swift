@@ -65,7 +65,7 @@ extension IndexDatabase {
     /// id along.
     public func sharedIDs() throws(DocfsError) -> [Int64] {
         // Shared in the database, or carried by a waiting change: each is looked at as merged.
-        let candidates = try read({ db, _ in
+        let candidates = try read({ db in
             try Int64.fetchAll(db, sql: """
                 SELECT id FROM items WHERE scope != 'external' GROUP BY id HAVING COUNT(DISTINCT backingInode) > 1
                 """)
@@ -84,26 +84,49 @@ extension IndexDatabase {
 
     /// The records `query` selects and the sequence of the last change they reflect, read
     /// together (a watcher's starting point).
+    ///
+    /// The waiting changes are laid over the database's answer through the overlay's indexes
+    /// (`IndexOverlay.rows(mayMatch:)`), and a limit reads only as many more rows as the
+    /// waiting changes hid from it, asking again with more when they hid more: the cost
+    /// follows the answer, not how many changes wait (issue 20 §0).
     public func recordsAndSequence(matching query: IndexQuery) throws(DocfsError) -> (records: [IndexRecord], sequence: Int64) {
-        try read({ db, hidden in
-            let (condition, arguments) = query.whereClause()
-            var sql = "SELECT \(Self.selection) FROM items WHERE \(condition) ORDER BY \(query.orderClause())"
-            // The waiting changes may hide up to `hidden` of the rows a limit keeps.
-            if let limit = query.limit { sql += " LIMIT \(max(limit, 0) + hidden)" }
-            // Each row becomes a record as it is read (no array of rows in between).
-            let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments).map(Self.record)
-            return (try Array(rows), hidden, try Self.lastSequence(db))
-        }, merge: { stored, overlay in
-            let (rows, hidden, sequence) = stored
-            if query.limit != nil && overlay.heldCount > hidden { return nil }  // read again with a larger limit
-            let newest = max(sequence, overlay.newestSequence)
-            guard !overlay.isEmpty else { return (rows, newest) }
-            var records = rows.filter { !overlay.holds($0.location) }
-            records += overlay.rows.map(\.record).filter(query.matches)
-            records.sort(by: query.areInOrder)
-            if let limit = query.limit { records = Array(records.prefix(max(limit, 0))) }
-            return (records, newest)
-        })
+        var extra = 0
+        while true {
+            let asked = extra
+            let answer = try read({ db in
+                let (condition, arguments) = query.whereClause()
+                var sql = "SELECT \(Self.selection) FROM items WHERE \(condition) ORDER BY \(query.orderClause())"
+                if let limit = query.limit { sql += " LIMIT \(max(limit, 0) + asked)" }
+                // Each row becomes a record as it is read (no array of rows in between).
+                let rows = try Array(Row.fetchCursor(db, sql: sql, arguments: arguments).map(Self.record))
+                queryRowsRead.add(rows.count)
+                let cut = query.limit.map { rows.count >= max($0, 0) + asked } ?? false
+                return (rows, cut, try Self.lastSequence(db))
+            }, merge: { stored, overlay -> QueryAnswer? in
+                let (rows, cut, sequence) = stored
+                let newest = max(sequence, overlay.newestSequence)
+                guard !overlay.isEmpty else { return .records(rows, newest) }
+                var records = rows.filter { !overlay.holds($0.location) }
+                // The limit may have left out rows that the waiting changes did not hide.
+                let hidden = rows.count - records.count
+                if cut && hidden > asked { return .readMore(hidden) }
+                records += overlay.rows(mayMatch: query.predicate).map(\.record).filter(query.matches)
+                records.sort(by: query.areInOrder)
+                if let limit = query.limit { records = Array(records.prefix(max(limit, 0))) }
+                return .records(records, newest)
+            })
+            switch answer {
+            case .records(let records, let sequence): return (records, sequence)
+            case .readMore(let hidden): extra = max(2 * hidden, 2 * extra, 16)
+            }
+        }
+    }
+
+    /// What one read of a query found: its answer, or that the waiting changes hid this many of
+    /// the rows its limit let through.
+    private enum QueryAnswer: Sendable {
+        case records([IndexRecord], Int64)
+        case readMore(Int)
     }
 
     /// How many records the index holds.
@@ -135,7 +158,7 @@ extension IndexDatabase {
     }
 
     public func changes(after: Int64) throws(DocfsError) -> Changes {
-        try read({ db, _ in
+        try read({ db in
             let written = try Row.fetchAll(db, sql: "SELECT \(Self.selection) FROM items WHERE sequence > ? ORDER BY sequence, entry", arguments: [after])
                 .map { (record: Self.record($0), sequence: $0[Self.sequenceColumn] as Int64) }
             let removed = try Row.fetchAll(db, sql: "SELECT sequence, entry FROM removals WHERE sequence > ? ORDER BY sequence, entry",
@@ -148,7 +171,7 @@ extension IndexDatabase {
             newest = max(newest, overlay.newestSequence)
             if !overlay.isEmpty {
                 written = written.filter { !overlay.holds($0.record.location) }
-                    + overlay.rows.filter { $0.sequence > after }.map { ($0.record, $0.sequence) }
+                    + overlay.rows(writtenAfter: after).map { ($0.record, $0.sequence) }
                 written.sort { ($0.sequence, $0.record.entry) < ($1.sequence, $1.record.entry) }
                 // A removal the snapshot holds may still be in the overlay (committed meanwhile).
                 var seen = Set(removed.map(\.entry))
@@ -162,14 +185,14 @@ extension IndexDatabase {
 
     /// The newest change sequence.
     public func latestSequence() throws(DocfsError) -> Int64 {
-        try read({ db, _ in try Self.lastSequence(db) }, merge: { stored, overlay in max(stored, overlay.newestSequence) })
+        try read({ db in try Self.lastSequence(db) }, merge: { stored, overlay in max(stored, overlay.newestSequence) })
     }
 
     /// Every entry's place and fingerprint, for a reconciling walk.
     public func fingerprints() throws(DocfsError) -> IndexFingerprints {
         typealias Print = (location: IndexLocation, print: UInt64, entry: Int64, id: Int64)
         @Sendable func print(_ record: IndexRecord) -> Print { (record.location, IndexFingerprints.print(of: record), record.entry, record.id) }
-        return try read({ db, _ in
+        return try read({ db in
             var rows: [Print] = []
             let cursor = try Row.fetchCursor(db, sql: "SELECT \(Self.selection) FROM items")
             while let row = try cursor.next() { rows.append(print(Self.record(row))) }
@@ -198,6 +221,6 @@ extension IndexDatabase {
             return records
         }
         if few { return try pointRead(stored, merge: merge) }
-        return try read({ db, _ in try stored(db) }, merge: merge)
+        return try read({ db in try stored(db) }, merge: merge)
     }
 }

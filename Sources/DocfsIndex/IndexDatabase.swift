@@ -46,6 +46,8 @@ public final class IndexDatabase: Sendable {
     /// committed in order, once.
     private let commits = Mutex(())
     private let committing = Mutex<CommitLoop?>(nil)
+    /// Rows queries read from SQLite, for tests that bound what a limit reads.
+    let queryRowsRead = StepCounter()
 
     private struct Writer {
         var journal: IndexJournal.Writer
@@ -287,7 +289,7 @@ public final class IndexDatabase: Sendable {
 
     /// Whether a whole rebuild has filled the index.
     public func isBuilt() throws(DocfsError) -> Bool {
-        try read({ db, _ in try Int.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'built'") == 1 }, merge: { built, _ in built })
+        try read({ db in try Int.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'built'") == 1 }, merge: { built, _ in built })
     }
 
     // MARK: - Writing
@@ -341,6 +343,9 @@ public final class IndexDatabase: Sendable {
 
     /// The places the overlay visited so far (tests bound the cost of reads and stitches by it).
     var overlaySteps: Int { writer.withLock { $0?.overlay.steps ?? 0 } }
+
+    /// The rows queries read from SQLite so far (tests bound what a limit reads by it).
+    var queryRowsReadCount: Int { queryRowsRead.value }
 
     private static func readOnlyFailure(_ path: String) -> DocfsError {
         DocfsError(.internalFailure, "the index at \(path) was opened read-only")
@@ -601,13 +606,13 @@ public final class IndexDatabase: Sendable {
     }
 
 
-    /// Runs a read in two steps: `stored` on a snapshot of the database (told how many rows the
-    /// waiting changes may hide, for a limit), then `merge` of its answer with the changes the
-    /// snapshot lacks. In the daemon, the merge runs under the writer's lock on its overlay, and
-    /// the read starts again (at most twice, then holding the lock throughout) when a commit
-    /// dropped from the overlay what the snapshot predates, or `merge` asks for it (nil). In
-    /// another process, the overlay is made from the journal's frames after the snapshot's.
-    func read<Stored: Sendable, T: Sendable>(_ stored: (Database, _ hidden: Int) throws -> Stored,
+    /// Runs a read in two steps: `stored` on a snapshot of the database, then `merge` of its
+    /// answer with the changes the snapshot lacks. In the daemon, the merge runs under the
+    /// writer's lock on its overlay, and the read starts again (at most twice, then holding the
+    /// lock throughout) when a commit dropped from the overlay what the snapshot predates, or
+    /// `merge` asks for it (nil). In another process, the overlay is made from the journal's
+    /// frames after the snapshot's.
+    func read<Stored: Sendable, T: Sendable>(_ stored: (Database) throws -> Stored,
                                              merge: @Sendable (Stored, IndexOverlay) throws -> T?) throws(DocfsError) -> T {
         do {
             guard writer.withLock({ $0 != nil }) else {
@@ -615,13 +620,12 @@ public final class IndexDatabase: Sendable {
                 defer { if journal >= 0 { Glibc.close(journal) } }
                 return try pool.read { db in
                     let overlay = try Self.overlay(journal: journal, db)
-                    guard let result = try merge(try stored(db, overlay.heldCount), overlay) else { throw Self.unmergeable }
+                    guard let result = try merge(try stored(db), overlay) else { throw Self.unmergeable }
                     return result
                 }
             }
             for _ in 0..<3 {
-                let hidden = writer.withLock { $0!.overlay.heldCount }
-                let (answer, applied) = try pool.read { db in (try stored(db, hidden), try Self.appliedSequence(db)) }
+                let (answer, applied) = try pool.read { db in (try stored(db), try Self.appliedSequence(db)) }
                 let merged = try writer.withLock { writer -> T? in
                     guard writer!.overlay.prunedThrough <= applied else { return nil }
                     return try merge(answer, writer!.overlay)
@@ -630,7 +634,7 @@ public final class IndexDatabase: Sendable {
             }
             return try writer.withLock { writer -> T in
                 try pool.read { db in
-                    guard let result = try merge(try stored(db, writer!.overlay.heldCount), writer!.overlay) else { throw Self.unmergeable }
+                    guard let result = try merge(try stored(db), writer!.overlay) else { throw Self.unmergeable }
                     return result
                 }
             }
@@ -662,7 +666,7 @@ public final class IndexDatabase: Sendable {
         } catch {
             throw DocfsError(.internalFailure, "reading the index at \(path) failed", cause: DocfsError(.internalFailure, String(describing: error)))
         }
-        return try read({ db, _ in try stored(db) }, merge: { stored, overlay in try merge(stored, overlay) })
+        return try read({ db in try stored(db) }, merge: { stored, overlay in try merge(stored, overlay) })
     }
 
     /// Runs `body` on a snapshot of the database and the changes it lacks, holding the writer's

@@ -56,11 +56,16 @@ struct IndexOverlay: Sendable {
     private var places: [IndexLocation: Place] = [:]
     /// For each folder location, the names under it that lead to held places, with how many
     /// held places each leads to.
-    private var links: [IndexLocation: [String: Int]] = [:]
+    private var links: [IndexLocation: [ByteOrderedText: Int]] = [:]
     private var byID: [Int64: Set<IndexLocation>] = [:]
     /// References' places by their own files' inodes (a reference's id is its original's).
     private var byReferenceInode: [UInt64: Set<IndexLocation>] = [:]
     private var byEntry: [Int64: IndexLocation] = [:]
+    /// Present rows by name and by dates, in the order SQLite's indexes keep them: an indexed
+    /// predicate reads only the waiting rows it reaches (`candidates`).
+    private var byName = SortedKeys<Placed<ByteOrderedText>>()
+    private var byModified = SortedKeys<Placed<Double>>()
+    private var byCreated = SortedKeys<Placed<Double>>()
     /// Places in the order frames reached them, for `prune`.
     private var reached = FIFO<(sequence: Int64, location: IndexLocation)>()
     /// Entries the frames removed, with the sequence of each removal, oldest first.
@@ -69,8 +74,10 @@ struct IndexOverlay: Sendable {
     private(set) var newestSequence: Int64 = 0
     /// Frames up to this sequence were dropped (committed): a snapshot older than that lacks them.
     private(set) var prunedThrough: Int64 = 0
-    /// Places visited by `apply`, `prune` and lookups, for tests that bound the cost of a read.
-    private(set) var steps = 0
+    /// Places visited by `apply`, `prune` and `candidates`, for tests that bound the cost of a
+    /// read (shared by copies, so a read of a copy counts too).
+    private let counter = StepCounter()
+    var steps: Int { counter.value }
 
     /// The entry numbers of places whose frames were committed (`prune`), as the database holds
     /// them, when the overlay lives as long as its writer (the daemon's): a put at such a place
@@ -125,9 +132,160 @@ struct IndexOverlay: Sendable {
         entries.compactMap { byEntry[$0].flatMap { places[$0]?.row } }
     }
 
-    /// Entries removed after `sequence`, oldest first.
+    /// Entries removed after `sequence`, oldest first: read from the newest back, so a watcher
+    /// asking often reads only what is new to it.
     func removals(after sequence: Int64) -> [(sequence: Int64, entry: Int64)] {
-        removed.elements.filter { $0.sequence > sequence }
+        var found: [(sequence: Int64, entry: Int64)] = []
+        for removal in removed.elements.reversed() {
+            guard removal.sequence > sequence else { break }
+            counter.add()
+            found.append(removal)
+        }
+        return found.reversed()
+    }
+
+    /// The present rows written by frames after `sequence` (in no order): read from the newest
+    /// frame back, so the cost follows what is new to the asker, not what waits.
+    func rows(writtenAfter sequence: Int64) -> [Row] {
+        var seen = Set<IndexLocation>()
+        var found: [Row] = []
+        for reach in reached.elements.reversed() {
+            guard reach.sequence > sequence else { break }
+            counter.add()
+            guard seen.insert(reach.location).inserted, let row = places[reach.location]?.row, row.sequence > sequence else { continue }
+            found.append(row)
+        }
+        return found
+    }
+
+    /// The present rows that may match `predicate` (a superset of those that do): when it
+    /// narrows on keys the overlay indexes (names, dates, ids; `IndexedReach`), only the rows
+    /// those ranges reach are read, however many wait; otherwise every row.
+    func rows(mayMatch predicate: QueryPredicate) -> [Row] {
+        guard Self.isIndexed(predicate) else {
+            counter.add(places.count)
+            return rows
+        }
+        // The narrowest of a conjunction's ranges, found by reading each up to a budget that
+        // grows fourfold: the cost follows the smallest range, not the largest.
+        var budget = 64
+        while true {
+            if case .found(let found) = candidates(predicate, atMost: budget) {
+                return found.compactMap { places[$0]?.row }
+            }
+            budget = budget >= places.count ? Int.max : budget * 4
+        }
+    }
+
+    /// Whether some index narrows `predicate`: a comparison with a range, a conjunction with one
+    /// such term, a disjunction of such terms.
+    private static func isIndexed(_ predicate: QueryPredicate) -> Bool {
+        switch predicate {
+        case .all, .not: false
+        case .comparison(let c): IndexedReach(c) != nil
+        case .and(let a, let b): isIndexed(a) || isIndexed(b)
+        case .or(let a, let b): isIndexed(a) && isIndexed(b)
+        }
+    }
+
+    private enum Candidates {
+        case found(Set<IndexLocation>)
+        /// More than the budget.
+        case tooMany
+    }
+
+    /// The held places an indexed `predicate`'s ranges reach, if they are at most `budget`.
+    private func candidates(_ predicate: QueryPredicate, atMost budget: Int) -> Candidates {
+        switch predicate {
+        case .comparison(let c):
+            return places(reached: IndexedReach(c)!, atMost: budget)
+        case .or(let a, let b):
+            guard case .found(let x) = candidates(a, atMost: budget), case .found(let y) = candidates(b, atMost: budget) else { return .tooMany }
+            let both = x.union(y)
+            return both.count <= budget ? .found(both) : .tooMany
+        case .and:
+            for term in Self.indexedTerms(of: predicate) {
+                let found: Candidates
+                switch term {
+                case .reach(let reach): found = places(reached: reach, atMost: budget)
+                case .term(let p): found = candidates(p, atMost: budget)
+                }
+                if case .found = found { return found }
+            }
+            return .tooMany
+        case .all, .not:
+            return .tooMany  // not reached: `isIndexed` said no
+        }
+    }
+
+    private enum IndexedTerm {
+        case reach(IndexedReach)
+        case term(QueryPredicate)
+    }
+
+    /// The terms of a conjunction an index narrows, with the ranges of one date attribute
+    /// joined into one (`modified >= a AND modified < b`).
+    private static func indexedTerms(of predicate: QueryPredicate) -> [IndexedTerm] {
+        var terms: [IndexedTerm] = []
+        var modified: (Double, Double)? = nil
+        var created: (Double, Double)? = nil
+        func join(_ range: inout (Double, Double)?, _ from: Double, _ through: Double) {
+            range = range.map { (max($0.0, from), min($0.1, through)) } ?? (from, through)
+        }
+        func visit(_ p: QueryPredicate) {
+            switch p {
+            case .and(let a, let b):
+                visit(a)
+                visit(b)
+            case .comparison(let c):
+                switch IndexedReach(c) {
+                case .modified(let from, let through): join(&modified, from, through)
+                case .created(let from, let through): join(&created, from, through)
+                case .some(let reach): terms.append(.reach(reach))
+                case nil: break
+                }
+            default:
+                if isIndexed(p) { terms.append(.term(p)) }
+            }
+        }
+        visit(predicate)
+        if let (from, through) = modified { terms.append(.reach(.modified(from: from, through: through))) }
+        if let (from, through) = created { terms.append(.reach(.created(from: from, through: through))) }
+        return terms
+    }
+
+    /// The held places `reach` reaches, if they are at most `budget`.
+    private func places(reached reach: IndexedReach, atMost budget: Int) -> Candidates {
+        var found = Set<IndexLocation>()
+        var over = false
+        func collect<Value>(_ keys: SortedKeys<Placed<Value>>, from lower: Value, while inRange: (Value) -> Bool) {
+            keys.forEach(from: .first(lower)) { key in
+                counter.add()
+                guard inRange(key.value) else { return false }
+                guard found.count < budget else {
+                    over = true
+                    return false
+                }
+                found.insert(key.location)
+                return true
+            }
+        }
+        switch reach {
+        case .name(let name):
+            let wanted = ByteOrderedText(name)
+            collect(byName, from: wanted) { $0 == wanted }
+        case .nameBeginning(let prefix):
+            collect(byName, from: ByteOrderedText(prefix)) { $0.text.utf8.starts(with: prefix.utf8) }
+        case .modified(let from, let through):
+            if from <= through { collect(byModified, from: from) { $0 <= through } }
+        case .created(let from, let through):
+            if from <= through { collect(byCreated, from: from) { $0 <= through } }
+        case .id(let id):
+            counter.add()
+            found = byID[id] ?? []
+            over = found.count > budget
+        }
+        return over ? .tooMany : .found(found)
     }
 
     // MARK: - Applying
@@ -146,7 +304,7 @@ struct IndexOverlay: Sendable {
             let location = record.location
             // The row there keeps its entry number; the rest of it is replaced, so a place not
             // held needs only its number read.
-            steps += 1
+            counter.add()
             if let place = places[location] {
                 record.entry = place.row?.record.entry ?? entries
             } else if let known = committedEntries?[location] {
@@ -171,7 +329,7 @@ struct IndexOverlay: Sendable {
             let unheld = gone.filter { byEntry[$0] == nil }
             if !unheld.isEmpty {
                 for row in try base.rows(entries: unheld) where places[row.record.location] == nil {
-                    steps += 1
+                    counter.add()
                     set(row.record.location, row, sequence: sequence)
                 }
             }
@@ -217,7 +375,7 @@ struct IndexOverlay: Sendable {
     private mutating func subtree(_ location: IndexLocation, sequence: Int64, _ base: some Base) throws -> [(IndexLocation, Row)] {
         try hold(location, sequence: sequence, base)
         for row in try base.rows(under: location) where places[row.record.location] == nil {
-            steps += 1
+            counter.add()
             set(row.record.location, row, sequence: sequence)
         }
         var found: [(IndexLocation, Row)] = []
@@ -225,8 +383,8 @@ struct IndexOverlay: Sendable {
         if let row = places[location]?.row { found.append((location, row)) }
         while let folder = folders.popLast() {
             for name in (links[folder] ?? [:]).keys {
-                steps += 1
-                let child = IndexLocation(container: folder.container, scope: folder.scope, path: folder.path + "/" + name)
+                counter.add()
+                let child = IndexLocation(container: folder.container, scope: folder.scope, path: folder.path + "/" + name.text)
                 if let row = places[child]?.row { found.append((child, row)) }
                 if links[child] != nil { folders.append(child) }
             }
@@ -236,7 +394,7 @@ struct IndexOverlay: Sendable {
 
     /// Makes `location` held, with the database's row there (if any).
     private mutating func hold(_ location: IndexLocation, sequence: Int64, _ base: some Base) throws {
-        steps += 1
+        counter.add()
         guard places[location] == nil else { return }
         set(location, try base.row(at: location), sequence: sequence)
     }
@@ -256,9 +414,15 @@ struct IndexOverlay: Sendable {
         byID[record.id, default: []].insert(location)
         byEntry[record.entry] = location
         if record.isExternal { byReferenceInode[record.backingInode, default: []].insert(location) }
+        byName.insert(Placed(value: ByteOrderedText(record.name), location: location))
+        if !record.modified.isNaN { byModified.insert(Placed(value: record.modified, location: location)) }
+        if !record.created.isNaN { byCreated.insert(Placed(value: record.created, location: location)) }
     }
 
     private mutating func unindex(_ record: IndexRecord, at location: IndexLocation) {
+        byName.remove(Placed(value: ByteOrderedText(record.name), location: location))
+        byModified.remove(Placed(value: record.modified, location: location))
+        byCreated.remove(Placed(value: record.created, location: location))
         if byID[record.id]?.remove(location) != nil, byID[record.id]!.isEmpty { byID[record.id] = nil }
         if byEntry[record.entry] == location { byEntry[record.entry] = nil }
         if record.isExternal, byReferenceInode[record.backingInode]?.remove(location) != nil,
@@ -269,9 +433,11 @@ struct IndexOverlay: Sendable {
 
     /// Counts a held place in (or out of) the links of each folder above it.
     private mutating func link(_ location: IndexLocation, by delta: Int) {
-        var path = Substring(location.path)
+        // By scalars: a name may start with a combining mark, which a `Character` would join
+        // to the slash before it.
+        var path = Substring(location.path).unicodeScalars
         while let slash = path.lastIndex(of: "/") {
-            let name = String(path[path.index(after: slash)...])
+            let name = ByteOrderedText(String(path[path.index(after: slash)...]))
             path = path[..<slash]
             let folder = IndexLocation(container: location.container, scope: location.scope, path: String(path))
             let count = (links[folder]?[name] ?? 0) + delta
@@ -292,7 +458,7 @@ struct IndexOverlay: Sendable {
         prunedThrough = max(prunedThrough, sequence)
         while let first = reached.first, first.sequence <= sequence {
             reached.removeFirst()
-            steps += 1
+            counter.add()
             guard let place = places[first.location], place.reachedBy == first.sequence else { continue }
             places[first.location] = nil
             if committedEntries != nil {

@@ -37,12 +37,13 @@ public struct IndexQuery: Sendable, Equatable {
     /// Whether `a` comes before `b` in the query's order (what its ORDER BY clause says, as
     /// SQLite compares: text by its UTF-8 bytes, tags as their JSON text).
     public func areInOrder(_ a: IndexRecord, _ b: IndexRecord) -> Bool {
+        // Text by its bytes, as SQLite compares: canonically equivalent spellings differ.
         for key in sort {
             let (x, y) = (a.value(of: key.attribute), b.value(of: key.attribute))
-            if x == y { continue }
-            return Self.less(x, y) != key.descending
+            if Self.less(x, y) { return !key.descending }
+            if Self.less(y, x) { return key.descending }
         }
-        if a.path != b.path { return a.path.utf8.lexicographicallyPrecedes(b.path.utf8) }
+        if !a.path.utf8.elementsEqual(b.path.utf8) { return a.path.utf8.lexicographicallyPrecedes(b.path.utf8) }
         return a.entry < b.entry
     }
 

@@ -9,7 +9,9 @@ import Testing
 /// commit, after it, and after a writer killed before committing them is replaced by the next
 /// one. Model-based: random changes over a small tree, compared after every step.
 @Suite struct IndexJournalTests {
-    static let places = ["/a", "/a/b", "/a/b/c", "/a/bc", "/a-b", "/d", "/d/e", "/d/e/f", "/g", "/ü"]
+    /// "/ü" twice: the composed and the decomposed spelling are two names, as on Linux; "/a/\u{301}"
+    /// is a name that is one combining mark.
+    static let places = ["/a", "/a/b", "/a/b/c", "/a/bc", "/a-b", "/d", "/d/e", "/d/e/f", "/g", "/\u{FC}", "/u\u{308}", "/a/\u{301}"]
 
     static func location(_ path: String) -> IndexLocation {
         IndexLocation(container: "docfs.default", scope: "documents", path: path)
@@ -55,12 +57,38 @@ import Testing
         lines.append("count \(try index.count()) latest \(try index.latestSequence())")
         let changes = try index.changes(after: since)
         lines.append("written \(changes.written.map(\.entry)) removed \(changes.removed) sequence \(changes.sequence)")
-        let query = IndexQuery(predicate: try IndexQueryTests.parser.parse("size >= 100 OR tags CONTAINS \"work\""),
-                               sort: [.init(attribute: .modified, descending: true)], limit: 4)
-        lines.append("query \(try index.records(matching: query).map(\.entry))")
+        for query in try queries() { lines.append("query \(try index.records(matching: query).map(\.entry))") }
         lines.append("id 3: \(try index.records(id: 3).map(\.path))")
         for path in places { lines.append("\(path): \(try index.record(at: location(path))?.entry ?? 0)") }
         return lines
+    }
+
+    /// Queries of every kind the overlay answers: by its indexes (names, name beginnings and
+    /// patterns, dates, ids, and their AND and OR) and by testing every waiting row, with and
+    /// without a limit.
+    static func queries() throws -> [IndexQuery] {
+        func parsed(_ text: String, sort: [IndexQuery.SortKey] = [], limit: Int? = nil) throws -> IndexQuery {
+            IndexQuery(predicate: try IndexQueryTests.parser.parse(text), sort: sort, limit: limit)
+        }
+        func dated(_ attribute: IndexAttribute, _ op: ComparisonOperator, _ instant: Double, day: Double? = nil) -> QueryPredicate {
+            .comparison(Comparison(attribute: attribute, op: op, value: .date(instant, day: day)))
+        }
+        let newest = [IndexQuery.SortKey(attribute: .modified, descending: true)]
+        return [
+            try parsed("size >= 100 OR tags CONTAINS \"work\"", sort: newest, limit: 4),
+            try parsed("name == \"b\""),
+            try parsed("name == \"\u{FC}\" OR name == \"u\u{308}\""),
+            try parsed("name BEGINSWITH \"b\"", limit: 2),
+            try parsed("name LIKE \"a*\"", sort: newest),
+            try parsed("name LIKE \"?\" AND size < 200", limit: 3),
+            try parsed("id == 3 OR name == \"c\"", limit: 2),
+            try parsed("NOT name == \"b\"", sort: newest, limit: 3),
+            IndexQuery(predicate: .and(dated(.modified, .greaterOrEqual, 1_773_000_003), dated(.modified, .lessOrEqual, 1_773_000_006)),
+                       sort: newest, limit: 3),
+            IndexQuery(predicate: .or(.and(try IndexQueryTests.parser.parse("name BEGINSWITH \"a\""), dated(.modified, .greater, 1_773_100_050)),
+                                      dated(.created, .less, 1_772_999_905))),
+            IndexQuery(predicate: dated(.modified, .equal, 1_773_100_000, day: 1_773_100_040), sort: newest, limit: 5),
+        ]
     }
 
     /// Seeds above 3 make busy places and long batches: batched commits (`IndexCommitPlan`
@@ -147,6 +175,57 @@ import Testing
         #expect(index.waitingFrames == 0 && commit <= 3 * n, "commit visited \(commit) places for \(n) frames")
         #expect(try index.record(at: Self.location("/dir/f7"))?.id == 7)
         #expect(try index.count() == n + 0)  // "/dir" itself was never put
+    }
+
+    /// Issue 20 §0: a `docfs query` whose predicate an index serves reads only the waiting rows
+    /// that predicate reaches, and a limit reads only as many database rows as the waiting
+    /// changes hide: the same steps and rows with 10 or 20,000 changes waiting (a query laying
+    /// every waiting row over its answer, as docfs did, visits them all).
+    @Test func indexedQueriesCostTheSameHoweverManyChangesWait() throws {
+        let directory = NSTemporaryDirectory() + "docfs-journal-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let index = try IndexDatabase(path: directory + "/index.sqlite")  // no background commit: frames wait
+        func record(_ n: Int, _ name: String, modified: Double, size: Int64 = 1) -> IndexRecord {
+            var record = IndexQueryTests.record(Int64(n), name, size: size, modified: modified)
+            record.path = "/dir/" + name
+            return record
+        }
+        // 2,000 committed rows, then waiting ones, some hiding committed rows (written again).
+        try index.stitch((0..<2_000).map { .put(record($0, "c\($0)", modified: 1_700_000_000 + Double($0))) })
+        try index.flush()
+        for n in 0..<100 { try index.stitch([.put(record(n, "c\(n)", modified: 1_700_000_000 + Double(n), size: 2))]) }
+        func cost(_ body: () throws -> Void) rethrows -> (steps: Int, rows: Int) {
+            let (steps, rows) = (index.overlaySteps, index.queryRowsReadCount)
+            try body()
+            return (index.overlaySteps - steps, index.queryRowsReadCount - rows)
+        }
+        func names(_ text: String, sort: IndexAttribute? = nil, limit: Int? = nil) throws -> [String] {
+            let query = IndexQuery(predicate: try IndexQueryTests.parser.parse(text), sort: sort.map { [.init(attribute: $0)] } ?? [], limit: limit)
+            return try index.records(matching: query).map { "\($0.name):\($0.size)" }
+        }
+        let waitingModified = 1_800_000_000.0
+        var costs: [Int: (steps: Int, rows: Int)] = [:]
+        var n = 0
+        for waiting in [10, 20_000] {
+            while n < waiting { try index.stitch([.put(record(10_000 + n, "w\(n)", modified: waitingModified + Double(n)))]); n += 1 }
+            costs[waiting] = try cost { () throws in
+                #expect(try names("name == \"w7\"") == ["w7:1"])
+                #expect(try names("name == \"c7\" OR name == \"c1999\"", sort: .name) == ["c1999:1", "c7:2"])
+                #expect(try names("name BEGINSWITH \"c199\"", sort: .name, limit: 3) == ["c199:1", "c1990:1", "c1991:1"])
+                #expect(try names("name LIKE \"c19?\"", sort: .name) == (190..<200).map { "c\($0):1" })
+                #expect(try names("id == 10003") == ["w3:1"])
+                let range = IndexQuery(predicate: .and(.comparison(Comparison(attribute: .modified, op: .greaterOrEqual, value: .date(waitingModified + 4, day: nil))),
+                                                       .comparison(Comparison(attribute: .modified, op: .less, value: .date(waitingModified + 7, day: nil)))))
+                #expect(try index.records(matching: range).map(\.name) == ["w4", "w5", "w6"])
+            }
+        }
+        #expect(costs[10]!.steps == costs[20_000]!.steps && costs[10]!.rows == costs[20_000]!.rows,
+                "10 waiting: \(costs[10]!), 20,000 waiting: \(costs[20_000]!)")
+        // Waiting changes hiding the first rows a limit reads: it reads on until it has enough.
+        #expect(try names("name BEGINSWITH \"c\"", sort: .name, limit: 5) == ["c0:2", "c1:2", "c10:2", "c100:1", "c1000:1"])
+        #expect(try names("name BEGINSWITH \"c\" AND size == 2", sort: .name, limit: 3) == ["c0:2", "c1:2", "c10:2"])
+        let hidden = try cost { () throws in _ = try names("name BEGINSWITH \"c\"", sort: .name, limit: 5) }
+        #expect(hidden.rows < 200, "a limit of 5 behind 100 waiting rows read \(hidden.rows) rows")
     }
 
     /// Reading under places of every scope (as removals do) never compiles the cached
