@@ -399,7 +399,7 @@ final class IndexStitcher: Sendable {
         for change in looked {
             switch change {
             case .put(let record): note(record)
-            case .remove(let location), .move(from: let location, to: _): note(try? index.record(at: location))
+            case .remove(let location, _), .move(from: let location, to: _): note(try? index.record(at: location))
             case .exchange(let a, let b):
                 note(try? index.record(at: a))
                 note(try? index.record(at: b))
@@ -586,13 +586,19 @@ final class IndexStitcher: Sendable {
 }
 
 extension [IndexChange] {
-    /// The records of a change the sync engine applies say which machine it came from.
+    /// The records and removals of a change the sync engine applies say which machine it came from.
     fileprivate func markedWithTheirMachine() -> [IndexChange] {
         guard let machine = RemoteApplication.otherMachine else { return self }
         return map { change in
-            guard case .put(var record) = change else { return change }
-            record.remoteMachine = machine
-            return .put(record)
+            switch change {
+            case .put(var record):
+                record.remoteMachine = machine
+                return .put(record)
+            case .remove(let location, _):
+                return .remove(location, machine: machine)
+            default:
+                return change
+            }
         }
     }
 }

@@ -7,8 +7,9 @@ public enum IndexChange: Sendable {
     /// A name came or went in the folder at a place: its modification and status-change times
     /// (nothing else of a folder's record changes with what it holds).
     case touch(IndexLocation, modified: Double, statusChanged: Double)
-    /// The name at `path` left, with everything under it.
-    case remove(IndexLocation)
+    /// The name at `path` left, with everything under it; `machine` is the other machine whose
+    /// change the sync engine applied (empty for this one's), which watchers say.
+    case remove(IndexLocation, machine: String = "")
     /// Entries by number (a reconciling walk did not find them).
     case removeEntries([Int64])
     /// The name at `from` moved to `to` (keeping its entry), with everything under it. Whatever
@@ -64,4 +65,12 @@ public struct IndexLocation: Sendable, Hashable {
 
 extension IndexRecord {
     public var location: IndexLocation { IndexLocation(container: container, scope: scope, path: path) }
+}
+
+/// An entry's removal as watchers read it: when (the change sequence), and the other machine
+/// whose change it was (empty for this one's).
+struct Removal: Sendable {
+    var sequence: Int64
+    var entry: Int64
+    var machine: String
 }

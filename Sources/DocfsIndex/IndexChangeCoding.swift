@@ -23,9 +23,13 @@ enum IndexChangeCoding {
                 w.location(location)
                 w.f64(modified)
                 w.f64(statusChanged)
-            case .remove(let location):
+            case .remove(let location, let machine) where machine.isEmpty:
                 w.u8(3)
                 w.location(location)
+            case .remove(let location, let machine):
+                w.u8(9)  // as 8 is to 1
+                w.location(location)
+                w.text(machine)
             case .removeEntries(let entries):
                 w.u8(4)
                 w.u32(UInt32(entries.count))
@@ -69,6 +73,7 @@ enum IndexChangeCoding {
                 var record = try r.record()
                 record.remoteMachine = try r.text()
                 changes.append(.put(record))
+            case 9: changes.append(.remove(try r.location(), machine: try r.text()))
             default: throw Malformed()
             }
         }

@@ -83,7 +83,7 @@ struct IndexCommitPlan {
                     waiting[location, default: (put: nil, touch: nil)].touch = planned.count
                     planned.append(Step(change: .touch(location, modified: modified, statusChanged: statusChanged),
                                         sequence: frame.sequence, entry: 0))
-                case .remove(let location):
+                case .remove(let location, _):
                     end(location)
                     planned.append(Step(change: change, sequence: frame.sequence, entry: 0))
                 case .move(let from, let to):

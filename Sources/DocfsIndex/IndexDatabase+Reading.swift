@@ -153,6 +153,8 @@ extension IndexDatabase {
     public struct Changes: Sendable {
         public var written: [IndexRecord]
         public var removed: [Int64]
+        /// The removed entries whose removal was another machine's change, with its name.
+        public var removedBy: [Int64: String] = [:]
         public var sequence: Int64
         public var complete: Bool
     }
@@ -161,8 +163,8 @@ extension IndexDatabase {
         try read({ db in
             let written = try Row.fetchAll(db, sql: "SELECT \(Self.selection) FROM items WHERE sequence > ? ORDER BY sequence, entry", arguments: [after])
                 .map { (record: Self.record($0), sequence: $0[Self.sequenceColumn] as Int64) }
-            let removed = try Row.fetchAll(db, sql: "SELECT sequence, entry FROM removals WHERE sequence > ? ORDER BY sequence, entry",
-                                           arguments: [after]).map { (sequence: $0[0] as Int64, entry: $0[1] as Int64) }
+            let removed = try Row.fetchAll(db, sql: "SELECT sequence, entry, machine FROM removals WHERE sequence > ? ORDER BY sequence, entry",
+                                           arguments: [after]).map { Removal(sequence: $0[0], entry: $0[1], machine: $0[2]) }
             let oldestKept = try Int64.fetchOne(db, sql: "SELECT min(sequence) FROM removals") ?? 0
             let pruned = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM removals") ?? 0 >= Self.removalsKept
             return (written, removed, try Self.lastSequence(db), !(pruned && oldestKept > after + 1))
@@ -179,7 +181,9 @@ extension IndexDatabase {
                 removed.sort { ($0.sequence, $0.entry) < ($1.sequence, $1.entry) }
             }
             guard newest > after else { return Changes(written: [], removed: [], sequence: after, complete: true) }
-            return Changes(written: written.map(\.record), removed: removed.map(\.entry), sequence: newest, complete: complete)
+            var removedBy: [Int64: String] = [:]
+            for removal in removed where !removal.machine.isEmpty { removedBy[removal.entry] = removal.machine }
+            return Changes(written: written.map(\.record), removed: removed.map(\.entry), removedBy: removedBy, sequence: newest, complete: complete)
         })
     }
 

@@ -181,6 +181,15 @@ public final class IndexDatabase: Sendable {
         do {
             let (sequence, entry) = try Self.replay(IndexJournal.read(journalPath), into: pool)
             try journal.restart(carrying: [])
+            // Readers in other processes read from the recorded place only in the recorded
+            // journal, known by its inode: the new journal's, or a journal made later could
+            // reuse the recorded one's freed inode and be read from the middle (a query then
+            // missed every waiting change until the next commit).
+            try pool.write { db in
+                let note = try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)")
+                try note.execute(arguments: ["journalInode", Int64(bitPattern: journal.inode)])
+                try note.execute(arguments: ["journalOffset", IndexJournal.header.count])
+            }
             var base = Configuration()
             base.readonly = true
             base.busyMode = .timeout(10)
@@ -457,7 +466,7 @@ public final class IndexDatabase: Sendable {
                 UPDATE items SET modified = max(modified, ?), statusChanged = max(statusChanged, ?), sequence = ?
                 WHERE container = ? AND scope = ? AND path = ?
                 """).execute(arguments: [modified, statusChanged, sequence, location.container, location.scope, location.path])
-        case .remove(let location):
+        case .remove(let location, let machine):
             // Two statements: with an OR, SQLite would scan the table instead of the index.
             var removed = try Int64.fetchAll(db.cachedStatement(sql: """
                 DELETE FROM items WHERE container = ? AND scope = ? AND path = ? RETURNING entry
@@ -465,12 +474,12 @@ public final class IndexDatabase: Sendable {
             removed += try Int64.fetchAll(db.cachedStatement(sql: """
                 DELETE FROM items WHERE container = ? AND scope = ? AND path > ? AND path < ? RETURNING entry
                 """), arguments: [location.container, location.scope, location.path + "/", location.path + "0"])
-            try noteRemoved(removed, sequence: sequence, db)
+            try noteRemoved(removed, sequence: sequence, machine: machine, db)
         case .removeEntries(let gone):
             guard !gone.isEmpty else { return }
             let removed = try Int64.fetchAll(db, sql: "DELETE FROM items WHERE entry IN (SELECT value FROM json_each(?)) RETURNING entry",
                                              arguments: [encodeNumbers(gone)])
-            try noteRemoved(removed, sequence: sequence, db)
+            try noteRemoved(removed, sequence: sequence, machine: "", db)
         case .move(let from, let to):
             try move(from, to, sequence: sequence, db)
         case .exchange(let a, let b):
@@ -496,9 +505,9 @@ public final class IndexDatabase: Sendable {
                                      from.container, from.scope, from.path + "/", from.path + "0"])
     }
 
-    private static func noteRemoved(_ entries: [Int64], sequence: Int64, _ db: Database) throws {
-        let statement = try db.cachedStatement(sql: "INSERT OR REPLACE INTO removals(sequence, entry) VALUES (?, ?)")
-        for entry in entries { try statement.execute(arguments: [sequence, entry]) }
+    private static func noteRemoved(_ entries: [Int64], sequence: Int64, machine: String, _ db: Database) throws {
+        let statement = try db.cachedStatement(sql: "INSERT OR REPLACE INTO removals(sequence, entry, machine) VALUES (?, ?, ?)")
+        for entry in entries { try statement.execute(arguments: [sequence, entry, machine]) }
     }
 
     /// Removals are kept for watchers in other processes; past this many, the oldest go (a

@@ -68,8 +68,9 @@ struct IndexOverlay: Sendable {
     private var byCreated = SortedKeys<Placed<Double>>()
     /// Places in the order frames reached them, for `prune`.
     private var reached = FIFO<(sequence: Int64, location: IndexLocation)>()
-    /// Entries the frames removed, with the sequence of each removal, oldest first.
-    private var removed = FIFO<(sequence: Int64, entry: Int64)>()
+    /// Entries the frames removed, with the sequence of each removal and the other machine
+    /// whose change it was (empty for this one's), oldest first.
+    private var removed = FIFO<Removal>()
     /// The last frame's sequence (0 when none was applied).
     private(set) var newestSequence: Int64 = 0
     /// Frames up to this sequence were dropped (committed): a snapshot older than that lacks them.
@@ -134,8 +135,8 @@ struct IndexOverlay: Sendable {
 
     /// Entries removed after `sequence`, oldest first: read from the newest back, so a watcher
     /// asking often reads only what is new to it.
-    func removals(after sequence: Int64) -> [(sequence: Int64, entry: Int64)] {
-        var found: [(sequence: Int64, entry: Int64)] = []
+    func removals(after sequence: Int64) -> [Removal] {
+        var found: [Removal] = []
         for removal in removed.elements.reversed() {
             guard removal.sequence > sequence else { break }
             counter.add()
@@ -320,9 +321,9 @@ struct IndexOverlay: Sendable {
             row.record.statusChanged = max(row.record.statusChanged, statusChanged)
             row.sequence = sequence
             set(location, row, sequence: sequence)
-        case .remove(let location):
+        case .remove(let location, let machine):
             for (place, row) in try subtree(location, sequence: sequence, base) {
-                removed.append((sequence, row.record.entry))
+                removed.append(Removal(sequence: sequence, entry: row.record.entry, machine: machine))
                 set(place, nil, sequence: sequence)
             }
         case .removeEntries(let gone):
@@ -335,7 +336,7 @@ struct IndexOverlay: Sendable {
             }
             for entry in gone {
                 guard let place = byEntry[entry] else { continue }
-                removed.append((sequence, entry))
+                removed.append(Removal(sequence: sequence, entry: entry, machine: ""))
                 set(place, nil, sequence: sequence)
             }
         case .move(let from, let to):

@@ -8,8 +8,9 @@ import GRDB
 ///               record's attributes (tags as a JSON array), the change sequence that last
 ///               wrote it, and the backing file's inode and status-change time, which tell a
 ///               reconciling walk what changed
-///     removals  entries removed from the index, with the sequence of their removal, so a
-///               watcher in another process can tell removed from never seen
+///     removals  entries removed from the index, with the sequence of their removal (and the
+///               other machine whose change removed them), so a watcher in another process
+///               can tell removed from never seen
 ///     meta      `built`: 1 once a whole rebuild has filled the index; `syncAnchor`: where the
 ///               sync engine is in the remote's log
 ///     outbox    what must go up to the remote (issue 22): an item per row, in order, written by
@@ -31,7 +32,7 @@ enum IndexSchema {
     /// an older docfs and needs a rebuild.
     static let newestRebuilding = "v2-entries"
     /// The newest migration of all.
-    static let newest = "v7-remote-machine"
+    static let newest = "v8-removal-machine"
 
     static func migrator() -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -131,8 +132,12 @@ enum IndexSchema {
             try db.execute(sql: "CREATE INDEX items_reference_inode ON items (backingInode) WHERE scope = 'external'")
         }
         // Which machine a record's last change came from (issue 22 §3), for `query --watch`.
-        migrator.registerMigration(newest) { db in
+        migrator.registerMigration("v7-remote-machine") { db in
             try db.execute(sql: "ALTER TABLE items ADD COLUMN remoteMachine TEXT NOT NULL DEFAULT ''")
+        }
+        // And which machine a removal came from, so `query --watch` says it of removals too.
+        migrator.registerMigration(newest) { db in
+            try db.execute(sql: "ALTER TABLE removals ADD COLUMN machine TEXT NOT NULL DEFAULT ''")
         }
         return migrator
     }

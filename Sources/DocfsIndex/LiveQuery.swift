@@ -12,7 +12,9 @@ public struct LiveQuery {
         /// Still matches, and its record changed (renames and moves included: an entry keeps
         /// its number when its name changes).
         case changed(IndexRecord)
-        /// No longer matches, or is gone: the record as it was last reported.
+        /// No longer matches, or is gone: the record as it was last reported, with the machine
+        /// whose change removed it as its `remoteMachine` (empty for this one's; as last
+        /// reported when the watcher fell so far behind that it read the results again).
         case removed(IndexRecord)
 
         public var record: IndexRecord {
@@ -53,9 +55,17 @@ public struct LiveQuery {
     public mutating func poll() throws(DocfsError) -> [Event] {
         let changes = try index.changes(after: sequence)
         var now: [Int64: IndexRecord?] = [:]
+        /// Which machine made each change (an entry's last), where the changes say.
+        var madeBy: [Int64: String] = [:]
         if changes.complete {
-            for record in changes.written { now[record.entry] = query.matches(record) ? record : nil }
-            for entry in changes.removed { now[entry] = .some(nil) }
+            for record in changes.written {
+                now[record.entry] = query.matches(record) ? record : nil
+                madeBy[record.entry] = record.remoteMachine
+            }
+            for entry in changes.removed {
+                now[entry] = .some(nil)
+                madeBy[entry] = changes.removedBy[entry] ?? ""
+            }
             sequence = changes.sequence
         } else {
             // Removals that old were pruned: compare with the whole result set again.
@@ -69,7 +79,9 @@ public struct LiveQuery {
             switch (known[entry], result) {
             case (nil, let record?): events.append(.added(record))
             case (let old?, let record?) where !old.showsTheSame(as: record): events.append(.changed(record))
-            case (let old?, nil): events.append(.removed(old))
+            case (var old?, nil):
+                if let machine = madeBy[entry] { old.remoteMachine = machine }
+                events.append(.removed(old))
             default: break
             }
             known[entry] = result

@@ -36,12 +36,11 @@ struct QueryWatch {
         }
     }
 
-    /// A result, or a change to the results: an addition or change said with where it came
-    /// from (`remote` and the machine's name when the sync engine applied another machine's
-    /// change, else `local`); a removal with the record as it was last reported (the index
-    /// keeps no more of a removal than when it was).
+    /// A result, or a change to the results, said with where the change came from (`remote`
+    /// and the machine's name when the sync engine applied another machine's change, else
+    /// `local`); a removal with the record as it was last reported.
     private func emit(_ event: String, _ record: IndexRecord) {
-        let saysOrigin = event == "added" || event == "changed"
+        let saysOrigin = event != "result"
         let machine = saysOrigin && !record.remoteMachine.isEmpty ? record.remoteMachine : nil
         if json {
             print(jsonLine(WatchEventJSON(event: event, record: RecordJSON(record),
@@ -59,8 +58,8 @@ struct QueryWatch {
 struct WatchEventJSON: Encodable {
     let event: String
     let record: RecordJSON
-    /// For a change: `remote` (another machine's, applied here) or `local`.
+    /// For a change or a removal: `remote` (another machine's, applied here) or `local`.
     let origin: String?
-    /// For a remote change: the machine it came from.
+    /// For a remote change or removal: the machine it came from.
     let machine: String?
 }

@@ -48,7 +48,7 @@ import Testing
 
     /// Issue 20 §3: the date indexes come by a migration that keeps the rows (no rebuild), and a
     /// date range reads them; so do issue 22's outbox, sync states and the machine a record's
-    /// last change came from.
+    /// last change (and a removal) came from.
     @Test func anIndexWithoutTheDateIndexesGetsThemAndKeepsItsRows() throws {
         let directory = NSTemporaryDirectory() + "docfs-condition-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -71,7 +71,8 @@ import Testing
             try db.execute(sql: "DROP TABLE syncLinks")
             try db.execute(sql: "DROP INDEX items_reference_inode")
             try db.execute(sql: "ALTER TABLE items DROP COLUMN remoteMachine")
-            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier IN ('v3-dates', 'v4-sync', 'v5-sync-parked', 'v6-reference-inodes', ?)",
+            try db.execute(sql: "ALTER TABLE removals DROP COLUMN machine")
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier IN ('v3-dates', 'v4-sync', 'v5-sync-parked', 'v6-reference-inodes', 'v7-remote-machine', ?)",
                            arguments: [IndexSchema.newest])
         }
         try queue.close()
@@ -85,6 +86,11 @@ import Testing
         fromB.remoteMachine = "b"
         try index.apply([.put(fromB)])
         #expect(try index.records(id: 1).map(\.remoteMachine) == ["b"])
+        // And a removal says it, for watchers.
+        let before = try index.latestSequence()
+        try index.apply([.remove(IndexQueryTests.location("/file2"), machine: "c"), .remove(IndexQueryTests.location("/file3"))])
+        let removals = try index.changes(after: before)
+        #expect(removals.removed.count == 2 && removals.removedBy == [2: "c"], "\(removals.removed) \(removals.removedBy)")
         // The sync tables of issue 22 came by their migration too.
         #expect(try index.outboxCount() == 0 && index.syncAnchor() == 0 && index.parkedSyncChanges(limit: 10).isEmpty)
         let plan = try DatabaseQueue(path: path).read { db in

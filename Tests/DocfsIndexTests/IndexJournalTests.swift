@@ -34,7 +34,8 @@ import Testing
         case 2:
             return [.touch(place(), modified: 1_773_100_000 + Double(rng.next(below: 100)), statusChanged: 1_773_100_000 + Double(rng.next(below: 100)))]
         case 3:
-            return [.remove(place())]
+            // Now and then another machine's removal (its name travels too).
+            return [.remove(place(), machine: rng.next(below: 3) == 0 ? "machine-1" : "")]
         case 4:
             let (from, to) = (place(), place())
             // As a rename does: whatever was at the destination goes first.
@@ -56,7 +57,7 @@ import Testing
         }
         lines.append("count \(try index.count()) latest \(try index.latestSequence())")
         let changes = try index.changes(after: since)
-        lines.append("written \(changes.written.map(\.entry)) removed \(changes.removed) sequence \(changes.sequence)")
+        lines.append("written \(changes.written.map(\.entry)) removed \(changes.removed) by \(changes.removedBy.sorted { $0.key < $1.key }) sequence \(changes.sequence)")
         for query in try queries() { lines.append("query \(try index.records(matching: query).map(\.entry))") }
         lines.append("id 3: \(try index.records(id: 3).map(\.path))")
         for path in places { lines.append("\(path): \(try index.record(at: location(path))?.entry ?? 0)") }

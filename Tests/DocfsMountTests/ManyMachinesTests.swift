@@ -169,6 +169,20 @@ import Glibc
         #expect(Self.within(5) { b.content("inner-moved.txt") == "inner\n" && b.content("Projects/inner.txt") == nil } != nil)
         #expect(unlink(b.path("from-b.txt")) == 0)
         #expect(Self.within(5) { a.content("from-b.txt") == nil } != nil)
+        // Removals too say where they came from, to b's live query: b's own, local; a's, remote.
+        try "to go on a\n".write(toFile: a.path("gone-on-a.txt"), atomically: false, encoding: .utf8)
+        #expect(Self.within(5) { b.content("gone-on-a.txt") == "to go on a\n" } != nil)
+        #expect(unlink(a.path("gone-on-a.txt")) == 0)
+        #expect(Self.within(5) { b.content("gone-on-a.txt") == nil } != nil)
+        func removal(_ name: String, _ says: [String]) -> Bool {
+            ((try? String(contentsOfFile: queryOutput, encoding: .utf8)) ?? "").split(separator: "\n").contains { line in
+                line.contains(#""event":"removed""#) && line.contains(#""name":"\#(name)""#) && says.allSatisfy { line.contains($0) }
+            }
+        }
+        #expect(Self.within(5) {
+            removal("from-b.txt", [#""origin":"local""#]) && removal("gone-on-a.txt", [#""origin":"remote""#, #""machine":"a""#])
+        } != nil,
+                "\((try? String(contentsOfFile: queryOutput, encoding: .utf8)) ?? "")")
         // The versions a kept of what b's saves replaced, and a clean status on both.
         let versions = try a.docfs("versions '\(a.path("plan.txt"))'")
         #expect(versions.output.contains("previous"), "\(versions.output)")
