@@ -25,6 +25,10 @@ int docfs_make_thread_background(void) {
     return result;
 }
 
+int docfs_lower_thread_priority(int niceness) {
+    return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), niceness);
+}
+
 int docfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
                     unsigned int flags) {
     return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);

@@ -105,7 +105,8 @@ extension IndexDatabase {
             }, merge: { stored, overlay -> QueryAnswer? in
                 let (rows, cut, sequence) = stored
                 let newest = max(sequence, overlay.newestSequence)
-                guard !overlay.isEmpty else { return .records(rows, newest) }
+                // (A read asked for more may find the overlay committed meanwhile: the limit still holds.)
+                guard !overlay.isEmpty else { return .records(query.limit.map { Array(rows.prefix(max($0, 0))) } ?? rows, newest) }
                 var records = rows.filter { !overlay.holds($0.location) }
                 // The limit may have left out rows that the waiting changes did not hide.
                 let hidden = rows.count - records.count

@@ -49,8 +49,8 @@ public struct IndexQuery: Sendable, Equatable {
 
     /// Whether place `a` comes before `b` (by container, scope and path, as SQLite orders them).
     static func precedes(_ a: IndexLocation, _ b: IndexLocation) -> Bool {
-        if a.container != b.container { return a.container.utf8.lexicographicallyPrecedes(b.container.utf8) }
-        if a.scope != b.scope { return a.scope.utf8.lexicographicallyPrecedes(b.scope.utf8) }
+        if !a.container.utf8.elementsEqual(b.container.utf8) { return a.container.utf8.lexicographicallyPrecedes(b.container.utf8) }
+        if !a.scope.utf8.elementsEqual(b.scope.utf8) { return a.scope.utf8.lexicographicallyPrecedes(b.scope.utf8) }
         return a.path.utf8.lexicographicallyPrecedes(b.path.utf8)
     }
 

@@ -159,4 +159,17 @@ enum RecordValue: Equatable {
     case date(Double)
     case bool(Bool)
     case list([String])
+
+    /// Text is the same when its bytes are, as SQLite compares (two spellings of one name, NFC
+    /// and NFD, differ: a rename from one to the other is a change).
+    static func == (a: Self, b: Self) -> Bool {
+        switch (a, b) {
+        case (.text(let x), .text(let y)): x.utf8.elementsEqual(y.utf8)
+        case (.integer(let x), .integer(let y)): x == y
+        case (.date(let x), .date(let y)): x == y
+        case (.bool(let x), .bool(let y)): x == y
+        case (.list(let x), .list(let y)): x.count == y.count && zip(x, y).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
+        default: false
+        }
+    }
 }

@@ -51,9 +51,14 @@ public final class SyncLoop: Sendable {
     private let burstDeferral: Double
     static let burstWakeUps = 8
 
+    /// Run first on the loop's thread (the daemon lowers its priority there).
+    private let threadSetup: @Sendable () -> Void
+
     public init(engine: SyncEngine, pollInterval: Double = 5, gather: Double = 0.02, burstDeferral: Double = 2,
-                sweepInterval: Double = 86400, sweepGrace: Double = 3600, log: @escaping @Sendable (String) -> Void) {
+                sweepInterval: Double = 86400, sweepGrace: Double = 3600, threadSetup: @escaping @Sendable () -> Void = {},
+                log: @escaping @Sendable (String) -> Void) {
         self.engine = engine
+        self.threadSetup = threadSetup
         self.gather = gather
         self.burstDeferral = burstDeferral
         self.pollInterval = pollInterval
@@ -68,6 +73,7 @@ public final class SyncLoop: Sendable {
         let remoteWatch = engine.remote.watchChanges { [weak self] in self?.wake() }
         watch.withLock { $0 = remoteWatch }
         DetachedThread.start { [self] in
+            threadSetup()
             run()
             done.signal()
         }

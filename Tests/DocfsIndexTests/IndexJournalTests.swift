@@ -61,7 +61,11 @@ import Testing
         for query in try queries() { lines.append("query \(try index.records(matching: query).map(\.entry))") }
         lines.append("id 3: \(try index.records(id: 3).map(\.path))")
         for path in places { lines.append("\(path): \(try index.record(at: location(path))?.entry ?? 0)") }
-        return lines
+        // Spelled out by scalars, so lines compare by bytes (`String ==` takes the NFC and the
+        // NFD "ü" for one).
+        return lines.map { line in
+            line.unicodeScalars.map { $0.isASCII ? String($0) : "\\u{\(String($0.value, radix: 16))}" }.joined()
+        }
     }
 
     /// Queries of every kind the overlay answers: by its indexes (names, name beginnings and

@@ -58,6 +58,10 @@ ssize_t docfs_receive_with_descriptor(int socket, void *bytes, size_t capacity, 
 /// versions into chunks.
 int docfs_make_thread_background(void);
 
+/// The calling thread gives way to others for the CPU (nice `niceness`) without starving:
+/// for work that follows the user's, such as the sync engine's rounds.
+int docfs_lower_thread_priority(int niceness);
+
 extern const unsigned int DOCFS_RENAME_NOREPLACE;
 extern const unsigned int DOCFS_RENAME_EXCHANGE;
 extern const int DOCFS_O_PATH;
