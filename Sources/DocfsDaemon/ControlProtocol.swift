@@ -1,5 +1,6 @@
 import DocfsCore
 import DocfsFilesystem
+import DocfsIndex
 import DocfsProvider
 
 /// A request to the daemon serving a store, over `STORE/control.sock` (one JSON line each way).
@@ -21,12 +22,15 @@ public struct ControlRequest: Codable {
         case bookmark, resolveBookmark
         /// Link the served store to a remote (`remote`), say how its sync goes, unlink it.
         case remoteLink, remoteStatus, remoteUnlink
+        /// Run a `docfs query` (`query`) on the daemon's index, which holds the waiting changes
+        /// in memory: its records come back in batches.
+        case query
 
         /// Requests about a container rather than an item.
         var isContainerChange: Bool { self == .createContainer || self == .renameContainer || self == .deleteContainer }
 
         /// Requests answered by a stream of lines on a thread of their own.
-        var isStreamed: Bool { self == .watch || self == .rebuildIndex || self == .checkIndex }
+        var isStreamed: Bool { self == .watch || self == .rebuildIndex || self == .checkIndex || self == .query }
     }
 
     public var kind: Kind
@@ -50,6 +54,8 @@ public struct ControlRequest: Codable {
     public var token: String? = nil
     /// The remote to link to.
     public var remote: RemoteLinkRequest? = nil
+    /// The query to run.
+    public var query: QueryRequest? = nil
     /// The protocol the sender speaks (`ControlProtocol.version`); nil from a docfs before it had one.
     var protocolVersion: Int? = ControlProtocol.version
 
@@ -63,6 +69,27 @@ public struct ControlRequest: Codable {
         self.container = container
         self.mount = mount
         self.pick = pick
+    }
+}
+
+/// A `docfs query` as the command read it: the predicate's text (parsed again by the daemon,
+/// with the command's clock and time zone, so `today` and `-7d` mean the same), where to look,
+/// the order (`attr` or `attr:desc`) and the limit.
+public struct QueryRequest: Codable, Sendable {
+    public var predicate: String
+    public var scope: String
+    public var sort: [String]
+    public var limit: Int?
+    public var now: Double
+    public var timeZone: String
+
+    public init(predicate: String, scope: String, sort: [String], limit: Int?, now: Double, timeZone: String) {
+        self.predicate = predicate
+        self.scope = scope
+        self.sort = sort
+        self.limit = limit
+        self.now = now
+        self.timeZone = timeZone
     }
 }
 
@@ -162,6 +189,9 @@ public struct ControlReply: Codable {
     public var progress: [Int]? = nil
     /// The outcome of an index rebuild or check (its last line).
     public var index: IndexWalkOutcome? = nil
+    /// A batch of a query's records, in its order; the last batch says `done`.
+    public var records: [IndexRecord]? = nil
+    public var done: Bool? = nil
     /// The bookmark token made, or where a resolved bookmark's item is.
     public var token: String? = nil
     public var resolution: BookmarkResolution.Report? = nil

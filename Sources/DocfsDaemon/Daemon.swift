@@ -104,10 +104,13 @@ public final class Daemon: Sendable {
         }
         let log = logger
         let primary = self.primary
+        let servedIndex = index
         let control = try ControlServer(store: store.layout, handle: { [unowned self] request, caller in
             handle(request, caller: caller)
         }, stream: { request, connection in
-            if request.kind == .watch {
+            if request.kind == .query {
+                QueryStream.serve(request.query, on: connection, index: servedIndex, logger: log)
+            } else if request.kind == .watch {
                 WatchStream.serve(request.path, app: request.view.flatMap { try? ContainerID($0) }, on: connection,
                                   presenters: primary.presenters, userView: primary.shared.userView,
                                   references: { item, app in primary.referencePlaces(to: item, in: app) })

@@ -20,7 +20,7 @@ enum DocumentChange {
                                                       keep: request.version, caller: caller))
             return "resolved the conflict of \(request.path)" + (request.version.map { ", keeping version \($0)" } ?? "")
         case .watch, .claims, .author, .rebuildIndex, .checkIndex, .createContainer, .renameContainer, .deleteContainer, .mount, .pick,
-             .bookmark, .resolveBookmark, .remoteLink, .remoteStatus, .remoteUnlink:
+             .bookmark, .resolveBookmark, .remoteLink, .remoteStatus, .remoteUnlink, .query:
             throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request changes nothing")
         }
     }

@@ -45,8 +45,8 @@ public struct IndexLocation: Sendable, Hashable {
     /// canonically equivalent but spelled differently (NFC and NFD) are two places, as they are
     /// two files on Linux (Swift's `String ==` would call them one).
     public static func == (a: Self, b: Self) -> Bool {
-        a.path.utf8.elementsEqual(b.path.utf8) && a.scope.utf8.elementsEqual(b.scope.utf8)
-            && a.container.utf8.elementsEqual(b.container.utf8)
+        a.path.hasSameBytes(as: b.path) && a.scope.hasSameBytes(as: b.scope)
+            && a.container.hasSameBytes(as: b.container)
     }
 
     public func hash(into hasher: inout Hasher) {

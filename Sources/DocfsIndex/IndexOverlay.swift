@@ -474,8 +474,8 @@ struct IndexOverlay: Sendable {
 
     /// Whether `place` is `folder` or under it (as the SQL's `path > 'f/' AND path < 'f0'`).
     static func isSelfOrUnder(_ place: IndexLocation, _ folder: IndexLocation) -> Bool {
-        guard place.container.utf8.elementsEqual(folder.container.utf8), place.scope.utf8.elementsEqual(folder.scope.utf8) else { return false }
-        if place.path.utf8.elementsEqual(folder.path.utf8) { return true }
+        guard place.container.hasSameBytes(as: folder.container), place.scope.hasSameBytes(as: folder.scope) else { return false }
+        if place.path.hasSameBytes(as: folder.path) { return true }
         let prefix = folder.path.utf8.count
         return place.path.utf8.count > prefix + 1 && place.path.utf8.starts(with: folder.path.utf8)
             && place.path.utf8.dropFirst(prefix).first == UInt8(ascii: "/")

@@ -15,6 +15,17 @@ public struct IndexQuery: Sendable, Equatable {
             self.attribute = attribute
             self.descending = descending
         }
+
+        /// A key as `--sort` takes it: an attribute (or an alias), optionally `:asc` or `:desc`.
+        public init?(parsing text: String) {
+            let parts = text.split(separator: ":", maxSplits: 1).map(String.init)
+            guard let attribute = IndexAttribute.named(parts.first ?? ""),
+                  parts.count == 1 || ["asc", "desc"].contains(parts[1].lowercased()) else { return nil }
+            self.init(attribute: attribute, descending: parts.count == 2 && parts[1].lowercased() == "desc")
+        }
+
+        /// As `init(parsing:)` reads it.
+        public var text: String { attribute.rawValue + (descending ? ":desc" : "") }
     }
 
     public var predicate: QueryPredicate
@@ -43,20 +54,20 @@ public struct IndexQuery: Sendable, Equatable {
             if Self.less(x, y) { return !key.descending }
             if Self.less(y, x) { return key.descending }
         }
-        if !a.path.utf8.elementsEqual(b.path.utf8) { return a.path.utf8.lexicographicallyPrecedes(b.path.utf8) }
+        if !a.path.hasSameBytes(as: b.path) { return a.path.bytesPrecede(b.path) }
         return a.entry < b.entry
     }
 
     /// Whether place `a` comes before `b` (by container, scope and path, as SQLite orders them).
     static func precedes(_ a: IndexLocation, _ b: IndexLocation) -> Bool {
-        if !a.container.utf8.elementsEqual(b.container.utf8) { return a.container.utf8.lexicographicallyPrecedes(b.container.utf8) }
-        if !a.scope.utf8.elementsEqual(b.scope.utf8) { return a.scope.utf8.lexicographicallyPrecedes(b.scope.utf8) }
-        return a.path.utf8.lexicographicallyPrecedes(b.path.utf8)
+        if !a.container.hasSameBytes(as: b.container) { return a.container.bytesPrecede(b.container) }
+        if !a.scope.hasSameBytes(as: b.scope) { return a.scope.bytesPrecede(b.scope) }
+        return a.path.bytesPrecede(b.path)
     }
 
     private static func less(_ x: RecordValue, _ y: RecordValue) -> Bool {
         switch (x, y) {
-        case (.text(let a), .text(let b)): a.utf8.lexicographicallyPrecedes(b.utf8)
+        case (.text(let a), .text(let b)): a.bytesPrecede(b)
         case (.integer(let a), .integer(let b)): a < b
         case (.date(let a), .date(let b)): a < b
         case (.bool(let a), .bool(let b)): !a && b

@@ -7,7 +7,7 @@ import Foundation
 ///
 /// Equality compares what the record says of the item (and its fingerprint), not which entry
 /// holds it.
-public struct IndexRecord: Sendable, Equatable {
+public struct IndexRecord: Sendable, Equatable, Codable {
     /// The index entry holding the record (0 until stored): kept when the name is renamed or
     /// the item written, never reused after a removal. `--watch` follows entries.
     public var entry: Int64 = 0
@@ -164,11 +164,11 @@ enum RecordValue: Equatable {
     /// and NFD, differ: a rename from one to the other is a change).
     static func == (a: Self, b: Self) -> Bool {
         switch (a, b) {
-        case (.text(let x), .text(let y)): x.utf8.elementsEqual(y.utf8)
+        case (.text(let x), .text(let y)): x.hasSameBytes(as: y)
         case (.integer(let x), .integer(let y)): x == y
         case (.date(let x), .date(let y)): x == y
         case (.bool(let x), .bool(let y)): x == y
-        case (.list(let x), .list(let y)): x.count == y.count && zip(x, y).allSatisfy { $0.utf8.elementsEqual($1.utf8) }
+        case (.list(let x), .list(let y)): x.count == y.count && zip(x, y).allSatisfy { $0.hasSameBytes(as: $1) }
         default: false
         }
     }

@@ -73,8 +73,8 @@ struct ByteOrderedText: Comparable, Hashable, Sendable {
 
     init(_ text: String) { self.text = text }
 
-    static func == (a: Self, b: Self) -> Bool { a.text.utf8.elementsEqual(b.text.utf8) }
-    static func < (a: Self, b: Self) -> Bool { a.text.utf8.lexicographicallyPrecedes(b.text.utf8) }
+    static func == (a: Self, b: Self) -> Bool { a.text.hasSameBytes(as: b.text) }
+    static func < (a: Self, b: Self) -> Bool { a.text.bytesPrecede(b.text) }
 
     func hash(into hasher: inout Hasher) { IndexLocation.hash(text, into: &hasher) }
 }

@@ -9,8 +9,9 @@ import FoundationEssentials
 import Glibc
 #endif
 
-/// `docfs query PREDICATE`: finds documents through the store's index (DESIGN §5 S3), read
-/// directly, never through the mount.
+/// `docfs query PREDICATE`: finds documents through the store's index (DESIGN §5 S3), never
+/// through the mount: asked of the daemon when the store is served (it holds the changes not
+/// yet committed in memory, `QueryStream`), else read directly. `--watch` reads it directly.
 struct QueryCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "query",
@@ -66,13 +67,11 @@ struct QueryCommand: ParsableCommand {
             throw ExitCode(ExitStatus.usage)
         }
         let keys = try sort.map { text -> IndexQuery.SortKey in
-            let parts = text.split(separator: ":", maxSplits: 1).map(String.init)
-            guard let attribute = IndexAttribute.named(parts.first ?? ""),
-                  parts.count == 1 || ["asc", "desc"].contains(parts[1].lowercased()) else {
+            guard let key = IndexQuery.SortKey(parsing: text) else {
                 printError("docfs: cannot sort by \(text): give an attribute (\(IndexAttribute.allCases.map(\.rawValue).joined(separator: ", "))), optionally followed by :desc\n")
                 throw ExitCode(ExitStatus.usage)
             }
-            return IndexQuery.SortKey(attribute: attribute, descending: parts.count == 2 && parts[1].lowercased() == "desc")
+            return key
         }
         if watch && limit != nil {
             printError("docfs: --limit cannot be used with --watch (a live query follows every result)\n")
@@ -87,21 +86,28 @@ struct QueryCommand: ParsableCommand {
         let index = try reportingErrors { () throws(DocfsError) in try IndexAccess.open(layout) }
         let view = UserView(layout: layout, catalog: ContainerCatalog(registry: ContainerRegistry(layout: layout)))
         if watch { return try QueryWatch(query: query, index: index, mountPoint: mountPoint, view: view, json: json, interval: interval).run() }
-        if let runs = repeatForTiming { return try Self.time(query, on: index, runs: runs) }
-        let records = try reportingErrors { () throws(DocfsError) in try index.records(matching: query) }
+        let request = QueryRequest(predicate: predicate, scope: scope.rawValue, sort: keys.map(\.text), limit: limit,
+                                   now: Date().timeIntervalSince1970, timeZone: TimeZone.current.identifier)
+        let served = StoreLock.holder(of: layout) != nil
+        @Sendable func records() throws(DocfsError) -> [IndexRecord] {
+            if served, let answered = try QueryStream.records(request, from: layout) { return answered }
+            return try index.records(matching: query)
+        }
+        if let runs = repeatForTiming { return try Self.time(runs: runs, records) }
+        let records = try reportingErrors { () throws(DocfsError) in try records() }
             .map { Self.withOriginal($0, index: index, view: view) }
         if json { return printJSON(records.map(RecordJSON.init)) }
         for record in records { PlainOutput.line(Self.describe(record, mountPoint: mountPoint, view: view)) }
     }
 
-    /// Runs `query` `runs` times and prints the latency of one run (median and 99th
+    /// Runs the query (`records`) `runs` times and prints the latency of one run (median and 99th
     /// percentile, in milliseconds) and how many results it found.
-    static func time(_ query: IndexQuery, on index: IndexDatabase, runs: Int) throws {
+    static func time(runs: Int, _ records: () throws(DocfsError) -> [IndexRecord]) throws {
         var latencies: [Double] = []
         var found = 0
         for _ in 0..<max(runs, 1) {
             let started = Date()
-            found = try reportingErrors { () throws(DocfsError) in try index.records(matching: query) }.count
+            found = try reportingErrors { () throws(DocfsError) in try records() }.count
             latencies.append(Date().timeIntervalSince(started) * 1000)
         }
         latencies.sort()

@@ -7,7 +7,7 @@ import Glibc
 
 /// `docfs query` and `docfs index rebuild|check` (issue 4 §3, §4) on a store made through a
 /// mount: records carry the S2 attributes, predicates select, sort and limit, bad predicates
-/// exit 2 pointing at the column, a served store is rebuilt through its daemon, and a missing
+/// exit 2 pointing at the column, a served store is rebuilt and queried through its daemon, and a missing
 /// or damaged index is made again on first use.
 @Suite(.needsRootAndFUSE) struct QueryTests {
     func docfs(_ arguments: String) throws -> (status: Int32, output: String) {
@@ -76,6 +76,22 @@ import Glibc
         }
         let limited = try docfs("query '*' --sort size:desc --limit 2 --store '\(fixture.store)'")
         #expect(limited.output.split(separator: "\n").map(String.init) == ["/big.txt", "/photo"])
+        // A served store's daemon answers the same queries (it holds the changes not yet
+        // committed in memory): the same lines, the same JSON, in the same order.
+        let asked = cases.map { "query '\($0.0)' --sort path" } + ["query '*' --sort size:desc --limit 2", "query '*' --json --sort name:desc",
+                                                                  "query 'modified > today' --sort mtime --limit 3 --scope all"]
+        let unserved = try asked.map { try docfs("\($0) --store '\(fixture.store)'").output }
+        try fixture.start()
+        for (arguments, expected) in zip(asked, unserved) {
+            let result = try docfs("\(arguments) --store '\(fixture.store)'")
+            #expect(result.status == 0 && result.output == expected, "\(arguments): \(result.output) against \(expected)")
+        }
+        // And one run right after a change sees it (S1), through the daemon.
+        try "new".write(toFile: fixture.path("notes/new.md"), atomically: false, encoding: .utf8)
+        let seen = try docfs("query 'name == \"new.md\"' --store '\(fixture.store)'")
+        #expect(seen.output == "/notes/new.md\n", "\(seen.output)")
+        unlink(fixture.path("notes/new.md"))
+        fixture.stop()
 
         let bad = try docfs("query 'name LIKE \"*.md\" AND modified >' --store '\(fixture.store)'")
         #expect(bad.status == 2)
