@@ -566,7 +566,18 @@ public final class SyncEngine: Sendable {
         } else {
             note("up \(ours.item): changed here again, not taking the remote's v\(current.number)")
             // Changed here again meanwhile: tried again next round (the content that lost
-            // stays kept as its conflict version, not committed twice).
+            // stays kept as its conflict version, not committed twice). That conflict version is
+            // kept here now, from the remote: this machine skips its own conflicts in the log,
+            // and the content here is no longer the one that lost, so no later apply keeps it.
+            if let number = keepingOurs, !ours.deleted {
+                var lost = ours
+                (lost.number, lost.conflict) = (number, true)
+                keepingEarlierVersions(of: ours.item) { () throws(SyncError) in
+                    try SyncError.local("keep conflict version \(number) of item \(ours.item)") {
+                        try store.keepConflict(lost) { digest in try self.fetch(digest) }
+                    }
+                }
+            }
             round.again.insert(ours.item)
         }
         round.conflicts += keepingOurs != nil ? 1 : 0

@@ -11,6 +11,9 @@ final class FlakyRemote: Remote {
     let base: any Remote
     let down = Atomic<Bool>(false)
     let loseNextCommitAnswer = Atomic<Bool>(false)
+    /// Run once, right after the next commit that made a conflict version (as a machine's user
+    /// saving again while the sync engine is between its commit and taking the winner).
+    let afterNextConflict = Mutex<(@Sendable () -> Void)?>(nil)
 
     init(_ base: any Remote) { self.base = base }
 
@@ -37,6 +40,7 @@ final class FlakyRemote: Remote {
     func commit(_ proposal: RemoteVersion, operation: String, whenStale: StaleBase) throws(RemoteError) -> RemoteCommitOutcome {
         try check()
         let outcome = try base.commit(proposal, operation: operation, whenStale: whenStale)
+        if case .conflict = outcome, let hook = afterNextConflict.withLock({ hook in defer { hook = nil }; return hook }) { hook() }
         if loseNextCommitAnswer.exchange(false, ordering: .relaxed) { throw RemoteError(.unreachable, "the answer was lost") }
         return outcome
     }
@@ -323,6 +327,34 @@ final class FlakyRemote: Remote {
             #expect(store.versionNumber(of: doc) == machines[2].versionNumber(of: doc), "\(store.author.machine)")
         }
         #expect(machines.stores.allSatisfy { $0.pending == 0 })
+    }
+
+    /// The loser of a race saved again between its conflict version's commit and taking the
+    /// winner: it does not take the winner yet (its new save goes up next), but keeps the
+    /// conflict version it committed, as every other machine keeps it from the log (it skips
+    /// its own conflicts there). Before, that machine alone lacked it (the workload test's
+    /// version lists differed for this).
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aConflictWhoseLoserSavedAgainMeanwhileIsKeptThereToo(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind, count: 2)
+        let a = machines[0], b = machines[1]
+        let doc = a.create("notes.txt", text: "base")
+        try machines.settle()
+        a.write(doc, "edited on a")
+        b.write(doc, "edited on b")
+        try machines.sync(0)
+        machines.remote.afterNextConflict.withLock { $0 = { b.write(doc, "b again, while its first lost") } }
+        try machines.sync(1)
+        #expect(b.conflicts(of: doc).contains("edited on b"), "\(b.versionList(of: doc))")
+        try machines.settle()
+        // Both machines keep both of b's lost saves as conflict versions, the first under the
+        // number the remote gave it (this memory store numbers b's own unsent saves past the
+        // remote's instead of moving them, so the rest of the lists may differ here).
+        for store in machines.stores {
+            #expect(store.conflicts(of: doc) == ["b again, while its first lost", "edited on b"], "\(store.author.machine): \(store.conflicts(of: doc))")
+            #expect(store.versionList(of: doc)[3] == "conflict", "\(store.author.machine): \(store.versionList(of: doc))")
+        }
+        #expect(a.text(of: doc) == b.text(of: doc) && machines.stores.allSatisfy { $0.pending == 0 })
     }
 
     /// Saves made offline on one machine while others saved: the remote numbers its upload
