@@ -395,6 +395,15 @@ public final class SyncEngine: Sendable {
             }
         }
         try settle(proposal, number: number, sequence: sequence, after: state)
+        // A save that wrote the content it started from again (or changed only metadata): other
+        // machines keep no version for the one it follows (`keepSkipped` keeps nowhere a version
+        // whose next holds its content), and neither does this one, which kept it as a save.
+        if proposal.kind == .file, !proposal.deleted, let base = state?.version, base.kind == .file, !base.deleted,
+           base.manifest == proposal.manifest, let number = state?.number {
+            _ = try SyncError.local("look at version \(number) of item \(proposal.item)") {
+                try store.forgetPrevious(number, of: proposal.item, holding: proposal.chunks ?? [], keptAs: nil)
+            }
+        }
         round.uploaded += 1
         progress((round.uploaded, round.applied))
     }

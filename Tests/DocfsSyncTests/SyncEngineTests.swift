@@ -357,6 +357,25 @@ final class FlakyRemote: Remote {
         #expect(a.text(of: doc) == b.text(of: doc) && machines.stores.allSatisfy { $0.pending == 0 })
     }
 
+    /// A save that wrote again the content it started from: the version it follows holds the
+    /// same content, and no machine keeps it, the saving one included (it kept it as a save;
+    /// the others never do). Before, only the saving machine listed it.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aSaveOfTheSameContentKeepsNoVersionAnywhere(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind, count: 2)
+        let a = machines[0], b = machines[1]
+        let doc = a.create("notes.txt", text: "base")
+        try machines.settle()
+        a.write(doc, "edited")
+        try machines.sync(0)
+        a.write(doc, "edited")
+        try machines.settle()
+        for store in machines.stores {
+            #expect(store.versionList(of: doc) == [1: "previous", 3: "current"], "\(store.author.machine): \(store.versionList(of: doc))")
+            #expect(store.text(of: doc) == "edited")
+        }
+    }
+
     /// Saves made offline on one machine while others saved: the remote numbers its upload
     /// past theirs, and the machine takes that number, so every list agrees on the current one.
     @Test(arguments: RemoteUnderTest.allCases)
