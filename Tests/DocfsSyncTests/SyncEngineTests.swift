@@ -118,6 +118,14 @@ final class FlakyRemote: Remote {
 
         subscript(_ index: Int) -> MemoryStore { stores[index] }
 
+        /// Two machines in step on one document, "base", where the races below start.
+        static func twoInStep(_ kind: RemoteUnderTest) throws -> (Machines, UInt64) {
+            let machines = try Machines(kind, count: 2)
+            let doc = machines[0].create("notes.txt", text: "base")
+            try machines.settle()
+            return (machines, doc)
+        }
+
         func sync(_ index: Int) throws { try engines[index].syncOnce() }
 
         /// Every machine syncs, in turn, until a whole pass changes nothing anywhere.
@@ -336,10 +344,8 @@ final class FlakyRemote: Remote {
     /// version lists differed for this).
     @Test(arguments: RemoteUnderTest.allCases)
     func aConflictWhoseLoserSavedAgainMeanwhileIsKeptThereToo(_ kind: RemoteUnderTest) throws {
-        let machines = try Machines(kind, count: 2)
+        let (machines, doc) = try Machines.twoInStep(kind)
         let a = machines[0], b = machines[1]
-        let doc = a.create("notes.txt", text: "base")
-        try machines.settle()
         a.write(doc, "edited on a")
         b.write(doc, "edited on b")
         try machines.sync(0)
@@ -362,10 +368,8 @@ final class FlakyRemote: Remote {
     /// the others never do). Before, only the saving machine listed it.
     @Test(arguments: RemoteUnderTest.allCases)
     func aSaveOfTheSameContentKeepsNoVersionAnywhere(_ kind: RemoteUnderTest) throws {
-        let machines = try Machines(kind, count: 2)
-        let a = machines[0], b = machines[1]
-        let doc = a.create("notes.txt", text: "base")
-        try machines.settle()
+        let (machines, doc) = try Machines.twoInStep(kind)
+        let a = machines[0]
         a.write(doc, "edited")
         try machines.sync(0)
         a.write(doc, "edited")
