@@ -17,16 +17,15 @@
 #include <linux/falloc.h>
 #include "docfs_linux.h"
 
-int docfs_make_thread_background(void) {
-    pid_t tid = (pid_t)syscall(SYS_gettid);
-    int result = setpriority(PRIO_PROCESS, (id_t)tid, 19);
-    // ioprio_set(IOPRIO_WHO_PROCESS, this thread, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7))
-    if (syscall(SYS_ioprio_set, 1, tid, (2 << 13) | 7) != 0) result = -1;
-    return result;
-}
-
 int docfs_lower_thread_priority(int niceness) {
     return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), niceness);
+}
+
+int docfs_make_thread_background(void) {
+    int result = docfs_lower_thread_priority(19);
+    // ioprio_set(IOPRIO_WHO_PROCESS, this thread, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7))
+    if (syscall(SYS_ioprio_set, 1, (pid_t)syscall(SYS_gettid), (2 << 13) | 7) != 0) result = -1;
+    return result;
 }
 
 int docfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,

@@ -172,6 +172,9 @@ enum ControlProtocol {
     static let requestTimeout: Int = 10
     /// Requests answered at once; more connections are refused (a client gone wild).
     static let concurrentRequests = 64
+    /// How a daemon's answer to a request it cannot read begins (an older daemon's answer to a
+    /// kind of request it does not know: `QueryStream` then reads the index itself).
+    static let unreadableRequest = "malformed or missing request"
 }
 
 /// The daemon's answer to a `ControlRequest` (one JSON line; a streamed request's connection

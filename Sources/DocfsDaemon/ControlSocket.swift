@@ -131,7 +131,7 @@ final class ControlServer: @unchecked Sendable {
                 reply = handle(request, caller)
             }
         } else {
-            reply = ControlReply(ok: false, message: "malformed or missing request (none within \(ControlProtocol.requestTimeout) s): "
+            reply = ControlReply(ok: false, message: ControlProtocol.unreadableRequest + " (none within \(ControlProtocol.requestTimeout) s): "
                                  + "this daemon and the docfs command may differ in version")
         }
         Self.reply(reply, on: connection)

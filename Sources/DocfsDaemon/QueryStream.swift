@@ -80,7 +80,7 @@ public enum QueryStream {
         while true {
             guard reply.ok, let batch = reply.records else {
                 // An older daemon reads no query request; one that failed said why.
-                if reply.message.hasPrefix("malformed") { return nil }
+                if reply.message.hasPrefix(ControlProtocol.unreadableRequest) { return nil }
                 throw DocfsError(.internalFailure, reply.message)
             }
             records += batch
