@@ -43,20 +43,23 @@ public enum NameText {
     /// The bytes `text` stands for. Text that `encode` did not make (typed by someone) decodes
     /// as its UTF-8, but for the reserved characters.
     public static func decode(_ text: String) -> [UInt8] {
+        // The common case, cheaply: no reserved character, so the text's UTF-8 is the bytes
+        // (reserved characters take four bytes, the first 0xF4: only those need a look).
+        if !text.utf8.contains(0xF4) || isPlain(text) { return Array(text.utf8) }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(text.utf8.count)
         var escaped = false
         for scalar in text.unicodeScalars {
             let value = scalar.value
             if escaped || !isReserved(value) {
-                bytes.append(contentsOf: Array(String(scalar).utf8))
+                UTF8.encode(scalar) { bytes.append($0) }
                 escaped = false
             } else if value == base {
                 escaped = true
             } else if value >= base + 0x80 {
                 bytes.append(UInt8(value - base))
             } else {
-                bytes.append(contentsOf: Array(String(scalar).utf8))
+                UTF8.encode(scalar) { bytes.append($0) }
             }
         }
         return bytes
