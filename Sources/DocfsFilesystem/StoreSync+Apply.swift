@@ -380,6 +380,7 @@ extension StoreSync {
         defer { close(fd) }
         _ = try ItemAttributes.setID(ItemID(rawValue: version.item), onDescriptor: fd)
         try Self.describe(fd, as: version)
+        shared.ownChanges.changedFile(at: fd)  // as `moveAndDescribe`'s
         view.deliver(.name(.created, target.name, inFolder: target.folder, item: ItemID(rawValue: version.item)))
     }
 
@@ -466,6 +467,7 @@ extension StoreSync {
             defer { close(fd) }
             var st = stat()
             try check(fstat(fd, &st))
+            shared.ownChanges.changedFile(st)  // its new times are no writer's behind docfs's back
             let here = ReferenceStub.target(ofDescriptor: fd, st) ?? ItemID.derived(fromBackingInode: UInt64(st.st_ino))
             view.deliver(.name(moved ? .moved(from: old.name, inFolder: old.folder, exchange: false) : .attributes, target.name,
                                inFolder: target.folder, item: here))
@@ -489,6 +491,10 @@ extension StoreSync {
             giveWay(version.number, of: item, to: "/proc/self/fd/\(fd)", past: version.number, current: "/proc/self/fd/\(fd)")
             if !shared.store.versions.isTaken(item, version.number) { try ItemAttributes.setVersion(version.number, onDescriptor: fd) }
         }
+        // The attributes just set where the file stands are docfs's: the store watcher would
+        // otherwise take them for a change behind its back, made here, and record the file
+        // again as this machine's (`query --watch` said a's rename was b's own).
+        shared.ownChanges.changedFile(at: fd)
         if moved {
             view.deliver(.name(.moved(from: old.name, inFolder: old.folder, exchange: false), target.name,
                                inFolder: target.folder, item: item))

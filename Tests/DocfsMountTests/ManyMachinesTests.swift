@@ -167,6 +167,12 @@ import Glibc
         // A rename on a and a deletion on b travel.
         #expect(rename(a.path("Projects/inner.txt"), a.path("inner-moved.txt")) == 0)
         #expect(Self.within(5) { b.content("inner-moved.txt") == "inner\n" && b.content("Projects/inner.txt") == nil } != nil)
+        // b's live query hears the rename as a's.
+        #expect(Self.within(5) {
+            ((try? String(contentsOfFile: queryOutput, encoding: .utf8)) ?? "").split(separator: "\n").contains { line in
+                line.contains(#""name":"inner-moved.txt""#) && line.contains(#""origin":"remote""#) && line.contains(#""machine":"a""#)
+            }
+        } != nil, "\((try? String(contentsOfFile: queryOutput, encoding: .utf8)) ?? "")")
         #expect(unlink(b.path("from-b.txt")) == 0)
         #expect(Self.within(5) { a.content("from-b.txt") == nil } != nil)
         // Removals too say where they came from, to b's live query: b's own, local; a's, remote.
@@ -189,6 +195,14 @@ import Glibc
             removal("from-b.txt", [#""origin":"local""#]) && removal("gone-on-a.txt", [#""origin":"remote""#, #""machine":"a""#])
         } != nil,
                 "\((try? String(contentsOfFile: queryOutput, encoding: .utf8)) ?? "")")
+        // Nothing b did of itself to a's documents: applying a's rename and mode change (which
+        // set the file's attributes where it stands) is no change of b's, to its live query.
+        let heardOnB = ((try? String(contentsOfFile: queryOutput, encoding: .utf8)) ?? "").split(separator: "\n")
+        let localOnB = heardOnB.filter { line in
+            (line.contains(#""name":"plan.txt""#) || line.contains(#""name":"inner-moved.txt""#))
+                && !line.contains(#""event":"gathered""#) && line.contains(#""origin":"local""#)
+        }
+        #expect(localOnB.isEmpty, "\(localOnB)")
         // The versions a kept of what b's saves replaced, and a clean status on both.
         let versions = try a.docfs("versions '\(a.path("plan.txt"))'")
         #expect(versions.output.contains("previous"), "\(versions.output)")
