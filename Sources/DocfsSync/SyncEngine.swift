@@ -821,8 +821,12 @@ public final class SyncEngine: Sendable {
         }
         // After the keeps, and only where the content stays here under the next's number (the
         // version applied, or one kept above): a failed keep loses nothing.
+        // Its content is kept under the number of the first version after it that did more than
+        // rename it (renames in a row pass it on): the one an edit then replaced, or the applied.
+        let renamedNumbers = Set(renamedOnly.map(\.number))
         for version in renamedOnly {
-            guard let next = (skipped + [applied]).first(where: { $0.number > version.number }) else { continue }
+            guard let next = (skipped + [applied]).first(where: { $0.number > version.number && !renamedNumbers.contains($0.number) })
+            else { continue }
             try SyncError.local("look at version \(version.number) of item \(item)") {
                 if try store.forgetPrevious(version.number, of: item, holding: version.chunks ?? [],
                                             keptAs: next.number == high ? nil : next.number) {

@@ -31,6 +31,9 @@ final class MemoryStore: SyncedStore, Sendable {
         var keptTexts: [UInt64: Set<String>] = [:]
         /// The content of saves made here that later ones superseded, per item and number.
         var saves: [UInt64: [UInt64: String]] = [:]
+        /// The content an applied version replaced here, kept as a previous version (no save of
+        /// this machine's: it never goes up), per item and number.
+        var replaced: [UInt64: [UInt64: String]] = [:]
 
         func text(of item: UInt64) -> String? {
             items[item].map { local in String(decoding: local.manifest.flatMap { chunks[$0] ?? [] }, as: UTF8.self) }
@@ -319,6 +322,7 @@ final class MemoryStore: SyncedStore, Sendable {
                     state.kept[version.item, default: [:]][number] = "conflict"
                 } else if version.kind == .file && version.chunks != here.manifest {
                     state.kept[version.item, default: [:]][max(old, 1)] = "previous"
+                    state.replaced[version.item, default: [:]][max(old, 1)] = state.text(of: version.item)
                 }
             }
             if version.kind == .file && !version.deleted && (state.items[version.item]?.manifest != version.chunks || state.numbers[version.item] == nil) {
@@ -409,7 +413,7 @@ final class MemoryStore: SyncedStore, Sendable {
     func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest], keptAs: UInt64?) throws -> Bool {
         state.withLock { state in
             if let keptAs, state.kept[item]?[keptAs] == nil { return false }
-            guard state.kept[item]?[number] == "previous", let text = state.saves[item]?[number],
+            guard state.kept[item]?[number] == "previous", let text = state.saves[item]?[number] ?? state.replaced[item]?[number],
                   Self.store(text, in: &state).0 == manifest else { return false }
             state.kept[item]?[number] = nil
             return true

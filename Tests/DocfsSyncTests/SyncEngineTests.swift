@@ -513,6 +513,39 @@ final class FlakyRemote: Remote {
         #expect(machines.stores.allSatisfy { $0.conflicts(of: doc) == ["a's edit, made offline"] })
     }
 
+    /// A machine in step with a version that two others then renamed, one after the other, and
+    /// edited, while it renamed the item too: taking the remote's current version, it lists
+    /// what every machine lists. The content it had goes as the last rename's number (that is
+    /// the version the edit replaced), not also under its own number (it listed both before,
+    /// once in about two workload runs).
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aMachineTakingTheCurrentPastRenamesListsWhatOthersList(_ kind: RemoteUnderTest) throws {
+        let machines = try Machines(kind)
+        let a = machines[0], b = machines[1], c = machines[2]
+        let doc = b.create("doc.txt", text: "one")
+        try machines.settle()
+        b.write(doc, "two")
+        try machines.settle()
+        a.rename(doc, to: "renamed-on-a.txt")
+        b.rename(doc, to: "renamed-on-b.txt")
+        try machines.sync(1)
+        try machines.sync(2)
+        c.rename(doc, to: "renamed-on-c.txt")
+        try machines.sync(2)
+        try machines.sync(1)
+        b.write(doc, "three")
+        try machines.sync(1)
+        try machines.sync(2)
+        try machines.sync(0)
+        try machines.settle()
+        for store in machines.stores {
+            let name = store.author.machine
+            #expect(store.text(of: doc) == "three", "\(name)")
+            #expect(store.versionList(of: doc) == b.versionList(of: doc), "\(name): \(store.versionList(of: doc)) \(b.versionList(of: doc))")
+            #expect(store.keptTexts(of: doc).isSuperset(of: ["one", "two"]), "\(name): \(store.keptTexts(of: doc))")
+        }
+    }
+
     /// Two machines create one name apart: both items are kept; the one committed later is
     /// renamed `name (2).ext` on every machine.
     @Test(arguments: RemoteUnderTest.allCases)
