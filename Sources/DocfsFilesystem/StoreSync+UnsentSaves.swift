@@ -123,7 +123,27 @@ extension StoreSync {
         let document = try openDocument(item)
         defer { if document >= 0 { close(document) } }
         return try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) -> Bool in
-            try shared.store.versions.moveUp(id, version: number, to: given, current: Self.versionNumber(of: document))
+            let versions = shared.store.versions
+            var current = Self.versionNumber(of: document)
+            // The remote numbered the save as the content here, or past it: that content has not
+            // gone up either (it goes after the saves before it), so its number matters to no
+            // machine yet, and it moves past the save's new one; else the save could not take
+            // that number, would lose it to the next version kept here, and go up again.
+            if number < current, current <= given,
+               !versions.versions(of: id).contains(where: { $0.version > number && $0.version <= given }) {
+                let moved = versions.firstFreeNumber(of: id, above: given)
+                try ItemAttributes.setVersion(moved, onDescriptor: document)
+                shared.ownChanges.changedFile(at: document)
+                current = moved
+                if let view = shared.servedViews().first, let place = try? place(of: item),
+                   let located = try? Located(place: place, paths: shared.paths) {
+                    defer { located.close() }
+                    RemoteApplication.$machine.withValue(RemoteApplication.ownBookkeeping) {
+                        view.deliverUncached(.name(.attributes, located.name, inFolder: located.folder, item: id))  // its version
+                    }
+                }
+            }
+            return try versions.moveUp(id, version: number, to: given, current: current)
         }
     }
 
