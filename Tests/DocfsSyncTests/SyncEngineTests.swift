@@ -112,7 +112,11 @@ final class FlakyRemote: Remote {
             let remote = remote
             engines = stores.map { SyncEngine(store: $0, remote: remote, pageSize: 7) }
             if ProcessInfo.processInfo.environment["DOCFS_SYNC_TRACE"] != nil {
-                for (engine, store) in zip(engines, stores) { let name = store.author.machine; engine.onTrace { print("TRACE \(name) \($0)") } }
+                for (engine, store) in zip(engines, stores) {
+                    let name = store.author.machine
+                    engine.onTrace { print("TRACE \(name) \($0)") }
+                    engine.onProblem { print("PROBLEM \(name) \($0)") }
+                }
             }
         }
 
@@ -127,6 +131,19 @@ final class FlakyRemote: Remote {
         }
 
         func sync(_ index: Int) throws { try engines[index].syncOnce() }
+
+        /// Every machine holds `text` as `doc`'s content, lists the versions `reference` lists,
+        /// and keeps `kept` among the contents of its versions.
+        func expectInStep(_ doc: UInt64, holding text: String, listedAs reference: MemoryStore, keeping kept: Set<String>,
+                          sourceLocation: SourceLocation = #_sourceLocation) {
+            for store in stores {
+                let name = store.author.machine
+                #expect(store.text(of: doc) == text, "\(name)", sourceLocation: sourceLocation)
+                #expect(store.versionList(of: doc) == reference.versionList(of: doc),
+                        "\(name): \(store.versionList(of: doc)) \(reference.versionList(of: doc))", sourceLocation: sourceLocation)
+                #expect(store.keptTexts(of: doc).isSuperset(of: kept), "\(name): \(store.keptTexts(of: doc))", sourceLocation: sourceLocation)
+            }
+        }
 
         /// Every machine syncs, in turn, until a whole pass changes nothing anywhere.
         func settle() throws {
@@ -504,12 +521,7 @@ final class FlakyRemote: Remote {
         try machines.sync(2)
         try machines.sync(0)
         try machines.settle()
-        for store in machines.stores {
-            let name = store.author.machine
-            #expect(store.text(of: doc) == "c's edit on b's", "\(name)")
-            #expect(store.versionList(of: doc) == machines[2].versionList(of: doc), "\(name): \(store.versionList(of: doc)) \(machines[2].versionList(of: doc))")
-            #expect(store.keptTexts(of: doc).isSuperset(of: ["one", "b's edit"]), "\(name): \(store.keptTexts(of: doc))")
-        }
+        machines.expectInStep(doc, holding: "c's edit on b's", listedAs: machines[2], keeping: ["one", "b's edit"])
         #expect(machines.stores.allSatisfy { $0.conflicts(of: doc) == ["a's edit, made offline"] })
     }
 
@@ -538,12 +550,7 @@ final class FlakyRemote: Remote {
         try machines.sync(2)
         try machines.sync(0)
         try machines.settle()
-        for store in machines.stores {
-            let name = store.author.machine
-            #expect(store.text(of: doc) == "three", "\(name)")
-            #expect(store.versionList(of: doc) == b.versionList(of: doc), "\(name): \(store.versionList(of: doc)) \(b.versionList(of: doc))")
-            #expect(store.keptTexts(of: doc).isSuperset(of: ["one", "two"]), "\(name): \(store.keptTexts(of: doc))")
-        }
+        machines.expectInStep(doc, holding: "three", listedAs: b, keeping: ["one", "two"])
     }
 
     /// Two machines create one name apart: both items are kept; the one committed later is
