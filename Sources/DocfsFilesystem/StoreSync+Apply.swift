@@ -362,8 +362,12 @@ extension StoreSync {
     /// (the remote's version then takes the next free number): reported, not thrown.
     func giveWay(_ number: UInt64, of item: ItemID, to content: String, past minimum: UInt64, current: String?) {
         let versions = shared.store.versions
-        guard shared.stitcher?.isWritten(item) != true, versions.record(of: item, version: number)?.kind == .previous,
+        guard versions.record(of: item, version: number)?.kind == .previous,
               !versions.sameContent(item, version: number, as: content) else { return }
+        guard shared.stitcher?.isWritten(item) != true else {
+            shared.problemSink("sync: the save of item \(item) kept as version \(number), which never went up, cannot give way to the remote's version \(number) while the item is open for writing; that takes the next free number here")
+            return
+        }
         do {
             _ = try versions.detach(item, version: number, past: minimum, current: current, sendFrom: linkedSince)
             try requeue(item.rawValue)  // a save of this machine's goes up set aside
