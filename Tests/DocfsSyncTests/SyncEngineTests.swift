@@ -697,7 +697,7 @@ final class FlakyRemote: Remote {
             guard let current = try machines.remote.currentVersion(of: version.item), !current.deleted else { continue }
             let payload = try text(version)
             #expect(machines.stores.contains { $0.text(of: version.item) == payload || $0.keptTexts(of: version.item).contains(payload) },
-                    "seed \(seed): v\(version.number) of \(version.item) \(payload.debugDescription) is nowhere")
+                    "seed \(seed): v\(version.number) of \(version.item) \(payload.debugDescription) is nowhere: \(machines.stores.map { "\($0.author.machine) holds \($0.text(of: version.item).debugDescription), keeps \($0.versionList(of: version.item)) \($0.keptTexts(of: version.item).sorted())" })")
         }
         for conflict in log where conflict.conflict && !conflict.deleted {
             for store in machines.stores where store.author != conflict.author {
