@@ -194,8 +194,9 @@ import Glibc
         // content after them, or set aside beside it when they lost their race; versions a
         // machine skipped or missed while the item was gone there are fetched). Measured: 0 to 2
         // of about 860 documents differ per run, once 5 of 880 (none in about half the runs:
-        // saves of several machines racing one another more than once). Bounded at 2%, so those
-        // rare races do not fail a run, a regression does (before this work, 5 to 22 differed).
+        // saves of several machines racing one another more than once); since two more races were
+        // fixed, one document in 1 of 18 runs. Bounded at 1%, so those rare races do not fail a
+        // run, a regression does (before this work, 5 to 22 differed).
         let ids = Set(numbered[0].values.compactMap { $0.split(separator: " ").first.map(String.init) })
         let differentLists = ids.sorted().filter { id in
             let lists = machines.map { Self.keptVersions($0, id) }
@@ -205,7 +206,7 @@ import Glibc
         if !differentLists.isEmpty, ProcessInfo.processInfo.environment["DOCFS_WORKLOAD_DETAILS"] != nil {
             print("ManyMachinesWorkloadTests: \(differentLists.prefix(4).map { id in "\(id): \(machines.map { Self.keptVersions($0, id) })" }) \(histories(of: Array(differentLists.prefix(4))))")
         }
-        #expect(differentLists.count * 50 <= ids.count, "\(differentLists.count) of \(ids.count) documents: \(differentLists.prefix(4).map { id in "\(id): \(machines.map { Self.keptVersions($0, id) })" }) \(histories(of: Array(differentLists.prefix(6))))")
+        #expect(differentLists.count * 100 <= ids.count, "\(differentLists.count) of \(ids.count) documents: \(differentLists.prefix(4).map { id in "\(id): \(machines.map { Self.keptVersions($0, id) })" }) \(histories(of: Array(differentLists.prefix(6))))")
         for machine in machines {
             let status = try machine.status()
             #expect(status["parked"] as? Int == 0 && status["lastError"] == nil, "\(machine.name): \(status)")
