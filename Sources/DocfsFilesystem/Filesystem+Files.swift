@@ -145,6 +145,7 @@ extension Filesystem {
             } else {
                 item = try identity.assignNew(to: BackingKey(st), createdAs: UInt64(fd), fd: fd)
                 sessions.noteAuthor(of: item, version: 1, caller: caller)  // who made version 1
+                sessions.created(item)
             }
             if let (uid, gid) = try ownership(for: caller, in: directory) {
                 try check(fchown(fd, uid, gid))

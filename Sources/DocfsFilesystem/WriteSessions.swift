@@ -412,6 +412,19 @@ final class WriteSessions: Sendable {
         state.withLock { _ = $0.lastKept.removeValue(forKey: item) }
     }
 
+    /// `item` was just created through the mount: its creation starts a burst, as a kept
+    /// version would. The state before the burst is no file, so sessions within the thinning
+    /// window keep nothing, and a file written a few times right after it is made (a build's
+    /// output, a download, a log rotated in) costs no copy.
+    func created(_ item: ItemID) {
+        guard versions.policy.thinningWindow > 0 else { return }
+        let now = Self.now()
+        state.withLock { state in
+            if state.lastKept.count > 65536 { state.lastKept.removeAll(keepingCapacity: true) }
+            state.lastKept[item] = LastKept(time: now, delta: nil)
+        }
+    }
+
     /// Records who made `version` of `item` (a replace, which is no session).
     func noteAuthor(of item: ItemID, version: UInt64, caller: Caller) {
         let author = Author(pid: caller.pid, uid: caller.uid, command: Self.command(of: caller.pid))

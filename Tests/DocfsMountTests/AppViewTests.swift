@@ -25,7 +25,7 @@ import Glibc
     }
 
     @Test func anAppViewShowsExactlyItsContainer() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)  // no thinning: each save kept
         defer { fixture.tearDown() }
         let app = try notesView(fixture)
         #expect(try names(app) == ["Data", "Documents"])

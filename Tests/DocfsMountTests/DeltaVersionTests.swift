@@ -86,9 +86,8 @@ import Glibc
     @Test func aBurstOfSmallRewritesKeepsOneDeltaOfWhatTheyOverwrote() throws {
         let fixture = try MountFixture()  // the default window: a minute
         defer { fixture.tearDown() }
-        let f = fixture.path("pages.db")
         let original = randomBytes(4 << 20)
-        try Data(original).write(to: URL(fileURLWithPath: f))
+        let f = try fixture.placeInStore("pages.db", Data(original))
         for _ in 0..<100 {
             let fd = open(f, O_WRONLY)
             let page = randomBytes(4096)
@@ -108,9 +107,8 @@ import Glibc
     @Test func aSafeSaveBetweenRewritesEndsTheDeltaTheyShared() throws {
         let fixture = try MountFixture()  // the default window: all of this falls within it
         defer { fixture.tearDown() }
-        let f = fixture.path("model.db")
         let original = randomBytes(2 << 20)
-        try Data(original).write(to: URL(fileURLWithPath: f))
+        let f = try fixture.placeInStore("model.db", Data(original))
         func rewrite(_ at: Int, _ byte: UInt8) -> [UInt8] {
             let fd = open(f, O_WRONLY)
             let chunk = [UInt8](repeating: byte, count: 10_000)

@@ -68,7 +68,7 @@ import Glibc
     @Test func aSaveOnOneMachineIsSeenOnAnotherThroughTheirMounts() throws {
         let server = try ThrowawayPostgres.shared()
         let uri = try server.makeDatabase("machines")
-        let a = try Machine("a", mounted: true)
+        let a = try Machine("a", mounted: true, settings: MountFixture.keepEveryVersion)  // its saves each keep a version
         let b = try Machine("b", mounted: false)
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
         try "plan from a\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)

@@ -73,6 +73,15 @@ final class MountFixture: @unchecked Sendable {
 
     func path(_ relative: String) -> String { relative.isEmpty ? mountPoint : mountPoint + "/" + relative }
 
+    /// Puts `data` at `relative` in the store itself, as a program bypassing the mount would,
+    /// and answers its path on the mount: a document that was there before, so no thinning
+    /// window runs from its creation (sessions within the window of a file created through the
+    /// mount keep nothing).
+    func placeInStore(_ relative: String, _ data: Data) throws -> String {
+        try data.write(to: URL(fileURLWithPath: documents + "/" + relative))
+        return path(relative)
+    }
+
     /// Starts the daemon in the foreground (as a child) and waits until the mount answers.
     func start(options: [String] = MountFixture.defaultOptions) throws {
         let process = Process()

@@ -237,7 +237,7 @@ import Glibc
     /// anew: through a reference that saves the original, the reference stays, and a backup
     /// that is kept is the app's own copy of what the original held before.
     @Test func vimSavesThroughAReferenceIntoTheOriginal() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)  // no thinning: each save kept
         defer { fixture.tearDown() }
         let app = try setUp(fixture)
         let original = fixture.path("report.txt")

@@ -82,7 +82,7 @@ import Glibc
     }
 
     @Test func vimWritingInPlace() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)  // no thinning: each save kept
         defer { fixture.tearDown() }
         let (path, id) = try document(fixture)
         let result = try shell("vim -u NONE -N -n -es -c 'set backupskip= backupcopy=yes' -c '%s/first/second/' -c 'wq' '\(path)'")

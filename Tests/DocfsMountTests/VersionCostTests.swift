@@ -36,9 +36,8 @@ import Glibc
     @Test func aBurstOfAppendsKeepsOnePrefix() throws {
         let fixture = try MountFixture()  // the default window: a minute
         defer { fixture.tearDown() }
-        let f = fixture.path("burst.log")
         let original = Data(randomBytes(200_000))
-        try original.write(to: URL(fileURLWithPath: f))
+        let f = try fixture.placeInStore("burst.log", original)
         let appended = try shell("for i in $(seq 200); do echo \"line $i\" >> '\(f)'; done")
         #expect(appended.status == 0)
         #expect(attribute(f, "user.docfs.version") == "201")
@@ -94,9 +93,8 @@ import Glibc
     @Test func aTruncateThroughAnAppendingHandleCopiesThePrefixFirst() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
-        let f = fixture.path("data")
         let original = Data(randomBytes(30_000))
-        try original.write(to: URL(fileURLWithPath: f))
+        let f = try fixture.placeInStore("data", original)
         let fd = open(f, O_RDWR | O_APPEND)
         #expect(fd >= 0)
         #expect(write(fd, "tail", 4) == 4)
@@ -111,9 +109,8 @@ import Glibc
     @Test func aWriterJoiningAnAppendingSessionCopiesThePrefixFirst() throws {
         let fixture = try MountFixture()
         defer { fixture.tearDown() }
-        let f = fixture.path("shared")
         let original = Data(randomBytes(20_000))
-        try original.write(to: URL(fileURLWithPath: f))
+        let f = try fixture.placeInStore("shared", original)
         let appender = open(f, O_WRONLY | O_APPEND)
         #expect(appender >= 0)
         #expect(write(appender, "more", 4) == 4)
@@ -130,9 +127,8 @@ import Glibc
     @Test func aBurstOfRewritesKeepsOneCopyAndTheWindowIsASetting() throws {
         let fixture = try MountFixture(settings: #"{"versions": {"thinningWindowSeconds": 2}}"#)
         defer { fixture.tearDown() }
-        let f = fixture.path("draft.odt")
         let first = Data(randomBytes(40_000))
-        try first.write(to: URL(fileURLWithPath: f))
+        let f = try fixture.placeInStore("draft.odt", first)
         let burstStart = Date()
         for i in 1...10 { try write("save \(i)\n", to: f) }
         // Within the window: the state before the burst is kept, once; the newest is current.
@@ -145,6 +141,35 @@ import Glibc
         try write("after the window\n", to: f)  // keeps its predecessor again
         #expect(try versionsJSON(fixture, f).map(\.version) == [12, 11, 1])
         #expect(try shown(fixture, f, 11) == Data("save 10\n".utf8))
+    }
+
+    /// A file created through the mount starts a burst: the state before it is no file, so
+    /// rewrites within the window of its creation keep nothing; after the window, a session
+    /// keeps its predecessor again.
+    @Test func rewritesRightAfterACreateKeepNothingUntilTheWindowEnds() throws {
+        let fixture = try MountFixture(settings: #"{"versions": {"thinningWindowSeconds": 2}}"#)
+        defer { fixture.tearDown() }
+        let f = fixture.path("build.out")
+        let made = Date()
+        for i in 1...5 { try write(String(repeating: "output \(i)\n", count: 500), to: f) }
+        let appended = try shell("echo more >> '\(f)'")
+        #expect(appended.status == 0)
+        #expect(Date().timeIntervalSince(made) < 2, "the saves took longer than the window: nothing to check")
+        #expect(attribute(f, "user.docfs.version") == "6")
+        #expect(try versionsJSON(fixture, f).map(\.version) == [6])
+        let status = try shell("'\(MountFixture.binary)' status --json '\(f)'")
+        let json = try JSONSerialization.jsonObject(with: Data(status.output.utf8)) as? [String: Any]
+        #expect(json?["keptBytes"] as? Int == 0, "\(status.output)")
+        let sixth = try Data(contentsOf: URL(fileURLWithPath: f))
+        usleep(2_100_000)
+        try write("after the window\n", to: f)
+        #expect(try versionsJSON(fixture, f).map(\.version) == [7, 6])
+        #expect(try shown(fixture, f, 6) == sixth)
+        // A file made behind docfs's back starts no window: its first session keeps it.
+        let placed = try fixture.placeInStore("placed", Data("as found\n".utf8))
+        try write("rewritten\n", to: placed)
+        #expect(try versionsJSON(fixture, placed).map(\.version) == [2, 1])
+        #expect(try shown(fixture, placed, 1) == Data("as found\n".utf8))
     }
 
     @Test func aWindowOfZeroKeepsEverySessionsPredecessor() throws {
@@ -196,7 +221,7 @@ import Glibc
     }
 
     @Test func statusAndVersionsSayWhatKeptVersionsTake() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)
         defer { fixture.tearDown() }
         let f = fixture.path("sized")
         try write(String(repeating: "a", count: 5000), to: f)

@@ -49,7 +49,7 @@ import Glibc
     }
 
     @Test func aSessionThatChangesNothingMakesNoVersion() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)  // no thinning: each save kept
         defer { fixture.tearDown() }
         let f = fixture.path("data.bin")
         try write("same bytes", to: f)
@@ -85,7 +85,7 @@ import Glibc
     }
 
     @Test func versionsSayWhoMadeThemTheCurrentAndTheCreatedOneToo() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)  // no thinning: each save kept
         defer { fixture.tearDown() }
         let f = fixture.path("log.txt")
         #expect(try shell("sh -c 'echo first > \"\(f)\"'").status == 0)
@@ -124,7 +124,7 @@ import Glibc
     }
 
     @Test func truncateByPathIsASession() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)  // no thinning: each save kept
         defer { fixture.tearDown() }
         let f = fixture.path("log")
         try write("0123456789", to: f)
@@ -134,7 +134,7 @@ import Glibc
     }
 
     @Test func statusReportsIdVersionAndDatesOnTheMountAndInTheStore() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)  // no thinning: each save kept
         defer { fixture.tearDown() }
         let f = fixture.path("report.txt")
         try write("v1", to: f)
@@ -260,7 +260,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
     }
 
     @Test func restoreWithoutADaemonWorksOnTheStore() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)  // no thinning: each save kept
         defer { fixture.tearDown() }
         let f = fixture.path("doc")
         try write("first\n", to: f)
@@ -292,7 +292,7 @@ func eventually(_ condition: () -> Bool) -> Bool {
     }
 
     @Test func readersSeeTheOldContentOrTheNewNeverAMix() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)  // no thinning: each save kept
         defer { fixture.tearDown() }
         let f = fixture.path("big")
         let a = String(repeating: "A", count: 1 << 20), b = String(repeating: "B", count: 1 << 20)

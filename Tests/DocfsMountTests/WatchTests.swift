@@ -154,7 +154,7 @@ import Glibc
     }
 
     @Test func changesByTheCLIAndBehindTheMount() throws {
-        let fixture = try MountFixture()
+        let fixture = try MountFixture(settings: MountFixture.keepEveryVersion)  // no thinning: each save kept
         defer { fixture.tearDown() }
         let f = fixture.path("notes.txt")
         try write("one\n", to: f)
