@@ -233,6 +233,8 @@ public final class VersionStore: Sendable {
     /// current one, DESIGN §9).
     public func firstFreeNumber(of item: ItemID, above number: UInt64) -> UInt64 {
         var next = number + 1
+        // An item with no folder here has no kept version: one look instead of three.
+        if access(itemDirectory(item), F_OK) != 0 && errno == ENOENT { return next }
         while isTaken(item, next) { next += 1 }
         return next
     }
