@@ -47,6 +47,9 @@ struct ChangeRecord: Sendable {
         /// Attributes the index records (size, times, user xattrs) changed; `folder` and
         /// `name` when they are known by place rather than by node.
         case attributes
+        /// The file's mode changed: no part of its index record, but on a linked store it
+        /// travels, so the file's item goes up.
+        case modeChanged
         /// The content changed and was stitched already (a close or fsync of a writer).
         case written
         /// The write session of the file committed: its content is `version`, the content it

@@ -151,7 +151,8 @@ extension Filesystem {
             present(exists ? .changed : .deleted, name, inFolder: folder, uncoordinated: true)
         case .uncoordinated(.content):
             presentUncoordinatedContent(name, inFolder: folder)
-        case .uncoordinated(.modified), .attributes, .written, .versionCommitted, .rolledBack, .thumbnailsChanged, .container:
+        case .uncoordinated(.modified), .attributes, .modeChanged, .written, .versionCommitted, .rolledBack, .thumbnailsChanged,
+             .container:
             break  // attributes and writes not yet closed are no news to presenters; versions are told by node
         }
     }
@@ -174,7 +175,7 @@ extension Filesystem {
             if let node = change.node { removedLastName(of: node) }
         case .uncoordinated(.content):
             if let path = change.path { contentChanged(atBackingPath: path) }
-        case .created, .createdOpen, .moved, .movedOut, .referenceBecameDocument, .attributes, .versionCommitted,
+        case .created, .createdOpen, .moved, .movedOut, .referenceBecameDocument, .attributes, .modeChanged, .versionCommitted,
              .rolledBack, .thumbnailsChanged, .uncoordinated(.name), .uncoordinated(.modified), .container:
             break  // no new content (a session's content is looked at when it is written)
         }
@@ -211,6 +212,8 @@ extension ServedStore {
             } else if let node = change.node {
                 stitcher.recordFile(node)
             }
+        case .modeChanged:
+            if let item = change.item { stitcher.sendUp(item) }
         case .uncoordinated(let what):
             guard let path = change.path else { return }
             let nameChanged = if case .name = what { true } else { false }

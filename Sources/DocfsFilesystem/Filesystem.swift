@@ -298,9 +298,13 @@ public final class Filesystem: Sendable {
             let st = try setAttributes(of: node, handle: handle, changes, caller: caller)
             ownChanges.changedFile(st)
             // Mode and owner are no part of the index's record; size and times are. A mode
-            // travels to the other machines of a linked store: its record goes up.
-            let travels = changes.mode != nil && (stitcher?.fillsOutbox.load(ordering: .relaxed) ?? false)
-            return (st, changes.size != nil || changes.changesTimes || travels ? [.file(.attributes, node)] : [])
+            // travels to the other machines of a linked store: a document's item goes up (its
+            // record is as it was: tar's fchmod of each file costs no look at it); anything
+            // else's record is made again, which puts its item in the outbox.
+            if changes.size != nil || changes.changesTimes { return (st, [.file(.attributes, node)]) }
+            guard changes.mode != nil, stitcher?.fillsOutbox.load(ordering: .relaxed) == true else { return (st, []) }
+            let document = node.type == S_IFREG && !node.isReference && !node.item.isDerived
+            return (st, [.file(document ? .modeChanged : .attributes, node)])
         }
     }
 

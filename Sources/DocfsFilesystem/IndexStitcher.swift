@@ -411,6 +411,13 @@ final class IndexStitcher: Sendable {
         return changes + items.map { .outbox(item: $0) }
     }
 
+    /// `item` changed in a way its record does not show (a file's mode): on a linked store it
+    /// goes up, its record as it is.
+    func sendUp(_ item: ItemID) {
+        guard fillsOutbox.load(ordering: .relaxed), !RemoteApplication.isApplying else { return }
+        stitch(outbox: .none) { [.outbox(item: Int64(bitPattern: item.rawValue))] }  // which wakes the sync loop
+    }
+
     /// Which items a stitch puts in the outbox (on a linked store).
     enum OutboxChoice {
         /// Those its changes reach (the usual).

@@ -369,6 +369,19 @@ import Glibc
         var modeOnB = stat()
         #expect(stat(b.documents + "/Projects/plan.txt", &modeOnB) == 0 && modeOnB.st_mode & 0o7777 == 0o600)
         #expect(b.content("Projects/plan.txt") == "the plan, revised on b")
+        // So does one made while the file is open for writing (tar: create, write, fchmod,
+        // close), and one made after a writer's last close.
+        let (made, file) = try a.filesystem.create(parent: folder.node, name: "made.txt", mode: 0o600, flags: O_RDWR, caller: .daemon)
+        _ = try a.filesystem.write(file.handle, bytes: Array("made".utf8), offset: 0)
+        _ = try a.filesystem.setAttributes(of: made.node, handle: nil, AttributeChanges(mode: 0o644), caller: .daemon)
+        try a.filesystem.flush(file.handle)
+        _ = try a.filesystem.setAttributes(of: made.node, handle: nil, AttributeChanges(mode: 0o664), caller: .daemon)
+        a.filesystem.release(file.handle)
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        var madeOnB = stat()
+        #expect(stat(b.documents + "/Projects/made.txt", &madeOnB) == 0 && madeOnB.st_mode & 0o7777 == 0o664)
+        #expect(b.content("Projects/made.txt") == "made")
         // a renames and moves it; b follows. b deletes it; a follows.
         _ = try a.filesystem.rename(parent: folder.node, name: "plan.txt", newParent: 1, newName: "final.txt", flags: 0, caller: .daemon)
         try a.engine.syncOnce()
