@@ -73,12 +73,20 @@ class Target:
             os.makedirs(self.mountpoint)
 
     def start(self, backing):
+        self.backing = backing
         if self.command is None:
             return backing
         self.proc = subprocess.Popen(self.command(backing, self.mountpoint),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_mounted(self.mountpoint, self.proc, self.name)
         return self.mountpoint
+
+    def restart(self):
+        """Stops the server and serves the same backing directory again (nothing for the raw
+        disk): what the work made so far is then there from before, as a user's files are."""
+        if self.command is not None:
+            self.stop()
+            self.start(self.backing)
 
     def stop(self):
         if self.proc is None:

@@ -319,6 +319,10 @@ def run_once(target, setup, body, root, scratch, timeout):
             if setup:
                 setup(run, d)
                 run.setup(["sync"])  # the setup's writeback does not run into the timed part
+                # Served afresh: the files the setup made are a user's files from before, not
+                # files just created (docfs keeps no version of a file rewritten within its
+                # thinning window after it made it).
+                target.restart()
             run.begin_timed()
             body(run, d)
             run.end_timed()

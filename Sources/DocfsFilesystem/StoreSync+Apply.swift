@@ -357,15 +357,18 @@ extension StoreSync {
     /// previous version with other content: a save of this machine's that never went up. It
     /// moves past `minimum` and every kept number, detached from the chain of deltas
     /// (`VersionStore.detach`; `current`: the content here, which deltas are made up from), so
-    /// the remote's version has its number here as everywhere. Not while a writer has the item
-    /// open (its session may be adding to the newest delta). A failure leaves it where it is
-    /// (the remote's version then takes the next free number): reported, not thrown.
+    /// the remote's version has its number here as everywhere. Not while a write session of the
+    /// item relies on its kept versions (`WriteSessions.reliesOnKept`); other open sessions
+    /// leave them as they are, and the save gives way under them (the claim this runs under
+    /// excludes a session starting or ending).
+    /// A failure leaves it where it is (the remote's version then takes the next free number):
+    /// reported, not thrown.
     func giveWay(_ number: UInt64, of item: ItemID, to content: String, past minimum: UInt64, current: String?) {
         let versions = shared.store.versions
         guard versions.record(of: item, version: number)?.kind == .previous,
               !versions.sameContent(item, version: number, as: content) else { return }
-        guard shared.stitcher?.isWritten(item) != true else {
-            shared.problemSink("sync: the save of item \(item) kept as version \(number), which never went up, cannot give way to the remote's version \(number) while the item is open for writing; that takes the next free number here")
+        guard !shared.sessions.reliesOnKept(item, version: number) else {
+            shared.problemSink("sync: the save of item \(item) kept as version \(number), which never went up, cannot give way to the remote's version \(number) while a write session relies on it (it saves into the item's newest delta, or kept that version when it began); that takes the next free number here")
             return
         }
         do {

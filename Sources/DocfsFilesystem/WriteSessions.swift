@@ -425,6 +425,16 @@ final class WriteSessions: Sendable {
         }
     }
 
+    /// Whether an open session of `item` relies on its kept versions staying as they are until
+    /// it ends: its newest previous version is a delta of the current content (the session
+    /// saves into it, or its writers append to what it points at), or `version` is what the
+    /// session kept when it began (a session that writes nothing takes it back).
+    func reliesOnKept(_ item: ItemID, version: UInt64) -> Bool {
+        state.withLock { state in
+            state.sessions.values.contains { $0.item == item && ($0.guardsPrefix || ($0.base == version && $0.kept != .nothing)) }
+        }
+    }
+
     /// Records who made `version` of `item` (a replace, which is no session).
     func noteAuthor(of item: ItemID, version: UInt64, caller: Caller) {
         let author = Author(pid: caller.pid, uid: caller.uid, command: Self.command(of: caller.pid))

@@ -616,6 +616,47 @@ import Glibc
         #expect(try a.keptContents(of: item, at: "plan.txt").values.contains("b's first, never sent"))
     }
 
+    /// A save that never went up gives way to the remote's number while a writer has the
+    /// document open (a copy-keeping session leaves the kept versions as they are), but not
+    /// while the writer's session relies on them (an append's session points into the newest
+    /// delta): then it stays, and gives way once the writer has let go.
+    @Test func aSaveGivesWayUnderAWriterUnlessItsSessionReliesOnTheKeptVersions() throws {
+        let (_, a, b, item) = try twoMachinesInStep(on: "plan.txt", "base")
+        defer { a.cleanUp(); b.cleanUp() }
+        let id = ItemID(rawValue: item)
+        try b.save("plan.txt", "b's first, never sent")  // v2
+        try b.save("plan.txt", "b's second")  // v3; v2 kept
+        let theirs = b.directory + "/theirs"
+        try "another machine's, set aside".write(toFile: theirs, atomically: false, encoding: .utf8)
+        let node = try b.filesystem.lookup(parent: 1, name: "plan.txt").node
+        func numberOfFirst() throws -> UInt64? {
+            try b.keptContents(of: item, at: "plan.txt").first { $0.value == "b's first, never sent" }?.key
+        }
+        // A rewriter: its session keeps a copy of v3 and makes v4.
+        let rewriter = try b.filesystem.open(node, flags: O_RDWR, caller: .daemon)
+        #expect(b.versionNumber("plan.txt") == 4)
+        b.sync.giveWay(2, of: id, to: theirs, past: 4, current: b.documents + "/plan.txt")
+        let moved = try #require(try numberOfFirst())
+        #expect(moved > 4 && b.store.versions.record(of: id, version: 2) == nil, "b's first save at \(moved)")
+        _ = try b.filesystem.write(rewriter.handle, bytes: Array("b's third!".utf8), offset: 0)  // as long as v3
+        try b.filesystem.flush(rewriter.handle)
+        b.filesystem.release(rewriter.handle)
+        #expect(try b.keptContents(of: item, at: "plan.txt")[3] == "b's second")
+        // An appender: its session kept v4 as a prefix of the content it appends to.
+        let appender = try b.filesystem.open(node, flags: O_WRONLY | O_APPEND, caller: .daemon)
+        let size = try b.filesystem.attributes(of: node).st_size
+        _ = try b.filesystem.write(appender.handle, bytes: Array(", appended".utf8), offset: size)
+        let here = b.versionNumber("plan.txt")
+        b.sync.giveWay(moved, of: id, to: theirs, past: here, current: b.documents + "/plan.txt")
+        #expect(try numberOfFirst() == moved)
+        try b.filesystem.flush(appender.handle)
+        b.filesystem.release(appender.handle)
+        b.sync.giveWay(moved, of: id, to: theirs, past: here, current: b.documents + "/plan.txt")
+        #expect(try numberOfFirst().map { $0 > here } == true)
+        let kept = try b.keptContents(of: item, at: "plan.txt")
+        #expect(kept[4] == "b's third!" && kept[3] == "b's second" && b.content("plan.txt") == "b's third!, appended", "\(kept)")
+    }
+
     /// Saves kept as deltas (appends) that never went up, moved past the remote's numbers
     /// when the machine lost a race: every kept version still reads as it was, and a delta of
     /// the current content kept after the move (another append) is made up from that content,
