@@ -400,9 +400,10 @@ public final class SyncEngine: Sendable {
         // whose next holds its content), and neither does this one, which kept it as a save.
         if proposal.kind == .file, !proposal.deleted, let base = state?.version, base.kind == .file, !base.deleted,
            base.manifest == proposal.manifest, let number = state?.number {
-            _ = try SyncError.local("look at version \(number) of item \(proposal.item)") {
+            let forgot = try SyncError.local("look at version \(number) of item \(proposal.item)") {
                 try store.forgetPrevious(number, of: proposal.item, holding: proposal.chunks ?? [], keptAs: nil)
             }
+            if forgot { note("up \(proposal.item): v\(number) kept here holds v\(proposal.number)'s content; no longer kept") }
         }
         round.uploaded += 1
         progress((round.uploaded, round.applied))

@@ -817,6 +817,29 @@ import Glibc
         #expect(history.count == 5 && !history.contains { $0.previous == true }, "\(history.map { "v\($0.number) \($0.author.machine)" })")
     }
 
+    /// Saves made here before any went up, the last two of the same content, then one more:
+    /// every machine lists the same versions (the maker too).
+    @Test func savesOfTheSameContentInARowListTheSameEverywhere() throws {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
+        defer { a.cleanUp(); b.cleanUp() }
+        try a.save("plan.txt", "one")
+        try a.save("plan.txt", "one two")
+        try a.save("plan.txt", "one two three")
+        try a.save("plan.txt", "one two three")
+        try a.engine.syncOnce()
+        try a.save("plan.txt", "four")
+        for _ in 0..<3 { for machine in [a, b] { try machine.engine.syncOnce() } }
+        let item = try #require(a.id("plan.txt"))
+        func list(_ machine: Machine) -> [String] {
+            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
+        }
+        let history = try remote.versions(of: item, after: 0, limit: 100).map { "v\($0.number) \($0.size)" }
+        #expect(list(a) == list(b), "a: \(list(a)), b: \(list(b)), remote: \(history)")
+        #expect(try Set(a.keptContents(of: item, at: "plan.txt").values).isSuperset(of: ["one", "one two", "one two three"]))
+    }
+
     /// ... and `user.docfs.status` says so on each: uploading while a save has not gone up,
     /// current once it has, conflict while the conflict stands; nothing on a store not linked.
     @Test func twoSavesFromOneBaseLeaveTheLoserAsAConflictVersionOnBothStores() throws {
