@@ -73,12 +73,15 @@ final class MountFixture: @unchecked Sendable {
 
     func path(_ relative: String) -> String { relative.isEmpty ? mountPoint : mountPoint + "/" + relative }
 
-    /// Puts `data` at `relative` in the store itself, as a program bypassing the mount would,
-    /// and answers its path on the mount: a document that was there before, so no thinning
-    /// window runs from its creation (sessions within the window of a file created through the
-    /// mount keep nothing).
+    /// Puts `data` at `relative` in the store itself, with the daemon stopped meanwhile (so
+    /// the store watcher sees no writer), and answers its path on the mount: a document that
+    /// was there before, so no thinning window runs from its creation (sessions within the
+    /// window of a file created through the mount keep nothing).
     func placeInStore(_ relative: String, _ data: Data) throws -> String {
+        let served = daemon != nil
+        if served { stop() }
         try data.write(to: URL(fileURLWithPath: documents + "/" + relative))
+        if served { try start() }
         return path(relative)
     }
 
