@@ -399,11 +399,11 @@ public final class SyncEngine: Sendable {
         // machines keep no version for the one it follows (`keepSkipped` keeps nowhere a version
         // whose next holds its content), and neither does this one, which kept it as a save.
         if proposal.kind == .file, !proposal.deleted, let base = state?.version, base.kind == .file, !base.deleted,
-           base.manifest == proposal.manifest, let number = state?.number {
-            let forgot = try SyncError.local("look at version \(number) of item \(proposal.item)") {
-                try store.forgetPrevious(number, of: proposal.item, holding: proposal.chunks ?? [], keptAs: nil)
+           base.manifest == proposal.manifest, let kept = state?.number {
+            let forgot = try SyncError.local("look at version \(kept) of item \(proposal.item)") {
+                try store.forgetPrevious(kept, of: proposal.item, holding: proposal.chunks ?? [], keptAs: nil)
             }
-            if forgot { note("up \(proposal.item): v\(number) kept here holds v\(proposal.number)'s content; no longer kept") }
+            if forgot { note("up \(proposal.item): v\(kept) kept here holds v\(number)'s content; no longer kept") }
         }
         round.uploaded += 1
         progress((round.uploaded, round.applied))
