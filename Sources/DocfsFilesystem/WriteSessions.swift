@@ -88,6 +88,12 @@ final class WriteSessions: Sendable {
         /// deltas, so the newest previous version of an item listed here is a delta exactly
         /// when its entry says so.
         var lastKept: [ItemID: LastKept] = [:]
+
+        /// Notes when `item`'s burst began (`lastKept` stays bounded).
+        mutating func noteKept(_ item: ItemID, _ entry: LastKept) {
+            if lastKept.count > 65536 { lastKept.removeAll(keepingCapacity: true) }
+            lastKept[item] = entry
+        }
     }
 
     struct LastKept {
@@ -419,10 +425,7 @@ final class WriteSessions: Sendable {
     func created(_ item: ItemID) {
         guard versions.policy.thinningWindow > 0 else { return }
         let now = Self.now()
-        state.withLock { state in
-            if state.lastKept.count > 65536 { state.lastKept.removeAll(keepingCapacity: true) }
-            state.lastKept[item] = LastKept(time: now, delta: nil)
-        }
+        state.withLock { $0.noteKept(item, LastKept(time: now, delta: nil)) }
     }
 
     /// Whether an open session of `item` relies on its kept versions staying as they are until
@@ -546,10 +549,7 @@ final class WriteSessions: Sendable {
             try versions.keepCopy(of: fd, item: node.item, record: record)
         }
         let delta = appending || seeing ? Delta(version: base, size: size, saved: ByteRanges()) : nil
-        state.withLock { state in
-            if state.lastKept.count > 65536 { state.lastKept.removeAll(keepingCapacity: true) }
-            state.lastKept[node.item] = LastKept(time: now, delta: delta)
-        }
+        state.withLock { $0.noteKept(node.item, LastKept(time: now, delta: delta)) }
         return delta != nil ? (.prefix, true, seeing) : (.copy, false, false)
     }
 
