@@ -95,7 +95,7 @@ extension StoreSync {
         let versions = shared.store.versions
         let document = try openDocument(item)
         defer { if document >= 0 { close(document) } }
-        try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in
+        _ = try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in
             try versions.sent(id, version: number, as: given, current: Self.versionNumber(of: document))
         }
     }
@@ -117,14 +117,15 @@ extension StoreSync {
         return true
     }
 
-    public func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> Bool {
+    public func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> (moved: Bool, content: UInt64?) {
         let id = ItemID(rawValue: item)
-        guard shared.stitcher?.isWritten(id) != true else { return false }  // as `setAside`
+        guard shared.stitcher?.isWritten(id) != true else { return (false, nil) }  // as `setAside`
         let document = try openDocument(item)
         defer { if document >= 0 { close(document) } }
-        return try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) -> Bool in
+        return try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) -> (moved: Bool, content: UInt64?) in
             let versions = shared.store.versions
             var current = Self.versionNumber(of: document)
+            var content: UInt64?
             // The remote numbered the save as the content here, or past it: that content has not
             // gone up either (it goes after the saves before it), so its number matters to no
             // machine yet, and it moves past the save's new one; else the save could not take
@@ -134,7 +135,7 @@ extension StoreSync {
                 let moved = versions.firstFreeNumber(of: id, above: given)
                 try ItemAttributes.setVersion(moved, onDescriptor: document)
                 shared.ownChanges.changedFile(at: document)
-                current = moved
+                (current, content) = (moved, moved)
                 if let view = shared.servedViews().first, let place = try? place(of: item),
                    let located = try? Located(place: place, paths: shared.paths) {
                     defer { located.close() }
@@ -143,7 +144,7 @@ extension StoreSync {
                     }
                 }
             }
-            return try versions.moveUp(id, version: number, to: given, current: current)
+            return (try versions.moveUp(id, version: number, to: given, current: current), content)
         }
     }
 

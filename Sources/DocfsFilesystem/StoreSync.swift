@@ -222,8 +222,12 @@ public final class StoreSync: SyncedStore {
         }
         var manifest: [ChunkDigest] = []
         var size: Int64 = 0
+        var number: UInt64?
         switch kind {
         case .file:
+            // Read before the content; a save that numbers itself meanwhile changes the stamp.
+            // A file with no number yet (made behind docfs's back) counts as version 1.
+            number = max(ItemAttributes.version(ofDescriptor: fd), 1)
             (manifest, size) = try chunks(ofFileAt: fd, item: item, length: Int64(st.st_size), cut: cut)
             // Read to go up: a writer that opened it meanwhile (an O_TRUNC open empties it
             // first) or any change during the read, and what was read is no state the file
@@ -244,7 +248,7 @@ public final class StoreSync: SyncedStore {
         return LocalItem(item: item, container: place.container.rawValue, scope: place.scope.rawValue, parent: parent,
                          name: String(place.path[place.path.index(after: slash)...]), kind: kind, manifest: manifest,
                          size: size, mode: UInt32(st.st_mode & 0o7777), modified: WriteSessions.seconds(st.st_mtim),
-                         attributes: kind == .symlink || kind == .reference ? [:] : Self.userAttributes(fd))
+                         attributes: kind == .symlink || kind == .reference ? [:] : Self.userAttributes(fd), number: number)
     }
 
     public func thumbnailSet(of item: UInt64) -> [UInt8]? {
@@ -277,8 +281,9 @@ public final class StoreSync: SyncedStore {
         return ItemAttributes.version(ofDescriptor: fd)
     }
 
-    /// Under the item's write claim, so no save here numbers itself meanwhile.
-    public func raiseVersionNumber(of item: UInt64, to number: UInt64) throws {
+    /// Under the item's write claim, and with its write session held still (`WriteSessions.renumber`),
+    /// so no save here numbers itself meanwhile.
+    public func numberAsTheRemote(_ item: UInt64, read: UInt64, given: UInt64) throws {
         guard let view = shared.servedViews().first, let place = try place(of: item) else { return }
         let document = try Located(place: place, paths: shared.paths)
         defer { document.close() }
@@ -287,8 +292,8 @@ public final class StoreSync: SyncedStore {
             let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { throw DocfsError.errno("opening item \(item) to number its version") }
             defer { close(fd) }
-            guard ItemAttributes.id(ofDescriptor: fd) == id, ItemAttributes.version(ofDescriptor: fd) < number else { return }
-            try ItemAttributes.setVersion(number, onDescriptor: fd)
+            guard ItemAttributes.id(ofDescriptor: fd) == id,
+                  let number = try shared.sessions.renumber(id, file: fd, read: read, given: given) else { return }
             shared.ownChanges.changedFile(at: fd)
             RemoteApplication.$machine.withValue(RemoteApplication.ownBookkeeping) {
                 var change = ChangeRecord.name(.attributes, document.name, inFolder: document.folder, item: id)

@@ -43,9 +43,11 @@ import Glibc
 final class WriteSessions: Sendable {
     private struct Session {
         let item: ItemID
-        let base: UInt64
+        /// The content's number when the session began (what it kept is numbered so).
+        var base: UInt64
         /// The version the session makes: the first number above the base no kept version has.
-        let number: UInt64
+        /// Both move up when the remote numbers an earlier save higher (`renumber`).
+        var number: UInt64
         let baseSize: Int64
         let baseModified: timespec
         var writers: Int
@@ -436,6 +438,53 @@ final class WriteSessions: Sendable {
         state.withLock { state in
             state.sessions.values.contains { $0.item == item && ($0.guardsPrefix || ($0.base == version && $0.kept != .nothing)) }
         }
+    }
+
+    /// The sync engine read `item`'s content (its file `fd`) numbered `read`, and the remote
+    /// numbered that content `given`, higher (other machines took the numbers between): the
+    /// file takes `given`. When sessions began here since the read (the file's number is past
+    /// `read`), what they kept from `read` on, an open one's numbers and the file's move up by
+    /// the same step: the content read is `given` here as on every machine, and the saves
+    /// after it follow in their order. The file is held busy meanwhile (no session starts, ends
+    /// or saves into its delta). Answers the file's new number; nil when it keeps its own
+    /// (nothing to move, or a number the move needs is held: all stay as they are).
+    func renumber(_ item: ItemID, file fd: Int32, read: UInt64, given: UInt64) throws(DocfsError) -> UInt64? {
+        let read = max(read, 1)  // no number yet counts as 1, as for a session
+        guard given > read else { return nil }
+        var st = stat()
+        try check(fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH))
+        let key = BackingKey(st)
+        while let done = state.withLock({ state -> ThreadSemaphore? in
+            if state.busy.contains(key) { return state.busy.waiter(for: key) }
+            state.busy.insert(key)
+            return nil
+        }) {
+            done.wait()
+        }
+        defer { notBusy(key) }
+        let current = max(ItemAttributes.version(ofDescriptor: fd), 1)
+        guard current > read else {
+            guard current < given else { return nil }
+            try ItemAttributes.setVersion(given, onDescriptor: fd)
+            return given
+        }
+        let shift = given - read
+        guard try versions.shiftChain(item, from: read, below: current, by: shift) else { return nil }
+        try ItemAttributes.setVersion(current + shift, onDescriptor: fd)
+        state.withLock { state in
+            for (key, session) in state.sessions where session.item == item {
+                if session.base >= read { state.sessions[key]!.base += shift }
+                if session.number >= read { state.sessions[key]!.number += shift }
+            }
+            if let delta = state.lastKept[item]?.delta, delta.version >= read {
+                state.lastKept[item]!.delta = Delta(version: delta.version + shift, size: delta.size, saved: delta.saved)
+            }
+            if let known = state.authors[item], known.version == current {
+                state.authors[item] = (current + shift, known.author)
+                state.authorsChanged = true
+            }
+        }
+        return current + shift
     }
 
     /// Records who made `version` of `item` (a replace, which is no session).

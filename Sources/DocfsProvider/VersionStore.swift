@@ -327,6 +327,20 @@ public final class VersionStore: Sendable {
         return true
     }
 
+    /// Moves the previous versions of `item` in the chain numbered from `first` to below `end`
+    /// up by `shift` (highest first: each takes a number the one above it left), when no other
+    /// kept version holds a number they, or `end` moved up (the content's number then), take.
+    /// Answers whether they moved.
+    public func shiftChain(_ item: ItemID, from first: UInt64, below end: UInt64, by shift: UInt64) throws(DocfsError) -> Bool {
+        let kept = versions(of: item)
+        let moving = kept.filter { $0.isInChain && $0.version >= first && $0.version < end }
+        let staying = Set(kept.map(\.version)).subtracting(moving.map(\.version))
+        guard shift > 0, end <= UInt64.max - shift,
+              !(moving.map { $0.version + shift } + [end + shift]).contains(where: staying.contains) else { return false }
+        for record in moving.reversed() { _ = try renumber(item, record, to: record.version + shift) }
+        return true
+    }
+
     /// Moves version `record` (its record as it is to be written) of `item` to number `number`,
     /// which nothing holds. As `detach`: the new record first, the old one last.
     private func renumber(_ item: ItemID, _ record: VersionRecord, to number: UInt64) throws(DocfsError) -> UInt64 {

@@ -37,8 +37,16 @@ public final class InMemoryRemote: Remote {
     /// Who hears of commits (leaf lock; watchers are called with no lock held).
     private let watchers = Mutex<[UInt64: @Sendable () -> Void]>([:])
     private let watcherNumbers = Atomic<UInt64>(0)
+    /// Run once, before the next commit (tests: a user saving while the engine is between its
+    /// read of an item and its commit).
+    private let beforeNextCommit = Mutex<(@Sendable () -> Void)?>(nil)
 
     public init() {}
+
+    /// Runs `hook` once, before the next commit is made.
+    public func beforeNextCommit(_ hook: @escaping @Sendable () -> Void) {
+        beforeNextCommit.withLock { $0 = hook }
+    }
 
     public func changes(after anchor: RemoteAnchor, limit: Int) throws(RemoteError) -> (changes: [RemoteChange], next: RemoteAnchor) {
         guard limit > 0 else { throw RemoteError(.refused, "a page of changes holds at least one") }
@@ -88,6 +96,7 @@ public final class InMemoryRemote: Remote {
 
     public func commit(_ proposal: RemoteVersion, operation: String, whenStale: StaleBase) throws(RemoteError) -> RemoteCommitOutcome {
         if let problem = proposal.problem { throw RemoteError(.refused, problem) }
+        beforeNextCommit.withLock { hook in defer { hook = nil }; return hook }?()
         let digests = proposal.chunks ?? []
         let outcome = try state.withLock { (state: inout State) throws(RemoteError) -> RemoteCommitOutcome in
             if let outcome = state.operations[operation] { return outcome }

@@ -211,9 +211,9 @@ public final class SyncEngine: Sendable {
                 return  // in step already
             }
             // The save's number here: the remote gives it when it can, so numbers agree.
-            let number = local.kind == .file ? store.versionNumber(of: item) : 0
+            var number = local.kind == .file ? local.number ?? store.versionNumber(of: item) : 0
             if local.kind == .file && !resolving && number > (state?.number ?? 0) + 1 {
-                state = try sendUnsentSaves(of: local, numbered: number, after: state, &round)
+                state = try sendUnsentSaves(of: local, numbered: &number, after: state, &round)
                 try sendSavesSetAside(of: local, after: state, &round)  // those that lost their race just now
             }
             try uploadChunks(of: local, except: sent)
@@ -237,7 +237,8 @@ public final class SyncEngine: Sendable {
                 // Saves made here before the deletion that never went up go first, as versions of
                 // their own (at the place it was last in step), so every machine keeps them.
                 let last = LocalItem(known.version)
-                state = try sendUnsentSaves(of: last, numbered: .max, after: known, &round) ?? known
+                var gone = UInt64.max
+                state = try sendUnsentSaves(of: last, numbered: &gone, after: known, &round) ?? known
                 try sendSavesSetAside(of: last, after: state, &round)
             }
             guard let state else { return }
@@ -275,8 +276,9 @@ public final class SyncEngine: Sendable {
     /// first, each on the one before; answers the state they leave the item in. A save whose
     /// base is no longer current (another machine committed first) and those after it are set
     /// aside (`sendSavesSetAside`), and so are saves from before a conflict version kept here:
-    /// the current content then goes up, and races, as ever.
-    private func sendUnsentSaves(of local: LocalItem, numbered current: UInt64, after state: ItemSyncState?,
+    /// the current content then goes up, and races, as ever. `current` moves when a save took
+    /// the content's number (the content moves past it here).
+    private func sendUnsentSaves(of local: LocalItem, numbered current: inout UInt64, after state: ItemSyncState?,
                                  _ round: inout Round) throws(SyncError) -> ItemSyncState? {
         var state = state
         let item = local.item
@@ -323,9 +325,10 @@ public final class SyncEngine: Sendable {
             // meanwhile): it takes that number here too, when nothing kept lies between; else
             // the saves after it would be numbered otherwise too, and stay here.
             if given != number {
-                let moved = try SyncError.local("number save \(number) of item \(item) as the remote did") {
+                let (moved, content) = try SyncError.local("number save \(number) of item \(item) as the remote did") {
                     try store.renumberSave(number, of: item, as: given)
                 }
+                if let content, current != .max { current = content }
                 if !moved { break }
             }
         }
@@ -391,7 +394,7 @@ public final class SyncEngine: Sendable {
                            _ round: inout Round) throws(SyncError) {
         if proposal.kind == .file && !proposal.deleted && number > proposal.number {
             try SyncError.local("number version \(number) of item \(proposal.item)") {
-                try store.raiseVersionNumber(of: proposal.item, to: number)
+                try store.numberAsTheRemote(proposal.item, read: proposal.number, given: number)
             }
         }
         try settle(proposal, number: number, sequence: sequence, after: state)

@@ -14,10 +14,14 @@ public struct LocalItem: Sendable, Equatable {
     public var mode: UInt32
     public var modified: Double
     public var attributes: [String: [UInt8]]
+    /// The number the content read has here (a file's save), read with it; nil when the store
+    /// does not say (the engine then asks `versionNumber`). Not part of the item's state: two
+    /// reads of one state are equal whatever numbers they carry.
+    public var number: UInt64?
 
     public init(item: UInt64, container: String, scope: String = "documents", parent: UInt64 = 0, name: String,
                 kind: RemoteItemKind, manifest: [ChunkDigest], size: Int64, mode: UInt32 = 0o644, modified: Double,
-                attributes: [String: [UInt8]] = [:]) {
+                attributes: [String: [UInt8]] = [:], number: UInt64? = nil) {
         self.item = item
         self.container = container
         self.scope = scope
@@ -29,6 +33,13 @@ public struct LocalItem: Sendable, Equatable {
         self.mode = mode
         self.modified = modified
         self.attributes = attributes
+        self.number = number
+    }
+
+    public static func == (a: LocalItem, b: LocalItem) -> Bool {
+        a.item == b.item && a.container == b.container && a.scope == b.scope && a.parent == b.parent && a.name == b.name
+            && a.kind == b.kind && a.manifest == b.manifest && a.size == b.size && a.mode == b.mode && a.modified == b.modified
+            && a.attributes == b.attributes
     }
 
     /// The item as `version` has it.
@@ -195,9 +206,11 @@ public protocol SyncedStore: Sendable {
 
     /// The number of the item's current version here (its last save's; 0 when it has none).
     func versionNumber(of item: UInt64) -> UInt64
-    /// The remote numbered the item's save `number`, above the number it has here (other
-    /// machines took the numbers between): it takes that number here too.
-    func raiseVersionNumber(of item: UInt64, to number: UInt64) throws
+    /// The remote numbered `given` the item's content read here as number `read`, above it
+    /// (other machines took the numbers between): it takes that number here too. Saves begun
+    /// here since the read (numbered past `read` already) move up with it: what they kept,
+    /// their own numbers, the current one, so the content read is `given` here as everywhere.
+    func numberAsTheRemote(_ item: UInt64, read: UInt64, given: UInt64) throws
 
     /// Whether a writer here has the item open (what it holds may be half written: bash's
     /// `>` closes a descriptor of the emptied file before the writes). If so, the store puts
@@ -279,8 +292,9 @@ public protocol SyncedStore: Sendable {
 
     /// Save `number` of the item (see `unsentSaves`) went up numbered `given` by the remote: it
     /// takes that number here too, unless a kept version or the content here holds a number
-    /// between the two (the chain's order would change); answers whether it moved.
-    func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> Bool
+    /// between the two (the chain's order would change); answers whether it moved, and the
+    /// content's new number when the content here held `given` and moved past it.
+    func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> (moved: Bool, content: UInt64?)
 
     /// Sets saves `numbers` of the item (see `unsentSaves`) aside: they lost their race before
     /// they went up (their base is no longer current). Each moves past `current` (the number of

@@ -6,6 +6,7 @@ import DocfsIndex
 @testable import DocfsProvider
 import DocfsSync
 import Foundation
+import Synchronization
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -838,6 +839,46 @@ import Glibc
         let history = try remote.versions(of: item, after: 0, limit: 100).map { "v\($0.number) \($0.size)" }
         #expect(list(a) == list(b), "a: \(list(a)), b: \(list(b)), remote: \(history)")
         #expect(try Set(a.keptContents(of: item, at: "plan.txt").values).isSuperset(of: ["one", "one two", "one two three"]))
+    }
+
+    /// A save that begins here while the engine commits what it read before (a rename, which
+    /// the remote numbers past the content's number here) moves up with the number the remote
+    /// gave: the content read keeps that number here, as on every machine, and the save (open
+    /// still, or closed already) takes the one after it. Both stores list the same versions.
+    @Test(arguments: [false, true]) func aSaveBegunWhileTheEngineCommitsMovesUpWithTheRemotesNumber(closedBeforeTheAnswer: Bool) throws {
+        let (remote, a, b, item) = try twoMachinesInStep(on: "plan.txt", "one")
+        defer { a.cleanUp(); b.cleanUp() }
+        #expect(a.versionNumber("plan.txt") <= 1)  // none yet counts as 1
+        _ = try a.filesystem.rename(parent: 1, name: "plan.txt", newParent: 1, newName: "final.txt", flags: 0, caller: .daemon)
+        // The engine has read the renamed file (number 1) when a writer opens it: the session
+        // keeps "one" as version 1 here and numbers itself 2; the remote numbers the rename 2.
+        let writer = Mutex<UInt64?>(nil)
+        let filesystem = a.filesystem
+        remote.beforeNextCommit {
+            do {
+                let node = try filesystem.lookup(parent: 1, name: FileName("final.txt")).node
+                let file = try filesystem.open(node, flags: O_RDWR | O_TRUNC, caller: .daemon)
+                _ = try filesystem.write(file.handle, bytes: Array("two".utf8), offset: 0)
+                try filesystem.flush(file.handle)
+                if closedBeforeTheAnswer { filesystem.release(file.handle) } else { writer.withLock { $0 = file.handle } }
+            } catch {
+                Issue.record("the save during the commit failed: \(error)")
+            }
+        }
+        try a.engine.syncOnce()
+        let logged = try remote.versions(of: item, after: 0, limit: 10)
+        #expect(logged.count >= 2 && logged[1].number == 2 && logged[1].name == "final.txt" && logged[1].chunks == logged[0].chunks,
+                 "the rename is v2, holding what v1 held")
+        // The content read is version 2 here too; the save is 3.
+        #expect(a.versionNumber("final.txt") == 3)
+        #expect(try a.keptContents(of: item, at: "final.txt") == [2: "one"])
+        if let open = writer.withLock({ $0 }) { a.filesystem.release(open) }
+        for _ in 0..<2 { for machine in [a, b] { try machine.engine.syncOnce() } }
+        #expect(try remote.currentVersion(of: item)?.number == 3)
+        for machine in [a, b] {
+            #expect(machine.content("final.txt") == "two" && machine.versionNumber("final.txt") == 3, "\(machine.sync.author.machine)")
+            #expect(try machine.keptContents(of: item, at: "final.txt") == [2: "one"], "\(machine.sync.author.machine)")
+        }
     }
 
     /// ... and `user.docfs.status` says so on each: uploading while a save has not gone up,

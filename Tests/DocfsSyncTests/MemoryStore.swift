@@ -225,7 +225,7 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func versionNumber(of item: UInt64) -> UInt64 { state.withLock { $0.numbers[item] ?? 0 } }
 
-    func raiseVersionNumber(of item: UInt64, to number: UInt64) throws {
+    func numberAsTheRemote(_ item: UInt64, read: UInt64, given number: UInt64) throws {
         state.withLock { state in
             if let current = state.numbers[item], current < number { state.numbers[item] = number }
         }
@@ -404,7 +404,7 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func unsentSavesBeforeConflicts(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64] { [] }
 
-    func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> Bool { false }
+    func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> (moved: Bool, content: UInt64?) { (false, nil) }
 
     func unsentAside(of item: UInt64) throws -> [UInt64] { [] }
 
