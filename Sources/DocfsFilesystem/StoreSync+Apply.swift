@@ -319,7 +319,13 @@ extension StoreSync {
         // A number taken still (a version kept here has it) would drop the content it replaces.
         let wanted = conflict ?? oldVersion
         let keptAs = versions.isTaken(item, wanted) ? versions.firstFreeNumber(of: item, above: wanted) : wanted
-        if replacing {
+        // Kept already: an earlier try kept our content as this conflict version when the item
+        // changed here again before the winner could be taken (the remote commits one conflict
+        // version for a content from a base, and the apply checked the content here is it).
+        let keptBefore = conflict.map { versions.record(of: item, version: $0)?.kind == .conflict } ?? false
+        if replacing && keptBefore {
+            view.nodes.known(key: BackingKey(oldStat))?.markSuperseded()
+        } else if replacing {
             // The content it replaces stays recoverable (C4): a previous version, or a conflict
             // version when it lost the race on the remote.
             let record = VersionRecord(version: keptAs, kind: conflict != nil ? .conflict : .previous,

@@ -881,6 +881,43 @@ import Glibc
         }
     }
 
+    /// A save that lost its race is committed as a conflict version once for its content and
+    /// base; when the document is renamed here before the winner is taken, this machine keeps
+    /// that conflict version from the remote, and the next try, taking the winner over the
+    /// same content, keeps it no second time: both stores list the same versions.
+    @Test func aConflictVersionKeptBeforeTheWinnerCouldBeTakenIsKeptOnce() throws {
+        let (remote, a, b, item) = try twoMachinesInStep(on: "plan.txt", "base")
+        defer { a.cleanUp(); b.cleanUp() }
+        try a.save("plan.txt", "a's edit")
+        try a.engine.syncOnce()
+        try b.save("plan.txt", "b's edit, which loses")
+        // b's commit is refused (stale); before its content goes up as a conflict version, b
+        // renames the document: the winner cannot be taken over it this round.
+        let filesystem = b.filesystem
+        remote.beforeNextCommit {
+            remote.beforeNextCommit {
+                do {
+                    _ = try filesystem.rename(parent: 1, name: "plan.txt", newParent: 1, newName: "renamed.txt", flags: 0, caller: .daemon)
+                } catch {
+                    Issue.record("the rename during the conflict's commit failed: \(error)")
+                }
+            }
+        }
+        for _ in 0..<3 { for machine in [b, a] { try machine.engine.syncOnce() } }
+        func list(_ machine: Machine) -> [String] {
+            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
+        }
+        let conflicts = try remote.versions(of: item, after: 0, limit: 20).filter(\.conflict).map(\.number)
+        #expect(conflicts.count == 1, "\(conflicts)")
+        #expect(list(a) == list(b), "a \(list(a)), b \(list(b))")
+        #expect(list(b).filter { $0.hasSuffix("conflict") }.count == 1, "b \(list(b))")
+        // The winner is current everywhere, at its name (the loser's rename went with it).
+        for machine in [a, b] {
+            #expect(machine.content("plan.txt") == "a's edit", "\(machine.sync.author.machine)")
+            #expect(try machine.keptContents(of: item, at: "plan.txt")[conflicts.first ?? 0] == "b's edit, which loses")
+        }
+    }
+
     /// ... and `user.docfs.status` says so on each: uploading while a save has not gone up,
     /// current once it has, conflict while the conflict stands; nothing on a store not linked.
     @Test func twoSavesFromOneBaseLeaveTheLoserAsAConflictVersionOnBothStores() throws {
