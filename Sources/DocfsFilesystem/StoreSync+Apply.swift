@@ -145,7 +145,7 @@ extension StoreSync {
            kept.kind == kind, kept.size == version.size, kept.modified == version.modified {
             return
         }
-        guard let place = try place(of: version.item) else { return }
+        guard let place = try place(of: version.item) else { return try keepWhileGone(version, as: kind, fetch: fetch) }
         let document = try Located(place: place, paths: shared.paths)
         defer { document.close() }
         let working = try WorkingFile(prefix: ".docfs-sync-", in: document.folder, replacing: document.name,
@@ -194,6 +194,40 @@ extension StoreSync {
                 shared.servedViews().first?.deliverUncached(.name(.newVersion(ItemAttributes.version(ofDescriptor: fd), conflict: true),
                                                                   document.name, inFolder: document.folder, item: item))
             }
+        }
+    }
+
+    /// `keep` for an item gone here (a deletion taken at once, which an edit may yet bring
+    /// back): the content is written to a scratch file of the version store (there is no
+    /// document folder to write beside) and kept under the remote's number, when no version
+    /// kept here holds it (no save here can: those made before the deletion went up before it).
+    private func keepWhileGone(_ version: RemoteVersion, as kind: VersionRecord.Kind,
+                               fetch: (ChunkDigest) throws -> [UInt8]) throws {
+        let item = ItemID(rawValue: version.item)
+        let versions = shared.store.versions
+        if mkdir(versions.directory, 0o755) != 0 && errno != EEXIST {  // no version kept here yet
+            throw StoreSyncError("cannot keep version \(version.number) of item \(version.item): \(String(cString: strerror(errno)))")
+        }
+        var template = Array((versions.directory + "/.keep-\(version.item)-\(version.number)-XXXXXX").utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        guard fd >= 0 else {
+            throw StoreSyncError("cannot keep version \(version.number) of item \(version.item): \(String(cString: strerror(errno)))")
+        }
+        defer {
+            close(fd)
+            _ = template.withUnsafeBufferPointer { unlink($0.baseAddress!) }
+        }
+        try Self.write(version, to: fd, fetch: fetch)
+        try shared.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
+            var number = version.number
+            if versions.isTaken(item, number) {
+                if kind == .previous || versions.sameContent(item, version: number, as: "/proc/self/fd/\(fd)") { return }
+                number = versions.firstFreeNumber(of: item, above: number)
+            }
+            var record = VersionRecord(version: number, kind: kind, modified: version.modified,
+                                       kept: WriteSessions.now(), size: version.size, author: nil)
+            if kind == .previous { record.detached = true }
+            try versions.keepFile(fd, item: item, record: record)
         }
     }
 

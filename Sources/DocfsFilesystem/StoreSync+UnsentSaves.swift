@@ -130,8 +130,8 @@ extension StoreSync {
             // gone up either (it goes after the saves before it), so its number matters to no
             // machine yet, and it moves past the save's new one; else the save could not take
             // that number, would lose it to the next version kept here, and go up again.
-            if number < current, current <= given,
-               !versions.versions(of: id).contains(where: { $0.version > number && $0.version <= given }) {
+            if number < current, current <= given, !versions.isTaken(id, given),
+               !versions.versions(of: id).contains(where: { $0.isInChain && $0.version > number && $0.version <= given }) {
                 let moved = versions.firstFreeNumber(of: id, above: given)
                 try ItemAttributes.setVersion(moved, onDescriptor: document)
                 shared.ownChanges.changedFile(at: document)

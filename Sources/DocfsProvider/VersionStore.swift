@@ -317,12 +317,13 @@ public final class VersionStore: Sendable {
     }
 
     /// Moves previous version `version` of `item` (in the chain, a delta or whole) to `number`
-    /// above it, when no kept version and not `current` (the content's number here) lies
-    /// between: the chain keeps its order. Answers whether it moved.
+    /// above it, when nothing holds `number` and no version of the chain and not `current` (the
+    /// content's number here) lies between: the chain keeps its order (versions out of it, a
+    /// save set aside or a conflict version, may lie between). Answers whether it moved.
     public func moveUp(_ item: ItemID, version: UInt64, to number: UInt64, current: UInt64) throws(DocfsError) -> Bool {
-        guard number > version, !(version < current && current <= number),
+        guard number > version, !(version < current && current <= number), !isTaken(item, number),
               let record = try? readRecord(item, version), record.kind == .previous,
-              !versions(of: item).contains(where: { $0.version > version && $0.version <= number }) else { return false }
+              !versions(of: item).contains(where: { $0.isInChain && $0.version > version && $0.version <= number }) else { return false }
         _ = try renumber(item, record, to: number)
         return true
     }

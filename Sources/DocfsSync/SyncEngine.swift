@@ -780,7 +780,9 @@ public final class SyncEngine: Sendable {
     ///   whose content the next version replaced (a version that only renamed keeps nothing);
     /// - the one a deletion removed, when `applied` brought the item back (an edit won over the
     ///   deletion: `low` is below the version the deletion was made on), so nothing committed is
-    ///   lost to a deletion that lost.
+    ///   lost to a deletion that lost;
+    /// - when `applied` is a deletion this machine takes at once (its own deletion raced it), those
+    ///   before the one it removed, as the machines that applied them in turn keep them.
     /// Conflict versions and saves set aside another machine made while the item was gone here
     /// are kept too (but conflicts a version resolved, or resolved here); a number a version
     /// kept here holds already is left alone; at most the last 64 are looked for.
@@ -790,7 +792,7 @@ public final class SyncEngine: Sendable {
     /// goes, so every machine lists the same versions; `low` itself is looked at for that.
     private func keepSkipped(of item: UInt64, after low: UInt64, before applied: RemoteVersion) throws(SyncError) {
         let high = applied.number
-        guard applied.kind == .file, !applied.deleted, high > low + 1 else { return }
+        guard applied.kind == .file, high > low + 1 else { return }
         let from = max(max(low, 1), high > 64 ? high - 64 : 1)
         let listed = try SyncError.remote { () throws(RemoteError) in try remote.versions(of: item, after: from - 1, limit: 256) }
         let skipped = listed.filter { $0.number < high && !$0.conflict && $0.previous != true }
@@ -812,7 +814,11 @@ public final class SyncEngine: Sendable {
         }
         var renamedOnly: [RemoteVersion] = []
         for (version, next) in zip(skipped, skipped.dropFirst() + [applied]) where version.kind == .file && !version.deleted {
-            if !next.deleted && next.manifest == version.manifest {
+            if next.number == high && applied.deleted {
+                // What the deletion taken removed: no machine keeps it while the item is gone
+                // (applying a deletion keeps nothing); it is kept if the item comes back.
+                continue
+            } else if !next.deleted && next.manifest == version.manifest {
                 renamedOnly.append(version)
             } else {
                 // `low` too: the version this machine was in step with is kept here already when a

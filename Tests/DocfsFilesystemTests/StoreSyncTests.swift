@@ -256,7 +256,10 @@ import Glibc
             sync = try StoreSync(serving: filesystem.shared, author: RemoteAuthor(machine: name, user: "alice"))
             sync.fillOutbox(true)
             engine = SyncEngine(store: sync, remote: remote)
-            if ProcessInfo.processInfo.environment["DOCFS_SYNC_TRACE"] != nil { engine.onTrace { print("TRACE \(name) \($0)") } }
+            if ProcessInfo.processInfo.environment["DOCFS_SYNC_TRACE"] != nil {
+                engine.onTrace { print("TRACE \(name) \($0)") }
+                engine.onProblem { print("PROBLEM \(name) \($0)") }
+            }
         }
 
         var documents: String { store.layout.documentsDirectory(try! ContainerID("docfs.default")) }
@@ -916,6 +919,42 @@ import Glibc
             #expect(machine.content("plan.txt") == "a's edit", "\(machine.sync.author.machine)")
             #expect(try machine.keptContents(of: item, at: "plan.txt")[conflicts.first ?? 0] == "b's edit, which loses")
         }
+    }
+
+    /// A machine whose own deletion raced another machine's takes that deletion at once,
+    /// skipping the edits made meanwhile; it keeps them as the machines that applied them in
+    /// turn do, and when a third machine's edit comes back over the deletion, all three list
+    /// the same versions.
+    @Test func aDeletionTakenAtOnceKeepsTheEditsItSkipped() throws {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
+        let c = try Machine("c", remote: remote, firstID: 2_000_000_000, settings: Self.everyVersion)
+        defer { a.cleanUp(); b.cleanUp(); c.cleanUp() }
+        try a.save("plan.txt", "base")
+        for machine in [a, b, c] { try machine.engine.syncOnce() }
+        let item = try #require(a.id("plan.txt"))
+        try b.save("plan.txt", "two")
+        try b.engine.syncOnce()
+        try b.save("plan.txt", "three")
+        try b.engine.syncOnce()
+        try c.engine.syncOnce()
+        try a.filesystem.unlink(parent: 1, name: "plan.txt")  // a deletes, offline
+        try c.save("plan.txt", "c's edit")                    // c edits, offline
+        try b.filesystem.unlink(parent: 1, name: "plan.txt")
+        try b.engine.syncOnce()  // b's deletion is current
+        try a.engine.syncOnce()  // a's deletion races it: a takes it at once
+        try c.engine.syncOnce()  // c's edit comes back over it
+        for _ in 0..<3 { for machine in [a, b, c] { try machine.engine.syncOnce() } }
+        func list(_ machine: Machine) -> [String] {
+            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
+        }
+        let history = try remote.versions(of: item, after: 0, limit: 20).map { "v\($0.number)\($0.deleted ? " deleted" : "")" }
+        for machine in [a, b, c] {
+            #expect(machine.content("plan.txt") == "c's edit", "\(machine.sync.author.machine)")
+            #expect(list(machine) == list(c), "\(machine.sync.author.machine): \(list(machine)), c: \(list(c)), remote: \(history)")
+        }
+        #expect(Set(try a.keptContents(of: item, at: "plan.txt").values).isSuperset(of: ["base", "two", "three"]))
     }
 
     /// ... and `user.docfs.status` says so on each: uploading while a save has not gone up,

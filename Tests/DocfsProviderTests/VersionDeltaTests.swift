@@ -93,4 +93,34 @@ import Testing
         #expect(ranges.byteCount == 35)
         #expect(ranges.missing(in: 40..<40) == [])
     }
+
+    /// A save of the chain moves up to the number the remote gave it past a version out of the
+    /// chain (a save set aside, numbered past the content when it was set aside), never past
+    /// one of the chain or the content's number, nor onto a number held; it reads as it was.
+    @Test func aSaveMovesUpPastAVersionOutOfTheChainOnly() throws {
+        let store = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let item = ItemID(rawValue: 9)
+        let current = directory + "/current"
+        for (version, text) in [(UInt64(1), "one"), (2, "two"), (3, "three")] {
+            try Data(text.utf8).write(to: URL(fileURLWithPath: current))
+            let fd = open(current, O_RDONLY)
+            defer { close(fd) }
+            try store.keepCopy(of: fd, item: item, record: record(version, size: text.utf8.count))
+        }
+        try Data("four".utf8).write(to: URL(fileURLWithPath: current))
+        // 2 is set aside: out of the chain, past the content's number (4).
+        #expect(try store.detach(item, version: 2, past: 4, current: current) == 5)
+        #expect(store.versions(of: item).map(\.version) == [1, 3, 5])
+        // 3 cannot pass the content (4); 1 cannot pass 3 (of the chain); nothing moves onto 5.
+        #expect(try store.moveUp(item, version: 3, to: 6, current: 4) == false)
+        #expect(try store.moveUp(item, version: 1, to: 4, current: 7) == false)
+        #expect(try store.moveUp(item, version: 3, to: 5, current: 7) == false)
+        // With the content numbered past it, 3 moves past 5 (out of the chain) to 6.
+        #expect(try store.moveUp(item, version: 3, to: 6, current: 7) == true)
+        #expect(store.versions(of: item).map(\.version) == [1, 5, 6])
+        #expect(try content(store, item, 6, current: current) == Array("three".utf8))
+        #expect(try content(store, item, 5, current: current) == Array("two".utf8))
+    }
+
 }
