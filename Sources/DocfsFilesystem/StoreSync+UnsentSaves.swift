@@ -117,11 +117,21 @@ extension StoreSync {
         return true
     }
 
-    public func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> (moved: Bool, content: UInt64?) {
+    public func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64, contentRead read: UInt64) throws -> (moved: Bool, content: UInt64?) {
         let id = ItemID(rawValue: item)
-        guard shared.stitcher?.isWritten(id) != true else { return (false, nil) }  // as `setAside`
         let document = try openDocument(item)
         defer { if document >= 0 { close(document) } }
+        // A save began here since the engine read the content (it puts off an item open for
+        // writing): it kept the content read and numbered itself past it. When this save is
+        // the last before the content read, the three move up together, keeping their order
+        // (`WriteSessions.renumber`, which holds a session still meanwhile).
+        if read != .max, document >= 0, number < read, Self.versionNumber(of: document) > read {
+            let versions = shared.store.versions
+            guard !versions.versions(of: id).contains(where: { $0.isInChain && $0.version > number && $0.version < read }),
+                  try renumberHere(item, read: number, given: given) != nil else { return (false, nil) }
+            return (true, read + (given - number))
+        }
+        guard shared.stitcher?.isWritten(id) != true else { return (false, nil) }  // as `setAside`
         return try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) -> (moved: Bool, content: UInt64?) in
             let versions = shared.store.versions
             var current = Self.versionNumber(of: document)

@@ -284,22 +284,28 @@ public final class StoreSync: SyncedStore {
     /// Under the item's write claim, and with its write session held still (`WriteSessions.renumber`),
     /// so no save here numbers itself meanwhile.
     public func numberAsTheRemote(_ item: UInt64, read: UInt64, given: UInt64) throws {
-        guard let view = shared.servedViews().first, let place = try place(of: item) else { return }
+        _ = try renumberHere(item, read: read, given: given)
+    }
+
+    /// `numberAsTheRemote`; answers the file's new number, nil when it kept its own.
+    func renumberHere(_ item: UInt64, read: UInt64, given: UInt64) throws -> UInt64? {
+        guard let view = shared.servedViews().first, let place = try place(of: item) else { return nil }
         let document = try Located(place: place, paths: shared.paths)
         defer { document.close() }
         let id = ItemID(rawValue: item)
-        try view.coordinator.withClaims([(id, .write)]) { () throws(DocfsError) in
+        return try view.coordinator.withClaims([(id, .write)]) { () throws(DocfsError) -> UInt64? in
             let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { throw DocfsError.errno("opening item \(item) to number its version") }
             defer { close(fd) }
             guard ItemAttributes.id(ofDescriptor: fd) == id,
-                  let number = try shared.sessions.renumber(id, file: fd, read: read, given: given) else { return }
+                  let number = try shared.sessions.renumber(id, file: fd, read: read, given: given) else { return nil }
             shared.ownChanges.changedFile(at: fd)
             RemoteApplication.$machine.withValue(RemoteApplication.ownBookkeeping) {
                 var change = ChangeRecord.name(.attributes, document.name, inFolder: document.folder, item: id)
                 change.version = number
                 view.deliverUncached(change)  // a version number: no kernel caches it
             }
+            return number
         }
     }
 

@@ -326,7 +326,7 @@ public final class SyncEngine: Sendable {
             // the saves after it would be numbered otherwise too, and stay here.
             if given != number {
                 let (moved, content) = try SyncError.local("number save \(number) of item \(item) as the remote did") {
-                    try store.renumberSave(number, of: item, as: given)
+                    try store.renumberSave(number, of: item, as: given, contentRead: current)
                 }
                 if let content, current != .max { current = content }
                 if !moved { break }

@@ -293,8 +293,9 @@ public protocol SyncedStore: Sendable {
     /// Save `number` of the item (see `unsentSaves`) went up numbered `given` by the remote: it
     /// takes that number here too, unless a kept version or the content here holds a number
     /// between the two (the chain's order would change); answers whether it moved, and the
-    /// content's new number when the content here held `given` and moved past it.
-    func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> (moved: Bool, content: UInt64?)
+    /// new number of the content the engine read (numbered `read` here; `.max` when the item is
+    /// gone) when that moved past `given` too.
+    func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64, contentRead read: UInt64) throws -> (moved: Bool, content: UInt64?)
 
     /// Sets saves `numbers` of the item (see `unsentSaves`) aside: they lost their race before
     /// they went up (their base is no longer current). Each moves past `current` (the number of

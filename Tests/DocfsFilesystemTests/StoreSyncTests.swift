@@ -957,6 +957,56 @@ import Glibc
         #expect(Set(try a.keptContents(of: item, at: "plan.txt").values).isSuperset(of: ["base", "two", "three"]))
     }
 
+    /// As above, but b saves a third time while its engine sends the first save (between the
+    /// engine's read of the content and the first save's answer): the first save, the content
+    /// read and the third save move up together, and all three machines list the same versions.
+    @Test(arguments: [false, true]) func aSaveBegunWhileAnEarlierSaveGoesUpMovesUpWithIt(closedBeforeTheAnswer: Bool) throws {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
+        let c = try Machine("c", remote: remote, firstID: 2_000_000_000, settings: Self.everyVersion)
+        defer { a.cleanUp(); b.cleanUp(); c.cleanUp() }
+        try a.save("plan.txt", "base")
+        for machine in [a, b, c] { try machine.engine.syncOnce() }
+        let item = try #require(a.id("plan.txt"))
+        try a.save("plan.txt", "a's edit")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        try c.save("plan.txt", "c's edit, which loses")
+        try c.engine.syncOnce()  // a conflict version, numbered 3
+        try b.save("plan.txt", "b's first, offline")
+        try b.save("plan.txt", "b's second, offline")
+        let writer = Mutex<UInt64?>(nil)
+        let filesystem = b.filesystem
+        remote.beforeNextCommit {  // b's first save is about to go up
+            do {
+                let node = try filesystem.lookup(parent: 1, name: FileName("plan.txt")).node
+                let file = try filesystem.open(node, flags: O_RDWR | O_TRUNC, caller: .daemon)
+                _ = try filesystem.write(file.handle, bytes: Array("b's third".utf8), offset: 0)
+                try filesystem.flush(file.handle)
+                if closedBeforeTheAnswer { filesystem.release(file.handle) } else { writer.withLock { $0 = file.handle } }
+            } catch {
+                Issue.record("the save during the commit failed: \(error)")
+            }
+        }
+        try b.engine.syncOnce()
+        if let open = writer.withLock({ $0 }) { b.filesystem.release(open) }
+        for _ in 0..<3 { for machine in [a, b, c] { try machine.engine.syncOnce() } }
+        let current = try #require(try remote.currentVersion(of: item))
+        func list(_ machine: Machine) -> [String] {
+            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
+        }
+        let history = try remote.versions(of: item, after: 0, limit: 20).map { "v\($0.number) \($0.size)" }
+        for machine in [a, b, c] {
+            let name = machine.sync.author.machine
+            #expect(machine.content("plan.txt") == "b's third" && machine.versionNumber("plan.txt") == current.number, "\(name)")
+            #expect(list(machine) == list(a), "\(name): \(list(machine)), a: \(list(a)), remote: \(history)")
+            let kept = try machine.keptContents(of: item, at: "plan.txt")
+            #expect(Set(kept.values).isSuperset(of: ["base", "a's edit", "c's edit, which loses", "b's first, offline", "b's second, offline"]),
+                    "\(name): \(kept)")
+        }
+    }
+
     /// ... and `user.docfs.status` says so on each: uploading while a save has not gone up,
     /// current once it has, conflict while the conflict stands; nothing on a store not linked.
     @Test func twoSavesFromOneBaseLeaveTheLoserAsAConflictVersionOnBothStores() throws {

@@ -404,7 +404,7 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func unsentSavesBeforeConflicts(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64] { [] }
 
-    func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> (moved: Bool, content: UInt64?) { (false, nil) }
+    func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64, contentRead read: UInt64) throws -> (moved: Bool, content: UInt64?) { (false, nil) }
 
     func unsentAside(of item: UInt64) throws -> [UInt64] { [] }
 
