@@ -90,13 +90,26 @@ extension StoreSync {
         shared.store.versions.unsentDetached(of: ItemID(rawValue: item))
     }
 
-    public func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws {
+    public func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> UInt64? {
         let id = ItemID(rawValue: item)
         let versions = shared.store.versions
         let document = try openDocument(item)
         defer { if document >= 0 { close(document) } }
-        _ = try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in
-            try versions.sent(id, version: number, as: given, current: Self.versionNumber(of: document))
+        let written = shared.stitcher?.isWritten(id) == true
+        return try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) -> UInt64? in
+            var current = Self.versionNumber(of: document)
+            var moved: UInt64?
+            // The remote numbered it as the content here: that content has not gone up (the
+            // remote gives no number twice), so its number matters to no machine yet, and it
+            // moves past every kept one (as in `renumberSave`); else the save would keep its
+            // own number here, and lose it to the next version kept with that number.
+            if given == current, given != number, !written {
+                let past = versions.firstFreeNumber(of: id, above: max(given, versions.versions(of: id).last?.version ?? 0))
+                try renumberContent(of: item, document: document, to: past)
+                (current, moved) = (past, past)
+            }
+            try versions.sent(id, version: number, as: given, current: current)
+            return moved
         }
     }
 
@@ -131,6 +144,16 @@ extension StoreSync {
                   try renumberHere(item, read: number, given: given) != nil else { return (false, nil) }
             return (true, read + (given - number))
         }
+        // Gone here (saves made before a deletion, going up before its tombstone): this save
+        // and those after it move up together, keeping their order.
+        if document < 0 {
+            guard given > number else { return (false, nil) }
+            return try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) -> (moved: Bool, content: UInt64?) in
+                let versions = shared.store.versions
+                let end = (versions.versions(of: id).filter(\.isInChain).map(\.version).max() ?? number) + 1
+                return (try versions.shiftChain(id, from: number, below: end, by: given - number), nil)
+            }
+        }
         guard shared.stitcher?.isWritten(id) != true else { return (false, nil) }  // as `setAside`
         return try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) -> (moved: Bool, content: UInt64?) in
             let versions = shared.store.versions
@@ -143,18 +166,24 @@ extension StoreSync {
             if number < current, current <= given, !versions.isTaken(id, given),
                !versions.versions(of: id).contains(where: { $0.isInChain && $0.version > number && $0.version <= given }) {
                 let moved = versions.firstFreeNumber(of: id, above: given)
-                try ItemAttributes.setVersion(moved, onDescriptor: document)
-                shared.ownChanges.changedFile(at: document)
+                try renumberContent(of: item, document: document, to: moved)
                 (current, content) = (moved, moved)
-                if let view = shared.servedViews().first, let place = try? place(of: item),
-                   let located = try? Located(place: place, paths: shared.paths) {
-                    defer { located.close() }
-                    RemoteApplication.$machine.withValue(RemoteApplication.ownBookkeeping) {
-                        view.deliverUncached(.name(.attributes, located.name, inFolder: located.folder, item: id))  // its version
-                    }
-                }
             }
             return (try versions.moveUp(id, version: number, to: given, current: current), content)
+        }
+    }
+
+    /// Gives the content here (the document `document` of `item`, a save not gone up yet)
+    /// the number `number`, and tells the views (its version).
+    private func renumberContent(of item: UInt64, document: Int32, to number: UInt64) throws(DocfsError) {
+        try ItemAttributes.setVersion(number, onDescriptor: document)
+        shared.ownChanges.changedFile(at: document)
+        if let view = shared.servedViews().first, let place = try? place(of: item),
+           let located = try? Located(place: place, paths: shared.paths) {
+            defer { located.close() }
+            RemoteApplication.$machine.withValue(RemoteApplication.ownBookkeeping) {
+                view.deliverUncached(.name(.attributes, located.name, inFolder: located.folder, item: ItemID(rawValue: item)))
+            }
         }
     }
 

@@ -204,17 +204,17 @@ public final class SyncEngine: Sendable {
         let thumbnail = local?.kind == .file ? store.thumbnailSet(of: item) : nil
         let thumbnailDigest = thumbnail.map { bytes in bytes.withUnsafeBytes { ChunkDigest(of: $0) } }
         if let local {
-            if local.kind == .file, state != nil { try sendSavesSetAside(of: local, after: state, &round) }
+            // The save's number here: the remote gives it when it can, so numbers agree.
+            var number = local.kind == .file ? local.number ?? store.versionNumber(of: item) : 0
+            if local.kind == .file, state != nil { try sendSavesSetAside(of: local, numbered: &number, after: state, &round) }
             if let state, LocalItem(state.version) == local, !resolving,
                thumbnailDigest == nil || state.version.thumbnail == thumbnailDigest?.hex || state.version.author != store.author {
                 note("up \(item): in step already (number \(state.number))")
                 return  // in step already
             }
-            // The save's number here: the remote gives it when it can, so numbers agree.
-            var number = local.kind == .file ? local.number ?? store.versionNumber(of: item) : 0
             if local.kind == .file && !resolving && number > (state?.number ?? 0) + 1 {
                 state = try sendUnsentSaves(of: local, numbered: &number, after: state, &round)
-                try sendSavesSetAside(of: local, after: state, &round)  // those that lost their race just now
+                try sendSavesSetAside(of: local, numbered: &number, after: state, &round)  // those that lost their race just now
             }
             try uploadChunks(of: local, except: sent)
             var made = local.proposal(base: state?.number ?? 0, by: store.author)
@@ -239,7 +239,7 @@ public final class SyncEngine: Sendable {
                 let last = LocalItem(known.version)
                 var gone = UInt64.max
                 state = try sendUnsentSaves(of: last, numbered: &gone, after: known, &round) ?? known
-                try sendSavesSetAside(of: last, after: state, &round)
+                try sendSavesSetAside(of: last, numbered: &gone, after: state, &round)
             }
             guard let state else { return }
             var tombstone = state.version
@@ -290,10 +290,16 @@ public final class SyncEngine: Sendable {
         if !early.isEmpty {
             try SyncError.local("set saves \(early) of item \(item) aside") { try store.setAside(early, of: item, above: here) }
         }
-        let numbers = try SyncError.local("list the saves of item \(item) not gone up") {
-            try store.unsentSaves(of: item, after: state?.number ?? 0, before: current)
+        // Listed again after each: one the remote numbered past others here moves those after
+        // it along (when the item is gone here), and one that gave way leaves them where they are.
+        var passed = Set<UInt64>()
+        func unsent() throws(SyncError) -> [UInt64] {
+            try SyncError.local("list the saves of item \(item) not gone up") {
+                try store.unsentSaves(of: item, after: state?.number ?? 0, before: current)
+            }.filter { !passed.contains($0) }
         }
-        for number in numbers {
+        while passed.count < 4096, let number = try unsent().first {
+            passed.insert(number)
             try checkStop()
             let made: RemoteVersion?
             do {
@@ -305,7 +311,18 @@ public final class SyncEngine: Sendable {
                 note("up \(item): save \(number) made here cannot be read (\(error)); it stays here only")
                 break
             }
-            guard let proposal = made else { continue }
+            guard let proposal = made else {
+                // A save that wrote the content last in step again adds nothing and never goes
+                // up, so no other machine keeps it; when the version it repeats is kept here, it
+                // goes here too (every machine lists the same versions).
+                if let state, !state.version.deleted, state.version.kind == .file, let chunks = state.version.chunks {
+                    let forgot = try SyncError.local("look at save \(number) of item \(item)") {
+                        try store.forgetPrevious(number, of: item, holding: chunks, keptAs: state.number)
+                    }
+                    if forgot { note("up \(item): save \(number) holds v\(state.number)'s content, kept here; no longer kept") }
+                }
+                continue
+            }
             let operation = "\(store.author.machine)/\(item)/save-\(number)/\(Self.digest(of: proposal))"
             let outcome = try SyncError.remote { () throws(RemoteError) in
                 try remote.commit(proposal, operation: operation, whenStale: .refuse)
@@ -314,7 +331,7 @@ public final class SyncEngine: Sendable {
             guard case .current(let given, let sequence) = outcome else {
                 // It lost its race before it went up (another machine committed first): it and
                 // the saves after it are set aside, to go up beside the current version.
-                let rest = Array(numbers.drop { $0 != number })
+                let rest = [number] + (try unsent())
                 try SyncError.local("set saves \(rest) of item \(item) aside") { try store.setAside(rest, of: item, above: here) }
                 break
             }
@@ -340,7 +357,10 @@ public final class SyncEngine: Sendable {
     /// beside it, and every machine keeps it as a previous version. `local` gives the place and
     /// attributes. One that cannot be read stays here, set aside, and is tried again with the
     /// item's next change.
-    private func sendSavesSetAside(of local: LocalItem, after state: ItemSyncState?, _ round: inout Round) throws(SyncError) {
+    /// `current`: the number of the content here, which moves when the remote gave a save set
+    /// aside that number.
+    private func sendSavesSetAside(of local: LocalItem, numbered current: inout UInt64, after state: ItemSyncState?,
+                                   _ round: inout Round) throws(SyncError) {
         let item = local.item
         // Looked for again after each: one sent may move another that held its new number.
         var tried = Set<UInt64>()
@@ -365,7 +385,8 @@ public final class SyncEngine: Sendable {
             }
             note("up \(item): \(outcome) for save \(number) set aside here")
             guard case .current(let given, _) = outcome else { continue }
-            try SyncError.local("number save \(number) of item \(item) set aside") { try store.sentAside(number, of: item, as: given) }
+            let moved = try SyncError.local("number save \(number) of item \(item) set aside") { try store.sentAside(number, of: item, as: given) }
+            if let moved, current != .max { current = moved }
             round.uploaded += 1
         }
     }

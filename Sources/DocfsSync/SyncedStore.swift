@@ -310,7 +310,9 @@ public protocol SyncedStore: Sendable {
 
     /// Save `number` set aside went up, numbered `given` by the remote: it takes that number
     /// here too when it is free.
-    func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws
+    /// Answers the content's new number when the remote gave the save the number the content
+    /// here had (a save not gone up yet): the content moves past it.
+    func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> UInt64?
 
     /// Keeps another machine's save set aside (`RemoteVersion.previous`) as a previous version
     /// of its item under its number; a save of this machine's that never went up and holds

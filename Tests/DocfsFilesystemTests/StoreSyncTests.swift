@@ -1007,6 +1007,55 @@ import Glibc
         }
     }
 
+    /// A save that wrote the content last in step again, then another save: the repeat never
+    /// goes up (it adds nothing), so no other machine keeps it, and neither does the machine
+    /// that made it, which keeps the version it repeats.
+    @Test func aSaveRepeatingTheContentLastInStepIsKeptNowhere() throws {
+        let (_, a, b, item) = try twoMachinesInStep(on: "plan.txt", "base")
+        defer { a.cleanUp(); b.cleanUp() }
+        try b.save("plan.txt", "base")  // the same content again: b keeps v1, the file is 2
+        try b.save("plan.txt", "b's edit")
+        for _ in 0..<2 { for machine in [b, a] { try machine.engine.syncOnce() } }
+        func list(_ machine: Machine) -> [String] {
+            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
+        }
+        #expect(list(a) == list(b), "a \(list(a)), b \(list(b))")
+        for machine in [a, b] {
+            #expect(machine.content("plan.txt") == "b's edit", "\(machine.sync.author.machine)")
+            #expect(try machine.keptContents(of: item, at: "plan.txt") == [1: "base"], "\(machine.sync.author.machine)")
+        }
+    }
+
+    /// Saves made before a deletion go up before its tombstone; when the remote numbers the
+    /// first past its number here (a conflict version took it), it and the ones after it move
+    /// up together, each kept here under the number the remote gave it, and each goes up.
+    @Test func savesBeforeADeletionMoveUpTogetherWithTheRemotesNumbers() throws {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
+        let c = try Machine("c", remote: remote, firstID: 2_000_000_000, settings: Self.everyVersion)
+        defer { a.cleanUp(); b.cleanUp(); c.cleanUp() }
+        try a.save("plan.txt", "base")
+        for machine in [a, b, c] { try machine.engine.syncOnce() }
+        let item = try #require(a.id("plan.txt"))
+        try a.save("plan.txt", "a's edit")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        try c.save("plan.txt", "c's edit, which loses")
+        try c.engine.syncOnce()  // a conflict version, numbered 3
+        try b.save("plan.txt", "b1")
+        try b.save("plan.txt", "b two")
+        try b.save("plan.txt", "b's third")
+        try b.filesystem.unlink(parent: 1, name: "plan.txt")  // offline still: saves 3 and 4 kept
+        for _ in 0..<2 { for machine in [b, a, c] { try machine.engine.syncOnce() } }
+        let logged = try remote.versions(of: item, after: 0, limit: 20)
+        let numbered = Dictionary(logged.filter { !$0.deleted && !$0.conflict }.map { ($0.size, $0.number) }, uniquingKeysWith: { a, _ in a })
+        let kept = try b.keptContents(of: item, at: "plan.txt")
+        #expect(numbered[2] != nil && numbered[5] != nil, "b's saves went up: \(logged.map { "v\($0.number) \($0.size)" })")
+        #expect(kept[numbered[2] ?? 0] == "b1" && kept[numbered[5] ?? 0] == "b two", "b keeps \(kept), remote \(logged.map { "v\($0.number) \($0.size)" })")
+        #expect(logged.last?.deleted == true)
+    }
+
     /// ... and `user.docfs.status` says so on each: uploading while a save has not gone up,
     /// current once it has, conflict while the conflict stands; nothing on a store not linked.
     @Test func twoSavesFromOneBaseLeaveTheLoserAsAConflictVersionOnBothStores() throws {

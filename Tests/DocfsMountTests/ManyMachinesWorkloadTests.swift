@@ -192,11 +192,14 @@ import Glibc
         // One list of versions everywhere: each document's kept versions, numbers and kinds, are
         // the same on every machine (saves that never went up on their own go up before the
         // content after them, or set aside beside it when they lost their race; versions a
-        // machine skipped or missed while the item was gone there are fetched). Measured: 0 to 2
-        // of about 860 documents differ per run, once 5 of 880 (none in about half the runs:
-        // saves of several machines racing one another more than once); since two more races were
-        // fixed, one document in 1 of 18 runs. Bounded at 1%, so those rare races do not fail a
-        // run, a regression does (before this work, 5 to 22 differed).
+        // machine skipped or missed while the item was gone there are fetched; saves begun while
+        // the engine commits move up with the numbers the remote gives). Measured on 2026-11-27:
+        // before this session's fixes 1 or 2 of about 860 documents differed in 11 of 32 runs;
+        // after the first two (a save begun during a commit, a conflict version kept twice), in 5
+        // of 42 runs; after the next two (a deletion taken at once, a save moving past one set
+        // aside), one document in 1 of 30 runs (a machine that saved the same content twice in a
+        // row kept one more version). Bounded at two documents, so that rare race does not fail
+        // a run and a regression does (before this work, 5 to 22 differed).
         let ids = Set(numbered[0].values.compactMap { $0.split(separator: " ").first.map(String.init) })
         let differentLists = ids.sorted().filter { id in
             let lists = machines.map { Self.keptVersions($0, id) }
@@ -206,7 +209,7 @@ import Glibc
         if !differentLists.isEmpty, ProcessInfo.processInfo.environment["DOCFS_WORKLOAD_DETAILS"] != nil {
             print("ManyMachinesWorkloadTests: \(differentLists.prefix(4).map { id in "\(id): \(machines.map { Self.keptVersions($0, id) })" }) \(histories(of: Array(differentLists.prefix(4))))")
         }
-        #expect(differentLists.count * 100 <= ids.count, "\(differentLists.count) of \(ids.count) documents: \(differentLists.prefix(4).map { id in "\(id): \(machines.map { Self.keptVersions($0, id) })" }) \(histories(of: Array(differentLists.prefix(6))))")
+        #expect(differentLists.count <= 2, "\(differentLists.count) of \(ids.count) documents: \(differentLists.prefix(4).map { id in "\(id): \(machines.map { Self.keptVersions($0, id) })" }) \(histories(of: Array(differentLists.prefix(6))))")
         for machine in machines {
             let status = try machine.status()
             #expect(status["parked"] as? Int == 0 && status["lastError"] == nil, "\(machine.name): \(status)")

@@ -408,7 +408,7 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func unsentAside(of item: UInt64) throws -> [UInt64] { [] }
 
-    func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws {}
+    func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> UInt64? { nil }
 
     func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest], keptAs: UInt64?) throws -> Bool {
         state.withLock { state in
