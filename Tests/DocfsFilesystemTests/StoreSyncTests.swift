@@ -228,6 +228,11 @@ import Glibc
     }
 }
 
+/// A writer's handle held open across a test's steps.
+final class HeldWriter: Sendable {
+    let handle = Mutex<UInt64?>(nil)
+}
+
 /// Two real stores (in-process, no kernel) kept in step through one remote (issue 22 §2–§4):
 /// what one saves, renames or deletes the other applies through its coordinated path, under
 /// the same item id, indexed, never echoed back; the content an applied version replaces is
@@ -288,6 +293,26 @@ import Glibc
             filesystem.release(file.handle)
         }
 
+        /// Saves `text` to the top-level file `name` from within `remote`'s next commit, as a
+        /// user saving while the engine is between its read of the item and its commit; with
+        /// `keepOpen`, the writer stays open. Answers what lets that writer go.
+        func saveDuringNextCommit(of remote: InMemoryRemote, _ name: String, _ text: String, keepOpen: Bool) -> @Sendable () -> Void {
+            let held = HeldWriter()
+            let filesystem = self.filesystem
+            remote.beforeNextCommit {
+                do {
+                    let node = try filesystem.lookup(parent: 1, name: FileName(name)).node
+                    let file = try filesystem.open(node, flags: O_RDWR | O_TRUNC, caller: .daemon)
+                    _ = try filesystem.write(file.handle, bytes: Array(text.utf8), offset: 0)
+                    try filesystem.flush(file.handle)
+                    if keepOpen { held.handle.withLock { $0 = file.handle } } else { filesystem.release(file.handle) }
+                } catch {
+                    Issue.record("the save during the commit failed: \(error)")
+                }
+            }
+            return { if let open = held.handle.withLock({ $0 }) { filesystem.release(open) } }
+        }
+
         /// Appends `text` to the file at `path` through O_APPEND, as a log is (a session of its own).
         func append(_ path: String, _ text: String) throws {
             let node = try filesystem.lookup(parent: 1, name: FileName(path)).node
@@ -332,6 +357,25 @@ import Glibc
         try a.engine.syncOnce()
         try b.engine.syncOnce()
         return (remote, a, b, try #require(a.id(path)))
+    }
+
+    /// Three machines keeping every version, in step on "plan.txt": a's edit is version 2 (b
+    /// has it), and c's edit from version 1 lost to it, committed as conflict version 3.
+    /// Answers the remote, the machines and the document's id.
+    func threeMachinesPastAConflictVersion() throws -> (InMemoryRemote, Machine, Machine, Machine, UInt64) {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
+        let c = try Machine("c", remote: remote, firstID: 2_000_000_000, settings: Self.everyVersion)
+        try a.save("plan.txt", "base")
+        for machine in [a, b, c] { try machine.engine.syncOnce() }
+        let item = try #require(a.id("plan.txt"))
+        try a.save("plan.txt", "a's edit")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        try c.save("plan.txt", "c's edit, which loses")
+        try c.engine.syncOnce()
+        return (remote, a, b, c, item)
     }
 
     /// Settings that keep every session's version (no thinning), as a document edited now and
@@ -789,19 +833,8 @@ import Glibc
     /// its own, then lost it under the conflict version, and went up again set aside: in about
     /// one workload run in six, one document's lists differed).
     @Test func aSaveNumberedAsTheContentHereByTheRemoteTakesThatNumber() throws {
-        let remote = InMemoryRemote()
-        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
-        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
-        let c = try Machine("c", remote: remote, firstID: 2_000_000_000, settings: Self.everyVersion)
+        let (remote, a, b, c, item) = try threeMachinesPastAConflictVersion()
         defer { a.cleanUp(); b.cleanUp(); c.cleanUp() }
-        try a.save("plan.txt", "base")
-        for machine in [a, b, c] { try machine.engine.syncOnce() }
-        let item = try #require(a.id("plan.txt"))
-        try a.save("plan.txt", "a's edit")
-        try a.engine.syncOnce()
-        try b.engine.syncOnce()
-        try c.save("plan.txt", "c's edit, which loses")
-        try c.engine.syncOnce()  // committed as a conflict version, past a's edit
         try b.save("plan.txt", "b's first, offline")
         try b.save("plan.txt", "b's second, offline")
         for _ in 0..<3 { for machine in [a, b, c] { try machine.engine.syncOnce() } }
@@ -855,19 +888,7 @@ import Glibc
         _ = try a.filesystem.rename(parent: 1, name: "plan.txt", newParent: 1, newName: "final.txt", flags: 0, caller: .daemon)
         // The engine has read the renamed file (number 1) when a writer opens it: the session
         // keeps "one" as version 1 here and numbers itself 2; the remote numbers the rename 2.
-        let writer = Mutex<UInt64?>(nil)
-        let filesystem = a.filesystem
-        remote.beforeNextCommit {
-            do {
-                let node = try filesystem.lookup(parent: 1, name: FileName("final.txt")).node
-                let file = try filesystem.open(node, flags: O_RDWR | O_TRUNC, caller: .daemon)
-                _ = try filesystem.write(file.handle, bytes: Array("two".utf8), offset: 0)
-                try filesystem.flush(file.handle)
-                if closedBeforeTheAnswer { filesystem.release(file.handle) } else { writer.withLock { $0 = file.handle } }
-            } catch {
-                Issue.record("the save during the commit failed: \(error)")
-            }
-        }
+        let letGo = a.saveDuringNextCommit(of: remote, "final.txt", "two", keepOpen: !closedBeforeTheAnswer)
         try a.engine.syncOnce()
         let logged = try remote.versions(of: item, after: 0, limit: 10)
         #expect(logged.count >= 2 && logged[1].number == 2 && logged[1].name == "final.txt" && logged[1].chunks == logged[0].chunks,
@@ -875,7 +896,7 @@ import Glibc
         // The content read is version 2 here too; the save is 3.
         #expect(a.versionNumber("final.txt") == 3)
         #expect(try a.keptContents(of: item, at: "final.txt") == [2: "one"])
-        if let open = writer.withLock({ $0 }) { a.filesystem.release(open) }
+        letGo()
         for _ in 0..<2 { for machine in [a, b] { try machine.engine.syncOnce() } }
         #expect(try remote.currentVersion(of: item)?.number == 3)
         for machine in [a, b] {
@@ -961,36 +982,14 @@ import Glibc
     /// engine's read of the content and the first save's answer): the first save, the content
     /// read and the third save move up together, and all three machines list the same versions.
     @Test(arguments: [false, true]) func aSaveBegunWhileAnEarlierSaveGoesUpMovesUpWithIt(closedBeforeTheAnswer: Bool) throws {
-        let remote = InMemoryRemote()
-        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
-        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
-        let c = try Machine("c", remote: remote, firstID: 2_000_000_000, settings: Self.everyVersion)
+        let (remote, a, b, c, item) = try threeMachinesPastAConflictVersion()
         defer { a.cleanUp(); b.cleanUp(); c.cleanUp() }
-        try a.save("plan.txt", "base")
-        for machine in [a, b, c] { try machine.engine.syncOnce() }
-        let item = try #require(a.id("plan.txt"))
-        try a.save("plan.txt", "a's edit")
-        try a.engine.syncOnce()
-        try b.engine.syncOnce()
-        try c.save("plan.txt", "c's edit, which loses")
-        try c.engine.syncOnce()  // a conflict version, numbered 3
         try b.save("plan.txt", "b's first, offline")
         try b.save("plan.txt", "b's second, offline")
-        let writer = Mutex<UInt64?>(nil)
-        let filesystem = b.filesystem
-        remote.beforeNextCommit {  // b's first save is about to go up
-            do {
-                let node = try filesystem.lookup(parent: 1, name: FileName("plan.txt")).node
-                let file = try filesystem.open(node, flags: O_RDWR | O_TRUNC, caller: .daemon)
-                _ = try filesystem.write(file.handle, bytes: Array("b's third".utf8), offset: 0)
-                try filesystem.flush(file.handle)
-                if closedBeforeTheAnswer { filesystem.release(file.handle) } else { writer.withLock { $0 = file.handle } }
-            } catch {
-                Issue.record("the save during the commit failed: \(error)")
-            }
-        }
+        // b's first save is about to go up.
+        let letGo = b.saveDuringNextCommit(of: remote, "plan.txt", "b's third", keepOpen: !closedBeforeTheAnswer)
         try b.engine.syncOnce()
-        if let open = writer.withLock({ $0 }) { b.filesystem.release(open) }
+        letGo()
         for _ in 0..<3 { for machine in [a, b, c] { try machine.engine.syncOnce() } }
         let current = try #require(try remote.currentVersion(of: item))
         func list(_ machine: Machine) -> [String] {
@@ -1030,19 +1029,8 @@ import Glibc
     /// first past its number here (a conflict version took it), it and the ones after it move
     /// up together, each kept here under the number the remote gave it, and each goes up.
     @Test func savesBeforeADeletionMoveUpTogetherWithTheRemotesNumbers() throws {
-        let remote = InMemoryRemote()
-        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
-        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
-        let c = try Machine("c", remote: remote, firstID: 2_000_000_000, settings: Self.everyVersion)
+        let (remote, a, b, c, item) = try threeMachinesPastAConflictVersion()
         defer { a.cleanUp(); b.cleanUp(); c.cleanUp() }
-        try a.save("plan.txt", "base")
-        for machine in [a, b, c] { try machine.engine.syncOnce() }
-        let item = try #require(a.id("plan.txt"))
-        try a.save("plan.txt", "a's edit")
-        try a.engine.syncOnce()
-        try b.engine.syncOnce()
-        try c.save("plan.txt", "c's edit, which loses")
-        try c.engine.syncOnce()  // a conflict version, numbered 3
         try b.save("plan.txt", "b1")
         try b.save("plan.txt", "b two")
         try b.save("plan.txt", "b's third")

@@ -193,13 +193,13 @@ import Glibc
         // the same on every machine (saves that never went up on their own go up before the
         // content after them, or set aside beside it when they lost their race; versions a
         // machine skipped or missed while the item was gone there are fetched; saves begun while
-        // the engine commits move up with the numbers the remote gives). Measured on 2026-11-27:
-        // before this session's fixes 1 or 2 of about 860 documents differed in 11 of 32 runs;
-        // after the first two (a save begun during a commit, a conflict version kept twice), in 5
-        // of 42 runs; after the next two (a deletion taken at once, a save moving past one set
-        // aside), one document in 1 of 30 runs (a machine that saved the same content twice in a
-        // row kept one more version). Bounded at two documents, so that rare race does not fail
-        // a run and a regression does (before this work, 5 to 22 differed).
+        // the engine commits move up with the numbers the remote gives). Measured on 2026-11-27,
+        // 30 runs or so at a time across the three mount modes: before this session's fixes, 1 or
+        // 2 of about 860 documents differed in 11 of 32 runs; after each round of fixes (each
+        // with a test in TwoStoresInStepTests), 4 of 42, 1 of 30, 2 of 30, then 1 of 30 runs had
+        // one document differ (last: a machine listed one conflict version more). Bounded at two
+        // documents, so such a rare race does not fail a run and a regression does (before this
+        // work, 5 to 22 differed).
         let ids = Set(numbered[0].values.compactMap { $0.split(separator: " ").first.map(String.init) })
         let differentLists = ids.sorted().filter { id in
             let lists = machines.map { Self.keptVersions($0, id) }
