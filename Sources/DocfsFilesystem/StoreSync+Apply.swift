@@ -205,17 +205,10 @@ extension StoreSync {
                                fetch: (ChunkDigest) throws -> [UInt8]) throws {
         let item = ItemID(rawValue: version.item)
         let versions = shared.store.versions
-        if mkdir(versions.directory, 0o755) != 0 && errno != EEXIST {  // no version kept here yet
-            throw StoreSyncError("cannot keep version \(version.number) of item \(version.item): \(String(cString: strerror(errno)))")
-        }
-        var template = Array((versions.directory + "/.keep-\(version.item)-\(version.number)-XXXXXX").utf8CString)
-        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-        guard fd >= 0 else {
-            throw StoreSyncError("cannot keep version \(version.number) of item \(version.item): \(String(cString: strerror(errno)))")
-        }
+        let (fd, path) = try versions.scratchFile("keep-\(version.item)-\(version.number)")
         defer {
             close(fd)
-            _ = template.withUnsafeBufferPointer { unlink($0.baseAddress!) }
+            unlink(path)
         }
         try Self.write(version, to: fd, fetch: fetch)
         try shared.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in

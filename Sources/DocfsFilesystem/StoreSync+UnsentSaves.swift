@@ -54,10 +54,9 @@ extension StoreSync {
         case .path(let path, let length):
             (fd, size) = (open(path, O_RDONLY | O_CLOEXEC), length)
         case nil:
-            let scratch = versions.directory + "/.unsent-\(item)-\(number)-XXXXXX"
-            var template = Array(scratch.utf8CString)
-            fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-            if fd >= 0 { _ = template.withUnsafeBufferPointer { unlink($0.baseAddress!) } }
+            let scratch = try versions.scratchFile("unsent-\(item)-\(number)")
+            unlink(scratch.path)
+            fd = scratch.fd
         }
         guard fd >= 0 else { throw StoreSyncError("cannot read save \(number) of item \(item): \(String(cString: strerror(errno)))") }
         defer { close(fd) }

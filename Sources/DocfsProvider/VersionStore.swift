@@ -126,6 +126,7 @@ public final class VersionStore: Sendable {
     public func removeLeftovers() {
         chunks.removeLeftovers()
         for name in Self.names(in: directory) {
+            if name.hasPrefix(Self.scratchPrefix) { unlink(directory + "/" + name) }
             guard let item = ItemID(text: name) else { continue }
             let folder = itemDirectory(item)
             var entries = Self.names(in: folder)
@@ -561,6 +562,21 @@ public final class VersionStore: Sendable {
             throw recordFailure(record.version, item, error)
         }
     }
+
+    /// A scratch file in the version store's folder (made if need be, so on the same file
+    /// system as the versions, which `keepFile` can link it into): content on its way to be
+    /// kept or read. Answers its descriptor and path; the caller closes and unlinks it (one a
+    /// daemon that died left goes at the next `removeLeftovers`).
+    public func scratchFile(_ purpose: String) throws(DocfsError) -> (fd: Int32, path: String) {
+        try LocalStore.makeDirectory(directory)
+        var template = Array((directory + "/" + Self.scratchPrefix + purpose + "-XXXXXX").utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        guard fd >= 0 else { throw failure("cannot make a scratch file for versions") }
+        return (fd, String(decoding: template.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self))
+    }
+
+    /// How the names of scratch files begin.
+    static let scratchPrefix = ".scratch-"
 
     /// The error of a failed step of keeping a version, errno as it is now: a full disk (or
     /// quota) stays ENOSPC (EDQUOT), so the open that wanted the version fails with it.

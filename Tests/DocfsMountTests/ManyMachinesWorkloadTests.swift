@@ -195,8 +195,8 @@ import Glibc
         // machine skipped or missed while the item was gone there are fetched; saves begun while
         // the engine commits move up with the numbers the remote gives). Measured on 2026-11-27,
         // 30 runs or so at a time across the three mount modes: before this session's fixes, 1 or
-        // 2 of about 860 documents differed in 11 of 32 runs; after each round of fixes (each
-        // with a test in TwoStoresInStepTests), 4 of 42, 1 of 30, 2 of 30, then 1 of 30 runs had
+        // 2 of about 860 documents differed in 11 of 32 runs; after each round of fixes (all but
+        // one with a test of its own), 4 of 42, 1 of 30, 2 of 30, then 1 of 30 runs had
         // one document differ (last: a machine listed one conflict version more). Bounded at two
         // documents, so such a rare race does not fail a run and a regression does (before this
         // work, 5 to 22 differed).

@@ -123,4 +123,18 @@ import Testing
         #expect(try content(store, item, 5, current: current) == Array("two".utf8))
     }
 
+
+    /// A scratch file a daemon left (it died while keeping a version of an item gone here) goes
+    /// at the next start; the versions stay.
+    @Test func aScratchFileLeftBehindGoesAtTheNextStart() throws {
+        let store = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let scratch = try store.scratchFile("keep-9-1")
+        close(scratch.fd)
+        #expect(FileManager.default.fileExists(atPath: scratch.path) && scratch.path.hasPrefix(directory + "/versions/"))
+        store.removeLeftovers()
+        #expect(!FileManager.default.fileExists(atPath: scratch.path))
+        #expect(FileManager.default.fileExists(atPath: directory + "/versions"))
+    }
+
 }
