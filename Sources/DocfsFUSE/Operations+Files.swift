@@ -37,6 +37,7 @@ extension Operations {
         }
         ops.open = { req, node, fi in
             let ctx = BridgeContext.of(req)
+            ctx.awaitReleasesBeforeRewrite(of: node, flags: fi!.pointee.flags)
             do {
                 let file = try ctx.filesystem.open(node, flags: fi!.pointee.flags, caller: caller(of: req))
                 let replied: Int32
@@ -85,6 +86,7 @@ extension Operations {
         }
         ops.flush = { req, _, fi in
             let ctx = BridgeContext.of(req)
+            ctx.passthrough.flushed(fi!.pointee.fh)
             do {
                 try ctx.filesystem.flush(fi!.pointee.fh)
                 fuse_reply_err(req, 0)

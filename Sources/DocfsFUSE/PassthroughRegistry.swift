@@ -21,7 +21,9 @@ final class PassthroughRegistry: Sendable {
     /// The open files of a node: by passthrough (a backing id) or served through docfs (nil).
     private struct OpenNode {
         var backing: Int32?
-        var opens: Int
+        var handles: Set<UInt64>
+        /// Those of `handles` closed once at least (FLUSH): their releases may be on the way.
+        var flushed: Set<UInt64> = []
     }
 
     private struct State {
@@ -68,14 +70,14 @@ final class PassthroughRegistry: Sendable {
             // A node keeps how its first open was served for every open until the last release,
             // even after passthrough was switched off: the kernel needs them to agree.
             if var open = state.byNode[node] {
-                open.opens += 1
+                open.handles.insert(handle)
                 state.byNode[node] = open
                 state.handles[handle] = node
                 return open.backing
             }
             guard state.enabled, let session = state.session else { return nil }
             guard eligible else {
-                state.byNode[node] = OpenNode(backing: nil, opens: 1)
+                state.byNode[node] = OpenNode(backing: nil, handles: [handle])
                 state.handles[handle] = node
                 return nil
             }
@@ -102,10 +104,39 @@ final class PassthroughRegistry: Sendable {
                 state.announced = true
                 logger.notice("FUSE passthrough in use: the kernel reads and writes open files in the store itself")
             }
-            state.byNode[node] = OpenNode(backing: id, opens: 1)
+            state.byNode[node] = OpenNode(backing: id, handles: [handle])
             state.handles[handle] = node
             return id
         }
+    }
+
+    /// Whether `node`'s open files are passed through and were all closed once at least (a
+    /// writer's close sends FLUSH, which close(2) waits for): their releases, which the kernel
+    /// sends after close(2) returns, are likely on the way.
+    func awaitsOnlyReleases(_ node: NodeID) -> Bool {
+        state.withLock { state in
+            guard let open = state.byNode[node], open.backing != nil else { return false }
+            return open.handles.isSubset(of: open.flushed)
+        }
+    }
+
+    /// A descriptor of the open `handle` was closed (FLUSH).
+    func flushed(_ handle: UInt64) {
+        state.withLock { state in
+            guard let node = state.handles[handle] else { return }
+            state.byNode[node]?.flushed.insert(handle)
+        }
+    }
+
+    /// Waits until `node` has no open files, for at most `timeout`; whether it has none.
+    func awaitLastRelease(of node: NodeID, timeout: Duration) -> Bool {
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        while state.withLock({ $0.byNode[node] != nil }) {
+            guard clock.now < deadline else { return false }
+            usleep(500)
+        }
+        return true
     }
 
     /// The open `handle` is being released; the last backed open of its node unregisters the
@@ -113,8 +144,9 @@ final class PassthroughRegistry: Sendable {
     func release(_ handle: UInt64) {
         state.withLock { state in
             guard let node = state.handles.removeValue(forKey: handle), var open = state.byNode[node] else { return }
-            open.opens -= 1
-            if open.opens > 0 {
+            open.handles.remove(handle)
+            open.flushed.remove(handle)
+            if !open.handles.isEmpty {
                 state.byNode[node] = open
                 return
             }

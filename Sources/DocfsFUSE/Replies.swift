@@ -55,6 +55,18 @@ extension BridgeContext {
         }
     }
 
+    /// An open for writing that docfs may want to serve itself (a rewrite of a big file saves
+    /// only what it overwrites), of a file whose open files are all passed through and all
+    /// closed already: waits a moment for their releases, which the kernel sends after
+    /// close(2) returns, so that this open is not passed through too (the kernel takes no
+    /// mix of the two on one file), which would make its session keep a whole copy. A file
+    /// still open elsewhere is not waited for.
+    func awaitReleasesBeforeRewrite(of node: NodeID, flags: Int32) {
+        guard flags & O_ACCMODE != O_RDONLY, flags & (O_TRUNC | O_APPEND) == 0 else { return }
+        guard passthrough.awaitsOnlyReleases(node) else { return }
+        _ = passthrough.awaitLastRelease(of: node, timeout: .milliseconds(250))
+    }
+
     /// The backing id for an open `file` of `node`: nil when it is served through docfs.
     func acquireBacking(_ node: NodeID, _ file: OpenFile) throws(DocfsError) -> Int32? {
         let backing = try passthrough.acquire(node, handle: file.handle, eligible: file.mayPassThrough,

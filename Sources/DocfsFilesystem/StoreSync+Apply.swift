@@ -166,6 +166,7 @@ extension StoreSync {
             // content (a round cut short); a save made here that never went up and holds it
             // gives way (`giveWay`), and so does the content here (a number above every kept
             // one); else, as a last resort, the next free number.
+            try takeRemoteNumbers(of: item, content: fd)  // kept earlier under another number, it may have the remote's now
             var number = version.number
             if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
             let here = ItemAttributes.version(ofDescriptor: fd)
@@ -183,6 +184,7 @@ extension StoreSync {
             if number == ItemAttributes.version(ofDescriptor: fd) { number = versions.firstFreeNumber(of: item, above: number) }
             var record = VersionRecord(version: number, kind: kind, modified: version.modified,
                                        kept: WriteSessions.now(), size: version.size, author: nil)
+            if number != version.number { record.remoteNumber = version.number }  // it takes it once free
             // Out of the chain deltas are made up from: a delta kept here below it is made up from
             // the content that followed it here, not from this one.
             if kind == .previous { record.detached = true }
@@ -212,6 +214,7 @@ extension StoreSync {
         }
         try Self.write(version, to: fd, fetch: fetch)
         try shared.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
+            try takeRemoteNumbers(of: item, content: nil)
             var number = version.number
             if versions.isTaken(item, number) {
                 if kind == .previous || versions.sameContent(item, version: number, as: "/proc/self/fd/\(fd)") { return }
@@ -219,6 +222,7 @@ extension StoreSync {
             }
             var record = VersionRecord(version: number, kind: kind, modified: version.modified,
                                        kept: WriteSessions.now(), size: version.size, author: nil)
+            if number != version.number { record.remoteNumber = version.number }
             if kind == .previous { record.detached = true }
             try versions.keepFile(fd, item: item, record: record)
         }
@@ -396,6 +400,32 @@ extension StoreSync {
     /// excludes a session starting or ending).
     /// A failure leaves it where it is (the remote's version then takes the next free number):
     /// reported, not thrown.
+    /// Versions of `item` kept here under another number than the remote gave them (one of
+    /// this machine's held it) take the remote's where it is free now: not the number of the
+    /// content here (`content`, when the item is here), nor one a write session of it holds.
+    /// Call under the item's claim.
+    func takeRemoteNumbers(of item: ItemID, content: Int32?) throws(DocfsError) {
+        let here = content.map { ItemAttributes.version(ofDescriptor: $0) }
+        try shared.store.versions.takeRemoteNumbers(of: item) { number in
+            number == here || shared.sessions.holdsNumber(item, number)
+        }
+    }
+
+    /// After the engine settled `item` (a save of this machine's went up, or another's was
+    /// applied): a number held here may have been let go, which a version kept under another
+    /// number than the remote's takes now (`takeRemoteNumbers`).
+    public func takeRemoteNumbers(of item: UInt64) throws {
+        let id = ItemID(rawValue: item)
+        guard shared.store.versions.holdsRemoteNumbers(id) else { return }
+        try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in
+            guard let place = try? place(of: item) else { return try takeRemoteNumbers(of: id, content: nil) }
+            let fd = shared.paths.openPlace(place)
+            guard fd >= 0 else { throw DocfsError.errno("opening item \(item) to number its kept versions") }
+            defer { close(fd) }
+            try takeRemoteNumbers(of: id, content: fd)
+        }
+    }
+
     func giveWay(_ number: UInt64, of item: ItemID, to content: String, past minimum: UInt64, current: String?) {
         let versions = shared.store.versions
         guard versions.record(of: item, version: number)?.kind == .previous,

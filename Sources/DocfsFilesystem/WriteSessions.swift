@@ -440,6 +440,14 @@ final class WriteSessions: Sendable {
         }
     }
 
+    /// Whether a write session of `item` holds `number`: the content it began from, or the
+    /// version it makes.
+    func holdsNumber(_ item: ItemID, _ number: UInt64) -> Bool {
+        state.withLock { state in
+            state.sessions.values.contains { $0.item == item && ($0.base == number || $0.number == number) }
+        }
+    }
+
     /// The sync engine read `item`'s content (its file `fd`) numbered `read`, and the remote
     /// numbered that content `given`, higher (other machines took the numbers between): the
     /// file takes `given`. When sessions began here since the read (the file's number is past

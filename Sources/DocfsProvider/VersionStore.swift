@@ -49,6 +49,11 @@ public struct VersionRecord: Codable, Sendable, Equatable {
     /// Set while a detached save (see `detached`) has not gone up yet as a version kept beside
     /// the current one (`RemoteVersion.previous`): every machine lists it once it has.
     public var unsent: Bool?
+    /// Set for a version kept from another machine under another number than the remote gave
+    /// it (a version of this machine's held that one, and could not give way then): it takes
+    /// the remote's number once that is free (`VersionStore.takeRemoteNumbers`), so every
+    /// machine lists it under the same number.
+    public var remoteNumber: UInt64?
     /// For a delta, the bytes saved so far (filled in when listed, not stored).
     public var savedBytes: Int64?
     /// For a version kept as chunks, the bytes of the chunks no other version uses: what
@@ -56,7 +61,7 @@ public struct VersionRecord: Codable, Sendable, Equatable {
     public var ownChunkBytes: Int64?
 
     private enum CodingKeys: String, CodingKey {
-        case version, kind, modified, kept, size, author, prefix, detached, unsent
+        case version, kind, modified, kept, size, author, prefix, detached, unsent, remoteNumber
     }
 
     public init(version: UInt64, kind: Kind, modified: Double, kept: Double, size: Int64, author: Author?,
@@ -213,6 +218,7 @@ public final class VersionStore: Sendable {
             r = linkat(AT_FDCWD, "/proc/self/fd/\(fd)", AT_FDCWD, incoming, AT_SYMLINK_FOLLOW)
         }
         guard r == 0 else { throw failure("cannot keep version \(record.version) of item \(item)") }
+        if record.remoteNumber != nil { try mark(item, remoteNumbersMark(item), "as holding versions under another number than the remote's") }
         guard try publish(incoming, item: item, record: record) else { return }
         account(record.storedSize)
         settleLater(item, version: record.version)
@@ -291,12 +297,43 @@ public final class VersionStore: Sendable {
 
     /// Marks `item` as having a detached save not gone up (made before its record says so).
     private func markUnsent(_ item: ItemID) throws(DocfsError) {
-        let fd = open(unsentMark(item), O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw failure("cannot mark item \(item)'s versions as not all gone up") }
+        try mark(item, unsentMark(item), "as not all gone up")
+    }
+
+    /// Makes the mark file `path` in `item`'s folder (which it makes first, if need be), so
+    /// that a look for what it marks costs one access(2) for items without it.
+    private func mark(_ item: ItemID, _ path: String, _ what: String) throws(DocfsError) {
+        mkdir(itemDirectory(item), 0o700)
+        let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failure("cannot mark item \(item)'s versions \(what)") }
         close(fd)
     }
 
     private func unsentMark(_ item: ItemID) -> String { itemDirectory(item) + "/.unsent" }
+
+    private func remoteNumbersMark(_ item: ItemID) -> String { itemDirectory(item) + "/.remote-numbers" }
+
+    /// Whether a version of `item` may be kept under another number than the remote's
+    /// (`VersionRecord.remoteNumber`): one look.
+    public func holdsRemoteNumbers(_ item: ItemID) -> Bool { access(remoteNumbersMark(item), F_OK) == 0 }
+
+    /// Versions of `item` kept under another number than the remote gave them take the
+    /// remote's where it is free now, unless `held` says something here is about to take it
+    /// (the content's number, a write session's). Answers the numbers they took.
+    @discardableResult
+    public func takeRemoteNumbers(of item: ItemID, unless held: (UInt64) -> Bool) throws(DocfsError) -> [UInt64] {
+        guard holdsRemoteNumbers(item) else { return [] }
+        let waiting = versions(of: item).filter { $0.remoteNumber != nil }
+        var taken: [UInt64] = []
+        for var record in waiting {
+            let number = record.remoteNumber!
+            guard !isTaken(item, number), !held(number) else { continue }
+            record.remoteNumber = nil
+            taken.append(try renumber(item, record, to: number))
+        }
+        if waiting.count == taken.count { unlink(remoteNumbersMark(item)) }
+        return taken
+    }
 
     /// Detached save `version` of `item` went up, numbered `number` by the remote: it takes that
     /// number here too when no kept version holds it and it is not `current` (the number of the

@@ -483,6 +483,11 @@ public final class SyncEngine: Sendable {
         try SyncError.local("save the sync state of item \(version.item)") {
             try store.setSyncState(ItemSyncState(version: version, created: created), of: version.item)
         }
+        do {
+            try store.takeRemoteNumbers(of: version.item)
+        } catch {
+            problems("sync: versions of item \(version.item) kept under other numbers than the remote's could not take its numbers (\(error)); they are tried again when the item is next settled")
+        }
     }
 
     /// A short digest of a manifest (for an operation id named by content alone).

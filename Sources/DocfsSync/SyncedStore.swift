@@ -212,6 +212,11 @@ public protocol SyncedStore: Sendable {
     /// their own numbers, the current one, so the content read is `given` here as everywhere.
     func numberAsTheRemote(_ item: UInt64, read: UInt64, given: UInt64) throws
 
+    /// The item was settled: a version of another machine's kept here under another number
+    /// than the remote's (one of this machine's held it then) takes the remote's, if it is
+    /// free now.
+    func takeRemoteNumbers(of item: UInt64) throws
+
     /// Whether a writer here has the item open (what it holds may be half written: bash's
     /// `>` closes a descriptor of the emptied file before the writes). If so, the store puts
     /// the item in the outbox again when the last writer lets go, and the engine leaves it now.

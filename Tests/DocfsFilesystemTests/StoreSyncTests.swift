@@ -337,6 +337,11 @@ final class HeldWriter: Sendable {
             return contents
         }
 
+        /// The versions of `item` kept here, as "number kind", lowest first.
+        func versionList(of item: UInt64) -> [String] {
+            store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
+        }
+
         /// The version number of the document at `path` here (`user.docfs.version`).
         func versionNumber(_ path: String) -> UInt64 {
             let fd = open(documents + "/" + path, O_RDONLY | O_CLOEXEC)
@@ -1003,6 +1008,36 @@ final class HeldWriter: Sendable {
             let kept = try machine.keptContents(of: item, at: "plan.txt")
             #expect(Set(kept.values).isSuperset(of: ["base", "a's edit", "c's edit, which loses", "b's first, offline", "b's second, offline"]),
                     "\(name): \(kept)")
+        }
+    }
+
+    /// Another machine's conflict version arrives numbered as a save here that never went up,
+    /// while an appender's session relies on that save (it cannot give way then): the conflict
+    /// version is kept under the next free number meanwhile, and takes the remote's number once
+    /// the save went up, so every machine lists it there, once.
+    @Test func aConflictVersionKeptAsideWhileASessionHeldItsNumberTakesItOnceFree() throws {
+        let (remote, a, b, c, item) = try threeMachinesPastAConflictVersion()
+        defer { a.cleanUp(); b.cleanUp(); c.cleanUp() }
+        try b.save("plan.txt", "b's first, offline")   // v3 here, as c's conflict version is on the remote
+        try b.save("plan.txt", "b's second, offline")
+        let node = try b.filesystem.lookup(parent: 1, name: "plan.txt").node
+        let appender = try b.filesystem.open(node, flags: O_WRONLY | O_APPEND, caller: .daemon)
+        let size = try b.filesystem.attributes(of: node).st_size
+        _ = try b.filesystem.write(appender.handle, bytes: Array(", appended".utf8), offset: size)
+        try b.engine.syncOnce()
+        let conflict = try #require(try remote.versions(of: item, after: 0, limit: 20).first(where: \.conflict)).number
+        let keptMeanwhile = b.store.versions.versions(of: ItemID(rawValue: item)).filter { $0.kind == .conflict }
+        #expect(keptMeanwhile.map(\.version) != [conflict] && keptMeanwhile.map(\.remoteNumber) == [conflict],
+                "b keeps c's conflict version as \(keptMeanwhile.map(\.version)) while its own save holds v\(conflict)")
+        try b.filesystem.flush(appender.handle)
+        b.filesystem.release(appender.handle)
+        for _ in 0..<3 { for machine in [a, b, c] { try machine.engine.syncOnce() } }
+        let history = try remote.versions(of: item, after: 0, limit: 20).map { "v\($0.number)\($0.conflict ? " conflict" : "")" }
+        for machine in [a, b, c] {
+            let name = machine.sync.author.machine
+            #expect(machine.content("plan.txt") == "b's second, offline, appended", "\(name)")
+            #expect(machine.versionList(of: item) == a.versionList(of: item), "\(name): \(machine.versionList(of: item)), a: \(a.versionList(of: item)), remote: \(history)")
+            #expect(try machine.keptContents(of: item, at: "plan.txt")[conflict] == "c's edit, which loses", "\(name)")
         }
     }
 

@@ -45,6 +45,36 @@ import Glibc
         #expect(onDisk < 2 << 20, "kept versions take \(onDisk) bytes on disk")
     }
 
+    /// A rewrite opening a big file just after the writer that made it (passed through to the
+    /// kernel) closed it, before the kernel's release of that writer arrived, is still served
+    /// through docfs and saves only what it overwrites, not a copy of the file: docfs waits a
+    /// moment for the release (here a child holding the descriptor holds it back for 100 ms,
+    /// as a busy machine may).
+    @Test func aRewriteJustAfterTheWriterClosedSavesOnlyWhatItOverwrites() throws {
+        let fixture = try MountFixture(settings: Self.everySession)
+        defer { fixture.tearDown() }
+        let f = fixture.path("disk.img")
+        let size = 8 << 20
+        let fd = open(f, O_RDWR | O_CREAT | O_TRUNC, 0o644)
+        try #require(fd >= 0)
+        #expect(randomBytes(size).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == size)
+        var child: pid_t = 0
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("sleep"), strdup("0.1"), nil]
+        defer { argv.forEach { free($0) } }
+        try #require(posix_spawnp(&child, "sleep", nil, nil, argv, environ) == 0)  // inherits the descriptor
+        close(fd)  // the flush; the release waits for the child
+        let rewriter = open(f, O_WRONLY)
+        try #require(rewriter >= 0)
+        let chunk = randomBytes(4096)
+        #expect(chunk.withUnsafeBytes { pwrite(rewriter, $0.baseAddress, $0.count, off_t(1 << 20)) } == chunk.count)
+        close(rewriter)
+        var status: Int32 = 0
+        waitpid(child, &status, 0)
+        #expect(eventually { attribute(f, "user.docfs.version") == "2" })
+        let stored = try versionsJSON(fixture, f).reduce(0) { $0 + $1.stored }
+        #expect(stored <= 2 * 4096, "the version kept stores \(stored) bytes for 4096 bytes overwritten")
+    }
+
     /// `keep` bounds chains too: of twelve rewrite sessions of a big file (deltas, each made
     /// up from the next newer version) and twelve appends to a log (prefixes), only the three
     /// newest previous versions stay, each reading back exactly; dropping an older one never

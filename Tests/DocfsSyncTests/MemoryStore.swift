@@ -225,6 +225,9 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func versionNumber(of item: UInt64) -> UInt64 { state.withLock { $0.numbers[item] ?? 0 } }
 
+    /// This store keeps another machine's version under the remote's number or not at all.
+    func takeRemoteNumbers(of item: UInt64) throws {}
+
     func numberAsTheRemote(_ item: UInt64, read: UInt64, given number: UInt64) throws {
         state.withLock { state in
             if let current = state.numbers[item], current < number { state.numbers[item] = number }
