@@ -136,6 +136,22 @@ def propagation(a, b, saves):
     return latencies, heard
 
 
+# Linked and unlinked runs of creates and tar x, alternating: the best of each counts.
+ATTEMPTS = 5
+
+
+def yield_cpu(pids):
+    """Lowers every thread of `pids` to nice 10 (a process's nice value is its threads' own)."""
+    for pid in pids:
+        if not pid:
+            continue
+        for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), 10)
+            except OSError:
+                pass  # a thread that ended meanwhile
+
+
 def creates(folder, count):
     os.makedirs(folder)
     start = time.monotonic()
@@ -183,20 +199,22 @@ def main():
                      f"{p(heard, 0.5):.1f} / {p(heard, 0.99):.1f} / {heard[-1] * 1000:.1f} ms",
                      f"origin remote, machine a; {unheard} over 1 s"))
 
-        # Linked and unlinked runs alternate, best of two each; each starts once the linked
+        # Linked and unlinked runs alternate, best of ATTEMPTS each; each starts once the linked
         # machines are idle (b is another machine in real life: its applying, and a's upload
         # of the run before, would otherwise take this machine's CPU from the next run).
         def settled(last_on_b):
             wait_until(lambda: os.path.exists(last_on_b) and a.status()["waiting"] == 0 and b.status()["waiting"] == 0, 600, step=0.2)
 
+        # b and the server stand for other computers: they yield this one's CPU to the runs.
+        yield_cpu([b.pid] + [int(pid) for pid in sh("pgrep", "-x", "postgres", check=False).split()])
         linked_rates, plain_rates = [], []
-        for attempt in range(2):
+        for attempt in range(ATTEMPTS):
             linked_rates.append(creates(os.path.join(a.mount, f"creates{attempt}"), args.creates))
             settled(os.path.join(b.mount, f"creates{attempt}", f"f{args.creates - 1}.txt"))
             plain_rates.append(creates(os.path.join(plain.mount, f"creates{attempt}"), args.creates))
         linked_rate, plain_rate = max(linked_rates), max(plain_rates)
         rows.append(("creates/s, linked vs unlinked", f"{linked_rate:.0f} vs {plain_rate:.0f} ({linked_rate / plain_rate:.2f}x)",
-                     "best of 2 each, alternating; target within 10%"))
+                     f"best of {ATTEMPTS} each, alternating; b and the server niced; target within 10%"))
         archive = os.path.join(base, "include.tar")
         files = sorted(os.path.relpath(os.path.join(d, f), "/usr/include")
                        for d, _, fs in os.walk("/usr/include") for f in fs)[:2000]
@@ -204,14 +222,14 @@ def main():
             f.write("\n".join(files))
         sh("tar", "-cf", archive, "-C", "/usr/include", "-T", os.path.join(base, "list"))
         linked_tars, plain_tars = [], []
-        for attempt in range(2):
+        for attempt in range(ATTEMPTS):
             linked_tars.append(untar(archive, os.path.join(a.mount, f"tree{attempt}")))
             settled(os.path.join(b.mount, f"tree{attempt}", files[-1]))
             plain_tars.append(untar(archive, os.path.join(plain.mount, f"tree{attempt}")))
         linked_tar, plain_tar = min(linked_tars), min(plain_tars)
         rows.append(("tar x of 2,000 header files, linked vs unlinked", f"{linked_tar:.2f} s vs {plain_tar:.2f} s ({linked_tar / plain_tar:.2f}x)",
-                     "best of 2 each, alternating; target within 10%"))
-        settled(os.path.join(b.mount, "tree1", files[-1]))
+                     f"best of {ATTEMPTS} each, alternating; b and the server niced; target within 10%"))
+        settled(os.path.join(b.mount, f"tree{ATTEMPTS - 1}", files[-1]))
 
         size = args.size << 20
         data = os.urandom(size)

@@ -168,7 +168,15 @@ extension StoreSync {
                 try renumberContent(of: item, document: document, to: moved)
                 (current, content) = (moved, moved)
             }
-            return (try versions.moveUp(id, version: number, to: given, current: current), content)
+            if try versions.moveUp(id, version: number, to: given, current: current) { return (true, content) }
+            // Later saves of the chain lie between (none gone up: the engine sends them in
+            // order, after this one): this save, those after it and the content here move up
+            // together by the same step, keeping their order, when no other kept version holds
+            // a number they take; each then goes up under its number here.
+            guard content == nil, given > number, number < current, current <= UInt64.max - (given - number),
+                  try versions.shiftChain(id, from: number, below: current, by: given - number) else { return (false, content) }
+            try renumberContent(of: item, document: document, to: current + (given - number))
+            return (true, current + (given - number))
         }
     }
 

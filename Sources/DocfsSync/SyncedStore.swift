@@ -296,10 +296,11 @@ public protocol SyncedStore: Sendable {
     func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest], keptAs: UInt64?) throws -> Bool
 
     /// Save `number` of the item (see `unsentSaves`) went up numbered `given` by the remote: it
-    /// takes that number here too, unless a kept version or the content here holds a number
-    /// between the two (the chain's order would change); answers whether it moved, and the
-    /// new number of the content the engine read (numbered `read` here; `.max` when the item is
-    /// gone) when that moved past `given` too.
+    /// takes that number here too; when later saves not gone up lie between, they and the
+    /// content here move up with it by the same step (the chain keeps its order), unless a
+    /// version out of the chain holds a number they take. Answers whether it moved, and the new
+    /// number of the content the engine read (numbered `read` here; `.max` when the item is
+    /// gone) when that moved too.
     func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64, contentRead read: UInt64) throws -> (moved: Bool, content: UInt64?)
 
     /// Sets saves `numbers` of the item (see `unsentSaves`) aside: they lost their race before

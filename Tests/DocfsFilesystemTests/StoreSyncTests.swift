@@ -662,10 +662,7 @@ final class HeldWriter: Sendable {
         #expect(try a.keptContents(of: item, at: "plan.txt")[conflicts(a)[0]] == "b's second")
         // b's first save lost its race before it went up: set aside, it went up beside the
         // current version, and both machines list the same versions.
-        func list(_ machine: Machine) -> [String] {
-            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
-        }
-        #expect(list(a) == list(b), "a \(list(a)), b \(list(b))")
+        #expect(a.versionList(of: item) == b.versionList(of: item), "a \(a.versionList(of: item)), b \(b.versionList(of: item))")
         #expect(try a.keptContents(of: item, at: "plan.txt").values.contains("b's first, never sent"))
     }
 
@@ -755,10 +752,7 @@ final class HeldWriter: Sendable {
         #expect(keptOnB.values.contains("b's first") && keptOnB[current.number] == nil, "\(keptOnB)")
         // b's saves went up (set aside: they lost their race), and both list the same versions.
         #expect(try a.keptContents(of: item, at: "log.txt").values.contains("b's first"))
-        func list(_ machine: Machine) -> [String] {
-            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
-        }
-        #expect(list(a) == list(b), "a \(list(a)), b \(list(b))")
+        #expect(a.versionList(of: item) == b.versionList(of: item), "a \(a.versionList(of: item)), b \(b.versionList(of: item))")
     }
 
     /// Three stores: a edits, c takes a's edit and deletes the document, then b's edit from
@@ -844,13 +838,10 @@ final class HeldWriter: Sendable {
         try b.save("plan.txt", "b's second, offline")
         for _ in 0..<3 { for machine in [a, b, c] { try machine.engine.syncOnce() } }
         let current = try #require(try remote.currentVersion(of: item))
-        func list(_ machine: Machine) -> [String] {
-            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
-        }
         for machine in [a, b, c] {
             let name = machine.sync.author.machine
             #expect(machine.content("plan.txt") == "b's second, offline" && machine.versionNumber("plan.txt") == current.number, "\(name)")
-            #expect(list(machine) == list(a), "\(name): \(list(machine)), a: \(list(a))")
+            #expect(machine.versionList(of: item) == a.versionList(of: item), "\(name): \(machine.versionList(of: item)), a: \(a.versionList(of: item))")
             let kept = try machine.keptContents(of: item, at: "plan.txt")
             #expect(Set(kept.values).isSuperset(of: ["base", "a's edit", "c's edit, which loses", "b's first, offline"]), "\(name): \(kept)")
         }
@@ -874,11 +865,8 @@ final class HeldWriter: Sendable {
         try a.save("plan.txt", "four")
         for _ in 0..<3 { for machine in [a, b] { try machine.engine.syncOnce() } }
         let item = try #require(a.id("plan.txt"))
-        func list(_ machine: Machine) -> [String] {
-            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
-        }
         let history = try remote.versions(of: item, after: 0, limit: 100).map { "v\($0.number) \($0.size)" }
-        #expect(list(a) == list(b), "a: \(list(a)), b: \(list(b)), remote: \(history)")
+        #expect(a.versionList(of: item) == b.versionList(of: item), "a: \(a.versionList(of: item)), b: \(b.versionList(of: item)), remote: \(history)")
         #expect(try Set(a.keptContents(of: item, at: "plan.txt").values).isSuperset(of: ["one", "one two", "one two three"]))
     }
 
@@ -933,13 +921,10 @@ final class HeldWriter: Sendable {
             }
         }
         for _ in 0..<3 { for machine in [b, a] { try machine.engine.syncOnce() } }
-        func list(_ machine: Machine) -> [String] {
-            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
-        }
         let conflicts = try remote.versions(of: item, after: 0, limit: 20).filter(\.conflict).map(\.number)
         #expect(conflicts.count == 1, "\(conflicts)")
-        #expect(list(a) == list(b), "a \(list(a)), b \(list(b))")
-        #expect(list(b).filter { $0.hasSuffix("conflict") }.count == 1, "b \(list(b))")
+        #expect(a.versionList(of: item) == b.versionList(of: item), "a \(a.versionList(of: item)), b \(b.versionList(of: item))")
+        #expect(b.versionList(of: item).filter { $0.hasSuffix("conflict") }.count == 1, "b \(b.versionList(of: item))")
         // The winner is current everywhere, at its name (the loser's rename went with it).
         for machine in [a, b] {
             #expect(machine.content("plan.txt") == "a's edit", "\(machine.sync.author.machine)")
@@ -972,13 +957,10 @@ final class HeldWriter: Sendable {
         try a.engine.syncOnce()  // a's deletion races it: a takes it at once
         try c.engine.syncOnce()  // c's edit comes back over it
         for _ in 0..<3 { for machine in [a, b, c] { try machine.engine.syncOnce() } }
-        func list(_ machine: Machine) -> [String] {
-            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
-        }
         let history = try remote.versions(of: item, after: 0, limit: 20).map { "v\($0.number)\($0.deleted ? " deleted" : "")" }
         for machine in [a, b, c] {
             #expect(machine.content("plan.txt") == "c's edit", "\(machine.sync.author.machine)")
-            #expect(list(machine) == list(c), "\(machine.sync.author.machine): \(list(machine)), c: \(list(c)), remote: \(history)")
+            #expect(machine.versionList(of: item) == c.versionList(of: item), "\(machine.sync.author.machine): \(machine.versionList(of: item)), c: \(c.versionList(of: item)), remote: \(history)")
         }
         #expect(Set(try a.keptContents(of: item, at: "plan.txt").values).isSuperset(of: ["base", "two", "three"]))
     }
@@ -997,14 +979,11 @@ final class HeldWriter: Sendable {
         letGo()
         for _ in 0..<3 { for machine in [a, b, c] { try machine.engine.syncOnce() } }
         let current = try #require(try remote.currentVersion(of: item))
-        func list(_ machine: Machine) -> [String] {
-            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
-        }
         let history = try remote.versions(of: item, after: 0, limit: 20).map { "v\($0.number) \($0.size)" }
         for machine in [a, b, c] {
             let name = machine.sync.author.machine
             #expect(machine.content("plan.txt") == "b's third" && machine.versionNumber("plan.txt") == current.number, "\(name)")
-            #expect(list(machine) == list(a), "\(name): \(list(machine)), a: \(list(a)), remote: \(history)")
+            #expect(machine.versionList(of: item) == a.versionList(of: item), "\(name): \(machine.versionList(of: item)), a: \(a.versionList(of: item)), remote: \(history)")
             let kept = try machine.keptContents(of: item, at: "plan.txt")
             #expect(Set(kept.values).isSuperset(of: ["base", "a's edit", "c's edit, which loses", "b's first, offline", "b's second, offline"]),
                     "\(name): \(kept)")
@@ -1041,6 +1020,39 @@ final class HeldWriter: Sendable {
         }
     }
 
+    /// Saves made here from the current version go up while other machines' saves set aside
+    /// (and a conflict version) took the numbers after theirs: the remote numbers the first
+    /// past them, and it, the saves after it and the content here move up together by the same
+    /// step, each then going up under its number here; before, the first kept its own number
+    /// (the saves after it lay between) and the others never went up.
+    @Test func savesFromTheCurrentVersionMoveUpPastNumbersOthersTookMeanwhile() throws {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
+        let c = try Machine("c", remote: remote, firstID: 2_000_000_000, settings: Self.everyVersion)
+        defer { a.cleanUp(); b.cleanUp(); c.cleanUp() }
+        try a.save("plan.txt", "base")
+        for machine in [a, b, c] { try machine.engine.syncOnce() }
+        let item = try #require(a.id("plan.txt"))
+        for text in ["a's first", "a's second", "a's third"] { try a.save("plan.txt", text) }  // offline
+        try c.save("plan.txt", "c's edit")
+        try c.engine.syncOnce()
+        try b.engine.syncOnce()  // b is in step with c's edit
+        try a.engine.syncOnce()  // a's saves lost their race: set aside, they take numbers past it
+        for text in ["b's first", "b's second", "b's third"] { try b.save("plan.txt", text) }  // from the current version
+        try b.engine.syncOnce()
+        for _ in 0..<3 { for machine in [a, b, c] { try machine.engine.syncOnce() } }
+        let history = try remote.versions(of: item, after: 0, limit: 40).map { "v\($0.number)\($0.conflict ? " conflict" : $0.previous == true ? " aside" : "")" }
+        let current = try #require(try remote.currentVersion(of: item))
+        for machine in [a, b, c] {
+            let name = machine.sync.author.machine
+            #expect(machine.content("plan.txt") == "b's third" && machine.versionNumber("plan.txt") == current.number, "\(name)")
+            #expect(machine.versionList(of: item) == a.versionList(of: item), "\(name): \(machine.versionList(of: item)), a: \(a.versionList(of: item)), remote: \(history)")
+            let kept = try machine.keptContents(of: item, at: "plan.txt")
+            #expect(Set(kept.values).isSuperset(of: ["base", "c's edit", "a's first", "a's second", "b's first", "b's second"]), "\(name): \(kept)")
+        }
+    }
+
     /// A save that wrote the content last in step again, then another save: the repeat never
     /// goes up (it adds nothing), so no other machine keeps it, and neither does the machine
     /// that made it, which keeps the version it repeats.
@@ -1050,10 +1062,7 @@ final class HeldWriter: Sendable {
         try b.save("plan.txt", "base")  // the same content again: b keeps v1, the file is 2
         try b.save("plan.txt", "b's edit")
         for _ in 0..<2 { for machine in [b, a] { try machine.engine.syncOnce() } }
-        func list(_ machine: Machine) -> [String] {
-            machine.store.versions.versions(of: ItemID(rawValue: item)).map { "\($0.version) \($0.kind)" }
-        }
-        #expect(list(a) == list(b), "a \(list(a)), b \(list(b))")
+        #expect(a.versionList(of: item) == b.versionList(of: item), "a \(a.versionList(of: item)), b \(b.versionList(of: item))")
         for machine in [a, b] {
             #expect(machine.content("plan.txt") == "b's edit", "\(machine.sync.author.machine)")
             #expect(try machine.keptContents(of: item, at: "plan.txt") == [1: "base"], "\(machine.sync.author.machine)")
