@@ -364,17 +364,23 @@ final class HeldWriter: Sendable {
         return (remote, a, b, try #require(a.id(path)))
     }
 
-    /// Three machines keeping every version, in step on "plan.txt": a's edit is version 2 (b
-    /// has it), and c's edit from version 1 lost to it, committed as conflict version 3.
-    /// Answers the remote, the machines and the document's id.
-    func threeMachinesPastAConflictVersion() throws -> (InMemoryRemote, Machine, Machine, Machine, UInt64) {
+    /// Three machines keeping every version, in step on the document `path` saved on a as
+    /// `text`; answers them, their remote and the document's id.
+    func threeMachinesInStep(on path: String, _ text: String) throws -> (InMemoryRemote, Machine, Machine, Machine, UInt64) {
         let remote = InMemoryRemote()
         let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
         let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
         let c = try Machine("c", remote: remote, firstID: 2_000_000_000, settings: Self.everyVersion)
-        try a.save("plan.txt", "base")
+        try a.save(path, text)
         for machine in [a, b, c] { try machine.engine.syncOnce() }
-        let item = try #require(a.id("plan.txt"))
+        return (remote, a, b, c, try #require(a.id(path)))
+    }
+
+    /// Three machines keeping every version, in step on "plan.txt": a's edit is version 2 (b
+    /// has it), and c's edit from version 1 lost to it, committed as conflict version 3.
+    /// Answers the remote, the machines and the document's id.
+    func threeMachinesPastAConflictVersion() throws -> (InMemoryRemote, Machine, Machine, Machine, UInt64) {
+        let (remote, a, b, c, item) = try threeMachinesInStep(on: "plan.txt", "base")
         try a.save("plan.txt", "a's edit")
         try a.engine.syncOnce()
         try b.engine.syncOnce()
@@ -937,14 +943,8 @@ final class HeldWriter: Sendable {
     /// turn do, and when a third machine's edit comes back over the deletion, all three list
     /// the same versions.
     @Test func aDeletionTakenAtOnceKeepsTheEditsItSkipped() throws {
-        let remote = InMemoryRemote()
-        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
-        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
-        let c = try Machine("c", remote: remote, firstID: 2_000_000_000, settings: Self.everyVersion)
+        let (remote, a, b, c, item) = try threeMachinesInStep(on: "plan.txt", "base")
         defer { a.cleanUp(); b.cleanUp(); c.cleanUp() }
-        try a.save("plan.txt", "base")
-        for machine in [a, b, c] { try machine.engine.syncOnce() }
-        let item = try #require(a.id("plan.txt"))
         try b.save("plan.txt", "two")
         try b.engine.syncOnce()
         try b.save("plan.txt", "three")
@@ -1026,14 +1026,8 @@ final class HeldWriter: Sendable {
     /// step, each then going up under its number here; before, the first kept its own number
     /// (the saves after it lay between) and the others never went up.
     @Test func savesFromTheCurrentVersionMoveUpPastNumbersOthersTookMeanwhile() throws {
-        let remote = InMemoryRemote()
-        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
-        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
-        let c = try Machine("c", remote: remote, firstID: 2_000_000_000, settings: Self.everyVersion)
+        let (remote, a, b, c, item) = try threeMachinesInStep(on: "plan.txt", "base")
         defer { a.cleanUp(); b.cleanUp(); c.cleanUp() }
-        try a.save("plan.txt", "base")
-        for machine in [a, b, c] { try machine.engine.syncOnce() }
-        let item = try #require(a.id("plan.txt"))
         for text in ["a's first", "a's second", "a's third"] { try a.save("plan.txt", text) }  // offline
         try c.save("plan.txt", "c's edit")
         try c.engine.syncOnce()
