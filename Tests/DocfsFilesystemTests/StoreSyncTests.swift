@@ -389,6 +389,21 @@ final class HeldWriter: Sendable {
         return (remote, a, b, c, item)
     }
 
+    /// Each of `machines` (in step on "plan.txt") holds `content` under the remote's current
+    /// number, lists the same kept versions as the first, and keeps at least `kept`.
+    func expectInStep(_ machines: [Machine], on item: UInt64, of remote: InMemoryRemote, content: String, keeping kept: Set<String>) throws {
+        let current = try #require(try remote.currentVersion(of: item))
+        let history = try remote.versions(of: item, after: 0, limit: 40).map { "v\($0.number)\($0.conflict ? " conflict" : $0.previous == true ? " aside" : "")" }
+        let first = machines[0].versionList(of: item)
+        for machine in machines {
+            let name = machine.sync.author.machine
+            #expect(machine.content("plan.txt") == content && machine.versionNumber("plan.txt") == current.number, "\(name)")
+            #expect(machine.versionList(of: item) == first, "\(name): \(machine.versionList(of: item)), first: \(first), remote: \(history)")
+            let contents = try machine.keptContents(of: item, at: "plan.txt")
+            #expect(Set(contents.values).isSuperset(of: kept), "\(name): \(contents)")
+        }
+    }
+
     /// Settings that keep every session's version (no thinning), as a document edited now and
     /// then has them.
     static let everyVersion = #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000, "thinningWindowSeconds": 0}}"#
@@ -843,14 +858,8 @@ final class HeldWriter: Sendable {
         try b.save("plan.txt", "b's first, offline")
         try b.save("plan.txt", "b's second, offline")
         for _ in 0..<3 { for machine in [a, b, c] { try machine.engine.syncOnce() } }
-        let current = try #require(try remote.currentVersion(of: item))
-        for machine in [a, b, c] {
-            let name = machine.sync.author.machine
-            #expect(machine.content("plan.txt") == "b's second, offline" && machine.versionNumber("plan.txt") == current.number, "\(name)")
-            #expect(machine.versionList(of: item) == a.versionList(of: item), "\(name): \(machine.versionList(of: item)), a: \(a.versionList(of: item))")
-            let kept = try machine.keptContents(of: item, at: "plan.txt")
-            #expect(Set(kept.values).isSuperset(of: ["base", "a's edit", "c's edit, which loses", "b's first, offline"]), "\(name): \(kept)")
-        }
+        try expectInStep([a, b, c], on: item, of: remote, content: "b's second, offline",
+                         keeping: ["base", "a's edit", "c's edit, which loses", "b's first, offline"])
         // Each content went up once: nothing of b's was sent again set aside.
         let history = try remote.versions(of: item, after: 0, limit: 100)
         #expect(history.count == 5 && !history.contains { $0.previous == true }, "\(history.map { "v\($0.number) \($0.author.machine)" })")
@@ -978,16 +987,8 @@ final class HeldWriter: Sendable {
         try b.engine.syncOnce()
         letGo()
         for _ in 0..<3 { for machine in [a, b, c] { try machine.engine.syncOnce() } }
-        let current = try #require(try remote.currentVersion(of: item))
-        let history = try remote.versions(of: item, after: 0, limit: 20).map { "v\($0.number) \($0.size)" }
-        for machine in [a, b, c] {
-            let name = machine.sync.author.machine
-            #expect(machine.content("plan.txt") == "b's third" && machine.versionNumber("plan.txt") == current.number, "\(name)")
-            #expect(machine.versionList(of: item) == a.versionList(of: item), "\(name): \(machine.versionList(of: item)), a: \(a.versionList(of: item)), remote: \(history)")
-            let kept = try machine.keptContents(of: item, at: "plan.txt")
-            #expect(Set(kept.values).isSuperset(of: ["base", "a's edit", "c's edit, which loses", "b's first, offline", "b's second, offline"]),
-                    "\(name): \(kept)")
-        }
+        try expectInStep([a, b, c], on: item, of: remote, content: "b's third",
+                         keeping: ["base", "a's edit", "c's edit, which loses", "b's first, offline", "b's second, offline"])
     }
 
     /// Another machine's conflict version arrives numbered as a save here that never went up,
@@ -1036,15 +1037,8 @@ final class HeldWriter: Sendable {
         for text in ["b's first", "b's second", "b's third"] { try b.save("plan.txt", text) }  // from the current version
         try b.engine.syncOnce()
         for _ in 0..<3 { for machine in [a, b, c] { try machine.engine.syncOnce() } }
-        let history = try remote.versions(of: item, after: 0, limit: 40).map { "v\($0.number)\($0.conflict ? " conflict" : $0.previous == true ? " aside" : "")" }
-        let current = try #require(try remote.currentVersion(of: item))
-        for machine in [a, b, c] {
-            let name = machine.sync.author.machine
-            #expect(machine.content("plan.txt") == "b's third" && machine.versionNumber("plan.txt") == current.number, "\(name)")
-            #expect(machine.versionList(of: item) == a.versionList(of: item), "\(name): \(machine.versionList(of: item)), a: \(a.versionList(of: item)), remote: \(history)")
-            let kept = try machine.keptContents(of: item, at: "plan.txt")
-            #expect(Set(kept.values).isSuperset(of: ["base", "c's edit", "a's first", "a's second", "b's first", "b's second"]), "\(name): \(kept)")
-        }
+        try expectInStep([a, b, c], on: item, of: remote, content: "b's third",
+                         keeping: ["base", "c's edit", "a's first", "a's second", "b's first", "b's second"])
     }
 
     /// A save that wrote the content last in step again, then another save: the repeat never
