@@ -55,7 +55,7 @@ extension BridgeContext {
         }
     }
 
-    /// An open for writing that docfs may want to serve itself (a rewrite of a big file saves
+    /// An open for writing that docfs wants to serve itself (a rewrite of a big file saves
     /// only what it overwrites), of a file whose open files are all passed through and all
     /// closed already: waits a moment for their releases, which the kernel sends after
     /// close(2) returns, so that this open is not passed through too (the kernel takes no
@@ -63,7 +63,7 @@ extension BridgeContext {
     /// still open elsewhere is not waited for.
     func awaitReleasesBeforeRewrite(of node: NodeID, flags: Int32) {
         guard flags & O_ACCMODE != O_RDONLY, flags & (O_TRUNC | O_APPEND) == 0 else { return }
-        guard passthrough.awaitsOnlyReleases(node) else { return }
+        guard passthrough.awaitsOnlyReleases(node), filesystem.rewriteKeepsADelta(node) else { return }
         _ = passthrough.awaitLastRelease(of: node, timeout: .milliseconds(250))
     }
 

@@ -261,6 +261,12 @@ extension Filesystem {
         }
     }
 
+    /// Whether a rewrite of `id` served through docfs would keep a delta of what it
+    /// overwrites rather than a copy (a file of `WriteSessions.deltaThreshold` or more).
+    public func rewriteKeepsADelta(_ id: NodeID) -> Bool {
+        ((try? attributes(of: id))?.st_size ?? 0) >= WriteSessions.deltaThreshold
+    }
+
     /// The last close of an open file; the last writer of a file ends its write session.
     public func release(_ handle: UInt64) {
         stitcher?.released(handle)  // before the handle's number is closed and can be reused

@@ -390,16 +390,6 @@ extension StoreSync {
         }
     }
 
-    /// A number the remote gave a version (`content`: its content's path) is held here by a
-    /// previous version with other content: a save of this machine's that never went up. It
-    /// moves past `minimum` and every kept number, detached from the chain of deltas
-    /// (`VersionStore.detach`; `current`: the content here, which deltas are made up from), so
-    /// the remote's version has its number here as everywhere. Not while a write session of the
-    /// item relies on its kept versions (`WriteSessions.reliesOnKept`); other open sessions
-    /// leave them as they are, and the save gives way under them (the claim this runs under
-    /// excludes a session starting or ending).
-    /// A failure leaves it where it is (the remote's version then takes the next free number):
-    /// reported, not thrown.
     /// Versions of `item` kept here under another number than the remote gave them (one of
     /// this machine's held it) take the remote's where it is free now: not the number of the
     /// content here (`content`, when the item is here), nor one a write session of it holds.
@@ -426,6 +416,16 @@ extension StoreSync {
         }
     }
 
+    /// A number the remote gave a version (`content`: its content's path) is held here by a
+    /// previous version with other content: a save of this machine's that never went up. It
+    /// moves past `minimum` and every kept number, detached from the chain of deltas
+    /// (`VersionStore.detach`; `current`: the content here, which deltas are made up from), so
+    /// the remote's version has its number here as everywhere. Not while a write session of the
+    /// item relies on its kept versions (`WriteSessions.reliesOnKept`); other open sessions
+    /// leave them as they are, and the save gives way under them (the claim this runs under
+    /// excludes a session starting or ending).
+    /// A failure leaves it where it is (the remote's version then takes the next free number):
+    /// reported, not thrown.
     func giveWay(_ number: UInt64, of item: ItemID, to content: String, past minimum: UInt64, current: String?) {
         let versions = shared.store.versions
         guard versions.record(of: item, version: number)?.kind == .previous,

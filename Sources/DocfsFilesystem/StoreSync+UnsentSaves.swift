@@ -173,10 +173,11 @@ extension StoreSync {
             // order, after this one): this save, those after it and the content here move up
             // together by the same step, keeping their order, when no other kept version holds
             // a number they take; each then goes up under its number here.
-            guard content == nil, given > number, number < current, current <= UInt64.max - (given - number),
+            guard content == nil, given > number, number < current,
                   try versions.shiftChain(id, from: number, below: current, by: given - number) else { return (false, content) }
-            try renumberContent(of: item, document: document, to: current + (given - number))
-            return (true, current + (given - number))
+            let moved = current + (given - number)  // `shiftChain` checked it is free
+            try renumberContent(of: item, document: document, to: moved)
+            return (true, moved)
         }
     }
 
