@@ -28,3 +28,27 @@ public final class Callback<Argument>: Sendable {
         box.withLock { $0 }?.call(argument)
     }
 }
+
+/// A callback that may fail: the failure is the caller's (a step that must happen before the
+/// caller goes on, set by a layer above it).
+public final class ThrowingCallback<Argument>: Sendable {
+    private final class Box: Sendable {
+        let call: @Sendable (Argument) throws(DocfsError) -> Void
+        init(_ call: @escaping @Sendable (Argument) throws(DocfsError) -> Void) { self.call = call }
+    }
+
+    private let box = Mutex<Box?>(nil)
+
+    public init() {}
+
+    /// Sets (or replaces) the callback.
+    public func set(_ call: @escaping @Sendable (Argument) throws(DocfsError) -> Void) {
+        let made = Box(call)
+        box.withLock { $0 = made }
+    }
+
+    /// Calls the callback, if one is set.
+    public func callAsFunction(_ argument: Argument) throws(DocfsError) {
+        try box.withLock { $0 }?.call(argument)
+    }
+}

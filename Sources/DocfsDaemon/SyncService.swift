@@ -48,6 +48,7 @@ final class SyncService: Sendable {
 
     func start() {
         sync.fillOutbox(true)
+        sync.fetchPromisedContent(from: remote)
         let loop = loop
         sync.onOutboxFilled { loop.wake() }
         loop.start()
@@ -55,6 +56,7 @@ final class SyncService: Sendable {
 
     func stop() {
         loop.stop()
+        sync.fetchPromisedContent(from: nil)
         sync.onOutboxFilled {}
         remote.close()
     }

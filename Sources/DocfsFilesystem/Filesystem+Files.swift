@@ -44,6 +44,9 @@ extension Filesystem {
         let node = try contentNode(reached)  // a reference opens its original
         if node.isDirectory && flags & O_ACCMODE != O_RDONLY { throw DocfsError.system(EISDIR) }
         let writes = node.type == S_IFREG && (flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0)
+        // A promised file is downloaded whole before it is written; read, it waits per range.
+        if writes { try fulfilBeforeChanging(node) }
+        let promised = !writes && node.type == S_IFREG && isPromised(node.fd)
         // The sync engine leaves the file alone from here (the session may truncate it) until
         // the handle is a writer, or the open failed; told so once the claim is let go.
         if writes { stitcher?.willOpen(node.item) }
@@ -81,8 +84,9 @@ extension Filesystem {
             }
             // A reference's pages are its own node's in the kernel, the original's another's:
             // they are not kept, and I/O goes through docfs to the original's file.
-            return OpenFile(handle: UInt64(fd), directIO: flags & DOCFS_O_DIRECT != 0, keepCache: !reached.isReference,
-                            mayPassThrough: mayPassThrough && !reached.isReference && !needsSight, needsSight: needsSight,
+            return OpenFile(handle: UInt64(fd) | (promised ? Self.promisedHandleBit : 0), directIO: flags & DOCFS_O_DIRECT != 0,
+                            keepCache: !reached.isReference,
+                            mayPassThrough: mayPassThrough && !reached.isReference && !needsSight && !promised, needsSight: needsSight,
                             needsFlush: writes)
         }
     }
@@ -212,6 +216,7 @@ extension Filesystem {
     public func backingDescriptor(of handle: UInt64) -> Int32 { Int32(truncatingIfNeeded: handle) }
 
     public func read(_ handle: UInt64, size: Int, offset: off_t) throws(DocfsError) -> [UInt8] {
+        try prepareRead(handle, offset: offset, size: size)
         var buffer = [UInt8](repeating: 0, count: size)
         let n = buffer.withUnsafeMutableBytes { pread(backingDescriptor(of: handle), $0.baseAddress, size, offset) }
         guard n >= 0 else { throw DocfsError.system(Glibc.errno) }
@@ -315,6 +320,7 @@ extension Filesystem {
 
     /// lseek(2), for SEEK_DATA and SEEK_HOLE (the kernel answers the other whences itself).
     public func seek(_ handle: UInt64, offset: off_t, whence: Int32) throws(DocfsError) -> off_t {
+        if let promised = try promisedSeek(handle, offset: offset, whence: whence) { return promised }
         let r = lseek(backingDescriptor(of: handle), offset, whence)
         guard r >= 0 else { throw DocfsError.system(Glibc.errno) }
         return r
@@ -322,6 +328,7 @@ extension Filesystem {
 
     public func copyRange(from source: UInt64, at sourceOffset: off_t, to target: UInt64, at targetOffset: off_t,
                           length: Int, flags: UInt32, caller: Caller) throws(DocfsError) -> Int {
+        try prepareRead(source, offset: sourceOffset, size: length)
         try prepareWrite(target, at: targetOffset, length: length, caller: caller)
         var inOffset = sourceOffset
         var outOffset = targetOffset

@@ -262,6 +262,7 @@ public final class Filesystem: Sendable {
             }
         }
         if node.isReference, let original = try? referenceAttributes(of: node) { st = original }
+        reportPromised(&st, fd: node.fd)
         return (node, st)
     }
 
@@ -275,6 +276,7 @@ public final class Filesystem: Sendable {
             if handle == nil, let original = try? referenceAttributes(of: node) { st = original }
             st.st_ino = ino_t(node.key.inode)  // the reference's own file, not the original's
         }
+        reportPromised(&st, fd: node.fd)
         return st
     }
 
@@ -294,6 +296,7 @@ public final class Filesystem: Sendable {
 
     public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
         let node = try changeableNode(id)
+        if changes.size != nil { try fulfilBeforeChanging(node) }
         return try changing([(node.item, changes.size == nil ? .metadata : .write)], touching: .file(node), by: caller) { () throws(DocfsError) in
             let st = try setAttributes(of: node, handle: handle, changes, caller: caller)
             ownChanges.changedFile(st)

@@ -95,7 +95,8 @@ struct IndexRecordBuilder: Sendable {
                     return []
                 }
                 if reader < 0 { reader = Self.openForReading(file) }
-                start = reader >= 0 ? Self.start(of: reader) : nil
+                // A promised file's first bytes are not here: its type is its name's.
+                start = reader >= 0 && PromisedContent.promisedNumber(reader) == nil ? Self.start(of: reader) : nil
                 return start ?? []
             })
             outlook.startsLikeNoImage = start.map { ImageSignature.of(Array($0.prefix(ImageSignature.length))) == nil } ?? false

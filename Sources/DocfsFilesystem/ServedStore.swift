@@ -42,6 +42,10 @@ public final class ServedStore: Sendable {
     public let userView: UserView
     /// Makes thumbnails in the background; nil when the store is served without them.
     let thumbnailer: Thumbnailer?
+    /// Content of promised files, fetched as it is read (issue 23).
+    public let promises: PromisedDownloads
+    /// Whether documents other machines make arrive promised (`DownloadPolicy`).
+    public let downloadPolicy: DownloadPolicy
     /// Checks thumbnails users set (a worker of its own, so a setxattr never waits behind
     /// the background's jobs).
     let userThumbnailWorker: ThumbnailWorkerClient?
@@ -71,6 +75,12 @@ public final class ServedStore: Sendable {
         identity = ItemIdentity(allocator: store.itemIDs, ownChanges: ownChanges)
         sessions = WriteSessions(versions: store.versions)
         sessions.restoreAuthors(VersionMakers.load(store.layout))
+        downloadPolicy = try DownloadPolicy.load(from: store.layout.settingsFile)
+        promises = PromisedDownloads(content: PromisedContent(directory: store.layout.promisedDirectory),
+                                     ownChanges: ownChanges, waitLimit: downloadPolicy.waitSeconds,
+                                     makesPromises: downloadPolicy.downloads == .onDemand)
+        // A version kept of a promised file holds its content, downloaded first.
+        store.versions.beforeKeeping.set { [promises] fd throws(DocfsError) in try promises.ensureWhole(fd) }
         paths = StorePaths(containersPath: try Self.containersPath(of: store))
         let catalog = ContainerCatalog(registry: ContainerRegistry(layout: store.layout))
         containerFolders = ContainerFolders(catalog: catalog, layout: store.layout)

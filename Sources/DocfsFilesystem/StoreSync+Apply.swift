@@ -47,11 +47,21 @@ extension StoreSync {
         defer { target.close() }
         // New content, written beside the target before any claim.
         var working: WorkingFile?
+        // A document new here arrives promised when the store downloads on demand (issue 23):
+        // its real size, no content yet.
+        let promising = version.kind == .file && here == nil && version.size > 0 && !version.conflict
+            && shared.downloadPolicy.downloads == .onDemand
         if version.kind == .file && (here?.kind != .file || here?.manifest != version.chunks) {
             working = try WorkingFile(prefix: ".docfs-sync-", in: target.folder, replacing: target.name,
                                       mode: mode_t(version.mode), ownChanges: shared.ownChanges,
                                       purpose: "apply version \(version.number) of item \(version.item) into")
-            try Self.write(version, to: working!.fd, fetch: fetch)
+            if promising {
+                guard ftruncate(working!.fd, off_t(version.size)) == 0 else {
+                    throw StoreSyncError("making item \(version.item) promised failed: \(String(cString: strerror(errno)))")
+                }
+            } else {
+                try Self.write(version, to: working!.fd, fetch: fetch)
+            }
         }
         // A link's new target: a link made beside, renamed into place like a file's content; a
         // reference the same way.
@@ -84,7 +94,8 @@ extension StoreSync {
                     throw DocfsError(.internalFailure, "reading item \(version.item) before applying a remote version failed")
                 }
                 if let working {
-                    try replaceContent(version, with: working, at: target, old: old, keepingOldAsConflict: keepingHereAsConflict, view: view)
+                    try replaceContent(version, with: working, at: target, old: old, keepingOldAsConflict: keepingHereAsConflict,
+                                       promising: promising, view: view)
                 } else if let link {
                     try placeLink(version, made: link, at: target, old: old, oldWasReference: here?.kind == .reference, view: view)
                 } else if old == nil {
@@ -325,7 +336,7 @@ extension StoreSync {
     /// number here, or a conflict version under the number the remote gave it. The new takes
     /// the remote's number, unless a version kept here has it (a save made here offline).
     private func replaceContent(_ version: RemoteVersion, with working: WorkingFile, at target: Located, old: Located?,
-                                keepingOldAsConflict conflict: UInt64?, view: Filesystem) throws(DocfsError) {
+                                keepingOldAsConflict conflict: UInt64?, promising: Bool, view: Filesystem) throws(DocfsError) {
         let item = ItemID(rawValue: version.item)
         let oldFD = old.map { openat($0.folder, $0.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) } ?? -1
         defer { if oldFD >= 0 { close(oldFD) } }
@@ -372,6 +383,10 @@ extension StoreSync {
         try ItemAttributes.setVersion(newVersion, onDescriptor: working.fd)
         if conflict != nil { try check(docfs_fd_setxattr(working.fd, Filesystem.conflictAttribute, "1", 1, 0)) }
         try Self.describe(working.fd, as: version)
+        if promising {
+            try shared.promises.promise(Promise(item: version.item, number: newVersion, size: version.size, modified: version.modified,
+                                                manifest: version.manifest), file: working.fd)
+        }
         let samePlace = old.map { $0.folderKey == target.folderKey && $0.name == target.name } ?? false
         try check(docfs_renameat2(target.folder, working.name.cString, target.folder, target.name.cString,
                                   samePlace ? 0 : UInt32(DOCFS_RENAME_NOREPLACE)))

@@ -32,7 +32,7 @@ public final class StoreSync: SyncedStore {
     static let localAttributes: Set<String> = [
         ItemAttributes.id, ItemAttributes.version, ItemAttributes.bookmark, ItemAttributes.thumbnail,
         ItemAttributes.container, ItemAttributes.containerID, ItemAttributes.localPath, Filesystem.conflictAttribute,
-        ReferenceStub.attribute,
+        ReferenceStub.attribute, ItemAttributes.promised,
     ]
 
     public init(serving shared: ServedStore, author: RemoteAuthor) throws(DocfsError) {
@@ -54,6 +54,12 @@ public final class StoreSync: SyncedStore {
             shared.stitcher?.writerReleased.set { _ in }
             shared.conflictResolved.set { _ in }
         }
+    }
+
+    /// Where reads of promised files fetch their content (the remote the store is linked to;
+    /// nil once it is unlinked or stopped).
+    public func fetchPromisedContent(from remote: (any Remote)?) {
+        shared.promises.connect(remote)
     }
 
     /// Calls `wake` (from the thread that made the change, so briefly) after each local change
@@ -228,7 +234,12 @@ public final class StoreSync: SyncedStore {
             // Read before the content; a save that numbers itself meanwhile changes the stamp.
             // A file with no number yet (made behind docfs's back) counts as version 1.
             number = max(ItemAttributes.version(ofDescriptor: fd), 1)
-            (manifest, size) = try chunks(ofFileAt: fd, item: item, length: Int64(st.st_size), cut: cut)
+            if let promise = try promise(of: item, file: fd) {
+                // Promised: its content is the remote's, whose chunks it holds already.
+                (manifest, size) = (promise.manifest.compactMap { ChunkDigest(hex: $0) }, promise.size)
+            } else {
+                (manifest, size) = try chunks(ofFileAt: fd, item: item, length: Int64(st.st_size), cut: cut)
+            }
             // Read to go up: a writer that opened it meanwhile (an O_TRUNC open empties it
             // first) or any change during the read, and what was read is no state the file
             // was in. (The apply path's reads compare under the item's claim instead.)
@@ -249,6 +260,12 @@ public final class StoreSync: SyncedStore {
                          name: String(place.path[place.path.index(after: slash)...]), kind: kind, manifest: manifest,
                          size: size, mode: UInt32(st.st_mode & 0o7777), modified: WriteSessions.seconds(st.st_mtim),
                          attributes: kind == .symlink || kind == .reference ? [:] : Self.userAttributes(fd), number: number)
+    }
+
+    /// What the promised file `fd` stands for; nil when its content is here.
+    private func promise(of item: UInt64, file fd: Int32) throws -> Promise? {
+        guard shared.promises.isActive, let number = PromisedContent.promisedNumber(fd) else { return nil }
+        return try shared.promises.content.record(of: item, number: number)
     }
 
     public func thumbnailSet(of item: UInt64) -> [UInt8]? {

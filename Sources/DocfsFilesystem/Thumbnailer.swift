@@ -220,6 +220,11 @@ final class Thumbnailer: Sendable {
             var fd = Glibc.open(node.procPath, O_RDONLY | O_CLOEXEC | DOCFS_O_NOATIME)
             if fd < 0 && errno == EPERM { fd = Glibc.open(node.procPath, O_RDONLY | O_CLOEXEC) }
             guard fd >= 0 else { return nil }
+            // A promised file's thumbnails came with it; its content is not here to look at.
+            if PromisedContent.promisedNumber(fd) != nil {
+                close(fd)
+                return nil
+            }
             var st = stat()
             var start = [UInt8](repeating: 0, count: ImageSignature.length)
             let n = start.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }

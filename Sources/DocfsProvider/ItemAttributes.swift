@@ -21,6 +21,9 @@ public enum ItemAttributes {
     /// On a container's folder: the container's display name (on a reference: the name of the
     /// container that holds the original).
     public static let container = "user.docfs.container"
+    /// On a promised file (DESIGN §9.1): the remote version number whose content it stands
+    /// for, not on disk yet (see `PromisedContent`). This machine's bookkeeping: never travels.
+    public static let promised = "user.docfs.promised"
     /// On a container's folder: the container's id.
     public static let containerID = "user.docfs.container-id"
     /// On a reference: 1.

@@ -16,6 +16,7 @@ import DocfsCore
 ///       index/index.sqlite[-wal,-shm]   the metadata index (see IndexDatabase)
 ///       index/index.journal              stitched changes not yet in it (see IndexJournal)
 ///       keys/bookmarks.key               store id and bookmark signing key (see StoreKey)
+///       promised/<item>.json|.present  what a promised file stands for (see PromisedContent)
 ///       thumbnails/<item>.thumb          an item's thumbnails (see ThumbnailStore)
 ///       logs/daemon.log                  the background daemon's log
 public struct StoreLayout: Sendable {
@@ -41,6 +42,7 @@ public struct StoreLayout: Sendable {
     public var keysDirectory: String { root + "/keys" }
     public var bookmarkKeyFile: String { keysDirectory + "/bookmarks.key" }
     public var thumbnailsDirectory: String { root + "/thumbnails" }
+    public var promisedDirectory: String { root + "/promised" }
     public var logsDirectory: String { root + "/logs" }
     public var daemonLog: String { logsDirectory + "/daemon.log" }
 

@@ -111,6 +111,9 @@ public final class VersionStore: Sendable {
     public let policy: VersionPolicy
     /// Where chunked versions' chunks live (by default `chunks` beside `directory`).
     public let chunks: ChunkStore
+    /// Called with a promised file about to be kept (`keepFile`, `keepCopy`): it downloads the
+    /// content first, so a version never holds what is not there yet (set by the filesystem).
+    public let beforeKeeping = ThrowingCallback<Int32>()
     /// Bytes the kept versions take, counted on first need.
     private let usage = Mutex<Int64?>(nil)
     /// Whole versions waiting to be cut into chunks, and whether the settler thread runs.
@@ -175,6 +178,7 @@ public final class VersionStore: Sendable {
     /// Keeps a copy of what `fd` (open for reading) holds as `record.version` of `item`: as
     /// chunks (only those not stored yet are written) unless it is smaller than a chunk.
     public func keepCopy(of fd: Int32, item: ItemID, record: VersionRecord) throws(DocfsError) {
+        if PromisedContent.promisedNumber(fd) != nil { try beforeKeeping(fd) }
         if record.size >= Int64(chunks.chunker.minimumSize) { return try keepChunks(of: fd, item: item, record: record) }
         let incoming = try makeIncoming(item)
         let copied = try copy(fd, length: record.size, to: incoming, what: "version \(record.version) of item \(item)")
@@ -212,6 +216,7 @@ public final class VersionStore: Sendable {
     /// Keeps the file `fd` (an O_PATH descriptor) refers to, as it is, as `record.version` of
     /// `item`: a second name for the superseded file, so nothing is copied.
     public func keepFile(_ fd: Int32, item: ItemID, record: VersionRecord) throws(DocfsError) {
+        if PromisedContent.promisedNumber(fd) != nil { try beforeKeeping(fd) }
         let incoming = try makeIncoming(item)
         var r = linkat(fd, "", AT_FDCWD, incoming, DOCFS_AT_EMPTY_PATH)
         if r != 0 && (errno == ENOENT || errno == EPERM) {

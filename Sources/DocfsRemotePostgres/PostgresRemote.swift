@@ -203,6 +203,29 @@ public final class PostgresRemote: Remote {
         return bytes
     }
 
+    /// The lengths from the stored size of each value (octet_length reads no TOASTed bytes).
+    public func chunkLengths(_ digests: [ChunkDigest]) throws(RemoteError) -> [Int64] {
+        guard !digests.isEmpty else { return [] }
+        let logger = logger
+        let hexes = digests.map(\.hex)
+        let found = try perform("look up chunk lengths") { connection in
+            var found: [String: Int64] = [:]
+            for try await (digest, length) in try await connection.query(
+                "SELECT digest, octet_length(bytes)::int8 FROM docfs.chunks WHERE digest = ANY(\(hexes))", logger: logger)
+                .decode((String, Int64).self) {
+                found[digest] = length
+            }
+            return found
+        }
+        var lengths: [Int64] = []
+        lengths.reserveCapacity(digests.count)
+        for digest in digests {
+            guard let length = found[digest.hex] else { throw RemoteError(.notFound, "the remote holds no chunk \(digest)") }
+            lengths.append(length)
+        }
+        return lengths
+    }
+
     /// Chunks no version names (each manifest is its digests' hex run together) and unused
     /// for `seconds`, removed in one statement.
     public func sweepChunks(unusedFor seconds: Double) throws(RemoteError) -> ChunkSweep {

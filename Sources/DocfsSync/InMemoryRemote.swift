@@ -94,6 +94,12 @@ public final class InMemoryRemote: Remote {
         return bytes
     }
 
+    public func chunkLengths(_ digests: [ChunkDigest]) throws(RemoteError) -> [Int64] {
+        let found = state.withLock { state in digests.map { state.chunks[$0].map { Int64($0.count) } } }
+        guard let missing = found.firstIndex(of: nil) else { return found.map { $0! } }
+        throw RemoteError(.notFound, "the remote holds no chunk \(digests[missing])")
+    }
+
     public func commit(_ proposal: RemoteVersion, operation: String, whenStale: StaleBase) throws(RemoteError) -> RemoteCommitOutcome {
         if let problem = proposal.problem { throw RemoteError(.refused, problem) }
         beforeNextCommit.withLock { hook in defer { hook = nil }; return hook }?()

@@ -28,6 +28,10 @@ public protocol Remote: Sendable {
     /// A chunk's bytes.
     func fetchChunk(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8]
 
+    /// How many bytes each of `digests` holds, in order, without fetching them: where each
+    /// chunk of a promised file lies (issue 23), so a read fetches the chunks of its range.
+    func chunkLengths(_ digests: [ChunkDigest]) throws(RemoteError) -> [Int64]
+
     /// Commits `proposal` once every chunk of its manifest is held, numbered the item's next
     /// number or the proposal's, whichever is higher:
     /// the item's current version when its base is the current one, else a conflict version.
@@ -127,6 +131,13 @@ extension Remote {
     public func version(of item: UInt64, number: UInt64) throws(RemoteError) -> RemoteVersion? {
         guard number > 0 else { return nil }
         return try versions(of: item, after: number - 1, limit: 1).first { $0.number == number }
+    }
+
+    /// Each chunk fetched and counted (a remote with no cheaper way).
+    public func chunkLengths(_ digests: [ChunkDigest]) throws(RemoteError) -> [Int64] {
+        var lengths: [Int64] = []
+        for digest in digests { lengths.append(Int64(try fetchChunk(digest).count)) }
+        return lengths
     }
 
     /// One `putChunk` after another.

@@ -260,6 +260,7 @@ final class HeldWriter: Sendable {
             filesystem = try Filesystem(store: store, index: index)
             sync = try StoreSync(serving: filesystem.shared, author: RemoteAuthor(machine: name, user: "alice"))
             sync.fillOutbox(true)
+            sync.fetchPromisedContent(from: remote)
             engine = SyncEngine(store: sync, remote: remote)
             if ProcessInfo.processInfo.environment["DOCFS_SYNC_TRACE"] != nil {
                 engine.onTrace { print("TRACE \(name) \($0)") }

@@ -76,6 +76,8 @@ extern const int DOCFS_FALLOC_FL_PUNCH_HOLE;
 extern const int DOCFS_FALLOC_FL_ZERO_RANGE;
 extern const long DOCFS_UTIME_NOW;
 extern const long DOCFS_UTIME_OMIT;
+extern const int DOCFS_SEEK_DATA;
+extern const int DOCFS_SEEK_HOLE;
 extern const int DOCFS_XATTR_CREATE;
 extern const int DOCFS_XATTR_REPLACE;
 

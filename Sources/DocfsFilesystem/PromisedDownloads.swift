@@ -1,0 +1,321 @@
+import CLinux
+import DocfsChunks
+import DocfsCore
+import DocfsProvider
+import DocfsSync
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Fetching the content of promised files (DESIGN §9.1, issue 23) as it is read: a read waits
+/// only for the chunks of its range, fetched first; the rest follows in the background, on a
+/// thread of the download's own. Every reader of one file shares one download. A read that
+/// waits past `waitLimit`, or whose download failed, fails (EIO at the bridge) and says why;
+/// the next read starts the download again from the chunks already on disk.
+///
+/// Lock order: `downloads` before a `Download`'s `state`; neither is held across a fetch, a
+/// disk write or a wait.
+public final class PromisedDownloads: Sendable {
+    let content: PromisedContent
+    private let ownChanges: OwnChanges
+    private let source = Mutex<(any Remote)?>(nil)
+    private let downloads = Mutex<[DownloadKey: Download]>([:])
+    /// Seconds a read waits for its range before it fails.
+    let waitLimit: Double
+    /// Bytes fetched from the remote so far (what a read cost; `docfs status`, the tests).
+    public let fetchedBytes = Atomic<Int64>(0)
+    /// Whether the store may hold promised files: it makes them (`DownloadPolicy.onDemand`) or
+    /// made some once. When not, nothing on the I/O path looks for them.
+    private let active: Atomic<Bool>
+    var isActive: Bool { active.load(ordering: .relaxed) }
+
+    /// The change time shown of each file seen promised in this run, until it changes after
+    /// its download (`steadyChangeTime`); how many there are, so other files cost no lock.
+    private let steadyTimes = Mutex<[BackingKey: SteadyTime]>([:])
+    private let steadyCount = Atomic<Int>(0)
+
+    struct SteadyTime {
+        var shown: timespec
+        /// The file's own change time once its download ended: while it is still that, the
+        /// file changed only by the download.
+        var downloaded: timespec?
+    }
+
+    /// The last failure of each item's download, in words, until one succeeds.
+    private let failures = Mutex<[UInt64: String]>([:])
+
+    struct DownloadKey: Hashable {
+        let item: UInt64
+        let number: UInt64
+    }
+
+    init(content: PromisedContent, ownChanges: OwnChanges, waitLimit: Double, makesPromises: Bool) {
+        active = Atomic(makesPromises || access(content.directory, F_OK) == 0)
+        self.content = content
+        self.ownChanges = ownChanges
+        self.waitLimit = waitLimit
+    }
+
+    /// Makes the promise `promise` of the sparse file `fd` (its size set already).
+    func promise(_ promise: Promise, file fd: Int32) throws(DocfsError) {
+        active.store(true, ordering: .relaxed)
+        try content.promise(promise, file: fd)
+    }
+
+    /// Where content comes from: the remote the store is linked to (nil: none now).
+    public func connect(_ remote: (any Remote)?) {
+        source.withLock { $0 = remote }
+    }
+
+    /// Why the last download of `item` failed; nil when none did since one succeeded.
+    public func failure(of item: UInt64) -> String? { failures.withLock { $0[item] } }
+
+    /// Waits until bytes `offset ..< offset + length` of the file `fd` (any descriptor of a
+    /// store file) are on disk; at once when it is not promised.
+    func ensure(_ fd: Int32, offset: Int64, length: Int64) throws(DocfsError) {
+        guard let number = PromisedContent.promisedNumber(fd), let item = ItemAttributes.id(ofDescriptor: fd) else { return }
+        try ensure(DownloadKey(item: item.rawValue, number: number), fd: fd, range: offset..<(offset + max(length, 0)))
+    }
+
+    /// Waits until the whole file `fd` is on disk and no longer promised.
+    func ensureWhole(_ fd: Int32) throws(DocfsError) {
+        guard let number = PromisedContent.promisedNumber(fd), let item = ItemAttributes.id(ofDescriptor: fd) else { return }
+        try ensure(DownloadKey(item: item.rawValue, number: number), fd: fd, range: nil)
+    }
+
+    private func ensure(_ key: DownloadKey, fd: Int32, range: Range<Int64>?) throws(DocfsError) {
+        let waiter = ThreadSemaphore()
+        let download = try join(key, fd: fd, wanting: range, waiter: waiter)
+        defer { download.state.withLock { $0.waiters.removeAll { $0 === waiter } } }
+        let deadline = Self.now() + waitLimit
+        while true {
+            switch download.state.withLock({ $0.answer(for: range) }) {
+            case .ready: return
+            case .failed(let why):
+                throw DocfsError.errno("downloading item \(key.item) failed: \(why)", EIO)
+            case .waiting:
+                let left = deadline - Self.now()
+                guard left > 0, waiter.wait(seconds: left) || Self.now() < deadline else {
+                    if download.state.withLock({ $0.answer(for: range) }) == .ready { return }
+                    let why = "no answer from the remote within \(Int(waitLimit)) s (the download goes on)"
+                    failures.withLock { $0[key.item] = why }
+                    throw DocfsError.errno("reading item \(key.item): \(why)", EIO)
+                }
+            }
+        }
+    }
+
+    /// The download of `key`, started if none runs, with `range` asked for and `waiter` told
+    /// of each chunk that lands.
+    private func join(_ key: DownloadKey, fd: Int32, wanting range: Range<Int64>?, waiter: ThreadSemaphore) throws(DocfsError) -> Download {
+        let (download, isNew) = downloads.withLock { downloads -> (Download, Bool) in
+            if let running = downloads[key] { return (running, false) }
+            let started = Download(key)
+            downloads[key] = started
+            return (started, true)
+        }
+        download.state.withLock { state in
+            if let range { state.wanted.append(range) } else { state.wantsWhole = true }
+            state.waiters.append(waiter)
+        }
+        guard isNew else { return download }
+        // Its own descriptor, open before the reader's may close.
+        let writer = open("/proc/self/fd/\(fd)", O_WRONLY | O_CLOEXEC)
+        guard writer >= 0 else {
+            let failure = DocfsError.errno("opening item \(key.item) to download it")
+            finish(download, failure: "\(failure)")
+            throw failure
+        }
+        DetachedThread.start { [self] in run(download, writer: writer) }
+        return download
+    }
+
+    private func run(_ download: Download, writer: Int32) {
+        let key = download.key
+        var st = stat()
+        fstat(writer, &st)
+        let file = BackingKey(st)
+        ownChanges.willWrite(file)
+        defer {
+            var after = stat()
+            let known = fstat(writer, &after) == 0
+            close(writer)
+            ownChanges.abandon(file, now: known ? after : nil)
+        }
+        do {
+            guard let remote = source.withLock({ $0 }) else {
+                throw DocfsError(.storeUnavailable, "the store is not linked to a remote now: link it again (docfs remote link)")
+            }
+            guard var promise = try content.record(of: key.item, number: key.number) else {
+                // Fulfilled meanwhile (or its records went): what is on disk is the content.
+                return finish(download, failure: nil)
+            }
+            if promise.offsets == nil {
+                var digests: [ChunkDigest] = []
+                for hex in promise.manifest { digests.append(try Self.digest(hex)) }
+                promise.lengths = try Self.remote { () throws(RemoteError) in try remote.chunkLengths(digests) }
+                guard promise.offsets!.last == promise.size else {
+                    throw DocfsError(.storeUnavailable, "the remote's chunks of item \(key.item) add up to another size than its version's")
+                }
+                try content.update(promise)
+            }
+            let offsets = promise.offsets!
+            var present = try content.present(key.item, number: key.number)
+            download.state.withLock { state in
+                state.offsets = offsets
+                state.promise = promise
+                state.present = present
+            }
+            download.signal()
+            var times = [Glibc.timespec(tv_sec: 0, tv_nsec: DOCFS_UTIME_OMIT), StoreSync.timespec(promise.modified)]
+            while let index = download.state.withLock({ $0.nextChunk() }) {
+                let digest = try Self.digest(promise.manifest[index])
+                let bytes = try Self.remote { () throws(RemoteError) in try remote.fetchChunk(digest) }
+                guard bytes.count == promise.lengths![index], bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
+                    throw DocfsError(.storeUnavailable, "chunk \(digest) of item \(key.item) came damaged from the remote")
+                }
+                fetchedBytes.add(Int64(bytes.count), ordering: .relaxed)
+                try Self.write(bytes, to: writer, at: offsets[index], item: key.item)
+                guard fdatasync(writer) == 0 else { throw DocfsError.errno("writing item \(key.item) to disk") }
+                _ = futimens(writer, &times)
+                try content.markPresent(key.item, number: key.number, chunk: index)
+                present.insert(index)
+                download.state.withLock { _ = $0.present.insert(index) }
+                download.signal()
+            }
+            guard Glibc.fsync(writer) == 0 else { throw DocfsError.errno("writing item \(key.item) to disk") }
+            _ = futimens(writer, &times)
+            content.fulfilled(key.item, number: key.number, file: writer)
+            var done = stat()
+            if fstat(writer, &done) == 0 { downloaded(done) }
+            finish(download, failure: nil)
+        } catch {
+            finish(download, failure: "\(error)")
+        }
+    }
+
+    /// Shows a promised file's change time as it was when first seen, while it is promised
+    /// and after its download until anything else changes it: the download writes the file
+    /// (moving its own change time), yet to a reader nothing changed (`tar` would say "file
+    /// changed as we read it" of a file it made download). Kept for this run.
+    func steadyChangeTime(_ st: inout stat, promised: Bool) {
+        guard promised || steadyCount.load(ordering: .relaxed) > 0 else { return }
+        let key = BackingKey(st)
+        let shown = steadyTimes.withLock { times -> timespec? in
+            if promised {
+                if let known = times[key] { return known.shown }
+                times[key] = SteadyTime(shown: st.st_ctim, downloaded: nil)
+                steadyCount.add(1, ordering: .relaxed)
+                return nil
+            }
+            guard let known = times[key] else { return nil }
+            guard let downloaded = known.downloaded else { return known.shown }  // finishing: marked done, not noted yet
+            if downloaded.tv_sec == st.st_ctim.tv_sec && downloaded.tv_nsec == st.st_ctim.tv_nsec { return known.shown }
+            times[key] = nil
+            steadyCount.subtract(1, ordering: .relaxed)
+            return nil
+        }
+        if let shown { st.st_ctim = shown }
+    }
+
+    /// The download of the file `st` is was ends with its change time `st.st_ctim`.
+    private func downloaded(_ st: stat) {
+        guard steadyCount.load(ordering: .relaxed) > 0 else { return }
+        steadyTimes.withLock { times in times[BackingKey(st)]?.downloaded = st.st_ctim }
+    }
+
+    /// Ends `download` (done, or failed with `failure`): its waiters are told, and the next
+    /// read starts another.
+    private func finish(_ download: Download, failure: String?) {
+        downloads.withLock { downloads in
+            if downloads[download.key] === download { downloads[download.key] = nil }
+        }
+        failures.withLock { $0[download.key.item] = failure }
+        download.state.withLock { state in
+            state.finished = true
+            state.failure = failure
+        }
+        download.signal()
+    }
+
+    private static func write(_ bytes: [UInt8], to fd: Int32, at offset: Int64, item: UInt64) throws(DocfsError) {
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(offset) + off_t(done)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw DocfsError.errno("writing item \(item)'s downloaded content") }
+            done += n
+        }
+    }
+
+    private static func digest(_ hex: String) throws(DocfsError) -> ChunkDigest {
+        guard let digest = ChunkDigest(hex: hex) else { throw DocfsError(.storeUnavailable, "a promise names a chunk \(hex) that is no digest") }
+        return digest
+    }
+
+    private static func remote<T>(_ call: () throws(RemoteError) -> T) throws(DocfsError) -> T {
+        do {
+            return try call()
+        } catch {
+            throw DocfsError(.storeUnavailable, "\(error)")
+        }
+    }
+
+    static func now() -> Double {
+        var t = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &t)
+        return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9
+    }
+}
+
+/// One promised file's download under way: what is on disk, what readers wait for, and the
+/// semaphores of those waiting.
+final class Download: Sendable {
+    let key: PromisedDownloads.DownloadKey
+    let state = Mutex(State())
+
+    struct State {
+        var promise: Promise?
+        var offsets: [Int64]?
+        var present = Set<Int>()
+        /// Byte ranges readers wait for, oldest first: their chunks come down first.
+        var wanted: [Range<Int64>] = []
+        var wantsWhole = false
+        var waiters: [ThreadSemaphore] = []
+        var finished = false
+        var failure: String?
+        /// No chunk before it is missing.
+        var firstMissing = 0
+
+        enum Answer: Equatable { case ready, waiting, failed(String) }
+
+        /// Whether `range` (nil: the whole file) is on disk.
+        func answer(for range: Range<Int64>?) -> Answer {
+            if finished { return failure.map { .failed($0) } ?? .ready }
+            guard let range, let offsets, let promise else { return .waiting }
+            let chunks = promise.chunks(covering: range.lowerBound, length: Int64(range.count), offsets: offsets)
+            return chunks.allSatisfy { present.contains($0) } ? .ready : .waiting
+        }
+
+        /// The chunk to fetch next: the first missing one of the oldest range still waited
+        /// for, else the first missing one; nil when every chunk is here.
+        mutating func nextChunk() -> Int? {
+            guard let offsets, let promise else { return nil }
+            while let range = wanted.first {
+                let chunks = promise.chunks(covering: range.lowerBound, length: Int64(range.count), offsets: offsets)
+                if let missing = chunks.first(where: { !present.contains($0) }) { return missing }
+                wanted.removeFirst()
+            }
+            while firstMissing < promise.manifest.count && present.contains(firstMissing) { firstMissing += 1 }
+            return firstMissing < promise.manifest.count ? firstMissing : nil
+        }
+    }
+
+    init(_ key: PromisedDownloads.DownloadKey) { self.key = key }
+
+    /// Wakes every reader waiting, to look again.
+    func signal() {
+        for waiter in state.withLock({ $0.waiters }) { waiter.signal() }
+    }
+}

@@ -1,0 +1,180 @@
+import CLinux
+import DocfsCore
+import DocfsFilesystem
+import DocfsProvider
+import DocfsSync
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Promised items in-process (issue 23 §1): a store that downloads on demand lists a document
+/// another machine made with its real size and no content on disk; a read through the
+/// filesystem fetches it, byte-exact, and the rest follows in the background; writes and
+/// truncates download it first; nothing the store sends up or keeps as a version is read from
+/// the empty file; a read with no way to the remote fails (EIO) within the bound and works
+/// once the remote is back.
+@Suite struct PromisedItemsTests {
+    typealias Machine = TwoStoresInStepTests.Machine
+
+    static let onDemand = #"{"sync": {"downloads": "onDemand", "downloadWaitSeconds": 2}, "versions": {"keep": 1000000, "thinningWindowSeconds": 0}}"#
+
+    /// `count` bytes of text no two runs of which repeat (so it cuts into several chunks).
+    static func text(_ count: Int, seed: UInt64) -> String {
+        var state = seed
+        var bytes = [UInt8](repeating: 0, count: count)
+        let digits = Array("0123456789abcdef".utf8)
+        for i in 0..<count {
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            bytes[i] = digits[Int(state >> 60)]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// a saves `path` as `content`; b (on demand) takes it, promised.
+    func promisedOnB(_ path: String, _ content: String) throws -> (InMemoryRemote, Machine, Machine, UInt64) {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: TwoStoresInStepTests.everyVersion)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.onDemand)
+        try a.save(path, content)
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        return (remote, a, b, try #require(a.id(path)))
+    }
+
+    func backing(_ machine: Machine, _ path: String) -> stat {
+        var st = stat()
+        _ = stat(machine.documents + "/" + path, &st)
+        return st
+    }
+
+    func isPromised(_ machine: Machine, _ path: String) -> Bool {
+        let fd = open(machine.documents + "/" + path, O_RDONLY | O_CLOEXEC)
+        defer { close(fd) }
+        return PromisedContent.promisedNumber(fd) != nil
+    }
+
+    /// Reads `length` bytes at `offset` of `path` through b's filesystem.
+    func read(_ machine: Machine, _ path: String, offset: Int, length: Int) throws -> String {
+        let node = try machine.filesystem.lookup(parent: 1, name: FileName(path)).node
+        let file = try machine.filesystem.open(node, flags: O_RDONLY, caller: .daemon)
+        defer { machine.filesystem.release(file.handle) }
+        return String(decoding: try machine.filesystem.read(file.handle, size: length, offset: off_t(offset)), as: UTF8.self)
+    }
+
+    func waitUntilFulfilled(_ machine: Machine, _ path: String) -> Bool {
+        for _ in 0..<500 where isPromised(machine, path) { usleep(10_000) }
+        return !isPromised(machine, path)
+    }
+
+    @Test func aDocumentFromAnotherMachineIsListedPromisedAndFetchedWhenRead() throws {
+        let content = Self.text(6 << 20, seed: 1)
+        let (_, a, b, item) = try promisedOnB("big.txt", content)
+        defer { a.cleanUp(); b.cleanUp() }
+        // Listed with its real size and id, no content on disk, nothing fetched.
+        let st = backing(b, "big.txt")
+        #expect(st.st_size == off_t(content.utf8.count))
+        #expect(Int64(st.st_blocks) * 512 < Int64(st.st_size) / 4)
+        #expect(b.id("big.txt") == item)
+        #expect(isPromised(b, "big.txt"))
+        #expect(b.filesystem.shared.promises.fetchedBytes.load(ordering: .relaxed) == 0)
+        // The filesystem shows it whole: blocks for every byte, data everywhere.
+        let node = try b.filesystem.lookup(parent: 1, name: FileName("big.txt"))
+        #expect(Int64(node.attributes.st_blocks) == (Int64(content.utf8.count) + 511) / 512)
+        let file = try b.filesystem.open(node.node, flags: O_RDONLY, caller: .daemon)
+        #expect(try b.filesystem.seek(file.handle, offset: 4096, whence: DOCFS_SEEK_HOLE) == off_t(content.utf8.count))
+        #expect(try b.filesystem.seek(file.handle, offset: 4096, whence: DOCFS_SEEK_DATA) == 4096)
+        // A read in the middle answers the right bytes.
+        let middle = 3 << 20
+        let bytes = try b.filesystem.read(file.handle, size: 4096, offset: off_t(middle))
+        b.filesystem.release(file.handle)
+        #expect(String(decoding: bytes, as: UTF8.self) == String(Array(content.utf8)[middle..<(middle + 4096)].map { Character(UnicodeScalar($0)) }))
+        // The rest follows in the background; then the file is an ordinary one, as a's.
+        #expect(waitUntilFulfilled(b, "big.txt"))
+        #expect(b.content("big.txt") == content)
+        #expect(b.filesystem.shared.promises.fetchedBytes.load(ordering: .relaxed) == Int64(content.utf8.count))
+        #expect(backing(b, "big.txt").st_mtim.tv_sec == backing(a, "big.txt").st_mtim.tv_sec)
+        #expect(Int64(backing(b, "big.txt").st_blocks) * 512 >= Int64(content.utf8.count))
+        #expect(b.versionNumber("big.txt") == max(a.versionNumber("big.txt"), 1))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: b.store.layout.promisedDirectory).isEmpty)
+    }
+
+    @Test func aWriteToAPromisedDocumentDownloadsItFirstAndGoesUpWhole() throws {
+        let content = Self.text(2 << 20, seed: 2)
+        let (_, a, b, _) = try promisedOnB("doc.txt", content)
+        defer { a.cleanUp(); b.cleanUp() }
+        #expect(isPromised(b, "doc.txt"))
+        let node = try b.filesystem.lookup(parent: 1, name: FileName("doc.txt")).node
+        let file = try b.filesystem.open(node, flags: O_WRONLY, caller: .daemon)
+        #expect(!isPromised(b, "doc.txt"))
+        _ = try b.filesystem.write(file.handle, bytes: Array("EDITED".utf8), offset: 0)
+        try b.filesystem.flush(file.handle)
+        b.filesystem.release(file.handle)
+        let edited = "EDITED" + content.dropFirst(6)
+        #expect(b.content("doc.txt") == edited)
+        try b.engine.syncOnce()
+        try a.engine.syncOnce()
+        #expect(a.content("doc.txt") == edited)
+    }
+
+    @Test func aTruncateOfAPromisedDocumentDownloadsItFirst() throws {
+        let content = Self.text(1 << 20, seed: 3)
+        let (_, a, b, _) = try promisedOnB("doc.txt", content)
+        defer { a.cleanUp(); b.cleanUp() }
+        let node = try b.filesystem.lookup(parent: 1, name: FileName("doc.txt")).node
+        var changes = AttributeChanges()
+        changes.size = 1000
+        _ = try b.filesystem.setAttributes(of: node, handle: nil, changes, caller: .daemon)
+        #expect(b.content("doc.txt") == String(content.prefix(1000)))
+        try b.engine.syncOnce()
+        try a.engine.syncOnce()
+        #expect(a.content("doc.txt") == String(content.prefix(1000)))
+    }
+
+    @Test func aModeChangeOfAPromisedDocumentSendsItsContentUnchanged() throws {
+        let content = Self.text(1 << 20, seed: 4)
+        let (_, a, b, _) = try promisedOnB("doc.txt", content)
+        defer { a.cleanUp(); b.cleanUp() }
+        let node = try b.filesystem.lookup(parent: 1, name: FileName("doc.txt")).node
+        var changes = AttributeChanges()
+        changes.mode = 0o600
+        _ = try b.filesystem.setAttributes(of: node, handle: nil, changes, caller: .daemon)
+        try b.engine.syncOnce()
+        try a.engine.syncOnce()
+        #expect(backing(a, "doc.txt").st_mode & 0o777 == 0o600)
+        #expect(a.content("doc.txt") == content)
+        #expect(isPromised(b, "doc.txt"))
+        #expect(b.filesystem.shared.promises.fetchedBytes.load(ordering: .relaxed) == 0)
+    }
+
+    @Test func aNewVersionOverAPromisedDocumentKeepsTheOldOneWhole() throws {
+        let first = Self.text(1 << 20, seed: 5)
+        let (_, a, b, item) = try promisedOnB("doc.txt", first)
+        defer { a.cleanUp(); b.cleanUp() }
+        try a.save("doc.txt", "second\n")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        #expect(b.content("doc.txt") == "second\n")
+        #expect(b.versionList(of: item) == a.versionList(of: item))
+        let kept = try b.keptContents(of: item, at: "doc.txt")
+        #expect(kept[1] == first)
+    }
+
+    @Test func aReadWithNoWayToTheRemoteFailsWithinTheBoundAndWorksOnceItIsBack() throws {
+        let content = Self.text(1 << 20, seed: 6)
+        let (remote, a, b, item) = try promisedOnB("doc.txt", content)
+        defer { a.cleanUp(); b.cleanUp() }
+        b.sync.fetchPromisedContent(from: nil)
+        let start = Date()
+        #expect(throws: DocfsError.self) { try read(b, "doc.txt", offset: 0, length: 100) }
+        #expect(Date().timeIntervalSince(start) < 3)
+        #expect(b.filesystem.shared.promises.failure(of: item) != nil)
+        #expect(isPromised(b, "doc.txt"))
+        b.sync.fetchPromisedContent(from: remote)
+        #expect(try read(b, "doc.txt", offset: 0, length: 100) == String(content.prefix(100)))
+        #expect(waitUntilFulfilled(b, "doc.txt"))
+        #expect(b.content("doc.txt") == content)
+        #expect(b.filesystem.shared.promises.failure(of: item) == nil)
+    }
+}

@@ -1,0 +1,126 @@
+import CLinux
+import DocfsTestSupport
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Promised items through a mount (issue 23 §1, §2): a machine that joins on demand lists
+/// another's documents at once with no content on disk; through its mount they read like the
+/// files they stand for — range reads, ten readers at once, mmap — and `du`, `find -empty`,
+/// `tar --sparse`, `cp --sparse=auto` and `rsync -S` give the same answers, archives and copies
+/// as on the downloaded file (byte-compared).
+@Suite(.serialized) struct PromisedItemsMountTests {
+    typealias Machine = ManyMachinesTests.Machine
+
+    static let onDemand = #"{"sync": {"downloads": "onDemand", "downloadWaitSeconds": 30}}"#
+
+    /// `count` seeded pseudo-random bytes.
+    static func bytes(_ count: Int, seed: UInt64) -> [UInt8] {
+        var state = seed
+        var bytes = [UInt8](repeating: 0, count: count)
+        bytes.withUnsafeMutableBytes { raw in
+            let words = raw.bindMemory(to: UInt64.self)
+            for i in 0..<words.count {
+                state = state &* 6364136223846793005 &+ 1442695040888963407
+                words[i] = state ^ (state >> 29)
+            }
+        }
+        return bytes
+    }
+
+    static let files: [String: [UInt8]] = [
+        "big.bin": bytes(64 << 20, seed: 1), "readers.bin": bytes(16 << 20, seed: 2), "tar.bin": bytes(8 << 20, seed: 3),
+        "cp.bin": bytes(8 << 20, seed: 4), "rsync.bin": bytes(8 << 20, seed: 5), "mmap.bin": bytes(8 << 20, seed: 6),
+        "du.bin": bytes(8 << 20, seed: 7), "small.txt": Array("small\n".utf8), "empty.txt": [],
+    ]
+
+    /// Whether b's `name` is promised still (its store file carries the mark).
+    static func isPromised(_ machine: Machine, _ name: String) -> Bool {
+        docfs_getxattr(machine.path(name), "user.docfs.promised", nil, 0) >= 0
+    }
+
+    @Test func promisedFilesReadThroughTheMountLikeTheirContent() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("promised")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: false, settings: Self.onDemand)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        for (name, content) in Self.files { try Data(content).write(to: URL(fileURLWithPath: a.path(name))) }
+        let linked = try a.link(uri)
+        #expect(linked.status == 0, "\(linked.output)")
+        #expect(ManyMachinesTests.within(60) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
+        let bLinked = try b.link(uri)
+        #expect(bLinked.status == 0, "\(bLinked.output)")
+        try b.fixture.start()
+        // Listed at once with their real sizes, nothing on disk yet.
+        var promised = 0
+        for (name, content) in Self.files {
+            var st = stat()
+            #expect(stat(b.path(name), &st) == 0, "\(name)")
+            #expect(st.st_size == off_t(content.count), "\(name)")
+            if Self.isPromised(b, name) { promised += 1 }
+        }
+        #expect(promised == Self.files.count - 1, "every non-empty file arrives promised")
+        let store = b.fixture.store + "/containers/docfs.default/Documents/big.bin"
+        var backing = stat()
+        #expect(stat(store, &backing) == 0 && Int64(backing.st_blocks) * 512 < 1 << 20, "the store holds no content of big.bin yet")
+
+        // du and find -empty answer as on a (their files are whole there).
+        for command in ["du -k du.bin big.bin", "du -b du.bin", "find . -empty | sort", "ls -ls --block-size=512 du.bin"] {
+            let onA = try shell("cd '\(a.path(""))' && \(command)")
+            let onB = try shell("cd '\(b.path(""))' && \(command)")
+            #expect(onB.status == 0 && onB.output == onA.output, "\(command): b \(onB.output) a \(onA.output)")
+        }
+        #expect(Self.isPromised(b, "du.bin"), "du and find read no content")
+
+        // A range read in the middle of a big file answers its bytes, before the rest is here.
+        let big = Self.files["big.bin"]!
+        let start = Date()
+        let fd = open(b.path("big.bin"), O_RDONLY)
+        var slice = [UInt8](repeating: 0, count: 4096)
+        let n = pread(fd, &slice, 4096, 40 << 20)
+        let firstByte = Date().timeIntervalSince(start)
+        close(fd)
+        #expect(n == 4096 && slice == Array(big[(40 << 20)..<((40 << 20) + 4096)]))
+        print("PromisedItemsMountTests: first 4 KiB at 40 MiB of a promised 64 MiB file in \(Int(firstByte * 1000)) ms")
+
+        // Ten readers at once share one download; each reads the whole file right.
+        let readers = try shell("""
+            cd '\(b.path(""))' && for i in 0 1 2 3 4 5 6 7 8 9; do cmp readers.bin '\(a.path("readers.bin"))' & done; \
+            fails=0; for job in $(jobs -p); do wait $job || fails=$((fails+1)); done; echo "failed $fails"
+            """)
+        #expect(readers.output.contains("failed 0"), "\(readers.output)")
+
+        // mmap reads fetch what they touch.
+        let mapped = try shell("""
+            python3 -c "import mmap,sys; f=open('\(b.path("mmap.bin"))','rb'); m=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ); \
+            sys.stdout.buffer.write(m[5000000:5000016].hex().encode())"
+            """)
+        #expect(mapped.output == Self.files["mmap.bin"]![5_000_000..<5_000_016].map { String(format: "%02x", $0) }.joined(), "\(mapped.output)")
+
+        // tar --sparse, cp --sparse=auto and rsync -S copy the promised file whole, and the same
+        // way as the downloaded one.
+        let out = b.fixture.root + "/out"
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        #expect(Self.isPromised(b, "tar.bin") && Self.isPromised(b, "cp.bin") && Self.isPromised(b, "rsync.bin"))
+        func copies() throws -> [String] {
+            [try shell("cd '\(b.path(""))' && tar --sparse -cf - tar.bin | sha256sum").output,
+             try shell("cp --sparse=auto '\(b.path("cp.bin"))' '\(out)/cp.bin' && sha256sum < '\(out)/cp.bin'").output,
+             try shell("rm -f '\(out)/rsync.bin' && rsync -S '\(b.path("rsync.bin"))' '\(out)/rsync.bin' && sha256sum < '\(out)/rsync.bin'").output]
+        }
+        let fromPromised = try copies()
+        for name in ["tar.bin", "cp.bin", "rsync.bin"] {
+            #expect(ManyMachinesTests.within(30) { !Self.isPromised(b, name) } != nil, "\(name) is downloaded after it was read")
+        }
+        let fromDownloaded = try copies()
+        #expect(fromPromised == fromDownloaded)
+        let expected = try [shell("cd '\(a.path(""))' && tar --sparse -cf - tar.bin | sha256sum").output,
+                            shell("sha256sum < '\(a.path("cp.bin"))'").output, shell("sha256sum < '\(a.path("rsync.bin"))'").output]
+        #expect(fromPromised == expected)
+        // What was read whole is on disk, byte for byte.
+        #expect(ManyMachinesTests.within(30) { !Self.isPromised(b, "big.bin") } != nil)
+        #expect(try shell("cmp '\(b.path("big.bin"))' '\(a.path("big.bin"))'").status == 0)
+    }
+}
