@@ -147,6 +147,10 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try remote.missingChunks(batch.map(\.digest)).isEmpty)
         #expect(try batch.allSatisfy { try remote.fetchChunk($0.digest) == $0.bytes })
         #expect { try remote.putChunks([(digest: other, bytes: bytes)]) } throws: { ($0 as? RemoteError)?.kind == .refused }
+        // Their lengths, in the order asked (a promised file's layout), without their bytes.
+        #expect(try remote.chunkLengths(batch.map(\.digest).reversed() + [digest]) == [12, 3, 3, 12])
+        #expect(try remote.chunkLengths([]) == [])
+        #expect { try remote.chunkLengths([digest, other]) } throws: { ($0 as? RemoteError)?.kind == .notFound }
     }
 
     /// An upload cut short leaves chunks no version names: a sweep removes them once unused
