@@ -145,18 +145,36 @@ extension StoreSync {
     /// Keeps another machine's `version` of an item here as a kept version of `kind`, beside
     /// the content here (which stays). `aside`: a save set aside on another machine, whose
     /// number a save of this machine's that never went up gives way to, as for a conflict.
+    /// The document moved meanwhile (its content is fetched before the claim): looked for
+    /// again, a few times.
     private func keep(_ version: RemoteVersion, as kind: VersionRecord.Kind, aside: Bool = false,
                       fetch: (ChunkDigest) throws -> [UInt8]) throws {
-        guard version.kind == .file else { return }
+        for _ in 0..<Self.keepAttempts - 1 {
+            if try keepBeside(version, as: kind, aside: aside, fetch: fetch) { return }
+        }
+        guard try keepBeside(version, as: kind, aside: aside, fetch: fetch) else {
+            throw StoreSyncError("item \(version.item) kept moving while its version \(version.number) was kept: it is kept at the next look")
+        }
+    }
+
+    static let keepAttempts = 4
+
+    /// `keep`, beside the document where it is now; false when it moved before the claim.
+    private func keepBeside(_ version: RemoteVersion, as kind: VersionRecord.Kind, aside: Bool,
+                            fetch: (ChunkDigest) throws -> [UInt8]) throws -> Bool {
+        guard version.kind == .file else { return true }
         let yields = kind == .previous && !aside
         // A previous version never moves one kept here: nothing to fetch when its number is taken.
-        if yields && shared.store.versions.isTaken(ItemID(rawValue: version.item), version.number) { return }
+        if yields && shared.store.versions.isTaken(ItemID(rawValue: version.item), version.number) { return true }
         // Kept already (a machine that looks at an item's versions again): nothing to fetch.
         if let kept = shared.store.versions.record(of: ItemID(rawValue: version.item), version: version.number),
            kept.kind == kind, kept.size == version.size, kept.modified == version.modified {
-            return
+            return true
         }
-        guard let place = try place(of: version.item) else { return try keepWhileGone(version, as: kind, fetch: fetch) }
+        guard let place = try place(of: version.item) else {
+            try keepWhileGone(version, as: kind, fetch: fetch)
+            return true
+        }
         let document = try Located(place: place, paths: shared.paths)
         defer { document.close() }
         let working = try WorkingFile(prefix: ".docfs-sync-", in: document.folder, replacing: document.name,
@@ -169,20 +187,24 @@ extension StoreSync {
         try Self.write(version, to: working.fd, fetch: fetch)
         let item = ItemID(rawValue: version.item)
         let versions = shared.store.versions
-        try shared.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
+        return try shared.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) -> Bool in
             let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+            // Moved (or removed) since it was looked up: looked for again (no move runs under the claim).
+            if fd < 0 && errno == ENOENT { return false }
             guard fd >= 0 else { throw DocfsError.errno("opening item \(version.item) to keep its version \(version.number)") }
             defer { close(fd) }
+            // Another file took its name meanwhile.
+            if let found = ItemAttributes.id(ofDescriptor: fd), found != item { return false }
             // Under the remote's number: kept already when a version kept here with it has this
             // content (a round cut short); a save made here that never went up and holds it
             // gives way (`giveWay`), and so does the content here (a number above every kept
             // one); else, as a last resort, the next free number.
             try takeRemoteNumbers(of: item, content: fd)  // kept earlier under another number, it may have the remote's now
             var number = version.number
-            if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return }
+            if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return true }
             let here = ItemAttributes.version(ofDescriptor: fd)
             // A previous version: never moves a version kept here, nor the content here.
-            if yields && (versions.isTaken(item, number) || here == number) { return }
+            if yields && (versions.isTaken(item, number) || here == number) { return true }
             giveWay(number, of: item, to: "/proc/self/fd/\(working.fd)", past: max(number, here), current: "/proc/self/fd/\(fd)")
             if here == number, let floor = (try? syncState(of: version.item))?.number, here > floor {
                 // The content here is a save that never went up: it goes above every kept number.
@@ -200,13 +222,14 @@ extension StoreSync {
             // the content that followed it here, not from this one.
             if kind == .previous { record.detached = true }
             try shared.store.versions.keepFile(working.fd, item: item, record: record)
-            guard kind == .conflict else { return }
+            guard kind == .conflict else { return true }
             try check(docfs_fd_setxattr(fd, Filesystem.conflictAttribute, "1", 1, 0))
             RemoteApplication.$machine.withValue(version.author.machine) {
                 // The document's content stays; presenters hear of the conflict, its record is made again.
                 shared.servedViews().first?.deliverUncached(.name(.newVersion(ItemAttributes.version(ofDescriptor: fd), conflict: true),
                                                                   document.name, inFolder: document.folder, item: item))
             }
+            return true
         }
     }
 

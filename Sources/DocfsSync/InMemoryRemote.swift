@@ -40,8 +40,14 @@ public final class InMemoryRemote: Remote {
     /// Run once, before the next commit (tests: a user saving while the engine is between its
     /// read of an item and its commit).
     private let beforeNextCommit = Mutex<(@Sendable () -> Void)?>(nil)
+    private let beforeNextFetch = Mutex<(digest: ChunkDigest, hook: @Sendable () -> Void)?>(nil)
 
     public init() {}
+
+    /// Runs `hook` once, before the next fetch of the chunk `digest`.
+    public func beforeNextFetch(of digest: ChunkDigest, _ hook: @escaping @Sendable () -> Void) {
+        beforeNextFetch.withLock { $0 = (digest, hook) }
+    }
 
     /// Runs `hook` once, before the next commit is made.
     public func beforeNextCommit(_ hook: @escaping @Sendable () -> Void) {
@@ -88,6 +94,11 @@ public final class InMemoryRemote: Remote {
     }
 
     public func fetchChunk(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8] {
+        beforeNextFetch.withLock { next -> (@Sendable () -> Void)? in
+            guard let pending = next, pending.digest == digest else { return nil }
+            next = nil
+            return pending.hook
+        }?()
         guard let bytes = state.withLock({ $0.chunks[digest] }) else {
             throw RemoteError(.notFound, "the remote holds no chunk \(digest)")
         }

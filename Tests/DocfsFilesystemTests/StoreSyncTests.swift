@@ -809,6 +809,43 @@ final class HeldWriter: Sendable {
         }
     }
 
+    /// A deletion loses to an edit, and the document it brings back moves here while the
+    /// version the deletion removed is fetched to be kept (the workload's 1-in-25 race): the
+    /// version is kept beside the document where it is now, as on every store.
+    @Test func whatALostDeletionRemovedIsKeptThoughTheDocumentMovesMeanwhile() throws {
+        let remote = InMemoryRemote()
+        let machines = try ["a", "b"].enumerated().map { index, name in
+            try Machine(name, remote: remote, firstID: 1_000 + UInt64(index) * 1_000_000_000, settings: Self.everyVersion)
+        }
+        defer { for machine in machines { machine.cleanUp() } }
+        let (a, b) = (machines[0], machines[1])
+        try a.save("doc.txt", "first")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        let item = try #require(a.id("doc.txt"))
+        try b.save("doc.txt", "second")
+        try b.engine.syncOnce()
+        try a.engine.syncOnce()
+        #expect(a.content("doc.txt") == "second")
+        try a.filesystem.unlink(parent: 1, name: "doc.txt")
+        try b.save("doc.txt", "third")
+        try b.engine.syncOnce()
+        let second = Array("second".utf8).withUnsafeBytes { ChunkDigest(of: $0) }
+        let filesystem = a.filesystem
+        remote.beforeNextFetch(of: second) {
+            do {
+                _ = try filesystem.rename(parent: 1, name: "doc.txt", newParent: 1, newName: "moved.txt", flags: 0, caller: .daemon)
+            } catch {
+                Issue.record("the move during the fetch failed: \(error)")
+            }
+        }
+        for _ in 0..<2 { for machine in machines { try machine.engine.syncOnce() } }
+        #expect(a.content("moved.txt") == "third" && b.content("moved.txt") == "third")
+        #expect(a.versionList(of: item) == b.versionList(of: item))
+        let kept = try a.keptContents(of: item, at: "moved.txt")
+        #expect(kept[2] == "second", "\(kept)")
+    }
+
     /// Another machine's conflict version arrives under a number a save made here holds that
     /// never went up (kept as a previous version, or the content here): the save moves past
     /// it, and the conflict version has the number it has everywhere.

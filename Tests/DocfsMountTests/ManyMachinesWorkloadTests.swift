@@ -168,8 +168,9 @@ import Glibc
                     let query = "SELECT 'record', container, scope, path, version, sequence FROM items WHERE id = \(id); "
                         + "SELECT 'state', state FROM syncItems WHERE item = \(id); SELECT 'outbox', position, sequence FROM outbox WHERE item = \(id);"
                     let index = (try? shell("sqlite3 -readonly '\(machine.fixture.store)/index/index.sqlite' \"\(query)\" 2>&1").output) ?? ""
-                    let log = machine.fixture.log.split(separator: "\n").filter { $0.contains("sync: up \(id):") || $0.contains("sync: down \(id) ") }
-                        .suffix(24).joined(separator: "\n")
+                    let log = machine.fixture.log.split(separator: "\n").filter { $0.contains("sync: up \(id):") || $0.contains("sync: down \(id) ") || $0.contains("sync: down \(id):")
+                        || $0.contains("item \(id) ") }  // the engine's problems with it, too
+                        .suffix(32).joined(separator: "\n")
                     return "\(machine.name): \(index) log: \(log)"
                 }
                 return "item \(id): \(log) states \(states)"
