@@ -17,6 +17,7 @@ extension Filesystem {
     /// The status of `node`'s item; nil when it has none (`hasSyncStatus`).
     func syncStatus(of node: Node) -> String? {
         guard hasSyncStatus(node), let stitcher else { return nil }
+        if node.type == S_IFREG, let promised = shared.promises.status(of: node.fd) { return promised }
         let state = (try? stitcher.index.syncState(of: Int64(bitPattern: node.item.rawValue)))
             .flatMap { $0 }.flatMap { try? JSONDecoder().decode(ItemSyncState.self, from: Data($0)) }
         var conflict = [UInt8](repeating: 0, count: 2)

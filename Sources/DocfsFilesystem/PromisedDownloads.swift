@@ -71,6 +71,22 @@ public final class PromisedDownloads: Sendable {
     /// Why the last download of `item` failed; nil when none did since one succeeded.
     public func failure(of item: UInt64) -> String? { failures.withLock { $0[item] } }
 
+    /// What `user.docfs.status` says of the store file `fd` when it is promised: `downloading
+    /// N%` while a download runs, why the last one failed, else `promised`; nil when its
+    /// content is here.
+    func status(of fd: Int32) -> String? {
+        guard isActive, let number = PromisedContent.promisedNumber(fd), let item = ItemAttributes.id(ofDescriptor: fd) else { return nil }
+        if let download = downloads.withLock({ $0[DownloadKey(item: item.rawValue, number: number)] }) {
+            let percent = download.state.withLock { state -> Int64 in
+                guard let promise = state.promise, let lengths = promise.lengths, promise.size > 0 else { return 0 }
+                return state.present.reduce(Int64(0)) { $0 + lengths[$1] } * 100 / promise.size
+            }
+            return "downloading \(percent)%"
+        }
+        if let failure = failure(of: item.rawValue) { return "download failed: \(failure)" }
+        return "promised"
+    }
+
     /// Waits until bytes `offset ..< offset + length` of the file `fd` (any descriptor of a
     /// store file) are on disk; at once when it is not promised.
     func ensure(_ fd: Int32, offset: Int64, length: Int64) throws(DocfsError) {

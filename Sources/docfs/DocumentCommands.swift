@@ -98,11 +98,18 @@ struct StatusCommand: ParsableCommand {
     /// for a path in the store, from its sync state in the index; nil when not linked.
     private func syncStatus(of document: LocatedDocument, conflict: Bool) -> String? {
         if document.mountPoint != nil {
-            var value = [UInt8](repeating: 0, count: 64)
+            var value = [UInt8](repeating: 0, count: 4096)  // a failed download says why
             let n = value.withUnsafeMutableBytes { docfs_getxattr(document.path, ItemAttributes.status, $0.baseAddress, $0.count) }
             return n > 0 ? String(decoding: value[0..<n], as: UTF8.self) : nil
         }
         guard (try? RemoteLink.load(document.store)) != nil else { return nil }
+        // In the store's folders: a promised file says so (what a download under way has
+        // fetched only its daemon knows).
+        let file = open(document.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        if file >= 0 {
+            defer { close(file) }
+            if PromisedContent.promisedNumber(file) != nil { return "promised" }
+        }
         let index = try? IndexDatabase(path: document.store.indexFile, readOnly: true)
         let state = (try? index?.syncState(of: Int64(bitPattern: document.item.rawValue))).flatMap { $0 }
             .flatMap { try? JSONDecoder().decode(ItemSyncState.self, from: Data($0)) }

@@ -63,6 +63,14 @@ import Glibc
         return String(decoding: try machine.filesystem.read(file.handle, size: length, offset: off_t(offset)), as: UTF8.self)
     }
 
+    /// `user.docfs.status` of `path` through the filesystem.
+    func status(_ machine: Machine, _ path: String) -> String? {
+        guard let node = try? machine.filesystem.lookup(parent: 1, name: FileName(path)).node,
+              case .bytes(let value)? = try? machine.filesystem.getExtendedAttribute(node, name: "user.docfs.status", size: 4096)
+        else { return nil }
+        return String(decoding: value, as: UTF8.self)
+    }
+
     func waitUntilFulfilled(_ machine: Machine, _ path: String) -> Bool {
         for _ in 0..<500 where isPromised(machine, path) { usleep(10_000) }
         return !isPromised(machine, path)
@@ -79,6 +87,7 @@ import Glibc
         #expect(b.id("big.txt") == item)
         #expect(isPromised(b, "big.txt"))
         #expect(b.filesystem.shared.promises.fetchedBytes.load(ordering: .relaxed) == 0)
+        #expect(status(b, "big.txt") == "promised")
         // The filesystem shows it whole: blocks for every byte, data everywhere.
         let node = try b.filesystem.lookup(parent: 1, name: FileName("big.txt"))
         #expect(Int64(node.attributes.st_blocks) == (Int64(content.utf8.count) + 511) / 512)
@@ -91,7 +100,10 @@ import Glibc
         b.filesystem.release(file.handle)
         #expect(String(decoding: bytes, as: UTF8.self) == String(Array(content.utf8)[middle..<(middle + 4096)].map { Character(UnicodeScalar($0)) }))
         // The rest follows in the background; then the file is an ordinary one, as a's.
+        let during = status(b, "big.txt")
+        #expect(during == "current" || during?.hasPrefix("downloading ") == true, "\(during ?? "none")")
         #expect(waitUntilFulfilled(b, "big.txt"))
+        #expect(status(b, "big.txt") == "current")
         #expect(b.content("big.txt") == content)
         #expect(b.filesystem.shared.promises.fetchedBytes.load(ordering: .relaxed) == Int64(content.utf8.count))
         #expect(backing(b, "big.txt").st_mtim.tv_sec == backing(a, "big.txt").st_mtim.tv_sec)
@@ -171,10 +183,13 @@ import Glibc
         #expect(Date().timeIntervalSince(start) < 3)
         #expect(b.filesystem.shared.promises.failure(of: item) != nil)
         #expect(isPromised(b, "doc.txt"))
+        let failed = status(b, "doc.txt")
+        #expect(failed?.hasPrefix("download failed: ") == true && failed?.contains("not linked") == true, "\(failed ?? "none")")
         b.sync.fetchPromisedContent(from: remote)
         #expect(try read(b, "doc.txt", offset: 0, length: 100) == String(content.prefix(100)))
         #expect(waitUntilFulfilled(b, "doc.txt"))
         #expect(b.content("doc.txt") == content)
         #expect(b.filesystem.shared.promises.failure(of: item) == nil)
+        #expect(status(b, "doc.txt") == "current")
     }
 }

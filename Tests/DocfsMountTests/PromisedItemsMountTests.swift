@@ -63,6 +63,9 @@ import Glibc
             if Self.isPromised(b, name) { promised += 1 }
         }
         #expect(promised == Self.files.count - 1, "every non-empty file arrives promised")
+        #expect(attribute(b.path("big.bin"), "user.docfs.status") == "promised")
+        let shown = try b.docfs("status '\(b.path("big.bin"))'")
+        #expect(shown.output.contains("promised"), "\(shown.output)")
         let store = b.fixture.store + "/containers/docfs.default/Documents/big.bin"
         var backing = stat()
         #expect(stat(store, &backing) == 0 && Int64(backing.st_blocks) * 512 < 1 << 20, "the store holds no content of big.bin yet")
@@ -122,5 +125,6 @@ import Glibc
         // What was read whole is on disk, byte for byte.
         #expect(ManyMachinesTests.within(30) { !Self.isPromised(b, "big.bin") } != nil)
         #expect(try shell("cmp '\(b.path("big.bin"))' '\(a.path("big.bin"))'").status == 0)
+        #expect(attribute(b.path("big.bin"), "user.docfs.status") == "current")
     }
 }
