@@ -67,10 +67,15 @@ extension Operations {
         }
         ops.read = { req, _, size, offset, fi in
             let ctx = BridgeContext.of(req)
-            do {
-                try ctx.filesystem.prepareRead(fi!.pointee.fh, offset: offset, size: size)
-            } catch {
-                return ctx.fail(req, error, "read")
+            let handle = fi!.pointee.fh
+            if Filesystem.mayWaitForContent(handle) {
+                do {
+                    try ctx.waitingForContent(req!) { wait throws(DocfsError) in
+                        try ctx.filesystem.prepareRead(handle, offset: offset, size: size, wait: wait)
+                    }
+                } catch {
+                    return ctx.fail(req, error, "read")
+                }
             }
             var data = docfs_fd_bufvec(ctx.filesystem.backingDescriptor(of: fi!.pointee.fh), size, offset)
             fuse_reply_data(req, &data, FUSE_BUF_SPLICE_MOVE)

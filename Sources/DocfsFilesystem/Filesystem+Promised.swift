@@ -32,12 +32,17 @@ extension Filesystem {
         shared.promises.steadyChangeTime(&st, promised: promised)
     }
 
-    /// Before a read of `size` bytes at `offset` through `handle` is answered: they are on
-    /// disk (a promised file's wait for them; EIO when they do not come in time).
+    /// Whether a read through `handle` may wait for content (a promised file's).
     @inline(__always)
-    public func prepareRead(_ handle: UInt64, offset: off_t, size: Int) throws(DocfsError) {
-        guard handle & Self.promisedHandleBit != 0 else { return }
-        try shared.promises.ensure(backingDescriptor(of: handle), offset: Int64(offset), length: Int64(size))
+    public static func mayWaitForContent(_ handle: UInt64) -> Bool { handle & promisedHandleBit != 0 }
+
+    /// Before a read of `size` bytes at `offset` through `handle` is answered: they are on
+    /// disk (a promised file's wait for them; EIO when they do not come in time, EINTR when
+    /// `wait` says the reader was interrupted).
+    @inline(__always)
+    public func prepareRead(_ handle: UInt64, offset: off_t, size: Int, wait: ContentWait? = nil) throws(DocfsError) {
+        guard Self.mayWaitForContent(handle) else { return }
+        try shared.promises.ensure(backingDescriptor(of: handle), offset: Int64(offset), length: Int64(size), wait: wait)
     }
 
     /// Before `node` is changed in place (an open for writing, a truncate): a promised file's

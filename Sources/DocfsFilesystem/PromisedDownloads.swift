@@ -89,9 +89,9 @@ public final class PromisedDownloads: Sendable {
 
     /// Waits until bytes `offset ..< offset + length` of the file `fd` (any descriptor of a
     /// store file) are on disk; at once when it is not promised.
-    func ensure(_ fd: Int32, offset: Int64, length: Int64) throws(DocfsError) {
+    func ensure(_ fd: Int32, offset: Int64, length: Int64, wait: ContentWait? = nil) throws(DocfsError) {
         guard let number = PromisedContent.promisedNumber(fd), let item = ItemAttributes.id(ofDescriptor: fd) else { return }
-        try ensure(DownloadKey(item: item.rawValue, number: number), fd: fd, range: offset..<(offset + max(length, 0)))
+        try ensure(DownloadKey(item: item.rawValue, number: number), fd: fd, range: offset..<(offset + max(length, 0)), wait: wait)
     }
 
     /// Waits until the whole file `fd` is on disk and no longer promised.
@@ -100,17 +100,22 @@ public final class PromisedDownloads: Sendable {
         try ensure(DownloadKey(item: item.rawValue, number: number), fd: fd, range: nil)
     }
 
-    private func ensure(_ key: DownloadKey, fd: Int32, range: Range<Int64>?) throws(DocfsError) {
-        let waiter = ThreadSemaphore()
+    private func ensure(_ key: DownloadKey, fd: Int32, range: Range<Int64>?, wait: ContentWait? = nil) throws(DocfsError) {
+        let waiter = wait?.waiter ?? ThreadSemaphore()
         let download = try join(key, fd: fd, wanting: range, waiter: waiter)
         defer { download.state.withLock { $0.waiters.removeAll { $0 === waiter } } }
-        let deadline = Self.now() + waitLimit
+        // The wait ends `waitLimit` after it began, or after the download last made progress:
+        // a read the kernel retries (readahead, then the page alone) fails at once on a stalled one.
+        let started = Self.now()
         while true {
+            let deadline = min(started, download.state.withLock { $0.progressed }) + waitLimit
             switch download.state.withLock({ $0.answer(for: range) }) {
             case .ready: return
             case .failed(let why):
                 throw DocfsError.errno("downloading item \(key.item) failed: \(why)", EIO)
             case .waiting:
+                // The reader gave up (Ctrl-C): the download goes on for the others.
+                if wait?.isInterrupted() == true { throw DocfsError.system(EINTR) }
                 let left = deadline - Self.now()
                 guard left > 0, waiter.wait(seconds: left) || Self.now() < deadline else {
                     if download.state.withLock({ $0.answer(for: range) }) == .ready { return }
@@ -170,7 +175,7 @@ public final class PromisedDownloads: Sendable {
             if promise.offsets == nil {
                 var digests: [ChunkDigest] = []
                 for hex in promise.manifest { digests.append(try Self.digest(hex)) }
-                promise.lengths = try Self.remote { () throws(RemoteError) in try remote.chunkLengths(digests) }
+                promise.lengths = try retrying { () throws(RemoteError) in try remote.chunkLengths(digests) }
                 guard promise.offsets!.last == promise.size else {
                     throw DocfsError(.storeUnavailable, "the remote's chunks of item \(key.item) add up to another size than its version's")
                 }
@@ -187,7 +192,7 @@ public final class PromisedDownloads: Sendable {
             var times = [Glibc.timespec(tv_sec: 0, tv_nsec: DOCFS_UTIME_OMIT), StoreSync.timespec(promise.modified)]
             while let index = download.state.withLock({ $0.nextChunk() }) {
                 let digest = try Self.digest(promise.manifest[index])
-                let bytes = try Self.remote { () throws(RemoteError) in try remote.fetchChunk(digest) }
+                let bytes = try retrying { () throws(RemoteError) in try remote.fetchChunk(digest) }
                 guard bytes.count == promise.lengths![index], bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
                     throw DocfsError(.storeUnavailable, "chunk \(digest) of item \(key.item) came damaged from the remote")
                 }
@@ -197,7 +202,10 @@ public final class PromisedDownloads: Sendable {
                 _ = futimens(writer, &times)
                 try content.markPresent(key.item, number: key.number, chunk: index)
                 present.insert(index)
-                download.state.withLock { _ = $0.present.insert(index) }
+                download.state.withLock { state in
+                    state.present.insert(index)
+                    state.progressed = Self.now()
+                }
                 download.signal()
             }
             guard Glibc.fsync(writer) == 0 else { throw DocfsError.errno("writing item \(key.item) to disk") }
@@ -270,11 +278,20 @@ public final class PromisedDownloads: Sendable {
         return digest
     }
 
-    private static func remote<T>(_ call: () throws(RemoteError) -> T) throws(DocfsError) -> T {
-        do {
-            return try call()
-        } catch {
-            throw DocfsError(.storeUnavailable, "\(error)")
+    /// `call`, tried again while the remote cannot be reached (a connection cut, the server
+    /// restarting), for up to `waitLimit`: a reader waits no longer than that anyway.
+    private func retrying<T>(_ call: () throws(RemoteError) -> T) throws(DocfsError) -> T {
+        let deadline = Self.now() + waitLimit
+        var pause = 0.05
+        while true {
+            do {
+                return try call()
+            } catch where error.kind == .unreachable && Self.now() + pause < deadline {
+                usleep(UInt32(pause * 1e6))
+                pause = min(pause * 2, 1)
+            } catch {
+                throw DocfsError(.storeUnavailable, "\(error)")
+            }
         }
     }
 
@@ -282,6 +299,18 @@ public final class PromisedDownloads: Sendable {
         var t = timespec()
         clock_gettime(CLOCK_MONOTONIC, &t)
         return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9
+    }
+}
+
+/// How a read waiting for promised content is woken when its reader is interrupted: the
+/// bridge signals `waiter` on the kernel's INTERRUPT, and `isInterrupted` says whether it was.
+public struct ContentWait: Sendable {
+    public let waiter: ThreadSemaphore
+    public let isInterrupted: @Sendable () -> Bool
+
+    public init(waiter: ThreadSemaphore, isInterrupted: @escaping @Sendable () -> Bool) {
+        self.waiter = waiter
+        self.isInterrupted = isInterrupted
     }
 }
 
@@ -303,6 +332,8 @@ final class Download: Sendable {
         var failure: String?
         /// No chunk before it is missing.
         var firstMissing = 0
+        /// When a chunk last landed (or the download began), monotonic seconds.
+        var progressed = PromisedDownloads.now()
 
         enum Answer: Equatable { case ready, waiting, failed(String) }
 
