@@ -71,6 +71,7 @@ final class SyncService: Sendable {
                                   lastError: status.lastError, nextTry: status.nextTry, rounds: status.rounds, served: true)
         report.parked = parked.count
         report.parkedProblem = parked.problem
+        report.downloadedBytes = sync.promisedBytesFetched
         return report
     }
 
@@ -103,6 +104,8 @@ public struct RemoteStatusReport: Codable, Sendable {
     /// and why the oldest could not.
     public var parked: Int = 0
     public var parkedProblem: String?
+    /// Bytes of promised files fetched since the daemon started (issue 23).
+    public var downloadedBytes: Int64 = 0
 
     public init(uri: String, machine: String, space: UInt64, linked: Double, waiting: Int, incoming: Int?, lastContact: Double?,
                 lastError: String?, nextTry: Double?, rounds: Int, served: Bool) {

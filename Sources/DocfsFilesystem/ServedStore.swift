@@ -42,6 +42,9 @@ public final class ServedStore: Sendable {
     public let userView: UserView
     /// Makes thumbnails in the background; nil when the store is served without them.
     let thumbnailer: Thumbnailer?
+    /// The store's thumbnail sets: those the thumbnailer makes, and those that come with
+    /// other machines' versions (installed by a `docfs remote link` with no thumbnailer too).
+    let thumbnailStore: ThumbnailStore
     /// Content of promised files, fetched as it is read (issue 23).
     public let promises: PromisedDownloads
     /// Whether documents other machines make arrive promised (`DownloadPolicy`).
@@ -86,6 +89,7 @@ public final class ServedStore: Sendable {
         containerFolders = ContainerFolders(catalog: catalog, layout: store.layout)
         userView = UserView(layout: store.layout, catalog: catalog)
         let thumbnails = ThumbnailStore(directory: store.layout.thumbnailsDirectory)
+        thumbnailStore = thumbnails
         if let index {
             stitcher = IndexStitcher(index: index, paths: paths, containers: catalog, identity: identity,
                                      thumbnails: thumbnails)

@@ -267,9 +267,10 @@ extension StoreSync {
     /// thumbnail waits for both). A failure costs only a rendering here: it is reported, not thrown.
     private func installThumbnail(_ digest: ChunkDigest, of version: RemoteVersion, view: Filesystem,
                                   fetch: (ChunkDigest) throws -> [UInt8]) {
-        guard let thumbnails = shared.thumbnailer?.store else { return }
+        let thumbnails = shared.thumbnailStore
         let item = ItemID(rawValue: version.item)
         do {
+            if shared.thumbnailer == nil { mkdir(shared.store.layout.thumbnailsDirectory, 0o700) }  // made by `prepare` when served
             let bytes = try fetch(digest)
             guard bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else { throw StoreSyncError("its chunk came damaged") }
             guard let place = try place(of: version.item) else { return }

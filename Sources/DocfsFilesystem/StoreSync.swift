@@ -62,6 +62,9 @@ public final class StoreSync: SyncedStore {
         shared.promises.connect(remote)
     }
 
+    /// Bytes of promised files fetched so far (what reading them cost).
+    public var promisedBytesFetched: Int64 { shared.promises.fetchedBytes.load(ordering: .relaxed) }
+
     /// Calls `wake` (from the thread that made the change, so briefly) after each local change
     /// that put items in the outbox.
     public func onOutboxFilled(_ wake: @escaping @Sendable () -> Void) {

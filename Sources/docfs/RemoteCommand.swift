@@ -131,6 +131,7 @@ struct RemoteCommand: ParsableCommand {
                 print("could not apply here: \(report.parked) change\(report.parked == 1 ? "" : "s") (tried again now and then)"
                       + (report.parkedProblem.map { "; the first: \($0)" } ?? ""))
             }
+            if report.downloadedBytes > 0 { print("fetched on demand since the daemon started: \(report.downloadedBytes) bytes") }
             if let contact = report.lastContact { print("last in step: \(formatDate(contact))") }
             if let error = report.lastError {
                 print("last error: \(error)" + (report.nextTry.map { "; trying again at \(formatDate($0))" } ?? ""))

@@ -127,4 +127,33 @@ import Glibc
         #expect(try shell("cmp '\(b.path("big.bin"))' '\(a.path("big.bin"))'").status == 0)
         #expect(attribute(b.path("big.bin"), "user.docfs.status") == "current")
     }
+
+    /// A file manager showing a folder of promised photos (issue 23 §2): the thumbnail
+    /// attribute and the shared thumbnail repository answer from the thumbnails that came with
+    /// them, and nothing of the photos is fetched.
+    @Test func thumbnailLookupsOfPromisedPhotosFetchNothing() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("thumbs")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: false, settings: Self.onDemand)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        try ThumbnailTests.copy("photo.jpg", to: a.path("photo.jpg"))
+        let made = try #require(ThumbnailTests.thumbnail(a.path("photo.jpg")), "a made no thumbnail")
+        #expect(try a.link(uri).status == 0)
+        #expect(ManyMachinesTests.within(30) {
+            ManyMachinesFaultTests.count(server, "SELECT count(*) FROM docfs.versions WHERE name = 'photo.jpg' AND thumbnail IS NOT NULL", uri) == 1
+        } != nil)
+        #expect(try b.link(uri).status == 0)
+        try b.fixture.start()
+        #expect(Self.isPromised(b, "photo.jpg"))
+        #expect(ThumbnailTests.thumbnail(b.path("photo.jpg"), within: 10) == made)
+        let shared = b.path(".sh_thumbnails/normal/\(SharedThumbnailTests.md5("photo.jpg")).png")
+        #expect(FileManager.default.contents(atPath: shared)?.isEmpty == false)
+        #expect(try shell("ls -la '\(b.path(""))' '\(b.path(".sh_thumbnails/normal"))'").status == 0)
+        #expect(Self.isPromised(b, "photo.jpg"), "a thumbnail lookup downloaded the photo")
+        #expect((try b.status())["downloadedBytes"] as? Int == 0, "\((try? b.status()) ?? [:])")
+        // Opened, it comes down (and is counted).
+        #expect(try shell("cmp '\(b.path("photo.jpg"))' '\(a.path("photo.jpg"))'").status == 0)
+        #expect(((try b.status())["downloadedBytes"] as? Int ?? 0) > 0)
+    }
 }
