@@ -12,10 +12,10 @@ PostgreSQL) holds --items small documents and a --size MiB file; machine b joins
   rest then comes down in the background), per byte read.
 
 Needs root, the release build (--docfs) and PostgreSQL's server (scripts/setup installs it)."""
-import argparse, os, shutil, subprocess, sys, tempfile, time
+import argparse, os, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_sync import PG, Machine, Server, sh, wait_until  # noqa: E402
+from bench_sync import PG, Machine, Server, print_table, sh, tear_down, wait_until  # noqa: E402
 
 ON_DEMAND = '{"sync": {"downloads": "onDemand"}}'
 
@@ -141,15 +141,9 @@ def main():
                      f"{(after - before) / 4096:.0f} per byte read (the chunk around it; the rest follows in the background)"))
         rows.append(("daemon peak RSS b", f"{b.peak_rss_mib():.0f} MiB", ""))
 
-        width = max(len(r[0]) for r in rows)
-        print(f"\npromised items (issue 23 §3): b joins a's store on demand, one PostgreSQL on loopback")
-        for name, value, note in rows:
-            print(f"  {name.ljust(width)}  {value:<24} {note}")
+        print_table("promised items (issue 23 §3): b joins a's store on demand, one PostgreSQL on loopback", rows, 24)
     finally:
-        for machine in machines:
-            machine.unmount()
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        tear_down(machines, server, base)
 
 
 if __name__ == "__main__":

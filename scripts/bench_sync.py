@@ -168,6 +168,20 @@ def untar(archive, folder):
     return time.monotonic() - start
 
 
+def print_table(title, rows, value_width=32):
+    width = max(len(r[0]) for r in rows)
+    print(f"\n{title}")
+    for name, value, note in rows:
+        print(f"  {name.ljust(width)}  {value:<{value_width}} {note}")
+
+
+def tear_down(machines, server, base):
+    for machine in machines:
+        machine.unmount()
+    server.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docfs", required=True)
@@ -275,15 +289,9 @@ def main():
                      "the new chunks it put on the remote; target about 1 MiB"))
         rows.append(("daemon peak RSS a / b / unlinked", f"{a.peak_rss_mib():.0f} / {b.peak_rss_mib():.0f} / {plain.peak_rss_mib():.0f} MiB", ""))
 
-        width = max(len(r[0]) for r in rows)
-        print(f"\nmany machines (issue 22 §7): two linked daemons, one unlinked, one PostgreSQL on loopback")
-        for name, value, note in rows:
-            print(f"  {name.ljust(width)}  {value:<32} {note}")
+        print_table("many machines (issue 22 §7): two linked daemons, one unlinked, one PostgreSQL on loopback", rows)
     finally:
-        for machine in machines:
-            machine.unmount()
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        tear_down(machines, server, base)
 
 
 if __name__ == "__main__":

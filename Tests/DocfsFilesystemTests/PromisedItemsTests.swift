@@ -34,13 +34,7 @@ import Glibc
 
     /// a saves `path` as `content`; b (on demand) takes it, promised.
     func promisedOnB(_ path: String, _ content: String) throws -> (InMemoryRemote, Machine, Machine, UInt64) {
-        let remote = InMemoryRemote()
-        let a = try Machine("a", remote: remote, firstID: 1_000, settings: TwoStoresInStepTests.everyVersion)
-        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.onDemand)
-        try a.save(path, content)
-        try a.engine.syncOnce()
-        try b.engine.syncOnce()
-        return (remote, a, b, try #require(a.id(path)))
+        try TwoStoresInStepTests().twoMachinesInStep(on: path, content, bSettings: Self.onDemand)
     }
 
     func backing(_ machine: Machine, _ path: String) -> stat {

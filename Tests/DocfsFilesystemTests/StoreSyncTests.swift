@@ -353,12 +353,12 @@ final class HeldWriter: Sendable {
         func cleanUp() { try? FileManager.default.removeItem(atPath: directory) }
     }
 
-    /// Two machines keeping every version, in step on the document `path` saved on a as `text`;
-    /// answers them, their remote and the document's id.
-    func twoMachinesInStep(on path: String, _ text: String) throws -> (InMemoryRemote, Machine, Machine, UInt64) {
+    /// Two machines keeping every version (b with `bSettings`), in step on the document `path`
+    /// saved on a as `text`; answers them, their remote and the document's id.
+    func twoMachinesInStep(on path: String, _ text: String, bSettings: String = TwoStoresInStepTests.everyVersion) throws -> (InMemoryRemote, Machine, Machine, UInt64) {
         let remote = InMemoryRemote()
         let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
-        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.everyVersion)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: bSettings)
         try a.save(path, text)
         try a.engine.syncOnce()
         try b.engine.syncOnce()
