@@ -25,6 +25,11 @@ public struct ControlRequest: Codable {
         /// Run a `docfs query` (`query`) on the daemon's index, which holds the waiting changes
         /// in memory: its records come back in batches.
         case query
+        /// Promised items (issue 23): fetch the item now, pin or unpin it, make it promised again.
+        case download, pin, unpin, evict
+
+        /// Requests about a promised item's content.
+        var isPromiseChange: Bool { self == .download || self == .pin || self == .unpin || self == .evict }
 
         /// Requests about a container rather than an item.
         var isContainerChange: Bool { self == .createContainer || self == .renameContainer || self == .deleteContainer }

@@ -299,6 +299,9 @@ public final class Daemon: Sendable {
                         granted: counts.granted, waited: counts.waited,
                         unwatchedFolders: watcher?.unwatchedCount.load(ordering: .relaxed) ?? 0, watched: watcher != nil))
                 }
+                if request.kind.isPromiseChange {
+                    return try PromiseRequests.apply(request, item: item, filesystem: primary)
+                }
                 message = try DocumentChange.apply(request, item: item, filesystem: primary, caller: caller, invalidate: invalidate)
                     + " (item \(item))"
             }

@@ -1,6 +1,8 @@
 import CLinux
 import DocfsCore
 import DocfsProvider
+import DocfsSync
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -61,5 +63,113 @@ extension Filesystem {
         try check(fstat(fd, &st))
         guard offset >= 0, offset < st.st_size else { throw DocfsError.system(ENXIO) }
         return whence == DOCFS_SEEK_DATA ? offset : st.st_size
+    }
+}
+
+/// `docfs download`, `docfs pin` and `docfs evict` (DESIGN §9.1, issue 23 §1): a promised
+/// file fetched now; a file kept here for good (pinned: downloaded, never evicted); a file whose
+/// content the remote holds made promised again, its disk space given back — never one that is
+/// pinned, open, changed here and not gone up, or in conflict.
+extension Filesystem {
+    /// Marks a file pinned (`user.docfs.pinned` on its backing file; it does not travel).
+    static let pinnedAttribute = "user.docfs.pinned"
+
+    static func isPinned(_ fd: Int32) -> Bool { docfs_fd_getxattr(fd, pinnedAttribute, nil, 0) >= 0 }
+
+    /// Downloads the document `item` whole, if it is promised; answers its size.
+    public func download(_ item: ItemID) throws(DocfsError) -> Int64 {
+        let node = try locate(item).node
+        guard node.type == S_IFREG else { throw DocfsError(.invalidArgument, "item \(item) is not a file: only files are downloaded") }
+        try shared.promises.ensureWhole(node.fd)
+        var st = stat()
+        try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH))
+        return Int64(st.st_size)
+    }
+
+    /// Pins (or unpins) the document `item`: pinned, it is downloaded now and never evicted.
+    public func pin(_ item: ItemID, _ pinned: Bool) throws(DocfsError) {
+        let node = try locate(item).node
+        guard node.type == S_IFREG else { throw DocfsError(.invalidArgument, "item \(item) is not a file: only files are pinned") }
+        try coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
+            let path = "/proc/self/fd/\(node.fd)"
+            if pinned {
+                try check(docfs_setxattr(path, Self.pinnedAttribute, "1", 1, 0))
+            } else if docfs_removexattr(path, Self.pinnedAttribute) != 0 && errno != ENODATA {
+                throw DocfsError.errno("unpinning item \(item)")
+            }
+            ownChanges.changedAttributes(at: node.fd)
+        }
+        if pinned { try shared.promises.ensureWhole(node.fd) }
+    }
+
+    /// Makes the document `item` promised again (its content given back to the disk), when
+    /// its content here is the remote's current one and nothing here needs it: not pinned,
+    /// not open, not written, in step with the remote and not in conflict. Answers the bytes
+    /// given back (0 when it was promised already).
+    public func evict(_ item: ItemID) throws(DocfsError) -> Int64 {
+        let node = try locate(item).node
+        guard node.type == S_IFREG, !node.isReference else { throw DocfsError(.invalidArgument, "item \(item) is not a file: only files are evicted") }
+        guard let stitcher, stitcher.fillsOutbox.load(ordering: .relaxed) else {
+            throw DocfsError(.invalidArgument, "the store is not linked to a remote: its files have nowhere to come back from")
+        }
+        return try coordinator.withClaims([(item, .write)]) { () throws(DocfsError) -> Int64 in
+            if PromisedContent.promisedNumber(node.fd) != nil { return 0 }
+            if Self.isPinned(node.fd) { throw DocfsError(.refused, "it is pinned (docfs pin --unpin lets it go)") }
+            if stitcher.isWritten(item) || isOpen(node) { throw DocfsError(.refused, "it is open: close it first") }
+            guard syncStatus(of: node) == "current",
+                  let state = (try? stitcher.index.syncState(of: Int64(bitPattern: item.rawValue))).flatMap({ $0 })
+                    .flatMap({ try? JSONDecoder().decode(ItemSyncState.self, from: Data($0)) }) else {
+                throw DocfsError(.refused, "its content here is not yet on the remote (see docfs remote status)")
+            }
+            var st = stat()
+            try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH))
+            let number = ItemAttributes.version(ofDescriptor: node.fd)
+            guard state.version.kind == .file, !state.version.deleted, Int64(st.st_size) == state.version.size,
+                  max(number, 1) == state.number else {
+                throw DocfsError(.refused, "its content here is not the remote's current one")
+            }
+            let freed = Int64(st.st_blocks) * 512
+            ownChanges.willWrite(node.key)
+            let writer = Glibc.open(node.procPath, O_WRONLY | O_CLOEXEC)
+            guard writer >= 0 else {
+                ownChanges.abandon(node.key)
+                throw DocfsError.errno("opening item \(item) to evict it")
+            }
+            defer {
+                var after = stat()
+                let known = fstat(writer, &after) == 0
+                close(writer)
+                ownChanges.abandon(node.key, now: known ? after : nil)
+            }
+            // Recorded and marked first: a crash between leaves a promised file whose chunks are
+            // all noted missing, fetched again when read.
+            try shared.promises.promise(Promise(item: item.rawValue, number: max(number, 1), size: Int64(st.st_size),
+                                                modified: WriteSessions.seconds(st.st_mtim), manifest: state.version.manifest),
+                                        file: writer)
+            if st.st_size > 0 {
+                try check(docfs_fallocate(writer, DOCFS_FALLOC_FL_PUNCH_HOLE | DOCFS_FALLOC_FL_KEEP_SIZE, 0, st.st_size))
+            }
+            var times = [timespec(tv_sec: 0, tv_nsec: DOCFS_UTIME_OMIT), st.st_mtim]
+            _ = futimens(writer, &times)
+            return freed
+        }
+    }
+
+    /// Whether this daemon holds the backing file of `node` open (any open handle is one of its
+    /// descriptors, mmap'd files too): one look at each descriptor, for an explicit eviction.
+    func isOpen(_ node: Node) -> Bool {
+        guard let folder = opendir("/proc/self/fd") else { return true }
+        defer { closedir(folder) }
+        while let entry = readdir(folder) {
+            let name = withUnsafePointer(to: &entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            guard let fd = Int32(name), fd != node.fd, fd != dirfd(folder) else { continue }
+            let flags = fcntl(fd, F_GETFL)
+            guard flags >= 0, flags & DOCFS_O_PATH == 0 else { continue }
+            var st = stat()
+            if fstat(fd, &st) == 0, BackingKey(st) == node.key { return true }
+        }
+        return false
     }
 }

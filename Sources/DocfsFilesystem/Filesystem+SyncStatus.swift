@@ -23,7 +23,8 @@ extension Filesystem {
         var conflict = [UInt8](repeating: 0, count: 2)
         let conflicted = conflict.withUnsafeMutableBytes { docfs_getxattr(node.procPath, Self.conflictAttribute, $0.baseAddress, $0.count) } == 1
             && conflict[0] == UInt8(ascii: "1")
-        return ItemSyncStatus.describe(state: state, versionHere: node.type == S_IFREG ? ItemAttributes.version(ofDescriptor: node.fd) : 0,
-                                       conflict: conflicted, beingWritten: stitcher.isWritten(node.item))
+        let status = ItemSyncStatus.describe(state: state, versionHere: node.type == S_IFREG ? ItemAttributes.version(ofDescriptor: node.fd) : 0,
+                                             conflict: conflicted, beingWritten: stitcher.isWritten(node.item))
+        return status == "current" && node.type == S_IFREG && Self.isPinned(node.fd) ? "pinned" : status
     }
 }

@@ -104,11 +104,13 @@ public final class PromisedDownloads: Sendable {
         let waiter = wait?.waiter ?? ThreadSemaphore()
         let download = try join(key, fd: fd, wanting: range, waiter: waiter)
         defer { download.state.withLock { $0.waiters.removeAll { $0 === waiter } } }
-        // The wait ends `waitLimit` after it began, or after the download last made progress:
-        // a read the kernel retries (readahead, then the page alone) fails at once on a stalled one.
+        // The wait ends once no chunk has landed for `waitLimit`: counted from when it began, or
+        // from the download's last progress before that (a read the kernel retries — readahead,
+        // then the page alone — fails at once on a stalled download), or after.
         let started = Self.now()
         while true {
-            let deadline = min(started, download.state.withLock { $0.progressed }) + waitLimit
+            let progressed = download.state.withLock { $0.progressed }
+            let deadline = (progressed > started ? progressed : min(started, progressed)) + waitLimit
             switch download.state.withLock({ $0.answer(for: range) }) {
             case .ready: return
             case .failed(let why):

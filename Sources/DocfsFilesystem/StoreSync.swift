@@ -32,7 +32,7 @@ public final class StoreSync: SyncedStore {
     static let localAttributes: Set<String> = [
         ItemAttributes.id, ItemAttributes.version, ItemAttributes.bookmark, ItemAttributes.thumbnail,
         ItemAttributes.container, ItemAttributes.containerID, ItemAttributes.localPath, Filesystem.conflictAttribute,
-        ReferenceStub.attribute, ItemAttributes.promised,
+        ReferenceStub.attribute, ItemAttributes.promised, Filesystem.pinnedAttribute,
     ]
 
     public init(serving shared: ServedStore, author: RemoteAuthor) throws(DocfsError) {

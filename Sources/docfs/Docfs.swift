@@ -25,7 +25,8 @@ struct Docfs: ParsableCommand {
         version: "docfs \(DocfsVersion.number)",
         subcommands: [MountCommand.self, UnmountCommand.self, StatusCommand.self, VersionsCommand.self, WatchCommand.self,
                       QueryCommand.self, IndexCommand.self, BookmarkCommand.self, ContainerCommand.self, PickCommand.self,
-                      MoveCommand.self, ExportCommand.self, RemoteCommand.self, ReapMountCommand.self,
+                      MoveCommand.self, ExportCommand.self, RemoteCommand.self, DownloadCommand.self, PinCommand.self,
+                      EvictCommand.self, ReapMountCommand.self,
                       ThumbnailWorkerCommand.self]
     )
 

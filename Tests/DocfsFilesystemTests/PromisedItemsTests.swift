@@ -186,4 +186,40 @@ import Glibc
         #expect(b.filesystem.shared.promises.failure(of: item) == nil)
         #expect(status(b, "doc.txt") == "current")
     }
+
+    @Test func evictionGivesTheSpaceBackButLeavesPinnedOpenAndUnsentFilesAlone() throws {
+        let content = Self.text(2 << 20, seed: 7)
+        let (_, a, b, item) = try promisedOnB("doc.txt", content)
+        defer { a.cleanUp(); b.cleanUp() }
+        let id = ItemID(rawValue: item)
+        #expect(try b.filesystem.download(id) == Int64(content.utf8.count))
+        #expect(!isPromised(b, "doc.txt") && b.content("doc.txt") == content)
+        // Evicted: promised again, its blocks given back, the same content when read.
+        #expect(try b.filesystem.evict(id) >= Int64(content.utf8.count))
+        #expect(isPromised(b, "doc.txt") && status(b, "doc.txt") == "promised")
+        #expect(Int64(backing(b, "doc.txt").st_blocks) * 512 < 64 << 10)
+        #expect(backing(b, "doc.txt").st_mtim.tv_sec == backing(a, "doc.txt").st_mtim.tv_sec)
+        #expect(try b.filesystem.evict(id) == 0, "promised already")
+        #expect(try read(b, "doc.txt", offset: 1 << 20, length: 10) == String(Array(content.utf8)[(1 << 20)..<((1 << 20) + 10)].map { Character(UnicodeScalar($0)) }))
+        #expect(waitUntilFulfilled(b, "doc.txt"))
+        // Pinned: downloaded, shown pinned, never evicted until unpinned.
+        try b.filesystem.pin(id, true)
+        #expect(status(b, "doc.txt") == "pinned")
+        #expect(throws: DocfsError.self) { try b.filesystem.evict(id) }
+        try b.filesystem.pin(id, false)
+        #expect(status(b, "doc.txt") == "current")
+        // Open: left alone until closed.
+        let node = try b.filesystem.lookup(parent: 1, name: FileName("doc.txt")).node
+        let file = try b.filesystem.open(node, flags: O_RDONLY, caller: .daemon)
+        #expect(throws: DocfsError.self) { try b.filesystem.evict(id) }
+        b.filesystem.release(file.handle)
+        #expect(try b.filesystem.evict(id) > 0)
+        // Changed here and not gone up: left alone.
+        try b.save("doc.txt", "changed on b\n")
+        #expect(throws: DocfsError.self) { try b.filesystem.evict(id) }
+        #expect(b.content("doc.txt") == "changed on b\n")
+        try b.engine.syncOnce()
+        #expect(try b.filesystem.evict(id) > 0)
+        #expect(try read(b, "doc.txt", offset: 0, length: 100) == "changed on b\n")
+    }
 }

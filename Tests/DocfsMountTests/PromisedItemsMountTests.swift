@@ -156,4 +156,50 @@ import Glibc
         #expect(try shell("cmp '\(b.path("photo.jpg"))' '\(a.path("photo.jpg"))'").status == 0)
         #expect(((try b.status())["downloadedBytes"] as? Int ?? 0) > 0)
     }
+
+    /// `docfs download`, `docfs pin` and `docfs evict` through b's mount (issue 23 §1):
+    /// folders walked, JSON on request, pinned and open files never evicted, an evicted file
+    /// read again whole.
+    @Test func downloadPinAndEvictFromTheCommandLine() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("commands")
+        let a = try Machine("a", mounted: true)
+        let b = try Machine("b", mounted: false, settings: Self.onDemand)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        try FileManager.default.createDirectory(atPath: a.path("Projects/deep"), withIntermediateDirectories: true)
+        let files = ["Projects/one.bin": Self.bytes(3 << 20, seed: 11), "Projects/deep/two.bin": Self.bytes(3 << 20, seed: 12),
+                     "solo.bin": Self.bytes(3 << 20, seed: 13)]
+        for (name, content) in files { try Data(content).write(to: URL(fileURLWithPath: a.path(name))) }
+        #expect(try a.link(uri).status == 0)
+        #expect(ManyMachinesTests.within(30) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
+        #expect(try b.link(uri).status == 0)
+        try b.fixture.start()
+        for name in files.keys { #expect(Self.isPromised(b, name), "\(name)") }
+
+        let downloaded = try b.docfs("download '\(b.path("Projects"))'")
+        #expect(downloaded.status == 0 && downloaded.output.contains("downloaded"), "\(downloaded.output)")
+        #expect(!Self.isPromised(b, "Projects/one.bin") && !Self.isPromised(b, "Projects/deep/two.bin") && Self.isPromised(b, "solo.bin"))
+        let report = try b.docfs("download --json '\(b.path("solo.bin"))'")
+        let rows = (try? JSONSerialization.jsonObject(with: Data(report.output.utf8))) as? [[String: Any]] ?? []
+        #expect(rows.count == 1 && rows.first?["ok"] as? Bool == true && (rows.first?["bytes"] as? Int) == 3 << 20, "\(report.output)")
+        #expect(attribute(b.path("solo.bin"), "user.docfs.status") == "current")
+
+        // Pinned and open files stay; the rest of the folder is evicted and reads back whole.
+        #expect(try b.docfs("pin '\(b.path("Projects/one.bin"))'").status == 0)
+        #expect(attribute(b.path("Projects/one.bin"), "user.docfs.status") == "pinned")
+        let held = open(b.path("solo.bin"), O_RDONLY)
+        let evicted = try b.docfs("evict '\(b.path("Projects"))' '\(b.path("solo.bin"))'")
+        #expect(evicted.status == 1, "\(evicted.output)")
+        #expect(evicted.output.contains("pinned") && evicted.output.contains("open"), "\(evicted.output)")
+        #expect(!Self.isPromised(b, "Projects/one.bin") && Self.isPromised(b, "Projects/deep/two.bin") && !Self.isPromised(b, "solo.bin"))
+        #expect(attribute(b.path("Projects/deep/two.bin"), "user.docfs.status") == "promised")
+        var backing = stat()
+        #expect(stat(b.fixture.store + "/containers/docfs.default/Documents/Projects/deep/two.bin", &backing) == 0 && backing.st_blocks < 128)
+        #expect(try shell("cmp '\(b.path("Projects/deep/two.bin"))' '\(a.path("Projects/deep/two.bin"))'").status == 0)
+        close(held)
+        #expect(try b.docfs("pin --unpin '\(b.path("Projects"))'").status == 0)
+        #expect(try b.docfs("evict '\(b.path(""))'").status == 0)
+        for name in files.keys { #expect(Self.isPromised(b, name), "\(name) after evicting everything") }
+        for name in files.keys { #expect(try shell("cmp '\(b.path(name))' '\(a.path(name))'").status == 0, "\(name)") }
+    }
 }
