@@ -155,24 +155,30 @@ public final class PromisedDownloads: Sendable {
     }
 
     private func run(_ download: Download, writer: Int32) {
-        let key = download.key
         var st = stat()
         fstat(writer, &st)
         let file = BackingKey(st)
         ownChanges.willWrite(file)
-        defer {
-            var after = stat()
-            let known = fstat(writer, &after) == 0
-            close(writer)
-            ownChanges.abandon(file, now: known ? after : nil)
-        }
+        let failure = fetch(download, writer: writer)
+        // Closed before the waiters are told: a file downloaded whole is open nowhere then.
+        var after = stat()
+        let known = fstat(writer, &after) == 0
+        close(writer)
+        ownChanges.abandon(file, now: known ? after : nil)
+        finish(download, failure: failure)
+    }
+
+    /// Brings the download's chunks down into `writer`; answers why it failed, nil when the
+    /// file is whole (no longer promised).
+    private func fetch(_ download: Download, writer: Int32) -> String? {
+        let key = download.key
         do {
             guard let remote = source.withLock({ $0 }) else {
                 throw DocfsError(.storeUnavailable, "the store is not linked to a remote now: link it again (docfs remote link)")
             }
             guard var promise = try content.record(of: key.item, number: key.number) else {
                 // Fulfilled meanwhile (or its records went): what is on disk is the content.
-                return finish(download, failure: nil)
+                return nil
             }
             if promise.offsets == nil {
                 var digests: [ChunkDigest] = []
@@ -192,32 +198,70 @@ public final class PromisedDownloads: Sendable {
             }
             download.signal()
             var times = [Glibc.timespec(tv_sec: 0, tv_nsec: DOCFS_UTIME_OMIT), StoreSync.timespec(promise.modified)]
-            while let index = download.state.withLock({ $0.nextChunk() }) {
+            // Chunks written but not yet noted on disk as present: readers have them at once (the
+            // page cache); they are synced and noted a batch at a time, so a crash costs at most
+            // fetching them again.
+            var unnoted: [Int] = []
+            var noted = Self.now()
+            func note() throws(DocfsError) {
+                guard !unnoted.isEmpty else { return }
+                guard fdatasync(writer) == 0 else { throw DocfsError.errno("writing item \(key.item) to disk") }
+                try content.markPresent(key.item, number: key.number, chunks: unnoted)
+                unnoted.removeAll()
+                noted = Self.now()
+            }
+            defer { try? note() }  // what came down before a failure stays
+            // Up to `fetchesAtOnce` chunks come down at once, each on a thread of its own (the
+            // remote's connections are a pool); this thread writes them as they land.
+            let landed = Mutex<[(index: Int, bytes: Result<[UInt8], DocfsError>)]>([])
+            let arrival = ThreadSemaphore()
+            var fetching = 0
+            while true {
+                while fetching < Self.fetchesAtOnce, let index = download.state.withLock({ $0.nextChunk() }) {
+                    fetching += 1
+                    let digest = try Self.digest(promise.manifest[index])
+                    DetachedThread.start { [self] in
+                        let bytes: Result<[UInt8], DocfsError>
+                        do throws(DocfsError) {
+                            bytes = .success(try retrying { () throws(RemoteError) in try remote.fetchChunk(digest) })
+                        } catch {
+                            bytes = .failure(error)
+                        }
+                        landed.withLock { $0.append((index, bytes)) }
+                        arrival.signal()
+                    }
+                }
+                guard fetching > 0 else { break }
+                arrival.wait()
+                guard let (index, result) = landed.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) else { continue }
+                fetching -= 1
                 let digest = try Self.digest(promise.manifest[index])
-                let bytes = try retrying { () throws(RemoteError) in try remote.fetchChunk(digest) }
+                let bytes = try result.get()
                 guard bytes.count == promise.lengths![index], bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
                     throw DocfsError(.storeUnavailable, "chunk \(digest) of item \(key.item) came damaged from the remote")
                 }
                 fetchedBytes.add(Int64(bytes.count), ordering: .relaxed)
                 try Self.write(bytes, to: writer, at: offsets[index], item: key.item)
-                guard fdatasync(writer) == 0 else { throw DocfsError.errno("writing item \(key.item) to disk") }
                 _ = futimens(writer, &times)
-                try content.markPresent(key.item, number: key.number, chunk: index)
+                unnoted.append(index)
+                if unnoted.count >= Self.chunksPerNote || Self.now() - noted > 0.5 { try note() }
                 present.insert(index)
                 download.state.withLock { state in
                     state.present.insert(index)
+                    state.fetching.remove(index)
                     state.progressed = Self.now()
                 }
                 download.signal()
             }
             guard Glibc.fsync(writer) == 0 else { throw DocfsError.errno("writing item \(key.item) to disk") }
             _ = futimens(writer, &times)
+            unnoted.removeAll()  // all here: the records go
             content.fulfilled(key.item, number: key.number, file: writer)
             var done = stat()
             if fstat(writer, &done) == 0 { downloaded(done) }
-            finish(download, failure: nil)
+            return nil
         } catch {
-            finish(download, failure: "\(error)")
+            return "\(error)"
         }
     }
 
@@ -264,6 +308,12 @@ public final class PromisedDownloads: Sendable {
         }
         download.signal()
     }
+
+    /// How many chunks of one download come down at once.
+    static let fetchesAtOnce = 4
+
+    /// How many chunks are written before they are synced and noted present.
+    static let chunksPerNote = 16
 
     private static func write(_ bytes: [UInt8], to fd: Int32, at offset: Int64, item: UInt64) throws(DocfsError) {
         var done = 0
@@ -334,6 +384,8 @@ final class Download: Sendable {
         var failure: String?
         /// No chunk before it is missing.
         var firstMissing = 0
+        /// Chunks being fetched now.
+        var fetching = Set<Int>()
         /// When a chunk last landed (or the download began), monotonic seconds.
         var progressed = PromisedDownloads.now()
 
@@ -351,13 +403,24 @@ final class Download: Sendable {
         /// for, else the first missing one; nil when every chunk is here.
         mutating func nextChunk() -> Int? {
             guard let offsets, let promise else { return nil }
-            while let range = wanted.first {
+            let wanted = self.wanted
+            for (position, range) in wanted.enumerated().reversed() {
                 let chunks = promise.chunks(covering: range.lowerBound, length: Int64(range.count), offsets: offsets)
-                if let missing = chunks.first(where: { !present.contains($0) }) { return missing }
-                wanted.removeFirst()
+                if chunks.allSatisfy({ present.contains($0) }) { self.wanted.remove(at: position) }
+            }
+            for range in self.wanted {
+                let chunks = promise.chunks(covering: range.lowerBound, length: Int64(range.count), offsets: offsets)
+                if let missing = chunks.first(where: { !present.contains($0) && !fetching.contains($0) }) {
+                    fetching.insert(missing)
+                    return missing
+                }
             }
             while firstMissing < promise.manifest.count && present.contains(firstMissing) { firstMissing += 1 }
-            return firstMissing < promise.manifest.count ? firstMissing : nil
+            var next = firstMissing
+            while next < promise.manifest.count && (present.contains(next) || fetching.contains(next)) { next += 1 }
+            guard next < promise.manifest.count else { return nil }
+            fetching.insert(next)
+            return next
         }
     }
 

@@ -124,14 +124,15 @@ public struct PromisedContent: Sendable {
         return present
     }
 
-    /// Notes chunk `index` of version `number` of `item` as on disk (its bytes synced already).
-    public func markPresent(_ item: UInt64, number: UInt64, chunk index: Int) throws(DocfsError) {
+    /// Notes `chunks` of version `number` of `item` as on disk (their bytes synced already).
+    public func markPresent(_ item: UInt64, number: UInt64, chunks: [Int]) throws(DocfsError) {
         let fd = open(presentPath(item, number), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw DocfsError.errno("noting a chunk of item \(item) as downloaded") }
+        guard fd >= 0 else { throw DocfsError.errno("noting chunks of item \(item) as downloaded") }
         defer { close(fd) }
-        let bytes: [UInt8] = [UInt8(index & 0xff), UInt8(index >> 8 & 0xff), UInt8(index >> 16 & 0xff), UInt8(index >> 24 & 0xff)]
-        guard bytes.withUnsafeBytes({ write(fd, $0.baseAddress, 4) }) == 4 else {
-            throw DocfsError.errno("noting a chunk of item \(item) as downloaded")
+        var bytes: [UInt8] = []
+        for index in chunks { bytes += [UInt8(index & 0xff), UInt8(index >> 8 & 0xff), UInt8(index >> 16 & 0xff), UInt8(index >> 24 & 0xff)] }
+        guard bytes.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes.count else {
+            throw DocfsError.errno("noting chunks of item \(item) as downloaded")
         }
     }
 

@@ -130,7 +130,7 @@ import Glibc
         #expect(waitForExit(reader, seconds: 60))
         #expect(reader.terminationStatus == 0, "cmp of the promised file against a's")
         #expect(ended > 0, "no connection was ended while the file came down")
-        #expect(attribute(b.path("big.bin"), "user.docfs.status") == "current")
+        #expect(ManyMachinesTests.within(30) { attribute(b.path("big.bin"), "user.docfs.status") == "current" } != nil)
     }
 
     @Test func aDaemonKilledMidDownloadLeavesTheFilePromisedAndItReadsWholeAfterARestart() throws {
