@@ -212,31 +212,47 @@ public final class PromisedDownloads: Sendable {
             }
             defer { try? note() }  // what came down before a failure stays
             // Up to `fetchesAtOnce` chunks come down at once, each on a thread of its own (the
-            // remote's connections are a pool); this thread writes them as they land.
+            // remote's connections are a pool); this thread writes them as they land. A fetch
+            // that takes longer than `fetchPatience` is asked again beside it (a connection the
+            // server ended may answer nothing until the remote's own limit): the first to land
+            // is written, the other ignored.
             let landed = Mutex<[(index: Int, bytes: Result<[UInt8], DocfsError>)]>([])
             let arrival = ThreadSemaphore()
-            var fetching = 0
-            while true {
-                while fetching < Self.fetchesAtOnce, let index = download.state.withLock({ $0.nextChunk() }) {
-                    fetching += 1
-                    let digest = try Self.digest(promise.manifest[index])
-                    DetachedThread.start { [self] in
-                        let bytes: Result<[UInt8], DocfsError>
-                        do throws(DocfsError) {
-                            bytes = .success(try retrying { () throws(RemoteError) in try remote.fetchChunk(digest) })
-                        } catch {
-                            bytes = .failure(error)
-                        }
-                        landed.withLock { $0.append((index, bytes)) }
-                        arrival.signal()
-                    }
-                }
-                guard fetching > 0 else { break }
-                arrival.wait()
-                guard let (index, result) = landed.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) else { continue }
-                fetching -= 1
+            var asked: [Int: (since: Double, attempts: Int)] = [:]
+            func ask(_ index: Int) throws(DocfsError) {
                 let digest = try Self.digest(promise.manifest[index])
-                let bytes = try result.get()
+                asked[index] = (Self.now(), (asked[index]?.attempts ?? 0) + 1)
+                DetachedThread.start { [self] in
+                    let bytes: Result<[UInt8], DocfsError>
+                    do throws(DocfsError) {
+                        bytes = .success(try retrying { () throws(RemoteError) in try remote.fetchChunk(digest) })
+                    } catch {
+                        bytes = .failure(error)
+                    }
+                    landed.withLock { $0.append((index, bytes)) }
+                    arrival.signal()
+                }
+            }
+            let patience = max(1, waitLimit / 2)
+            while true {
+                while asked.count < Self.fetchesAtOnce, let index = download.state.withLock({ $0.nextChunk() }) { try ask(index) }
+                guard !asked.isEmpty else { break }
+                guard arrival.wait(seconds: 0.5) else {
+                    for (index, fetch) in asked where Self.now() - fetch.since > patience { try ask(index) }
+                    continue
+                }
+                guard let (index, result) = landed.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) else { continue }
+                guard let fetch = asked[index] else { continue }  // written already: a slower attempt's
+                let bytes: [UInt8]
+                switch result {
+                case .success(let fetched): bytes = fetched
+                case .failure(let error):
+                    guard fetch.attempts > 1 else { throw error }
+                    asked[index] = (fetch.since, fetch.attempts - 1)  // another attempt is under way
+                    continue
+                }
+                asked[index] = nil
+                let digest = try Self.digest(promise.manifest[index])
                 guard bytes.count == promise.lengths![index], bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
                     throw DocfsError(.storeUnavailable, "chunk \(digest) of item \(key.item) came damaged from the remote")
                 }
@@ -330,15 +346,17 @@ public final class PromisedDownloads: Sendable {
         return digest
     }
 
-    /// `call`, tried again while the remote cannot be reached (a connection cut, the server
-    /// restarting), for up to `waitLimit`: a reader waits no longer than that anyway.
+    /// `call`, tried again for up to `waitLimit` (a reader waits no longer than that anyway)
+    /// unless the remote has no such chunk: a connection cut or ended by the server (an
+    /// administrator's pg_terminate_backend answers an error, not a broken connection), the
+    /// server restarting.
     private func retrying<T>(_ call: () throws(RemoteError) -> T) throws(DocfsError) -> T {
         let deadline = Self.now() + waitLimit
         var pause = 0.05
         while true {
             do {
                 return try call()
-            } catch where error.kind == .unreachable && Self.now() + pause < deadline {
+            } catch where error.kind != .notFound && Self.now() + pause < deadline {
                 usleep(UInt32(pause * 1e6))
                 pause = min(pause * 2, 1)
             } catch {

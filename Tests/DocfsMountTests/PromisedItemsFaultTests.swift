@@ -128,7 +128,7 @@ import Glibc
             usleep(100_000)
         }
         #expect(waitForExit(reader, seconds: 60))
-        #expect(reader.terminationStatus == 0, "cmp of the promised file against a's")
+        #expect(reader.terminationStatus == 0, "cmp of the promised file against a's: \(attribute(b.path("big.bin"), "user.docfs.status") ?? "")")
         #expect(ended > 0, "no connection was ended while the file came down")
         #expect(ManyMachinesTests.within(30) { attribute(b.path("big.bin"), "user.docfs.status") == "current" } != nil)
     }
