@@ -177,8 +177,10 @@ public final class PromisedDownloads: Sendable {
                 throw DocfsError(.storeUnavailable, "the store is not linked to a remote now: link it again (docfs remote link)")
             }
             guard var promise = try content.record(of: key.item, number: key.number) else {
-                // Fulfilled meanwhile (or its records went): what is on disk is the content.
-                return nil
+                // Fulfilled meanwhile: what is on disk is the content. Still marked, its record
+                // is gone: what it stands for is unknown here, and its empty bytes are no content.
+                guard PromisedContent.promisedNumber(writer) == key.number else { return nil }
+                throw DocfsError(.storeUnavailable, "the record of what it stands for (\(content.directory)/\(key.item)-\(key.number).json) is missing")
             }
             if promise.offsets == nil {
                 var digests: [ChunkDigest] = []

@@ -265,10 +265,14 @@ public final class StoreSync: SyncedStore {
                          attributes: kind == .symlink || kind == .reference ? [:] : Self.userAttributes(fd), number: number)
     }
 
-    /// What the promised file `fd` stands for; nil when its content is here.
+    /// What the promised file `fd` stands for; nil when its content is here. A promised file
+    /// whose record is gone is never read as content (its bytes are not): an error.
     private func promise(of item: UInt64, file fd: Int32) throws -> Promise? {
         guard shared.promises.isActive, let number = PromisedContent.promisedNumber(fd) else { return nil }
-        return try shared.promises.content.record(of: item, number: number)
+        guard let promise = try shared.promises.content.record(of: item, number: number) else {
+            throw StoreSyncError("item \(item) is promised but the record of what it stands for is missing: it is not sent up")
+        }
+        return promise
     }
 
     public func thumbnailSet(of item: UInt64) -> [UInt8]? {
