@@ -129,6 +129,12 @@ extension Filesystem {
                 throw DocfsError(.refused, "its content here is not the remote's current one")
             }
             let freed = Int64(st.st_blocks) * 512
+            // A kept version made up from the current content (a delta) becomes whole first: the
+            // content it reads from is about to go.
+            let readable = Glibc.open(node.procPath, O_RDONLY | O_CLOEXEC)
+            guard readable >= 0 else { throw DocfsError.errno("reading item \(item) to evict it") }
+            defer { close(readable) }
+            try store.versions.materializeNewestPrefix(of: item, from: readable)
             ownChanges.willWrite(node.key)
             let writer = Glibc.open(node.procPath, O_WRONLY | O_CLOEXEC)
             guard writer >= 0 else {

@@ -240,4 +240,21 @@ import Glibc
         try a.engine.syncOnce()
         #expect(a.content("doc.txt") == content)
     }
+
+    /// A version kept here as a delta of the current content (an append's) is made whole
+    /// before an eviction takes that content away: every kept version reads as before.
+    @Test func evictionKeepsEveryKeptVersionReadable() throws {
+        let content = Self.text(2 << 20, seed: 9)
+        let (_, a, b, item) = try promisedOnB("log.txt", content)
+        defer { a.cleanUp(); b.cleanUp() }
+        let id = ItemID(rawValue: item)
+        _ = try b.filesystem.download(id)
+        try b.append("log.txt", "one more line\n")
+        try b.engine.syncOnce()
+        let before = try b.keptContents(of: item, at: "log.txt")
+        #expect(before.values.contains(content), "the content before the append is kept")
+        #expect(b.store.versions.versions(of: id).contains { $0.isPrefix }, "kept as a delta of the current content")
+        #expect(try b.filesystem.evict(id) > 0)
+        #expect(try b.keptContents(of: item, at: "log.txt") == before)
+    }
 }
