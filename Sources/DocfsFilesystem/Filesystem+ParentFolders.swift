@@ -26,7 +26,9 @@ extension Filesystem {
         return (directory, FileName(last))
     }
 
+    /// Copies the whole of `source` (a promised file downloaded first) into `target`.
     func copyAll(from source: Int32, to target: Int32) throws(DocfsError) {
+        if isPromised(source) { try shared.promises.ensureWhole(source) }
         while true {
             let n = docfs_copy_file_range(source, nil, target, nil, 1 << 30, 0)
             if n < 0 {
