@@ -200,6 +200,12 @@ import Glibc
         #expect(try b.docfs("pin --unpin '\(b.path("Projects"))'").status == 0)
         #expect(try b.docfs("evict '\(b.path(""))'").status == 0)
         for name in files.keys { #expect(Self.isPromised(b, name), "\(name) after evicting everything") }
+        // An app's import copies the promised file whole (downloaded first, not its empty bytes).
+        #expect(try b.docfs("container create com.example.Notes --name Notes '\(b.fixture.mountPoint)'").status == 0)
+        let imported = try b.docfs("pick --app com.example.Notes --import '\(b.path("solo.bin"))'")
+        #expect(imported.status == 0, "\(imported.output)")
+        let copy = b.fixture.store + "/containers/com.example.Notes/Documents/solo.bin"
+        #expect(try shell("cmp '\(copy)' '\(a.path("solo.bin"))'").status == 0)
         for name in files.keys { #expect(try shell("cmp '\(b.path(name))' '\(a.path(name))'").status == 0, "\(name)") }
     }
 }
