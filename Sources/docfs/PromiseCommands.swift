@@ -126,6 +126,20 @@ struct PromiseAction {
 }
 
 
+/// What `download`, `pin` and `evict` take: the files and folders, and whether to report in JSON.
+struct PromiseTargets: ParsableArguments {
+    @Flag(name: .long, help: "Print a JSON report instead of text.")
+    var json = false
+
+    @Argument(help: ArgumentHelp("Files or folders on a docfs mount.", valueName: "file"))
+    var files: [String]
+
+    /// Runs `action` on them; a failure on any is exit status 1.
+    func run(_ action: PromiseAction) throws {
+        guard action.run(files, json: json) else { throw ExitCode(ExitStatus.failed) }
+    }
+}
+
 struct DownloadCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "download",
@@ -133,15 +147,9 @@ struct DownloadCommand: ParsableCommand {
         discussion: "Each FILE is on a docfs mount of a store linked to a remote. Exits 1 if any could not be fetched."
     )
 
-    @Flag(name: .long, help: "Print a JSON report instead of text.")
-    var json = false
+    @OptionGroup var targets: PromiseTargets
 
-    @Argument(help: ArgumentHelp("Files or folders.", valueName: "file"))
-    var files: [String]
-
-    func run() throws {
-        guard PromiseAction(kind: .download, verb: "download").run(files, json: json) else { throw ExitCode(ExitStatus.failed) }
-    }
+    func run() throws { try targets.run(PromiseAction(kind: .download, verb: "download")) }
 }
 
 struct PinCommand: ParsableCommand {
@@ -154,15 +162,10 @@ struct PinCommand: ParsableCommand {
     @Flag(name: .long, help: "Unpin instead: they may be evicted again.")
     var unpin = false
 
-    @Flag(name: .long, help: "Print a JSON report instead of text.")
-    var json = false
-
-    @Argument(help: ArgumentHelp("Files or folders.", valueName: "file"))
-    var files: [String]
+    @OptionGroup var targets: PromiseTargets
 
     func run() throws {
-        let action = unpin ? PromiseAction(kind: .unpin, verb: "unpin") : PromiseAction(kind: .pin, verb: "pin")
-        guard action.run(files, json: json) else { throw ExitCode(ExitStatus.failed) }
+        try targets.run(unpin ? PromiseAction(kind: .unpin, verb: "unpin") : PromiseAction(kind: .pin, verb: "pin"))
     }
 }
 
@@ -176,13 +179,7 @@ struct EvictCommand: ParsableCommand {
             """
     )
 
-    @Flag(name: .long, help: "Print a JSON report instead of text.")
-    var json = false
+    @OptionGroup var targets: PromiseTargets
 
-    @Argument(help: ArgumentHelp("Files or folders.", valueName: "file"))
-    var files: [String]
-
-    func run() throws {
-        guard PromiseAction(kind: .evict, verb: "evict").run(files, json: json) else { throw ExitCode(ExitStatus.failed) }
-    }
+    func run() throws { try targets.run(PromiseAction(kind: .evict, verb: "evict")) }
 }

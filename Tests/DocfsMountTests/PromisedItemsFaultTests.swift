@@ -111,10 +111,7 @@ import Glibc
     }
 
     @Test func serverConnectionsEndedMidDownloadCostOnlyARetry() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("ended")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: false, settings: Self.onDemand)
+        let (server, uri, a, b) = try PromisedItemsMountTests.pair("ended", settings: Self.onDemand)
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
         try Self.promised("big.bin", megabytes: 96, on: a, b, uri: uri)
         let reader = Process()
@@ -134,10 +131,7 @@ import Glibc
     }
 
     @Test func aDaemonKilledMidDownloadLeavesTheFilePromisedAndItReadsWholeAfterARestart() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("killed")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: false, settings: Self.onDemand)
+        let (_, uri, a, b) = try PromisedItemsMountTests.pair("killed", settings: Self.onDemand)
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
         try Self.promised("big.bin", megabytes: 96, on: a, b, uri: uri)
         #expect(Self.readErrno(b.path("big.bin"), at: 50 << 20) == 0)

@@ -36,16 +36,27 @@ import Glibc
         "du.bin": bytes(8 << 20, seed: 7), "small.txt": Array("small\n".utf8), "empty.txt": [],
     ]
 
+    /// A new database of the shared server, machine a mounted and machine b (with `settings`)
+    /// not yet: the caller tears both down.
+    static func pair(_ label: String, settings: String) throws -> (ThrowawayPostgres, String, Machine, Machine) {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase(label)
+        let a = try Machine("a", mounted: true)
+        do {
+            return (server, uri, a, try Machine("b", mounted: false, settings: settings))
+        } catch {
+            a.fixture.tearDown()
+            throw error
+        }
+    }
+
     /// Whether b's `name` is promised still (its store file carries the mark).
     static func isPromised(_ machine: Machine, _ name: String) -> Bool {
         docfs_getxattr(machine.path(name), "user.docfs.promised", nil, 0) >= 0
     }
 
     @Test func promisedFilesReadThroughTheMountLikeTheirContent() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("promised")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: false, settings: Self.onDemand)
+        let (_, uri, a, b) = try PromisedItemsMountTests.pair("promised", settings: Self.onDemand)
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
         for (name, content) in Self.files { try Data(content).write(to: URL(fileURLWithPath: a.path(name))) }
         let linked = try a.link(uri)
@@ -132,10 +143,7 @@ import Glibc
     /// attribute and the shared thumbnail repository answer from the thumbnails that came with
     /// them, and nothing of the photos is fetched.
     @Test func thumbnailLookupsOfPromisedPhotosFetchNothing() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("thumbs")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: false, settings: Self.onDemand)
+        let (server, uri, a, b) = try PromisedItemsMountTests.pair("thumbs", settings: Self.onDemand)
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
         try ThumbnailTests.copy("photo.jpg", to: a.path("photo.jpg"))
         let made = try #require(ThumbnailTests.thumbnail(a.path("photo.jpg")), "a made no thumbnail")
@@ -161,10 +169,7 @@ import Glibc
     /// folders walked, JSON on request, pinned and open files never evicted, an evicted file
     /// read again whole.
     @Test func downloadPinAndEvictFromTheCommandLine() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("commands")
-        let a = try Machine("a", mounted: true)
-        let b = try Machine("b", mounted: false, settings: Self.onDemand)
+        let (_, uri, a, b) = try PromisedItemsMountTests.pair("commands", settings: Self.onDemand)
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
         try FileManager.default.createDirectory(atPath: a.path("Projects/deep"), withIntermediateDirectories: true)
         let files = ["Projects/one.bin": Self.bytes(3 << 20, seed: 11), "Projects/deep/two.bin": Self.bytes(3 << 20, seed: 12),
