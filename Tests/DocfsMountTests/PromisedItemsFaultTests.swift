@@ -111,7 +111,8 @@ import Glibc
     }
 
     @Test func serverConnectionsEndedMidDownloadCostOnlyARetry() throws {
-        let (server, uri, a, b) = try PromisedItemsMountTests.pair("ended", settings: Self.onDemand)
+        // The default bound (30 s): every fetch a terminated connection cut short is tried again.
+        let (server, uri, a, b) = try PromisedItemsMountTests.pair("ended", settings: #"{"sync": {"downloads": "onDemand"}}"#)
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
         try Self.promised("big.bin", megabytes: 96, on: a, b, uri: uri)
         let reader = Process()
