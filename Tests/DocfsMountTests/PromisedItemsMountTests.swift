@@ -130,9 +130,12 @@ import Glibc
         }
         let fromDownloaded = try copies()
         #expect(fromPromised == fromDownloaded)
-        let expected = try [shell("cd '\(a.path(""))' && tar --sparse -cf - tar.bin | sha256sum").output,
-                            shell("sha256sum < '\(a.path("cp.bin"))'").output, shell("sha256sum < '\(a.path("rsync.bin"))'").output]
-        #expect(fromPromised == expected)
+        // Against a's files: the copies' bytes, and what the archive holds (its header carries
+        // the times each machine shows, which under -o writeback a's kernel may still hold).
+        let expected = try [shell("sha256sum < '\(a.path("cp.bin"))'").output, shell("sha256sum < '\(a.path("rsync.bin"))'").output]
+        #expect(Array(fromPromised.dropFirst()) == expected)
+        let archived = try shell("cd '\(b.path(""))' && tar --sparse -cf - tar.bin | tar -xOf - | sha256sum").output
+        #expect(archived == (try shell("sha256sum < '\(a.path("tar.bin"))'").output))
         // What was read whole is on disk, byte for byte.
         #expect(ManyMachinesTests.within(30) { !Self.isPromised(b, "big.bin") } != nil)
         #expect(try shell("cmp '\(b.path("big.bin"))' '\(a.path("big.bin"))'").status == 0)
@@ -148,9 +151,9 @@ import Glibc
         try ThumbnailTests.copy("photo.jpg", to: a.path("photo.jpg"))
         let made = try #require(ThumbnailTests.thumbnail(a.path("photo.jpg")), "a made no thumbnail")
         #expect(try a.link(uri).status == 0)
-        #expect(ManyMachinesTests.within(30) {
+        #expect(ManyMachinesTests.within(90) {
             ManyMachinesFaultTests.count(server, "SELECT count(*) FROM docfs.versions WHERE name = 'photo.jpg' AND thumbnail IS NOT NULL", uri) == 1
-        } != nil)
+        } != nil, "\((try? a.status()) ?? [:])")
         #expect(try b.link(uri).status == 0)
         try b.fixture.start()
         #expect(Self.isPromised(b, "photo.jpg"))
