@@ -192,7 +192,7 @@ public final class PromisedDownloads: Sendable {
                 try content.update(promise)
             }
             let offsets = promise.offsets!
-            var present = try content.present(key.item, number: key.number)
+            let present = try content.present(key.item, number: key.number)
             download.state.withLock { state in
                 state.offsets = offsets
                 state.promise = promise
@@ -263,7 +263,6 @@ public final class PromisedDownloads: Sendable {
                 _ = futimens(writer, &times)
                 unnoted.append(index)
                 if unnoted.count >= Self.chunksPerNote || Self.now() - noted > 0.5 { try note() }
-                present.insert(index)
                 download.state.withLock { state in
                     state.present.insert(index)
                     state.fetching.remove(index)
