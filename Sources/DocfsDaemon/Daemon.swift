@@ -97,7 +97,7 @@ public final class Daemon: Sendable {
         }
         try addMount(at: mountPoint, app: app)
         if let link = try RemoteLink.load(store.layout) {
-            let service = try SyncService(shared: shared, link: link, logger: logger)
+            let service = try SyncService(shared: shared, link: link, contentView: primary, logger: logger)
             service.start()
             syncService.withLock { $0 = service }
             logger.notice("syncing with \(link.uri) as \(link.machine)")
@@ -326,7 +326,7 @@ public final class Daemon: Sendable {
                 reply.mergeNeedsUnmountedStore = true
                 return reply
             }
-            let service = try SyncService(shared: shared, link: link, remote: remote, logger: logger)
+            let service = try SyncService(shared: shared, link: link, remote: remote, contentView: primary, logger: logger)
             service.start()
             syncService.withLock { $0 = service }
             logger.notice("linked to \(link.uri) as \(link.machine): syncing")

@@ -17,8 +17,11 @@ final class SyncService: Sendable {
     let sync: StoreSync
     let remote: PostgresRemote
     let loop: SyncLoop
+    /// Keeps the content here under the cache limit (a store that downloads on demand).
+    let trimmer: CacheTrimmer?
 
-    init(shared: ServedStore, link: RemoteLink, remote: PostgresRemote? = nil, logger: Logger) throws(DocfsError) {
+    /// `contentView`: the view the cache limit evicts through.
+    init(shared: ServedStore, link: RemoteLink, remote: PostgresRemote? = nil, contentView: Filesystem, logger: Logger) throws(DocfsError) {
         self.link = link
         let location: PostgresLocation
         do { location = try PostgresLocation(link.uri) } catch {
@@ -44,6 +47,8 @@ final class SyncService: Sendable {
         // writes come first (nice 10: about a tenth of a core's share against them, never
         // starved), so the local write path does not slow for the sync (issue 22 §7).
         loop = SyncLoop(engine: engine, threadSetup: { _ = docfs_lower_thread_priority(10) }) { log.notice("\($0)") }
+        trimmer = CacheTrimmer(filesystem: contentView)
+        trimmer?.onProblem { log.warning("\($0)") }
     }
 
     func start() {
@@ -52,9 +57,11 @@ final class SyncService: Sendable {
         let loop = loop
         sync.onOutboxFilled { loop.wake() }
         loop.start()
+        trimmer?.start()
     }
 
     func stop() {
+        trimmer?.stop()
         loop.stop()
         sync.fetchPromisedContent(from: nil)
         sync.onOutboxFilled {}
@@ -72,6 +79,10 @@ final class SyncService: Sendable {
         report.parked = parked.count
         report.parkedProblem = parked.problem
         report.downloadedBytes = sync.promisedBytesFetched
+        if let trimmer {
+            report.cacheLimit = trimmer.limit
+            report.cacheUsed = trimmer.lastTrim?.used
+        }
         return report
     }
 
@@ -106,6 +117,9 @@ public struct RemoteStatusReport: Codable, Sendable {
     public var parkedProblem: String?
     /// Bytes of promised files fetched since the daemon started (issue 23).
     public var downloadedBytes: Int64 = 0
+    /// The cache limit, and the content here when it was last measured (issue 23).
+    public var cacheLimit: Int64?
+    public var cacheUsed: Int64?
 
     public init(uri: String, machine: String, space: UInt64, linked: Double, waiting: Int, incoming: Int?, lastContact: Double?,
                 lastError: String?, nextTry: Double?, rounds: Int, served: Bool) {

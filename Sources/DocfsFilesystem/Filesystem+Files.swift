@@ -47,6 +47,7 @@ extension Filesystem {
         // A promised file is downloaded whole before it is written; read, it waits per range.
         if writes { try fulfilBeforeChanging(node) }
         let promised = !writes && node.type == S_IFREG && isPromised(node.fd)
+        if node.type == S_IFREG && shared.promises.isActive { shared.promises.use.used(node.item.rawValue) }
         // The sync engine leaves the file alone from here (the session may truncate it) until
         // the handle is a writer, or the open failed; told so once the claim is let go.
         if writes { stitcher?.willOpen(node.item) }

@@ -99,7 +99,11 @@ extension Filesystem {
             }
             ownChanges.changedAttributes(at: node.fd)
         }
-        if pinned { try shared.promises.ensureWhole(node.fd) }
+        recordContentPlace(node)
+        if pinned {
+            try shared.promises.ensureWhole(node.fd)
+            shared.promises.use.used(item.rawValue)
+        }
     }
 
     /// Makes the document `item` promised again (its content given back to the disk), when
@@ -112,7 +116,7 @@ extension Filesystem {
         guard let stitcher, stitcher.fillsOutbox.load(ordering: .relaxed) else {
             throw DocfsError(.invalidArgument, "the store is not linked to a remote: its files have nowhere to come back from")
         }
-        return try coordinator.withClaims([(item, .write)]) { () throws(DocfsError) -> Int64 in
+        let freed = try coordinator.withClaims([(item, .write)]) { () throws(DocfsError) -> Int64 in
             if PromisedContent.promisedNumber(node.fd) != nil { return 0 }
             if Self.isPinned(node.fd) { throw DocfsError(.refused, "it is pinned (docfs pin --unpin lets it go)") }
             if stitcher.isWritten(item) || isOpen(node) { throw DocfsError(.refused, "it is open: close it first") }
@@ -159,6 +163,8 @@ extension Filesystem {
             _ = futimens(writer, &times)
             return freed
         }
+        if freed > 0 { recordContentPlace(node) }
+        return freed
     }
 
     /// Whether this daemon holds the backing file of `node` open (any open handle is one of its

@@ -143,6 +143,10 @@ struct IndexRecordBuilder: Sendable {
             conflict: text(Filesystem.conflictAttribute) == "1")
         record.backingInode = UInt64(st.st_ino)
         record.statusChanged = Self.seconds(st.st_ctim)
+        if type == S_IFREG && !item.isDerived {
+            record.downloadState = carried.contains(ItemAttributes.promised) ? IndexRecord.promisedStatus
+                : carried.contains(Filesystem.pinnedAttribute) ? IndexRecord.pinnedStatus : ""
+        }
         if type == S_IFREG && st.st_size == 0 && carried.contains(ReferenceStub.attribute) { makeExternal(&record) }
         return record
     }

@@ -42,6 +42,14 @@ public final class PromisedDownloads: Sendable {
         var downloaded: timespec?
     }
 
+    /// When each document whose content is here was last used (the cache limit's order).
+    let use: ContentUse
+    /// Told (on the download's thread) of each item whose download finished: its content is
+    /// all here now.
+    let fulfilled = Callback<UInt64>()
+    /// How many downloads finished whole (the cache limit looks again after each).
+    public let downloadsFinished = Atomic<Int>(0)
+
     /// The last failure of each item's download, in words, until one succeeds.
     private let failures = Mutex<[UInt64: String]>([:])
 
@@ -50,9 +58,10 @@ public final class PromisedDownloads: Sendable {
         let number: UInt64
     }
 
-    init(content: PromisedContent, ownChanges: OwnChanges, waitLimit: Double, makesPromises: Bool) {
+    init(content: PromisedContent, use: ContentUse, ownChanges: OwnChanges, waitLimit: Double, makesPromises: Bool) {
         active = Atomic(makesPromises || access(content.directory, F_OK) == 0)
         self.content = content
+        self.use = use
         self.ownChanges = ownChanges
         self.waitLimit = waitLimit
     }
@@ -165,7 +174,12 @@ public final class PromisedDownloads: Sendable {
         let known = fstat(writer, &after) == 0
         close(writer)
         ownChanges.abandon(file, now: known ? after : nil)
+        if failure == nil {
+            use.used(download.key.item)
+            downloadsFinished.add(1, ordering: .relaxed)
+        }
         finish(download, failure: failure)
+        if failure == nil { fulfilled(download.key.item) }
     }
 
     /// Brings the download's chunks down into `writer`; answers why it failed, nil when the

@@ -80,7 +80,7 @@ public final class ServedStore: Sendable {
         sessions.restoreAuthors(VersionMakers.load(store.layout))
         downloadPolicy = try DownloadPolicy.load(from: store.layout.settingsFile)
         promises = PromisedDownloads(content: PromisedContent(directory: store.layout.promisedDirectory),
-                                     ownChanges: ownChanges, waitLimit: downloadPolicy.waitSeconds,
+                                     use: ContentUse(file: store.layout.contentUseFile), ownChanges: ownChanges, waitLimit: downloadPolicy.waitSeconds,
                                      makesPromises: downloadPolicy.downloads == .onDemand)
         // A version kept of a promised file holds its content, downloaded first.
         store.versions.beforeKeeping.set { [promises] fd throws(DocfsError) in try promises.ensureWhole(fd) }
@@ -112,6 +112,13 @@ public final class ServedStore: Sendable {
         // The shared parts' changes are records like the operations' (issue 20 §4).
         sessions.onChange { [unowned self] change in deliver(change) }
         thumbnailer?.onChange { [unowned self] change in deliver(change) }
+        promises.fulfilled.set { [unowned self] item in contentArrived(ItemID(rawValue: item)) }
+    }
+
+    /// The download of `item` finished: its record says its content is here.
+    private func contentArrived(_ item: ItemID) {
+        guard let view = servedViews().first, let node = try? view.locate(item).node else { return }
+        view.recordContentPlace(node)
     }
 
     /// The backing path of the store's containers folder, as the kernel names it (symbolic

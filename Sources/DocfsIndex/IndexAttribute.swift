@@ -22,6 +22,9 @@ public enum IndexAttribute: String, Sendable, CaseIterable {
     case localPath
     case conflict
     case kind
+    /// Whether a document's content is here (issue 23): `promised` (listed, its content on
+    /// the remote), `pinned` (here, kept here), `local` (here); folders are `local`.
+    case status
 
     /// What values an attribute holds.
     public enum ValueKind: Sendable {
@@ -33,7 +36,7 @@ public enum IndexAttribute: String, Sendable, CaseIterable {
     public var valueKind: ValueKind {
         switch self {
         case .name, .path, .container, .containerName, .scope, .contentType, .uti, .comment,
-             .originalPath, .localPath, .kind: .text
+             .originalPath, .localPath, .kind, .status: .text
         case .size: .size
         case .created, .modified: .date
         case .id, .version: .integer
@@ -47,8 +50,14 @@ public enum IndexAttribute: String, Sendable, CaseIterable {
         "mime": .contentType, "mimetype": .contentType, "type": .contentType,
         "mtime": .modified, "birth": .created, "btime": .created,
         "tag": .tags, "item": .id, "itemid": .id, "thumbnail": .hasThumbnail,
-        "external": .isExternal, "conflicted": .conflict,
+        "external": .isExternal, "conflicted": .conflict, "downloadstate": .status,
     ]
+
+    /// The SQL that reads the attribute from a row of `items`: its column, but for `status`,
+    /// kept in `downloadState` with the empty string for `local` (records made before it).
+    var column: String {
+        self == .status ? "(CASE downloadState WHEN '' THEN '\(IndexRecord.localStatus)' ELSE downloadState END)" : rawValue
+    }
 
     /// The attribute `word` names (case does not matter), or nil.
     public static func named(_ word: String) -> IndexAttribute? {

@@ -93,7 +93,7 @@ public struct IndexQuery: Sendable, Equatable {
     }
 
     func orderClause() -> String {
-        let keys = sort.map { "\($0.attribute.rawValue)\($0.descending ? " DESC" : "")" }
+        let keys = sort.map { "\($0.attribute.column)\($0.descending ? " DESC" : "")" }
         return (keys + ["path", "entry"]).joined(separator: ", ")
     }
 
@@ -113,7 +113,7 @@ public struct IndexQuery: Sendable, Equatable {
     }
 
     private static func sql(_ c: Comparison, _ arguments: inout StatementArguments) -> String {
-        let column = c.attribute.rawValue
+        let column = c.attribute.column
         switch (c.attribute.valueKind, c.value) {
         case (.text, .text(let wanted)) where !c.caseInsensitive:
             // SQLite's own operators, which its indexes serve (an exact name is one lookup);

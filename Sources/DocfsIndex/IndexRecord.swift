@@ -47,8 +47,10 @@ public struct IndexRecord: Sendable, Equatable, Codable {
     /// query's answer fills it in (not stored).
     public var originalContainerName = ""
     public var conflict: Bool
-    /// Reserved for syncing with other machines (DESIGN §9); empty until then.
+    /// Whether the content is here (`IndexAttribute.status`): `promised`, `pinned`, or empty
+    /// for `local`.
     public var downloadState: String
+    /// Reserved for syncing with other machines (DESIGN §9); empty until then.
     public var uploadState: String
     /// The backing file's inode number and status-change time when the record was made: not
     /// attributes of the item, but how a reconciling walk tells which records may be out of
@@ -125,6 +127,13 @@ public struct IndexRecord: Sendable, Equatable, Codable {
         value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
 
+    /// `IndexAttribute.status`'s values: the content is on the remote only, or here and kept
+    /// here, or here.
+    public static let promisedStatus = "promised", pinnedStatus = "pinned", localStatus = "local"
+
+    /// Whether the content is here (`IndexAttribute.status`).
+    public var status: String { downloadState.isEmpty ? Self.localStatus : downloadState }
+
     /// The value of `attribute`, for comparisons and sorting.
     func value(of attribute: IndexAttribute) -> RecordValue {
         switch attribute {
@@ -148,6 +157,7 @@ public struct IndexRecord: Sendable, Equatable, Codable {
         case .originalPath: .text(originalPath)
         case .localPath: .text(localPath)
         case .conflict: .bool(conflict)
+        case .status: .text(status)
         }
     }
 }

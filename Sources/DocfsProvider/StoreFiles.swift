@@ -5,9 +5,9 @@ import Glibc
 
 /// Small files docfs keeps in the store (counters, version records): read whole, replaced
 /// atomically (temporary file, fsync, rename), so a crash leaves the old or the new content.
-enum StoreFiles {
+public enum StoreFiles {
     /// The whole content of `path`, or nil when it does not exist.
-    static func read(_ path: String) throws(DocfsError) -> [UInt8]? {
+    public static func read(_ path: String) throws(DocfsError) -> [UInt8]? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         if fd < 0 {
             if errno == ENOENT { return nil }
@@ -28,7 +28,7 @@ enum StoreFiles {
     }
 
     /// Replaces `path` with `bytes`; when `durable`, the new content is on disk before this returns.
-    static func replace(_ path: String, with bytes: [UInt8], durable: Bool = true) throws(DocfsError) {
+    public static func replace(_ path: String, with bytes: [UInt8], durable: Bool = true) throws(DocfsError) {
         let temporary = path + ".tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard fd >= 0 else {

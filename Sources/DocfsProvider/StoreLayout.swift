@@ -43,6 +43,8 @@ public struct StoreLayout: Sendable {
     public var bookmarkKeyFile: String { keysDirectory + "/bookmarks.key" }
     public var thumbnailsDirectory: String { root + "/thumbnails" }
     public var promisedDirectory: String { root + "/promised" }
+    /// When each downloaded document was last used: the cache limit's order (issue 23).
+    public var contentUseFile: String { root + "/content-use.json" }
     public var logsDirectory: String { root + "/logs" }
     public var daemonLog: String { logsDirectory + "/daemon.log" }
 

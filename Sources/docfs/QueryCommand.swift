@@ -158,7 +158,7 @@ struct RecordJSON: Encodable {
     let id: Int64, name: String, path: String, container: String, containerName: String, scope: String, kind: String
     let size: Int64, created: Double, modified: Double, contentType: String, uti: String, version: Int64
     let tags: [String], comment: String, hasThumbnail: Bool, isExternal: Bool, originalPath: String
-    let originalContainerName: String?, localPath: String, conflict: Bool
+    let originalContainerName: String?, localPath: String, conflict: Bool, status: String
 
     init(_ r: IndexRecord) {
         id = r.id; name = r.name; path = r.path; container = r.container; containerName = r.containerName
@@ -166,7 +166,7 @@ struct RecordJSON: Encodable {
         contentType = r.contentType; uti = r.uti; version = r.version; tags = r.tags; comment = r.comment
         hasThumbnail = r.hasThumbnail; isExternal = r.isExternal; originalPath = r.originalPath
         originalContainerName = r.isExternal ? r.originalContainerName : nil
-        localPath = r.localPath; conflict = r.conflict
+        localPath = r.localPath; conflict = r.conflict; status = r.status
     }
 }
 

@@ -132,6 +132,9 @@ struct RemoteCommand: ParsableCommand {
                       + (report.parkedProblem.map { "; the first: \($0)" } ?? ""))
             }
             if report.downloadedBytes > 0 { print("fetched on demand since the daemon started: \(report.downloadedBytes) bytes") }
+            if let limit = report.cacheLimit {
+                print("content here: \(report.cacheUsed.map { "\($0) bytes" } ?? "not measured yet") of a cache limit of \(limit) bytes")
+            }
             if let contact = report.lastContact { print("last in step: \(formatDate(contact))") }
             if let error = report.lastError {
                 print("last error: \(error)" + (report.nextTry.map { "; trying again at \(formatDate($0))" } ?? ""))
