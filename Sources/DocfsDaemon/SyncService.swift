@@ -55,7 +55,11 @@ final class SyncService: Sendable {
         sync.fillOutbox(true)
         sync.fetchPromisedContent(from: remote)
         let loop = loop
-        sync.onOutboxFilled { loop.wake() }
+        let trimmer = trimmer
+        sync.onOutboxFilled {
+            loop.wake()
+            trimmer?.noteLocalChange()
+        }
         loop.start()
         trimmer?.start()
     }

@@ -6,28 +6,36 @@ import Glibc
 #endif
 
 /// Keeps a linked store's content under its cache limit while it is served (issue 23 §1): a
-/// thread of its own trims soon after a download finishes (at most once a second) and every
-/// `period` seconds besides (a save that has gone up becomes evictable, a file closed may go).
-/// Runs only for a store that downloads on demand and has a limit.
+/// thread of its own trims soon after a download finishes (at most once a second), within
+/// `changePause` seconds of a local change (a new or grown file counts), and every `period`
+/// seconds besides (a save that has gone up becomes evictable, a file closed may go). Each trim
+/// reads the records of the content here, so local changes, which come in floods, wake it
+/// seldom. Runs only for a store that downloads on demand and has a limit.
 public final class CacheTrimmer: Sendable {
     private let filesystem: Filesystem
     public let limit: Int64
     private let period: Double
+    private let changePause: Double
     private let running = Atomic<Bool>(false)
+    private let localChanges = Atomic<Int>(0)
     /// The last trim's outcome (`docfs remote status`), and why the last one failed.
     private let last = Mutex<(trim: Filesystem.CacheTrim?, failure: String?)>((nil, nil))
     private let problems = Callback<String>()
 
     /// The trimmer of `filesystem`'s store; nil when it has no limit (it downloads everything,
     /// or its `cacheLimit` is `none`).
-    public init?(filesystem: Filesystem, period: Double = 60) {
+    public init?(filesystem: Filesystem, period: Double = 60, changePause: Double = 10) {
         let policy = filesystem.shared.downloadPolicy
         guard policy.downloads == .onDemand,
               let limit = policy.cacheLimit.bytes(forStoreAt: filesystem.shared.store.layout.root) else { return nil }
         self.filesystem = filesystem
         self.limit = limit
         self.period = period
+        self.changePause = changePause
     }
+
+    /// Something changed here (the outbox filled): a trim comes within `changePause`.
+    public func noteLocalChange() { localChanges.add(1, ordering: .relaxed) }
 
     public var lastTrim: Filesystem.CacheTrim? { last.withLock { $0.trim } }
 
@@ -38,12 +46,15 @@ public final class CacheTrimmer: Sendable {
         guard !running.exchange(true, ordering: .relaxed) else { return }
         DetachedThread.start { [self] in
             var seen = -1
+            var seenChanges = 0
             var lastRun = -period
             while running.load(ordering: .relaxed) {
                 let finished = filesystem.shared.promises.downloadsFinished.load(ordering: .relaxed)
+                let changes = localChanges.load(ordering: .relaxed)
                 let now = PromisedDownloads.now()
-                if finished != seen || now - lastRun >= period {
+                if finished != seen || now - lastRun >= period || (changes != seenChanges && now - lastRun >= changePause) {
                     seen = finished
+                    seenChanges = changes
                     lastRun = now
                     trimNow()
                 }

@@ -147,4 +147,71 @@ import Glibc
         #expect(try shell("cmp '\(b.path("big.bin"))' '\(a.path("big.bin"))'").status == 0)
         #expect(ManyMachinesTests.within(30) { attribute(b.path("big.bin"), "user.docfs.status") == "current" } != nil)
     }
+
+    /// Issue 23 §2: eviction under the limit with a pinned, an open and a modified file present.
+    /// Five 2 MiB documents, a 7 MiB limit: the least recently used goes when a download passes
+    /// the limit; with b's link cut, a document changed there and a new one pass it again, and
+    /// nothing goes (pinned, open, unsent); `docfs query` and `docfs remote status` say so.
+    @Test func theCacheLimitEvictsTheLeastRecentlyUsedAndKeepsPinnedOpenAndModifiedFiles() throws {
+        let network = try TestNetwork(subnet: Int(getpid() % 200) + 10)
+        defer { network.remove() }
+        let (serverSpace, aSpace, bSpace) = (try network.namespace("s"), try network.namespace("a"), try network.namespace("b"))
+        let server = try ThrowawayPostgres.private(inNamespace: serverSpace.name, listeningOn: serverSpace.address)
+        defer { try? server.stop() }
+        let uri = try server.makeDatabase("cache", host: serverSpace.address)
+        let a = try Machine("a", mounted: false)
+        let b = try Machine("b", mounted: false, settings: #"{"sync": {"downloads": "onDemand", "downloadWaitSeconds": 3, "cacheLimit": "7MiB"}}"#)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        a.fixture.launcher = aSpace.launcher
+        b.fixture.launcher = bSpace.launcher
+        try a.fixture.start()
+        let names = ["old.bin", "pinned.bin", "open.bin", "edited.bin"]
+        for (i, name) in names.dropLast().enumerated() {
+            try Data(PromisedItemsMountTests.bytes(2 << 20, seed: UInt64(40 + i))).write(to: URL(fileURLWithPath: a.path(name)))
+        }
+        try Self.promised("edited.bin", megabytes: 2, on: a, b, uri: uri)
+        func query(_ status: String) throws -> Set<String> {
+            let answer = try b.docfs("query 'kind == \"file\" && status == \"\(status)\"' --store '\(b.fixture.store)'")
+            return Set(answer.output.split(separator: "\n").map { String($0.split(separator: "/").last ?? "") })
+        }
+        #expect(try query("promised") == Set(names))
+
+        // 2 + 2 (pinned) + 2 (held open) + 2 = 8 MiB: the least recently used one goes.
+        #expect(try shell("cat '\(b.path("old.bin"))' > /dev/null").status == 0)
+        #expect(try b.docfs("pin '\(b.path("pinned.bin"))'").status == 0)
+        let held = open(b.path("open.bin"), O_RDONLY)
+        defer { close(held) }
+        var buffer = [UInt8](repeating: 0, count: 2 << 20)
+        #expect(read(held, &buffer, buffer.count) == buffer.count)
+        #expect(try shell("cat '\(b.path("edited.bin"))' > /dev/null").status == 0)
+        #expect(ManyMachinesTests.within(20) { Self.promisedNow(b, "old.bin") } != nil, "\(b.fixture.log.suffix(1500))")
+        for name in ["pinned.bin", "open.bin", "edited.bin"] { #expect(!Self.promisedNow(b, name), "\(name)") }
+        #expect(try query("promised") == ["old.bin"])
+        #expect(try query("pinned") == ["pinned.bin"])
+        #expect(try query("local") == ["open.bin", "edited.bin"])
+
+        // Cut off, b changes edited.bin and makes a new document: 8 MiB again, and nothing can go.
+        try bSpace.cut()
+        #expect(try shell("printf 'changed on b' >> '\(b.path("edited.bin"))'").status == 0)
+        try Data(PromisedItemsMountTests.bytes(2 << 20, seed: 49)).write(to: URL(fileURLWithPath: b.path("new.bin")))
+        let over = ManyMachinesTests.within(40) {
+            ((try? b.status())?["cacheUsed"] as? Int).map { $0 > 8 << 20 } == true
+        }
+        #expect(over != nil, "\(String(describing: try? b.status()))")
+        usleep(1_500_000)  // a trim that ran after the measure
+        for name in ["pinned.bin", "open.bin", "edited.bin", "new.bin"] { #expect(!Self.promisedNow(b, name), "\(name)") }
+        let status = try b.docfs("remote status --store '\(b.fixture.store)'").output
+        #expect(status.contains("of a cache limit of \(7 << 20) bytes"), "\(status)")
+        try bSpace.restore()
+        // Back online, the change goes up; the evicted one reads back whole.
+        #expect(ManyMachinesTests.within(60) { (try? b.status())?["waiting"] as? Int == 0 } != nil)
+        #expect(try shell("cmp '\(b.path("old.bin"))' '\(a.path("old.bin"))'").status == 0)
+        #expect(ManyMachinesTests.within(30) { (try? String(contentsOfFile: a.path("edited.bin"), encoding: .isoLatin1))?.hasSuffix("changed on b") == true } != nil)
+    }
+
+    /// Whether b's `name` is promised, read from its store file (no read through the mount, which
+    /// would count as a use).
+    static func promisedNow(_ b: Machine, _ name: String) -> Bool {
+        docfs_getxattr(b.fixture.store + "/containers/docfs.default/Documents/" + name, "user.docfs.promised", nil, 0) >= 0
+    }
 }
