@@ -154,7 +154,8 @@ extension Filesystem {
             // Recorded and marked first: a crash between leaves a promised file whose chunks are
             // all noted missing, fetched again when read.
             try shared.promises.promise(Promise(item: item.rawValue, number: max(number, 1), size: Int64(st.st_size),
-                                                modified: WriteSessions.seconds(st.st_mtim), manifest: state.version.manifest),
+                                                modified: WriteSessions.seconds(st.st_mtim), manifest: state.version.manifest,
+                                                lengths: state.version.knownLengths),
                                         file: writer)
             if st.st_size > 0 {
                 try check(docfs_fallocate(writer, DOCFS_FALLOC_FL_PUNCH_HOLE | DOCFS_FALLOC_FL_KEEP_SIZE, 0, st.st_size))

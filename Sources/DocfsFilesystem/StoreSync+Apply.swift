@@ -409,7 +409,7 @@ extension StoreSync {
         try Self.describe(working.fd, as: version)
         if promising {
             try shared.promises.promise(Promise(item: version.item, number: newVersion, size: version.size, modified: version.modified,
-                                                manifest: version.manifest), file: working.fd)
+                                                manifest: version.manifest, lengths: version.knownLengths), file: working.fd)
         }
         let samePlace = old.map { $0.folderKey == target.folderKey && $0.name == target.name } ?? false
         try check(docfs_renameat2(target.folder, working.name.cString, target.folder, target.name.cString,

@@ -61,7 +61,7 @@ extension StoreSync {
         guard fd >= 0 else { throw StoreSyncError("cannot read save \(number) of item \(item): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         let length = try size ?? content.copy(to: fd)
-        let (manifest, cutSize) = try withoutActuallyEscaping(cut) { cut in
+        let (manifest, cutSize, _) = try withoutActuallyEscaping(cut) { cut in
             try chunks(ofFileAt: fd, item: item, length: length, remembering: false, cut: cut)
         }
         return (manifest, cutSize, record.modified)

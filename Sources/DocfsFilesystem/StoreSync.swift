@@ -230,6 +230,7 @@ public final class StoreSync: SyncedStore {
             }
         }
         var manifest: [ChunkDigest] = []
+        var lengths: [Int64]?
         var size: Int64 = 0
         var number: UInt64?
         switch kind {
@@ -239,9 +240,9 @@ public final class StoreSync: SyncedStore {
             number = max(ItemAttributes.version(ofDescriptor: fd), 1)
             if let promise = try promise(of: item, file: fd) {
                 // Promised: its content is the remote's, whose chunks it holds already.
-                (manifest, size) = (promise.manifest.compactMap { ChunkDigest(hex: $0) }, promise.size)
+                (manifest, size, lengths) = (promise.manifest.compactMap { ChunkDigest(hex: $0) }, promise.size, promise.lengths)
             } else {
-                (manifest, size) = try chunks(ofFileAt: fd, item: item, length: Int64(st.st_size), cut: cut)
+                (manifest, size, lengths) = try chunks(ofFileAt: fd, item: item, length: Int64(st.st_size), cut: cut)
             }
             // Read to go up: a writer that opened it meanwhile (an O_TRUNC open empties it
             // first) or any change during the read, and what was read is no state the file
@@ -259,10 +260,12 @@ public final class StoreSync: SyncedStore {
         case .folder, .container:
             break
         }
-        return LocalItem(item: item, container: place.container.rawValue, scope: place.scope.rawValue, parent: parent,
-                         name: String(place.path[place.path.index(after: slash)...]), kind: kind, manifest: manifest,
-                         size: size, mode: UInt32(st.st_mode & 0o7777), modified: WriteSessions.seconds(st.st_mtim),
-                         attributes: kind == .symlink || kind == .reference ? [:] : Self.userAttributes(fd), number: number)
+        var read = LocalItem(item: item, container: place.container.rawValue, scope: place.scope.rawValue, parent: parent,
+                             name: String(place.path[place.path.index(after: slash)...]), kind: kind, manifest: manifest,
+                             size: size, mode: UInt32(st.st_mode & 0o7777), modified: WriteSessions.seconds(st.st_mtim),
+                             attributes: kind == .symlink || kind == .reference ? [:] : Self.userAttributes(fd), number: number)
+        read.lengths = lengths
+        return read
     }
 
     /// What the promised file `fd` stands for; nil when its content is here. A promised file
@@ -480,11 +483,12 @@ public final class StoreSync: SyncedStore {
     /// (unless it is not the item's file: `remembering` false), and handed to `cut` (if given)
     /// with their bytes in batches as they are cut.
     func chunks(ofFileAt path: Int32, item: UInt64, length: Int64, remembering: Bool = true,
-                cut: ((_ batch: ChunkBatch) throws -> Void)?) throws -> ([ChunkDigest], Int64) {
+                cut: ((_ batch: ChunkBatch) throws -> Void)?) throws -> ([ChunkDigest], Int64, [Int64]) {
         let fd = open("/proc/self/fd/\(path)", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw StoreSyncError("cannot read item \(item): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         var manifest: [ChunkDigest] = []
+        var lengths: [Int64] = []
         var references: [ChunkDigest: ChunkReference] = [:]
         var size: Int64 = 0
         var batch = ChunkBatch()
@@ -494,6 +498,7 @@ public final class StoreSync: SyncedStore {
             try Self.uploadChunker.forEachChunk(of: fd, length: length) { offset, bytes throws(ChunkError) in
                 let digest = ChunkDigest(of: bytes)
                 manifest.append(digest)
+                lengths.append(Int64(bytes.count))
                 references[digest] = ChunkReference(offset: offset, length: Int64(bytes.count), digest: digest)
                 size = offset + Int64(bytes.count)
                 guard let cut else { return }
@@ -514,7 +519,7 @@ public final class StoreSync: SyncedStore {
             throw error
         }
         if remembering { remember(item, references) }
-        return (manifest, size)
+        return (manifest, size, lengths)
     }
 
     /// `inline`: the content of a link or reference (its target), read again by `inlineContent`.

@@ -300,15 +300,16 @@ public final class PostgresRemote: Remote {
         let number = max(last + 1, Int64(bitPattern: proposal.number))
         let conflict = Int64(bitPattern: proposal.base) != current && !previous
         let manifest = proposal.manifest.joined()
+        let lengths = Self.encode(lengths: proposal.knownLengths)
         try await connection.query("""
             INSERT INTO docfs.versions (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified,
                 attributes, author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public, thumbnail,
-                previous)
+                previous, lengths)
             VALUES (\(item), \(number), \(Int64(bitPattern: proposal.base)), \(proposal.container), \(proposal.scope),
                 \(Int64(bitPattern: proposal.parent)), \(proposal.name), \(proposal.kind.rawValue), \(manifest), \(proposal.size), \(Int64(proposal.mode)),
                 \(proposal.modified), \(attributes), \(proposal.author.machine), \(proposal.author.user), \(conflict),
                 \(proposal.deleted), \(sequence), \(proposal.resolves == true), \(proposal.containerName), \(proposal.containerPublic), \(proposal.thumbnail),
-                \(previous))
+                \(previous), \(lengths))
             """, logger: logger)
         try await connection.query("""
             UPDATE docfs.items SET last_number = \(number), current_number = \(conflict || previous ? current : number) WHERE item = \(item)
@@ -425,9 +426,32 @@ public final class PostgresRemote: Remote {
 
     // MARK: Rows
 
+    /// Chunk lengths as the `lengths` column keeps them: 4 bytes little-endian apiece.
+    static func encode(lengths: [Int64]?) -> Data? {
+        guard let lengths, lengths.allSatisfy({ $0 > 0 && $0 <= Int64(UInt32.max) }) else { return nil }
+        var bytes = Data(capacity: lengths.count * 4)
+        for length in lengths { withUnsafeBytes(of: UInt32(length).littleEndian) { bytes.append(contentsOf: $0) } }
+        return bytes
+    }
+
+    /// The lengths `encode` kept; nil for a column of another length than whole entries.
+    static func decodeLengths(_ bytes: Data) -> [Int64]? {
+        guard bytes.count % 4 == 0 else { return nil }
+        let raw = [UInt8](bytes)
+        var lengths: [Int64] = []
+        lengths.reserveCapacity(raw.count / 4)
+        for i in stride(from: 0, to: raw.count, by: 4) {
+            var length: UInt32 = 0
+            for byte in raw[i..<(i + 4)].reversed() { length = length << 8 | UInt32(byte) }
+            lengths.append(Int64(length))
+        }
+        return lengths
+    }
+
     static let versionColumns = """
         item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
-        author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public, thumbnail, previous
+        author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public, thumbnail, previous,
+        lengths
         """
 
     static func version(from row: PostgresRow) throws(RemoteError) -> (version: RemoteVersion, sequence: UInt64) {
@@ -436,6 +460,8 @@ public final class PostgresRemote: Remote {
                  machine, user, conflict, deleted, sequence, resolves, containerName, containerPublic, thumbnail, previous) = try row.decode(
                     (Int64, Int64, Int64, String, String, Int64, String, String, String, Int64, Int64, Double, Data,
                      String, String, Bool, Bool, Int64, Bool, String?, Bool?, String?, Bool).self)
+            // The last column, apart: one tuple of every column is more than the type checker takes.
+            let lengths = try row.makeRandomAccess()["lengths"].decode(Data?.self)
             guard let itemKind = RemoteItemKind(rawValue: kind), manifest.utf8.count % 64 == 0,
                   let mode = UInt32(exactly: mode) else {
                 throw RemoteError(.refused, "the remote's version \(number) of item \(item) is damaged")
@@ -458,6 +484,7 @@ public final class PostgresRemote: Remote {
             var read = version
             read.resolves = resolves ? true : nil
             read.previous = previous ? true : nil
+            read.lengths = lengths.flatMap(Self.decodeLengths)
             (read.containerName, read.containerPublic) = (containerName, containerPublic)
             read.thumbnail = thumbnail.flatMap { ChunkDigest(hex: $0) }?.hex
             return (read, UInt64(bitPattern: sequence))

@@ -84,6 +84,11 @@ enum RemoteSchema {
             // such versions would take one for the current content, so it refuses the remote.
             "ALTER TABLE docfs.versions ADD COLUMN previous boolean NOT NULL DEFAULT false",
         ],
+        [
+            // Each chunk's length (4 bytes little-endian apiece), where the machine that saved
+            // the version said: a promised file maps a read to its chunks without asking.
+            "ALTER TABLE docfs.versions ADD COLUMN lengths bytea",
+        ],
     ]
 
     /// Brings the database's docfs schema to `current`, creating it in a database with no

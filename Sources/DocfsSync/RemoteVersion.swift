@@ -61,6 +61,9 @@ public struct RemoteVersion: Codable, Hashable, Sendable {
     public var base: UInt64
     /// The content's chunks, in order (hex digests).
     public var manifest: [String]
+    /// Each chunk's length, in order, when the machine that saved it said (nil for versions
+    /// saved before): a promised file maps a read to its chunks without asking the remote.
+    public var lengths: [Int64]?
     public var size: Int64
     public var mode: UInt32
     /// Seconds since the epoch.
@@ -118,6 +121,13 @@ public struct RemoteVersion: Codable, Hashable, Sendable {
         if parent == item { return "item \(item) cannot be its own parent" }
         if chunks == nil { return "the manifest of item \(item) names chunks wrongly" }
         return nil
+    }
+
+    /// `lengths` when they fit the manifest and the size (a damaged answer's are left out);
+    /// a single chunk's is the size.
+    public var knownLengths: [Int64]? {
+        if let lengths, lengths.count == manifest.count, lengths.allSatisfy({ $0 > 0 }), lengths.reduce(0, +) == size { return lengths }
+        return manifest.count == 1 && size > 0 ? [size] : nil
     }
 
     /// The manifest's digests; nil when one is not a digest (a damaged answer).

@@ -14,6 +14,8 @@ public struct LocalItem: Sendable, Equatable {
     public var mode: UInt32
     public var modified: Double
     public var attributes: [String: [UInt8]]
+    /// Each chunk's length, when the read knows them (not part of the item's state).
+    public var lengths: [Int64]?
     /// The number the content read has here (a file's save), read with it; nil when the store
     /// does not say (the engine then asks `versionNumber`). Not part of the item's state: two
     /// reads of one state are equal whatever numbers they carry.
@@ -47,13 +49,16 @@ public struct LocalItem: Sendable, Equatable {
         self.init(item: version.item, container: version.container, scope: version.scope, parent: version.parent,
                   name: version.name, kind: version.kind, manifest: version.chunks ?? [], size: version.size,
                   mode: version.mode, modified: version.modified, attributes: version.attributes)
+        lengths = version.lengths
     }
 
     /// A proposal of this state from `base`, by `author`.
     public func proposal(base: UInt64, by author: RemoteAuthor) -> RemoteVersion {
-        RemoteVersion(item: item, container: container, scope: scope, parent: parent, name: name, kind: kind,
-                      base: base, manifest: manifest, size: size, mode: mode, modified: modified,
-                      attributes: attributes, author: author)
+        var version = RemoteVersion(item: item, container: container, scope: scope, parent: parent, name: name, kind: kind,
+                                    base: base, manifest: manifest, size: size, mode: mode, modified: modified,
+                                    attributes: attributes, author: author)
+        version.lengths = kind == .file ? lengths : nil
+        return version
     }
 }
 

@@ -82,6 +82,12 @@ import Glibc
         #expect(isPromised(b, "big.txt"))
         #expect(b.filesystem.shared.promises.fetchedBytes.load(ordering: .relaxed) == 0)
         #expect(status(b, "big.txt") == "promised")
+        // Where its chunks lie came with the version: a first read asks the remote for nothing else.
+        let promisedFD = open(b.documents + "/big.txt", O_RDONLY | O_CLOEXEC)
+        defer { close(promisedFD) }
+        let number = try #require(PromisedContent.promisedNumber(promisedFD))
+        let promise = try #require(try PromisedContent(directory: b.store.layout.promisedDirectory).record(of: item, number: number))
+        #expect(promise.offsets?.last == Int64(content.utf8.count) && promise.manifest.count > 1)
         // The filesystem shows it whole: blocks for every byte, data everywhere.
         let node = try b.filesystem.lookup(parent: 1, name: FileName("big.txt"))
         #expect(Int64(node.attributes.st_blocks) == (Int64(content.utf8.count) + 511) / 512)

@@ -151,6 +151,18 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try remote.chunkLengths(batch.map(\.digest).reversed() + [digest]) == [12, 3, 3, 12])
         #expect(try remote.chunkLengths([]) == [])
         #expect { try remote.chunkLengths([digest, other]) } throws: { ($0 as? RemoteError)?.kind == .notFound }
+        // A version carries its chunks' lengths (a promised file needs not ask); lengths that do
+        // not fit its manifest and size are not kept as such.
+        var sized = RemoteVersion(item: 8, container: "docfs.default", name: "y", kind: .file, base: 0,
+                                  manifest: batch.map(\.digest), size: 18, modified: 0, author: Self.machineA)
+        sized.lengths = [3, 3, 12]
+        _ = try remote.commit(sized, operation: "sized")
+        #expect(try remote.currentVersion(of: 8)?.knownLengths == [3, 3, 12])
+        #expect(try remote.changes(after: .start, limit: 10).changes.last?.version.lengths == [3, 3, 12])
+        var wrong = sized
+        (wrong.item, wrong.name, wrong.lengths) = (9, "z", [3, 3, 11])
+        _ = try remote.commit(wrong, operation: "wrong")
+        #expect(try remote.currentVersion(of: 9)?.knownLengths == nil)
     }
 
     /// An upload cut short leaves chunks no version names: a sweep removes them once unused
