@@ -227,61 +227,79 @@ public final class PromisedDownloads: Sendable {
                 noted = Self.now()
             }
             defer { try? note() }  // what came down before a failure stays
-            // Up to `fetchesAtOnce` chunks come down at once, each on a thread of its own (the
-            // remote's connections are a pool); this thread writes them as they land. A fetch
-            // that takes longer than `fetchPatience` is asked again beside it (a connection the
-            // server ended may answer nothing until the remote's own limit): the first to land
-            // is written, the other ignored.
+            // Up to `fetchesAtOnce` runs of chunks come down at once, each on a thread of its own
+            // (the remote's connections are a pool), a run in one round trip; this thread writes
+            // them as they land. A fetch that takes longer than `fetchPatience` is asked again
+            // beside it, chunk by chunk (a connection the server ended may answer nothing until
+            // the remote's own limit): the first to land is written, the other ignored.
             let landed = Mutex<[(index: Int, bytes: Result<[UInt8], DocfsError>)]>([])
             let arrival = ThreadSemaphore()
             var asked: [Int: (since: Double, attempts: Int)] = [:]
-            func ask(_ index: Int) throws(DocfsError) {
-                let digest = try Self.digest(promise.manifest[index])
-                asked[index] = (Self.now(), (asked[index]?.attempts ?? 0) + 1)
+            func ask(_ indices: [Int]) throws(DocfsError) {
+                var wanted: [ChunkDigest] = []
+                for index in indices {
+                    wanted.append(try Self.digest(promise.manifest[index]))
+                    asked[index] = (Self.now(), (asked[index]?.attempts ?? 0) + 1)
+                }
+                let digests = wanted
                 DetachedThread.start { [self] in
-                    let bytes: Result<[UInt8], DocfsError>
+                    let answer: Result<[[UInt8]], DocfsError>
                     do throws(DocfsError) {
-                        bytes = .success(try retrying { () throws(RemoteError) in try remote.fetchChunk(digest) })
+                        answer = .success(try retrying { () throws(RemoteError) in try remote.fetchChunks(digests) })
                     } catch {
-                        bytes = .failure(error)
+                        answer = .failure(error)
                     }
-                    landed.withLock { $0.append((index, bytes)) }
+                    landed.withLock { landed in
+                        for (position, index) in indices.enumerated() {
+                            landed.append((index, answer.map { $0[position] }))
+                        }
+                    }
                     arrival.signal()
                 }
             }
             let patience = max(1, waitLimit / 2)
             while true {
-                while asked.count < Self.fetchesAtOnce, let index = download.state.withLock({ $0.nextChunk() }) { try ask(index) }
+                while asked.count < Self.fetchesAtOnce * Self.chunksPerFetch {
+                    let run = download.state.withLock { $0.nextChunks(upTo: Self.chunksPerFetch) }
+                    guard !run.isEmpty else { break }
+                    try ask(run)
+                }
                 guard !asked.isEmpty else { break }
                 guard arrival.wait(seconds: 0.5) else {
-                    for (index, fetch) in asked where Self.now() - fetch.since > patience { try ask(index) }
+                    for (index, fetch) in asked where Self.now() - fetch.since > patience { try ask([index]) }
                     continue
                 }
-                guard let (index, result) = landed.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) else { continue }
-                guard let fetch = asked[index] else { continue }  // written already: a slower attempt's
-                let bytes: [UInt8]
-                switch result {
-                case .success(let fetched): bytes = fetched
-                case .failure(let error):
-                    guard fetch.attempts > 1 else { throw error }
-                    asked[index] = (fetch.since, fetch.attempts - 1)  // another attempt is under way
-                    continue
+                let arrived = landed.withLock { landed -> [(index: Int, bytes: Result<[UInt8], DocfsError>)] in
+                    let taken = landed
+                    landed.removeAll()
+                    return taken
                 }
-                asked[index] = nil
-                let digest = try Self.digest(promise.manifest[index])
-                guard bytes.count == promise.lengths![index], bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
-                    throw DocfsError(.storeUnavailable, "chunk \(digest) of item \(key.item) came damaged from the remote")
+                for (index, result) in arrived {
+                    guard let fetch = asked[index] else { continue }  // written already: a slower attempt's
+                    let bytes: [UInt8]
+                    switch result {
+                    case .success(let fetched): bytes = fetched
+                    case .failure(let error):
+                        guard fetch.attempts > 1 else { throw error }
+                        asked[index] = (fetch.since, fetch.attempts - 1)  // another attempt is under way
+                        continue
+                    }
+                    asked[index] = nil
+                    let digest = try Self.digest(promise.manifest[index])
+                    guard bytes.count == promise.lengths![index], bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
+                        throw DocfsError(.storeUnavailable, "chunk \(digest) of item \(key.item) came damaged from the remote")
+                    }
+                    fetchedBytes.add(Int64(bytes.count), ordering: .relaxed)
+                    try Self.write(bytes, to: writer, at: offsets[index], item: key.item)
+                    unnoted.append(index)
+                    download.state.withLock { state in
+                        state.present.insert(index)
+                        state.fetching.remove(index)
+                        state.progressed = Self.now()
+                    }
                 }
-                fetchedBytes.add(Int64(bytes.count), ordering: .relaxed)
-                try Self.write(bytes, to: writer, at: offsets[index], item: key.item)
                 _ = futimens(writer, &times)
-                unnoted.append(index)
                 if unnoted.count >= Self.chunksPerNote || Self.now() - noted > 0.5 { try note() }
-                download.state.withLock { state in
-                    state.present.insert(index)
-                    state.fetching.remove(index)
-                    state.progressed = Self.now()
-                }
                 download.signal()
             }
             guard Glibc.fsync(writer) == 0 else { throw DocfsError.errno("writing item \(key.item) to disk") }
@@ -340,8 +358,10 @@ public final class PromisedDownloads: Sendable {
         download.signal()
     }
 
-    /// How many chunks of one download come down at once.
+    /// How many fetches of one download are under way at once, and how many chunks (a run
+    /// that follows the first one wanted) each asks for.
     static let fetchesAtOnce = 4
+    static let chunksPerFetch = 16
 
     /// How many chunks are written before they are synced and noted present.
     static let chunksPerNote = 16
@@ -430,6 +450,20 @@ final class Download: Sendable {
             guard let range, let offsets, let promise else { return .waiting }
             let chunks = promise.chunks(covering: range.lowerBound, length: Int64(range.count), offsets: offsets)
             return chunks.allSatisfy { present.contains($0) } ? .ready : .waiting
+        }
+
+        /// The chunks to fetch next, up to `limit`: the one `nextChunk` picks and those missing
+        /// right after it (a reader goes on reading), each marked being fetched.
+        mutating func nextChunks(upTo limit: Int) -> [Int] {
+            guard let first = nextChunk(), let promise else { return [] }
+            var run = [first]
+            var next = first + 1
+            while run.count < limit, next < promise.manifest.count, !present.contains(next), !fetching.contains(next) {
+                fetching.insert(next)
+                run.append(next)
+                next += 1
+            }
+            return run
         }
 
         /// The chunk to fetch next: the first missing one of the oldest range still waited

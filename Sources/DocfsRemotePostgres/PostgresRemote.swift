@@ -203,20 +203,62 @@ public final class PostgresRemote: Remote {
         return bytes
     }
 
+    /// One query for all of them, answered as one row (their bytes run together, and the
+    /// digests and lengths found): postgres-nio stops the process when the server ends a
+    /// connection while rows of a many-row answer wait for the reader (its row stream's
+    /// `channelReadComplete` precondition), so large answers come as a single row. Each chunk
+    /// is checked against its digest.
+    public func fetchChunks(_ digests: [ChunkDigest]) throws(RemoteError) -> [[UInt8]] {
+        guard digests.count > 1 else { return try digests.map { digest throws(RemoteError) in try fetchChunk(digest) } }
+        let logger = logger
+        let hexes = Array(Set(digests.map(\.hex)))
+        let answer = try perform("fetch \(digests.count) chunks") { connection in
+            try await connection.query("""
+                SELECT string_agg(bytes, ''::bytea ORDER BY digest), array_agg(digest ORDER BY digest),
+                    array_agg(octet_length(bytes) ORDER BY digest)
+                FROM docfs.chunks WHERE digest = ANY(\(hexes))
+                """, logger: logger).collect().first?.decode((ByteBuffer?, [String]?, [Int32]?).self)
+        }
+        var found: [String: ArraySlice<UInt8>] = [:]
+        if case let (joined?, names?, lengths?)? = answer, names.count == lengths.count {
+            let bytes = Array(joined.readableBytesView)
+            var offset = 0
+            for (name, length) in zip(names, lengths) {
+                guard length >= 0, offset + Int(length) <= bytes.count else { break }
+                found[name] = bytes[offset..<(offset + Int(length))]
+                offset += Int(length)
+            }
+        }
+        var chunks: [[UInt8]] = []
+        chunks.reserveCapacity(digests.count)
+        for digest in digests {
+            // One the answer lacks is asked for alone: found, or truly not.
+            guard let slice = found[digest.hex] else {
+                chunks.append(try fetchChunk(digest))
+                continue
+            }
+            let bytes = Array(slice)
+            guard bytes.withUnsafeBytes({ ChunkDigest(of: $0) }) == digest else {
+                throw RemoteError(.refused, "the remote's chunk \(digest) is damaged (its bytes have another digest)")
+            }
+            chunks.append(bytes)
+        }
+        return chunks
+    }
+
     /// The lengths from the stored size of each value (octet_length reads no TOASTed bytes).
     public func chunkLengths(_ digests: [ChunkDigest]) throws(RemoteError) -> [Int64] {
         guard !digests.isEmpty else { return [] }
         let logger = logger
         let hexes = digests.map(\.hex)
-        let found = try perform("look up chunk lengths") { connection in
-            var found: [String: Int64] = [:]
-            for try await (digest, length) in try await connection.query(
-                "SELECT digest, octet_length(bytes)::int8 FROM docfs.chunks WHERE digest = ANY(\(hexes))", logger: logger)
-                .decode((String, Int64).self) {
-                found[digest] = length
-            }
-            return found
+        // One row (see `fetchChunks`).
+        let answer = try perform("look up chunk lengths") { connection in
+            try await connection.query("""
+                SELECT array_agg(digest), array_agg(octet_length(bytes)::int8) FROM docfs.chunks WHERE digest = ANY(\(hexes))
+                """, logger: logger).collect().first?.decode(([String]?, [Int64]?).self)
         }
+        var found: [String: Int64] = [:]
+        if case let (names?, sizes?)? = answer { for (name, size) in zip(names, sizes) { found[name] = size } }
         var lengths: [Int64] = []
         lengths.reserveCapacity(digests.count)
         for digest in digests {

@@ -28,6 +28,10 @@ public protocol Remote: Sendable {
     /// A chunk's bytes.
     func fetchChunk(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8]
 
+    /// Several chunks' bytes, in the order asked (one round trip where the remote can: a
+    /// promised file's content comes down a run of chunks at a time).
+    func fetchChunks(_ digests: [ChunkDigest]) throws(RemoteError) -> [[UInt8]]
+
     /// How many bytes each of `digests` holds, in order, without fetching them: where each
     /// chunk of a promised file lies (issue 23), so a read fetches the chunks of its range.
     func chunkLengths(_ digests: [ChunkDigest]) throws(RemoteError) -> [Int64]
@@ -138,6 +142,13 @@ extension Remote {
         var lengths: [Int64] = []
         for digest in digests { lengths.append(Int64(try fetchChunk(digest).count)) }
         return lengths
+    }
+
+    /// One `fetchChunk` after another.
+    public func fetchChunks(_ digests: [ChunkDigest]) throws(RemoteError) -> [[UInt8]] {
+        var chunks: [[UInt8]] = []
+        for digest in digests { chunks.append(try fetchChunk(digest)) }
+        return chunks
     }
 
     /// One `putChunk` after another.

@@ -126,7 +126,7 @@ import Glibc
             usleep(100_000)
         }
         #expect(waitForExit(reader, seconds: 60))
-        #expect(reader.terminationStatus == 0, "cmp of the promised file against a's: \(attribute(b.path("big.bin"), "user.docfs.status") ?? "")")
+        #expect(reader.terminationStatus == 0, "cmp of the promised file against a's: \(attribute(b.path("big.bin"), "user.docfs.status") ?? "") \(b.fixture.log.range(of: "Fatal error").map { String(b.fixture.log[$0.lowerBound...].prefix(1500)) } ?? String(b.fixture.log.suffix(1500)))")
         #expect(ended > 0, "no connection was ended while the file came down")
         #expect(ManyMachinesTests.within(30) { attribute(b.path("big.bin"), "user.docfs.status") == "current" } != nil)
     }

@@ -146,6 +146,10 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         try remote.putChunks(batch)
         #expect(try remote.missingChunks(batch.map(\.digest)).isEmpty)
         #expect(try batch.allSatisfy { try remote.fetchChunk($0.digest) == $0.bytes })
+        // Fetched several at once, in the order asked, one asked twice; any unknown one is not found.
+        let asked = batch.map(\.digest).reversed() + [batch[0].digest]
+        #expect(try remote.fetchChunks(asked) == batch.map(\.bytes).reversed() + [batch[0].bytes])
+        #expect { try remote.fetchChunks([batch[0].digest, other]) } throws: { ($0 as? RemoteError)?.kind == .notFound }
         #expect { try remote.putChunks([(digest: other, bytes: bytes)]) } throws: { ($0 as? RemoteError)?.kind == .refused }
         // Their lengths, in the order asked (a promised file's layout), without their bytes.
         #expect(try remote.chunkLengths(batch.map(\.digest).reversed() + [digest]) == [12, 3, 3, 12])
