@@ -25,7 +25,7 @@ public protocol Remote: Sendable {
     /// Stores several chunks at once (fewer round trips for many small ones), as `putChunk`.
     func putChunks(_ chunks: [(digest: ChunkDigest, bytes: [UInt8])]) throws(RemoteError)
 
-    /// A chunk's bytes.
+    /// A chunk's bytes, checked against its digest (a damaged copy is refused, never answered).
     func fetchChunk(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8]
 
     /// Several chunks' bytes, in the order asked (one round trip where the remote can: a

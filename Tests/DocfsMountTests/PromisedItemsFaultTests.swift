@@ -64,18 +64,9 @@ import Glibc
     }
 
     @Test func aReadWhileTheLinkIsCutFailsWithinTheBoundAndWorksOnceItIsBack() throws {
-        let network = try TestNetwork(subnet: Int(getpid() % 200) + 20)
-        defer { network.remove() }
-        let (serverSpace, aSpace, bSpace) = (try network.namespace("s"), try network.namespace("a"), try network.namespace("b"))
-        let server = try ThrowawayPostgres.private(inNamespace: serverSpace.name, listeningOn: serverSpace.address)
-        defer { try? server.stop() }
-        let uri = try server.makeDatabase("cut", host: serverSpace.address)
-        let a = try Machine("a", mounted: false)
-        let b = try Machine("b", mounted: false, settings: Self.onDemand)
-        defer { a.fixture.tearDown(); b.fixture.tearDown() }
-        a.fixture.launcher = aSpace.launcher
-        b.fixture.launcher = bSpace.launcher
-        try a.fixture.start()
+        let pair = try CuttablePair("cut", subnet: 20, settings: Self.onDemand)
+        defer { pair.tearDown() }
+        let (a, b, bSpace, uri) = (pair.a, pair.b, pair.bSpace, pair.uri)
         try Self.promised("big.bin", megabytes: 128, on: a, b, uri: uri)
         // A first read starts the download; then b's cable is pulled.
         #expect(Self.readErrno(b.path("big.bin"), at: 0) == 0)
@@ -153,18 +144,10 @@ import Glibc
     /// the limit; with b's link cut, a document changed there and a new one pass it again, and
     /// nothing goes (pinned, open, unsent); `docfs query` and `docfs remote status` say so.
     @Test func theCacheLimitEvictsTheLeastRecentlyUsedAndKeepsPinnedOpenAndModifiedFiles() throws {
-        let network = try TestNetwork(subnet: Int(getpid() % 200) + 10)
-        defer { network.remove() }
-        let (serverSpace, aSpace, bSpace) = (try network.namespace("s"), try network.namespace("a"), try network.namespace("b"))
-        let server = try ThrowawayPostgres.private(inNamespace: serverSpace.name, listeningOn: serverSpace.address)
-        defer { try? server.stop() }
-        let uri = try server.makeDatabase("cache", host: serverSpace.address)
-        let a = try Machine("a", mounted: false)
-        let b = try Machine("b", mounted: false, settings: #"{"sync": {"downloads": "onDemand", "downloadWaitSeconds": 3, "cacheLimit": "7MiB"}}"#)
-        defer { a.fixture.tearDown(); b.fixture.tearDown() }
-        a.fixture.launcher = aSpace.launcher
-        b.fixture.launcher = bSpace.launcher
-        try a.fixture.start()
+        let pair = try CuttablePair("cache", subnet: 10,
+                                    settings: #"{"sync": {"downloads": "onDemand", "downloadWaitSeconds": 3, "cacheLimit": "7MiB"}}"#)
+        defer { pair.tearDown() }
+        let (a, b, bSpace, uri) = (pair.a, pair.b, pair.bSpace, pair.uri)
         let names = ["old.bin", "pinned.bin", "open.bin", "edited.bin"]
         for (i, name) in names.dropLast().enumerated() {
             try Data(PromisedItemsMountTests.bytes(2 << 20, seed: UInt64(40 + i))).write(to: URL(fileURLWithPath: a.path(name)))
@@ -213,5 +196,51 @@ import Glibc
     /// would count as a use).
     static func promisedNow(_ b: Machine, _ name: String) -> Bool {
         docfs_getxattr(b.fixture.store + "/containers/docfs.default/Documents/" + name, "user.docfs.promised", nil, 0) >= 0
+    }
+}
+
+/// Machines a and b and their server, each in a network namespace of its own, so a test can
+/// pull b's cable (`bSpace.cut()`): a started, b (with `settings`) linked by the test.
+struct CuttablePair {
+    typealias Machine = ManyMachinesTests.Machine
+    let network: TestNetwork
+    let bSpace: NetworkNamespace
+    let server: ThrowawayPostgres
+    let uri: String
+    let a: Machine
+    let b: Machine
+
+    /// `subnet`: an offset of the namespaces' addresses, apart from other tests'.
+    init(_ label: String, subnet: Int, settings: String) throws {
+        let network = try TestNetwork(subnet: Int(getpid() % 200) + subnet)
+        self.network = network
+        var started: [() -> Void] = [{ network.remove() }]
+        do {
+            let (serverSpace, aSpace) = (try network.namespace("s"), try network.namespace("a"))
+            bSpace = try network.namespace("b")
+            let server = try ThrowawayPostgres.private(inNamespace: serverSpace.name, listeningOn: serverSpace.address)
+            self.server = server
+            started.append { try? server.stop() }
+            uri = try server.makeDatabase(label, host: serverSpace.address)
+            let a = try Machine("a", mounted: false)
+            self.a = a
+            started.append { a.fixture.tearDown() }
+            let b = try Machine("b", mounted: false, settings: settings)
+            self.b = b
+            started.append { b.fixture.tearDown() }
+            a.fixture.launcher = aSpace.launcher
+            b.fixture.launcher = bSpace.launcher
+            try a.fixture.start()
+        } catch {
+            for stop in started.reversed() { stop() }
+            throw error
+        }
+    }
+
+    func tearDown() {
+        a.fixture.tearDown()
+        b.fixture.tearDown()
+        try? server.stop()
+        network.remove()
     }
 }
