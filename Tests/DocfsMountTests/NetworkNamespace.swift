@@ -16,10 +16,11 @@ final class NetworkNamespace {
     /// The namespace's own address.
     let address: String
 
-    /// Makes the namespace `docfs-PID-LABEL` and its pair on 10.201.SUBNET.0/24: alone (the
-    /// host side 10.201.SUBNET.1, the namespace .2), or as `number` on `bridge`.
+    /// Makes the namespace `docfs-PIDLABELSUBNET` and its pair on 10.201.SUBNET.0/24: alone
+    /// (the host side 10.201.SUBNET.1, the namespace .2), or as `number` on `bridge`. The
+    /// subnet in its names keeps apart the networks of tests running at once in one process.
     init(_ label: String, subnet: Int, bridge: String? = nil, number: Int = 2) throws {
-        let tag = "\(getpid() % 100_000)\(label)"
+        let tag = "\(getpid() % 100_000)\(label)\(subnet)"
         name = "docfs-\(tag)"
         hostSide = "dfh\(tag)".prefix(15).description
         let inside = "dfn\(tag)".prefix(15).description
@@ -74,7 +75,7 @@ final class TestNetwork {
 
     init(subnet: Int) throws {
         self.subnet = subnet
-        bridge = "dfbr\(getpid() % 100_000)".prefix(15).description
+        bridge = "dfbr\(getpid() % 100_000)-\(subnet)".prefix(15).description
         try NetworkNamespace.ip("link add \(bridge) type bridge")
         do {
             try NetworkNamespace.ip("addr add 10.201.\(subnet).1/24 dev \(bridge)")

@@ -64,7 +64,7 @@ import Glibc
     }
 
     @Test func aReadWhileTheLinkIsCutFailsWithinTheBoundAndWorksOnceItIsBack() throws {
-        let pair = try CuttablePair("cut", subnet: 20, settings: Self.onDemand)
+        let pair = try CuttablePair("cut", subnet: 60, settings: Self.onDemand)
         defer { pair.tearDown() }
         let (a, b, bSpace, uri) = (pair.a, pair.b, pair.bSpace, pair.uri)
         try Self.promised("big.bin", megabytes: 128, on: a, b, uri: uri)
@@ -144,7 +144,7 @@ import Glibc
     /// the limit; with b's link cut, a document changed there and a new one pass it again, and
     /// nothing goes (pinned, open, unsent); `docfs query` and `docfs remote status` say so.
     @Test func theCacheLimitEvictsTheLeastRecentlyUsedAndKeepsPinnedOpenAndModifiedFiles() throws {
-        let pair = try CuttablePair("cache", subnet: 10,
+        let pair = try CuttablePair("cache", subnet: 100,
                                     settings: #"{"sync": {"downloads": "onDemand", "downloadWaitSeconds": 3, "cacheLimit": "7MiB"}}"#)
         defer { pair.tearDown() }
         let (a, b, bSpace, uri) = (pair.a, pair.b, pair.bSpace, pair.uri)
@@ -210,9 +210,10 @@ struct CuttablePair {
     let a: Machine
     let b: Machine
 
-    /// `subnet`: an offset of the namespaces' addresses, apart from other tests'.
-    init(_ label: String, subnet: Int, settings: String) throws {
-        let network = try TestNetwork(subnet: Int(getpid() % 200) + subnet)
+    /// `offset`: where the namespaces' subnet lies from this process's, apart from other
+    /// tests' (ManyMachinesFaultTests takes 20).
+    init(_ label: String, subnet offset: Int, settings: String) throws {
+        let network = try TestNetwork(subnet: (Int(getpid() % 200) + offset) % 250 + 2)
         self.network = network
         var started: [() -> Void] = [{ network.remove() }]
         do {
