@@ -202,9 +202,9 @@ import Glibc
         // runs (a machine whose deletion lost lacked the version it deleted: the document moved
         // while that version was fetched, fixed 2026-11-28 with its test); then 1 of about 40
         // (2026-11-28: the machine whose save lost a race lacked that conflict version, which
-        // the others keep: a writer opened the file before the winner was taken; fixed with its
-        // test, then 0 of 15 runs). Bounded at one document until a longer round shows none, so
-        // a race not yet seen does not fail a run and a regression does.
+        // the others keep: a writer opened the file before the winner was taken; traced, not
+        // fixed yet). Bounded at one document, so that rare race does not fail a run and a
+        // regression does.
         let ids = Set(numbered[0].values.compactMap { $0.split(separator: " ").first.map(String.init) })
         let differentLists = ids.sorted().filter { id in
             let lists = machines.map { Self.keptVersions($0, id) }
