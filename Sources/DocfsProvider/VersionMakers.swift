@@ -41,7 +41,10 @@ public enum VersionMakers {
         let incoming = path + ".\(getpid()).new"
         do {
             // Made with the first version kept: makers may be known before (a file's creator).
-            try FileManager.default.createDirectory(atPath: layout.versionsDirectory, withIntermediateDirectories: true)
+            // Only that folder: a store removed meanwhile is not made again by its last save.
+            guard mkdir(layout.versionsDirectory, 0o755) == 0 || errno == EEXIST else {
+                throw DocfsError.errno("making \(layout.versionsDirectory)")
+            }
             try JSONEncoder().encode(entries).write(to: URL(fileURLWithPath: incoming))
         } catch {
             throw DocfsError(.storeUnavailable, "cannot write \(incoming): \(error)")

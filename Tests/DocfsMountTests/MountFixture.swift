@@ -43,20 +43,86 @@ final class MountFixture: @unchecked Sendable {
 
     /// `mountName`: the mount point's name in the fixture's folder.
     init(options: [String] = MountFixture.defaultOptions, mount: Bool = true, mountName: String = "mnt") throws {
-        root = "/tmp/docfs-tests/" + UUID().uuidString.prefix(8)
+        Self.sweepOnce
+        root = Self.parent + "/" + UUID().uuidString.prefix(8)
         store = root + "/store"
         mountPoint = root + "/" + mountName
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
         chmod(root, 0o755)
-        if mount { try start(options: options) }
+        // Whose fixture it is: a later run removes it if this process dies before its tearDown.
+        try? "\(getpid())\n".write(toFile: root + "/" + Self.ownerFile, atomically: false, encoding: .utf8)
+        if mount { try startOrTearDown(options: options) }
     }
 
     /// A fixture whose store starts with `settings` as its settings.json, mounted.
     convenience init(settings: String, options: [String] = MountFixture.defaultOptions) throws {
         try self.init(options: options, mount: false)
-        try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
-        try settings.write(toFile: store + "/settings.json", atomically: false, encoding: .utf8)
-        try start(options: options)
+        do {
+            try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
+            try settings.write(toFile: store + "/settings.json", atomically: false, encoding: .utf8)
+        } catch {
+            tearDown()
+            throw error
+        }
+        try startOrTearDown(options: options)
+    }
+
+    /// Mounts; when that fails, nothing of the fixture stays (the caller has no fixture to
+    /// tear down: its `defer` comes after the initializer).
+    private func startOrTearDown(options: [String]) throws {
+        do {
+            try start(options: options)
+        } catch {
+            tearDown()
+            throw error
+        }
+    }
+
+    static let parent = "/tmp/docfs-tests"
+    static let ownerFile = "owner"
+
+    /// Fixtures whose test process died before tearing them down (killed by a timeout, say):
+    /// their mounts, daemons and folders go, once per test process, before the first fixture.
+    static let sweepOnce: Void = {
+        let folders = (try? FileManager.default.contentsOfDirectory(atPath: parent)) ?? []
+        for folder in folders {
+            let root = parent + "/" + folder
+            guard let text = try? String(contentsOfFile: root + "/" + ownerFile, encoding: .utf8),
+                  let owner = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)),
+                  owner != getpid(), kill(owner, 0) != 0 && errno == ESRCH else { continue }
+            let mounts = (try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? ""
+            for line in mounts.split(separator: "\n") {
+                let fields = line.split(separator: " ")
+                if fields.count > 2, fields[2] == "fuse.docfs", fields[1].hasPrefix(root + "/") {
+                    _ = umount2(String(fields[1]), MNT_DETACH_VALUE)
+                }
+            }
+            endDaemon(servingStoreAt: root + "/store")
+            try? FileManager.default.removeItem(atPath: root)
+        }
+    }()
+
+    /// Waits up to `seconds` for the daemon serving the store at `store` (whoever started it:
+    /// this fixture, a `docfs mount` of the test) to end, then kills it: a daemon still ending
+    /// writes into its store, which would come back after the fixture's folder is removed.
+    static func endDaemon(servingStoreAt store: String, seconds: Double = 10) {
+        let fd = open(store + "/daemon.lock", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        let deadline = Date().addingTimeInterval(seconds)
+        while flock(fd, LOCK_SH | LOCK_NB) != 0 {
+            guard Date() >= deadline else {
+                usleep(20_000)
+                continue
+            }
+            var buffer = [UInt8](repeating: 0, count: 64)
+            let n = pread(fd, &buffer, buffer.count, 0)
+            let holder = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).split(separator: "\n").first.flatMap { pid_t($0) } : nil
+            if let holder { kill(holder, SIGKILL) }
+            usleep(100_000)
+            return
+        }
+        flock(fd, LOCK_UN)
     }
 
     /// Settings that keep every version, so "nothing lost" is not cut short by the policy.
@@ -142,8 +208,8 @@ final class MountFixture: @unchecked Sendable {
         let point = root + "/app-" + id
         try FileManager.default.createDirectory(atPath: point, withIntermediateDirectories: true)
         let mounted = try shell("'\(Self.binary)' mount --store '\(store)' --app \(id) -o \(options.joined(separator: ",")) '\(point)' 2>&1")
-        guard mounted.status == 0, Self.isMounted(point) else { throw FixtureError("cannot mount the app view of \(id): \(mounted.output)") }
         appMountPoints.append(point)
+        guard mounted.status == 0, Self.isMounted(point) else { throw FixtureError("cannot mount the app view of \(id): \(mounted.output)") }
         return point
     }
 
@@ -165,6 +231,7 @@ final class MountFixture: @unchecked Sendable {
             }
         }
         daemon = nil
+        Self.endDaemon(servingStoreAt: store)
     }
 
     /// Stops and removes the fixture's directories.
