@@ -106,7 +106,7 @@ let package = Package(
         // The tests' own PostgreSQL server (scripts/throwaway-postgres), shared by the suites that need one.
         .target(name: "DocfsTestSupport", path: "Tests/DocfsTestSupport"),
         .testTarget(name: "DocfsSyncTests", dependencies: ["DocfsSync", "DocfsChunks", "DocfsRemotePostgres", "DocfsTestSupport"]),
-        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex", "DocfsThumbnails", "DocfsTestSupport", .product(name: "Crypto", package: "swift-crypto")], exclude: ["Workloads"]),
+        .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex", "DocfsProvider", "DocfsThumbnails", "DocfsTestSupport", .product(name: "Crypto", package: "swift-crypto")], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]
 )

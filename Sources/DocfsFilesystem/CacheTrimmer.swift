@@ -6,11 +6,13 @@ import Glibc
 #endif
 
 /// Keeps a linked store's content under its cache limit while it is served (issue 23 §1): a
-/// thread of its own trims soon after a download finishes (at most once a second), within
+/// thread of its own trims soon after downloads may have passed the limit (what the last trim
+/// measured plus what finished downloading since; looked at once a second), within
 /// `changePause` seconds of a local change (a new or grown file counts), and every `period`
 /// seconds besides (a save that has gone up becomes evictable, a file closed may go). Each trim
-/// reads the records of the content here, so local changes, which come in floods, wake it
-/// seldom. Runs only for a store that downloads on demand and has a limit.
+/// reads the records of the content here, so downloads under the limit and local changes,
+/// which come in floods, wake it seldom. Runs only for a store that downloads on demand and
+/// has a limit.
 public final class CacheTrimmer: Sendable {
     private let filesystem: Filesystem
     public let limit: Int64
@@ -18,8 +20,8 @@ public final class CacheTrimmer: Sendable {
     private let changePause: Double
     private let running = Atomic<Bool>(false)
     private let localChanges = Atomic<Int>(0)
-    /// The last trim's outcome (`docfs remote status`), and why the last one failed.
-    private let last = Mutex<(trim: Filesystem.CacheTrim?, failure: String?)>((nil, nil))
+    /// The last trim's outcome (`docfs remote status`).
+    private let last = Mutex<Filesystem.CacheTrim?>(nil)
     private let problems = Callback<String>()
 
     /// The trimmer of `filesystem`'s store; nil when it has no limit (it downloads everything,
@@ -37,7 +39,7 @@ public final class CacheTrimmer: Sendable {
     /// Something changed here (the outbox filled): a trim comes within `changePause`.
     public func noteLocalChange() { localChanges.add(1, ordering: .relaxed) }
 
-    public var lastTrim: Filesystem.CacheTrim? { last.withLock { $0.trim } }
+    public var lastTrim: Filesystem.CacheTrim? { last.withLock { $0 } }
 
     /// Where a trim's failure goes (the daemon's log).
     public func onProblem(_ sink: @escaping @Sendable (String) -> Void) { problems.set(sink) }
@@ -45,18 +47,20 @@ public final class CacheTrimmer: Sendable {
     public func start() {
         guard !running.exchange(true, ordering: .relaxed) else { return }
         DetachedThread.start { [self] in
-            var seen = -1
+            let promises = filesystem.shared.promises
+            var measured: (used: Int64, fulfilled: Int64)?
             var seenChanges = 0
             var lastRun = -period
             while running.load(ordering: .relaxed) {
-                let finished = filesystem.shared.promises.downloadsFinished.load(ordering: .relaxed)
+                let arrived = promises.bytesFulfilled.load(ordering: .relaxed)
                 let changes = localChanges.load(ordering: .relaxed)
                 let now = PromisedDownloads.now()
-                if finished != seen || now - lastRun >= period || (changes != seenChanges && now - lastRun >= changePause) {
-                    seen = finished
+                let mayBeOver = measured.map { $0.used + arrived - $0.fulfilled > limit } ?? true
+                if mayBeOver || now - lastRun >= period || (changes != seenChanges && now - lastRun >= changePause) {
                     seenChanges = changes
                     lastRun = now
-                    trimNow()
+                    // What comes down while the trim measures counts again after it: never less.
+                    measured = trimNow().map { ($0.used, arrived) }
                 }
                 usleep(1_000_000)
             }
@@ -70,10 +74,9 @@ public final class CacheTrimmer: Sendable {
     public func trimNow() -> Filesystem.CacheTrim? {
         do throws(DocfsError) {
             let trim = try filesystem.trimContent(toFit: limit)
-            last.withLock { $0 = (trim, nil) }
+            last.withLock { $0 = trim }
             return trim
         } catch {
-            last.withLock { $0.failure = error.message }
             problems("keeping the content under the cache limit failed: \(error.message)")
             return nil
         }

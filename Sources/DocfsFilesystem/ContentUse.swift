@@ -12,7 +12,8 @@ import Synchronization
 /// Lock order: `times` is a leaf lock.
 final class ContentUse: Sendable {
     private let file: String
-    private let times: Mutex<[UInt64: Double]>
+    /// The times, and whether they changed since they were last saved.
+    private let times: Mutex<(of: [UInt64: Double], changed: Bool)>
 
     init(file: String) {
         self.file = file
@@ -20,25 +21,31 @@ final class ContentUse: Sendable {
             .flatMap { try? JSONDecoder().decode([String: Double].self, from: Data($0)) } ?? [:]
         var times: [UInt64: Double] = [:]
         for (item, time) in saved { if let item = UInt64(item) { times[item] = time } }
-        self.times = Mutex(times)
+        self.times = Mutex((times, false))
     }
 
     /// `item` was used now.
     func used(_ item: UInt64) {
         let now = Date().timeIntervalSince1970
-        times.withLock { $0[item] = now }
+        times.withLock { times in
+            times.of[item] = now
+            times.changed = true
+        }
     }
 
     /// When `item` was last used, if it was noted.
-    func lastUse(of item: UInt64) -> Double? { times.withLock { $0[item] } }
+    func lastUse(of item: UInt64) -> Double? { times.withLock { $0.of[item] } }
 
-    /// Saves the times of the items in `kept` (those whose content is here), forgetting the others.
+    /// Saves the times of the items in `kept` (those whose content is here), forgetting the
+    /// others; nothing is written when nothing changed.
     func save(keeping kept: Set<UInt64>) {
-        let saved = times.withLock { times -> [String: Double] in
-            times = times.filter { kept.contains($0.key) }
-            return Dictionary(uniqueKeysWithValues: times.map { (String($0.key), $0.value) })
+        let saved = times.withLock { times -> [String: Double]? in
+            let left = times.of.filter { kept.contains($0.key) }
+            guard times.changed || left.count != times.of.count else { return nil }
+            times = (left, false)
+            return Dictionary(uniqueKeysWithValues: left.map { (String($0.key), $0.value) })
         }
-        guard let data = try? JSONEncoder().encode(saved) else { return }
+        guard let saved, let data = try? JSONEncoder().encode(saved) else { return }
         try? StoreFiles.replace(file, with: Array(data), durable: false)
     }
 }

@@ -12,7 +12,6 @@ extension Filesystem {
         /// Bytes of content here before and after.
         public var usedBefore: Int64 = 0
         public var used: Int64 = 0
-        public var limit: Int64 = 0
         /// The items evicted, in order.
         public var evicted: [ItemID] = []
         /// Items over the limit that could not go, with why.
@@ -38,7 +37,6 @@ extension Filesystem {
                                                    record.status == IndexRecord.localStatus && !record.conflict)
         }
         var trim = CacheTrim()
-        trim.limit = limit
         trim.usedBefore = sizes.values.reduce(0) { $0 + $1.size }
         trim.used = trim.usedBefore
         defer { shared.promises.use.save(keeping: Set(sizes.keys).subtracting(trim.evicted.map(\.rawValue))) }
@@ -50,19 +48,14 @@ extension Filesystem {
         for candidate in candidates where trim.used > limit {
             let item = ItemID(rawValue: candidate.item)
             do {
-                if try evict(item) > 0 || isPromisedItem(item) {
-                    trim.used -= candidate.size
-                    trim.evicted.append(item)
-                }
+                _ = try evict(item)  // promised now (or already: its record was behind)
+                trim.used -= candidate.size
+                trim.evicted.append(item)
             } catch {
                 trim.kept[item] = error.message
             }
         }
         return trim
-    }
-
-    private func isPromisedItem(_ item: ItemID) -> Bool {
-        (try? locate(item).node).map { isPromised($0.fd) } ?? false
     }
 
     /// The record of `node` made again after its content came or went or it was pinned: where

@@ -47,8 +47,9 @@ public final class PromisedDownloads: Sendable {
     /// Told (on the download's thread) of each item whose download finished: its content is
     /// all here now.
     let fulfilled = Callback<UInt64>()
-    /// How many downloads finished whole (the cache limit looks again after each).
-    public let downloadsFinished = Atomic<Int>(0)
+    /// The sizes of the downloads that finished whole, added up: content that came here
+    /// (the cache limit looks again when it may have passed the limit).
+    public let bytesFulfilled = Atomic<Int64>(0)
 
     /// The last failure of each item's download, in words, until one succeeds.
     private let failures = Mutex<[UInt64: String]>([:])
@@ -176,7 +177,7 @@ public final class PromisedDownloads: Sendable {
         ownChanges.abandon(file, now: known ? after : nil)
         if failure == nil {
             use.used(download.key.item)
-            downloadsFinished.add(1, ordering: .relaxed)
+            bytesFulfilled.add(known ? Int64(after.st_size) : 0, ordering: .relaxed)
         }
         finish(download, failure: failure)
         if failure == nil { fulfilled(download.key.item) }

@@ -1,3 +1,4 @@
+import DocfsProvider
 import Foundation
 import Testing
 #if canImport(Glibc)
@@ -106,23 +107,17 @@ final class MountFixture: @unchecked Sendable {
     /// this fixture, a `docfs mount` of the test) to end, then kills it: a daemon still ending
     /// writes into its store, which would come back after the fixture's folder is removed.
     static func endDaemon(servingStoreAt store: String, seconds: Double = 10) {
-        let fd = open(store + "/daemon.lock", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        defer { close(fd) }
+        let layout = StoreLayout(root: store)
         let deadline = Date().addingTimeInterval(seconds)
-        while flock(fd, LOCK_SH | LOCK_NB) != 0 {
+        while let holder = StoreLock.holder(of: layout) {
             guard Date() >= deadline else {
                 usleep(20_000)
                 continue
             }
-            var buffer = [UInt8](repeating: 0, count: 64)
-            let n = pread(fd, &buffer, buffer.count, 0)
-            let holder = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).split(separator: "\n").first.flatMap { pid_t($0) } : nil
-            if let holder { kill(holder, SIGKILL) }
+            kill(holder.pid, SIGKILL)
             usleep(100_000)
             return
         }
-        flock(fd, LOCK_UN)
     }
 
     /// Settings that keep every version, so "nothing lost" is not cut short by the policy.
