@@ -18,21 +18,12 @@ extension PostgresRemote {
     public func listing(after item: UInt64, limit: Int) throws(RemoteError) -> [RemoteChange] {
         guard limit > 0 else { throw RemoteError(.refused, "a page of the listing holds at least one item") }
         let logger = logger
-        let columns = Self.versionColumns.split(separator: ",").map { "v." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }
-            .joined(separator: ", ")
-        let rows = try perform("list every item") { connection in
-            try await connection.query("""
-                SELECT \(unescaped: columns) FROM docfs.versions v
-                JOIN docfs.items i ON i.item = v.item AND i.current_number = v.number
-                WHERE v.item > \(Int64(bitPattern: item)) ORDER BY v.item LIMIT \(limit)
-                """, logger: logger).collect()
+        let row = try perform("list every item") { connection in
+            try await connection.query(VersionPage.query(
+                from: "docfs.versions v JOIN docfs.items i ON i.item = v.item AND i.current_number = v.number WHERE v.item > \(Int64(bitPattern: item))",
+                orderedBy: "item", limit: limit), logger: logger).collect().first
         }
-        var changes: [RemoteChange] = []
-        for row in rows {
-            let (version, sequence) = try Self.version(from: row)
-            changes.append(RemoteChange(sequence: sequence, version: version))
-        }
-        return changes
+        return try VersionPage(row).entries.map { RemoteChange(sequence: $0.sequence, version: $0.version) }
     }
 
     /// In one transaction, under the log's head (no commit interleaves): the versions to go

@@ -76,22 +76,17 @@ public final class PostgresRemote: Remote {
     public func changes(after anchor: RemoteAnchor, limit: Int) throws(RemoteError) -> (changes: [RemoteChange], next: RemoteAnchor) {
         guard limit > 0 else { throw RemoteError(.refused, "a page of changes holds at least one") }
         let logger = logger
-        let (rows, horizon) = try perform("read the change log") { connection in
+        let (page, horizon) = try perform("read the change log") { connection in
             let horizon = try await Self.horizon(on: connection, logger: logger)
-            let rows = try await connection.query("""
-                SELECT \(unescaped: Self.versionColumns) FROM docfs.versions
-                WHERE sequence > \(Int64(bitPattern: anchor.sequence)) ORDER BY sequence LIMIT \(limit)
-                """, logger: logger).collect()
-            return (rows, horizon)
+            let row = try await connection.query(VersionPage.query(
+                from: "docfs.versions v WHERE v.sequence > \(Int64(bitPattern: anchor.sequence))", orderedBy: "sequence", limit: limit),
+                logger: logger).collect().first
+            return (row, horizon)
         }
         if Int64(bitPattern: anchor.sequence) < horizon {
             throw RemoteError(.pastRetention, "the remote's log no longer holds the changes after \(anchor.sequence): listing every item")
         }
-        var changes: [RemoteChange] = []
-        for row in rows {
-            let (version, sequence) = try Self.version(from: row)
-            changes.append(RemoteChange(sequence: sequence, version: version))
-        }
+        let changes = try VersionPage(page).entries.map { RemoteChange(sequence: $0.sequence, version: $0.version) }
         return (changes, changes.last.map { RemoteAnchor(sequence: $0.sequence) } ?? anchor)
     }
 
@@ -119,25 +114,22 @@ public final class PostgresRemote: Remote {
 
     public func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {
         let logger = logger
-        let rows = try perform("read item \(item)") { connection in
-            try await connection.query("""
-                SELECT \(unescaped: Self.versionColumns.split(separator: ",").map { "v." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", "))
-                FROM docfs.versions v JOIN docfs.items i ON i.item = v.item AND i.current_number = v.number
-                WHERE i.item = \(Int64(bitPattern: item))
-                """, logger: logger).collect()
+        let row = try perform("read item \(item)") { connection in
+            try await connection.query(VersionPage.query(
+                from: "docfs.versions v JOIN docfs.items i ON i.item = v.item AND i.current_number = v.number WHERE i.item = \(Int64(bitPattern: item))",
+                orderedBy: "item", limit: 1), logger: logger).collect().first
         }
-        return try rows.first.map { row throws(RemoteError) in try Self.version(from: row).version }
+        return try VersionPage(row).entries.first?.version
     }
 
     public func versions(of item: UInt64, after number: UInt64, limit: Int) throws(RemoteError) -> [RemoteVersion] {
         let logger = logger
-        let rows = try perform("read the versions of item \(item)") { connection in
-            try await connection.query("""
-                SELECT \(unescaped: Self.versionColumns) FROM docfs.versions
-                WHERE item = \(Int64(bitPattern: item)) AND number > \(Int64(bitPattern: number)) ORDER BY number LIMIT \(limit)
-                """, logger: logger).collect()
+        let row = try perform("read the versions of item \(item)") { connection in
+            try await connection.query(VersionPage.query(
+                from: "docfs.versions v WHERE v.item = \(Int64(bitPattern: item)) AND v.number > \(Int64(bitPattern: number))",
+                orderedBy: "number", limit: limit), logger: logger).collect().first
         }
-        return try rows.map { row throws(RemoteError) in try Self.version(from: row).version }
+        return try VersionPage(row).entries.map(\.version)
     }
 
     // MARK: Chunks
@@ -488,52 +480,5 @@ public final class PostgresRemote: Remote {
             lengths.append(Int64(length))
         }
         return lengths
-    }
-
-    static let versionColumns = """
-        item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
-        author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public, thumbnail, previous,
-        lengths
-        """
-
-    static func version(from row: PostgresRow) throws(RemoteError) -> (version: RemoteVersion, sequence: UInt64) {
-        do {
-            let (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified, attributes,
-                 machine, user, conflict, deleted, sequence, resolves, containerName, containerPublic, thumbnail, previous) = try row.decode(
-                    (Int64, Int64, Int64, String, String, Int64, String, String, String, Int64, Int64, Double, Data,
-                     String, String, Bool, Bool, Int64, Bool, String?, Bool?, String?, Bool).self)
-            // The last column, apart: one tuple of every column is more than the type checker takes.
-            let lengths = try row.makeRandomAccess()["lengths"].decode(Data?.self)
-            guard let itemKind = RemoteItemKind(rawValue: kind), manifest.utf8.count % 64 == 0,
-                  let mode = UInt32(exactly: mode) else {
-                throw RemoteError(.refused, "the remote's version \(number) of item \(item) is damaged")
-            }
-            var digests: [ChunkDigest] = []
-            var rest = Substring(manifest)
-            while !rest.isEmpty {
-                guard let digest = ChunkDigest(hex: rest.prefix(64)) else {
-                    throw RemoteError(.refused, "the remote's version \(number) of item \(item) names a chunk wrongly")
-                }
-                digests.append(digest)
-                rest = rest.dropFirst(64)
-            }
-            let decoded = try JSONDecoder().decode([String: [UInt8]].self, from: attributes)
-            let version = RemoteVersion(item: UInt64(bitPattern: item), container: container, scope: scope,
-                                        parent: UInt64(bitPattern: parent), name: name,
-                                        kind: itemKind, number: UInt64(bitPattern: number), base: UInt64(bitPattern: base),
-                                        manifest: digests, size: size, mode: mode, modified: modified, attributes: decoded,
-                                        author: RemoteAuthor(machine: machine, user: user), conflict: conflict, deleted: deleted)
-            var read = version
-            read.resolves = resolves ? true : nil
-            read.previous = previous ? true : nil
-            read.lengths = lengths.flatMap(Self.decodeLengths)
-            (read.containerName, read.containerPublic) = (containerName, containerPublic)
-            read.thumbnail = thumbnail.flatMap { ChunkDigest(hex: $0) }?.hex
-            return (read, UInt64(bitPattern: sequence))
-        } catch let error as RemoteError {
-            throw error
-        } catch {
-            throw RemoteError(.refused, "the remote answered a version docfs cannot read: \(error)")
-        }
     }
 }

@@ -155,4 +155,66 @@ import Testing
         let after = try remote.changes(after: anchor, limit: 10)
         #expect(after.changes.map(\.version.item) == [2] && after.changes.first?.sequence == anchor.sequence + 1)
     }
+
+    /// Pages of the log and of the listing are long answers: the server ending the connection
+    /// while one comes costs a retry, never the process (postgres-nio stops it when a many-row
+    /// answer is cut while its rows wait for the reader, so pages come as one row of arrays).
+    @Test func theServerEndingConnectionsDuringLongPagesCostsOnlyRetries() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("pages")
+        let name = String(uri.split(separator: "/").last!.split(separator: "?")[0])
+        let remote = try Self.link(uri)
+        defer { remote.close() }
+        let bytes = Array("one".utf8)
+        let digest = bytes.withUnsafeBytes { ChunkDigest(of: $0) }
+        try remote.putChunk(digest, bytes: bytes)
+        let first = RemoteVersion(item: 1, container: "docfs.default", name: "f1", kind: .file, base: 0,
+                                  manifest: Array(repeating: digest, count: 8), size: 24, modified: 1.5,
+                                  author: RemoteAuthor(machine: "a", user: "u"))
+        _ = try remote.commit(first, operation: "one")
+        #expect(try remote.changes(after: .start, limit: 10).changes.map(\.sequence) == [1])
+        // 4,000 more like it, made by the server (a commit apiece would take long).
+        let count = 4000
+        _ = try server.sql("""
+            INSERT INTO docfs.versions SELECT (jsonb_populate_record(v, jsonb_build_object('item', g, 'sequence', g, 'name', 'f' || g))).*
+                FROM docfs.versions v, generate_series(2, \(count)) g WHERE v.item = 1;
+            INSERT INTO docfs.items SELECT g, 1, 1 FROM generate_series(2, \(count)) g;
+            UPDATE docfs.log_head SET sequence = \(count);
+            """, database: name)
+        let whole = try remote.changes(after: .start, limit: count)
+        #expect(whole.changes.map(\.version.item) == Array(1...UInt64(count)))
+        #expect(whole.changes.allSatisfy { $0.version.manifest.count == 8 && $0.version.modified == 1.5 })
+        #expect(try remote.listing(after: 0, limit: count).map(\.version.name) == whole.changes.map(\.version.name))
+        // Connections end again and again while pages are read.
+        let ending = Atomic<Bool>(true)
+        let ended = Atomic<Int>(0)
+        let ender = Thread {
+            while ending.load(ordering: .relaxed) {
+                let answer = try? server.sql(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                    database: name)
+                ended.add(Int(answer?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0, ordering: .relaxed)
+                usleep(15_000)
+            }
+        }
+        ender.start()
+        var (read, refused) = (0, 0)
+        let deadline = Date().addingTimeInterval(15)
+        while Date() < deadline {
+            do {
+                let page = try remote.changes(after: .start, limit: count)
+                #expect(page.changes.count == count)
+                let listing = try remote.listing(after: UInt64(count / 2), limit: count)
+                #expect(listing.map(\.version.item) == Array(UInt64(count / 2 + 1)...UInt64(count)))
+                read += 1
+            } catch {
+                refused += 1
+            }
+        }
+        ending.store(false, ordering: .relaxed)
+        while !ender.isFinished { usleep(10_000) }
+        #expect(ended.load(ordering: .relaxed) > 10, "the server ended \(ended.load(ordering: .relaxed)) connections")
+        #expect(read > 0, "no page came whole while connections ended (\(refused) calls failed)")
+        #expect(try remote.changes(after: .start, limit: count).changes.map(\.version.item) == Array(1...UInt64(count)))
+    }
 }
