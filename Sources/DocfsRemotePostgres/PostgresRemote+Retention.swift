@@ -36,32 +36,31 @@ extension PostgresRemote {
             let cutoff = try await connection.query("""
                 SELECT COALESCE(max(sequence), 0) FROM docfs.versions WHERE committed < now() - make_interval(secs => \(seconds))
                 """, logger: logger).collect().first?.decode(Int64.self) ?? 0
-            var removed: [Int64] = []
-            for try await sequence in try await connection.query("""
+            let removed = try await connection.query("""
                 WITH gone AS (
                     SELECT i.item FROM docfs.items i JOIN docfs.versions v ON v.item = i.item AND v.number = i.current_number
                     WHERE v.deleted AND v.sequence <= \(cutoff)),
                 resolved AS (
-                    SELECT item, max(number) AS number FROM docfs.versions WHERE resolves AND sequence <= \(cutoff) GROUP BY item)
+                    SELECT item, max(number) AS number FROM docfs.versions WHERE resolves AND sequence <= \(cutoff) GROUP BY item),
+                pruned AS (
                 DELETE FROM docfs.versions v USING docfs.items i
                 WHERE i.item = v.item AND (
                     v.item IN (SELECT item FROM gone)
                     OR (v.sequence <= \(cutoff) AND v.number <> i.current_number
                         AND (NOT v.conflict OR v.number < COALESCE((SELECT r.number FROM resolved r WHERE r.item = v.item), 0))))
-                RETURNING v.sequence
-                """, logger: logger).decode(Int64.self) {
-                removed.append(sequence)
-            }
+                RETURNING v.sequence)
+                SELECT count(*), max(sequence) FROM pruned
+                """, logger: logger).collect().first?.decode((Int64, Int64?).self) ?? (Int64(0), nil)
             try await connection.query("""
                 DELETE FROM docfs.items i WHERE NOT EXISTS (SELECT 1 FROM docfs.versions v WHERE v.item = i.item)
                 """, logger: logger)
             try await connection.query("DELETE FROM docfs.operations WHERE sequence <= \(cutoff)", logger: logger)
-            if let highest = removed.max() {
+            if let highest = removed.1 {
                 try await connection.query("""
                     UPDATE docfs.meta SET value = greatest(value::bigint, \(highest))::text WHERE key = 'log_horizon'
                     """, logger: logger)
             }
-            return removed.count
+            return Int(removed.0)
         }
         return removed
     }

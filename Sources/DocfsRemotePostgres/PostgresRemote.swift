@@ -140,12 +140,12 @@ public final class PostgresRemote: Remote {
         let hexes = digests.map(\.hex)
         let held = try perform("look for chunks") { connection in
             // Looking for a chunk marks it used: a sweep spares it until the commit names it.
-            var held: Set<String> = []
-            for try await digest in try await connection.query(
-                "UPDATE docfs.chunks SET used = now() WHERE digest = ANY(\(hexes)) RETURNING digest", logger: logger).decode(String.self) {
-                held.insert(digest)
-            }
-            return held
+            // One row, as every answer that can be long (see `VersionPage`).
+            let found = try await connection.query("""
+                WITH marked AS (UPDATE docfs.chunks SET used = now() WHERE digest = ANY(\(hexes)) RETURNING digest)
+                SELECT array_agg(digest) FROM marked
+                """, logger: logger).collect().first?.decode([String]?.self)
+            return Set(found ?? [])
         }
         return digests.filter { !held.contains($0.hex) }
     }
@@ -358,12 +358,10 @@ public final class PostgresRemote: Remote {
 
     /// Which of the chunks named by `hexes` the remote holds.
     private static func held(_ hexes: [String], on connection: PostgresConnection, logger: Logger) async throws -> Set<String> {
-        var held: Set<String> = []
-        for try await digest in try await connection.query(
-            "SELECT digest FROM docfs.chunks WHERE digest = ANY(\(hexes))", logger: logger).decode(String.self) {
-            held.insert(digest)
-        }
-        return held
+        let found = try await connection.query(
+            "SELECT array_agg(digest) FROM docfs.chunks WHERE digest = ANY(\(hexes))", logger: logger)
+            .collect().first?.decode([String]?.self)
+        return Set(found ?? [])
     }
 
     /// The next sequence of the log, in the caller's transaction. The one `log_head` row
@@ -449,12 +447,8 @@ public final class PostgresRemote: Remote {
     public func keys(in container: String) throws(RemoteError) -> [String] {
         let logger = logger
         return try perform("list keys") { connection in
-            var keys: [String] = []
-            for try await key in try await connection.query(
-                "SELECT key FROM docfs.kv WHERE container = \(container)", logger: logger).decode(String.self) {
-                keys.append(key)
-            }
-            return keys
+            try await connection.query("SELECT array_agg(key) FROM docfs.kv WHERE container = \(container)", logger: logger)
+                .collect().first?.decode([String]?.self) ?? []
         }.sorted()
     }
 
