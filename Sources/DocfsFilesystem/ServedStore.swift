@@ -109,10 +109,11 @@ public final class ServedStore: Sendable {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         generation = UInt64(now.tv_sec)
-        // The shared parts' changes are records like the operations' (issue 20 §4).
-        sessions.onChange { [unowned self] change in deliver(change) }
-        thumbnailer?.onChange { [unowned self] change in deliver(change) }
-        promises.fulfilled.set { [unowned self] item in contentArrived(ItemID(rawValue: item)) }
+        // The shared parts' changes are records like the operations' (issue 20 §4). Weakly:
+        // a download or a thumbnail on a thread of its own may end after the store is closed.
+        sessions.onChange { [weak self] change in self?.deliver(change) }
+        thumbnailer?.onChange { [weak self] change in self?.deliver(change) }
+        promises.fulfilled.set { [weak self] item in self?.contentArrived(ItemID(rawValue: item)) }
     }
 
     /// The download of `item` finished: its record says its content is here.

@@ -69,7 +69,7 @@ public struct DownloadPolicy: Sendable, Equatable {
         }
     }
 
-    public static let defaults = DownloadPolicy(downloads: .everything, waitSeconds: 30, cacheLimit: .shareOfDisk(0.25))
+    public static let defaults = DownloadPolicy(downloads: .onDemand, waitSeconds: 30, cacheLimit: .shareOfDisk(0.25))
 
     public init(downloads: Downloads, waitSeconds: Double, cacheLimit: CacheLimit = .shareOfDisk(0.25)) {
         self.downloads = downloads

@@ -308,8 +308,11 @@ import Glibc
         try "scribble\n".write(toFile: pad + "/Documents/scribble.txt", atomically: false, encoding: .utf8)
         #expect(Self.within(10) {
             b.content("Notes/idea.txt") == "an idea\n"
-                && (try? String(contentsOfFile: b.fixture.store + "/containers/org.example.pad/Documents/scribble.txt", encoding: .utf8)) == "scribble\n"
+                && FileManager.default.fileExists(atPath: b.fixture.store + "/containers/org.example.pad/Documents/scribble.txt")
         } != nil, "\((try? b.status()) ?? [:])")
+        // The private container's document reads through b's mount of that app (it came promised).
+        let padOnB = try b.fixture.mountApp("org.example.pad")
+        #expect((try? String(contentsOfFile: padOnB + "/Documents/scribble.txt", encoding: .utf8)) == "scribble\n")
         let listed = try b.docfs("container list --store '\(b.fixture.store)'")
         #expect(listed.output.contains("com.example.Notes  public   Notes") && listed.output.contains("org.example.pad    private  Scratch pad"),
                 "\(listed.output)")
