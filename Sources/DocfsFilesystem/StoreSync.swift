@@ -59,7 +59,7 @@ public final class StoreSync: SyncedStore {
     /// Where reads of promised files fetch their content (the remote the store is linked to;
     /// nil once it is unlinked or stopped).
     public func fetchPromisedContent(from remote: (any Remote)?) {
-        shared.promises.connect(remote)
+        shared.promises.connect(remote, inStep: { [weak self] item in (try? self?.syncState(of: item))??.version })
     }
 
     /// Bytes of promised files fetched so far (what reading them cost).

@@ -77,6 +77,8 @@ public struct PromisedContent: Sendable {
     }
 
     /// Records `promise` and marks the (sparse, already sized) file `fd` as standing for it.
+    /// The record is not synced on its own (a first sync makes thousands): a crash may lose it,
+    /// and the download makes it again from the version the item is in step with.
     public func promise(_ promise: Promise, file fd: Int32) throws(DocfsError) {
         mkdir(directory, 0o700)
         let bytes: [UInt8]
@@ -85,7 +87,7 @@ public struct PromisedContent: Sendable {
         } catch {
             throw DocfsError(.internalFailure, "cannot record the promise of item \(promise.item)", cause: error)
         }
-        try StoreFiles.replace(recordPath(promise.item, promise.number), with: bytes)
+        try StoreFiles.replace(recordPath(promise.item, promise.number), with: bytes, durable: false)
         unlink(presentPath(promise.item, promise.number))
         let number = Array(String(promise.number).utf8)
         guard number.withUnsafeBytes({ docfs_fd_setxattr(fd, ItemAttributes.promised, $0.baseAddress, $0.count, 0) }) == 0 else {
