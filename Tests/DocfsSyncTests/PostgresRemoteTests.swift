@@ -18,6 +18,22 @@ import Testing
         return try PostgresRemote(location, machine: "test")
     }
 
+    /// A new database on the shared server, its name, a remote linked to it, and the digest of
+    /// the one chunk ("one") put there.
+    static func remoteHoldingOneChunk(_ label: String) throws -> (ThrowawayPostgres, String, PostgresRemote, ChunkDigest) {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase(label)
+        let name = String(uri.split(separator: "/").last!.split(separator: "?")[0])
+        let remote = try link(uri)
+        let bytes = Array("one".utf8)
+        let digest = bytes.withUnsafeBytes { ChunkDigest(of: $0) }
+        do { try remote.putChunk(digest, bytes: bytes) } catch {
+            remote.close()
+            throw error
+        }
+        return (server, name, remote, digest)
+    }
+
     static func refusal(_ uri: String) -> RemoteError? {
         do {
             let remote = try link(uri)
@@ -118,14 +134,8 @@ import Testing
     /// for it and takes the next sequence, so a reader never sees a later change before an
     /// earlier one and never skips one (DESIGN §9).
     @Test func aLateCommitIsNeverSkippedByAReaderOfTheLog() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("late")
-        let name = String(uri.split(separator: "/").last!.split(separator: "?")[0])
-        let remote = try Self.link(uri)
+        let (server, name, remote, digest) = try Self.remoteHoldingOneChunk("late")
         defer { remote.close() }
-        let bytes = Array("one".utf8)
-        let digest = bytes.withUnsafeBytes { ChunkDigest(of: $0) }
-        try remote.putChunk(digest, bytes: bytes)
         let author = RemoteAuthor(machine: "a", user: "u")
         @Sendable func version(_ item: UInt64) -> RemoteVersion {
             RemoteVersion(item: item, container: "docfs.default", name: "f\(item)", kind: .file, base: 0,
@@ -160,14 +170,8 @@ import Testing
     /// while one comes costs a retry, never the process (postgres-nio stops it when a many-row
     /// answer is cut while its rows wait for the reader, so pages come as one row of arrays).
     @Test func theServerEndingConnectionsDuringLongPagesCostsOnlyRetries() throws {
-        let server = try ThrowawayPostgres.shared()
-        let uri = try server.makeDatabase("pages")
-        let name = String(uri.split(separator: "/").last!.split(separator: "?")[0])
-        let remote = try Self.link(uri)
+        let (server, name, remote, digest) = try Self.remoteHoldingOneChunk("pages")
         defer { remote.close() }
-        let bytes = Array("one".utf8)
-        let digest = bytes.withUnsafeBytes { ChunkDigest(of: $0) }
-        try remote.putChunk(digest, bytes: bytes)
         let first = RemoteVersion(item: 1, container: "docfs.default", name: "f1", kind: .file, base: 0,
                                   manifest: Array(repeating: digest, count: 8), size: 24, modified: 1.5,
                                   author: RemoteAuthor(machine: "a", user: "u"))
