@@ -55,12 +55,16 @@ public final class CacheTrimmer: Sendable {
                 let arrived = promises.bytesFulfilled.load(ordering: .relaxed)
                 let changes = localChanges.load(ordering: .relaxed)
                 let now = PromisedDownloads.now()
-                let mayBeOver = measured.map { $0.used + arrived - $0.fulfilled > limit } ?? true
+                // Over only through what came since (a trim that kept what may not go, over the
+                // limit, is not tried again each second for nothing).
+                let mayBeOver = measured.map { arrived > $0.fulfilled && $0.used + arrived - $0.fulfilled > limit } ?? true
                 if mayBeOver || now - lastRun >= period || (changes != seenChanges && now - lastRun >= changePause) {
                     seenChanges = changes
                     lastRun = now
-                    // What comes down while the trim measures counts again after it: never less.
-                    measured = trimNow().map { ($0.used, arrived) }
+                    // What comes down while the trim measures counts again after it: never less. A
+                    // trim that failed is tried again with the period (or a limit's worth of
+                    // downloads), not each second.
+                    measured = (trimNow()?.used ?? 0, arrived)
                 }
                 usleep(1_000_000)
             }

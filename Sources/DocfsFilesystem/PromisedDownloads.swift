@@ -20,7 +20,7 @@ public final class PromisedDownloads: Sendable {
     let content: PromisedContent
     private let ownChanges: OwnChanges
     private let source = Mutex<(any Remote)?>(nil)
-    private let versionInStep = Mutex<(@Sendable (UInt64) -> RemoteVersion?)?>(nil)
+    private let versionInStep = Mutex<(@Sendable (UInt64) -> RemoteVersion?)?>(nil)  // set with `source`
     private let downloads = Mutex<[DownloadKey: Download]>([:])
     /// Seconds a read waits for its range before it fails.
     let waitLimit: Double
@@ -76,7 +76,7 @@ public final class PromisedDownloads: Sendable {
 
     /// Where content comes from: the remote the store is linked to (nil: none now); and
     /// `inStep`, the version an item is in step with (a lost record is made again from it).
-    public func connect(_ remote: (any Remote)?, inStep: (@Sendable (UInt64) -> RemoteVersion?)? = nil) {
+    public func connect(_ remote: (any Remote)?, inStep: @escaping @Sendable (UInt64) -> RemoteVersion?) {
         source.withLock { $0 = remote }
         versionInStep.withLock { $0 = inStep }
     }

@@ -23,7 +23,7 @@ extension PostgresRemote {
                 from: "docfs.versions v JOIN docfs.items i ON i.item = v.item AND i.current_number = v.number WHERE v.item > \(Int64(bitPattern: item))",
                 orderedBy: "item", limit: limit), logger: logger).collect().first
         }
-        return try VersionPage(row).entries.map { RemoteChange(sequence: $0.sequence, version: $0.version) }
+        return try VersionPage(row).changes
     }
 
     /// In one transaction, under the log's head (no commit interleaves): the versions to go
@@ -36,7 +36,7 @@ extension PostgresRemote {
             let cutoff = try await connection.query("""
                 SELECT COALESCE(max(sequence), 0) FROM docfs.versions WHERE committed < now() - make_interval(secs => \(seconds))
                 """, logger: logger).collect().first?.decode(Int64.self) ?? 0
-            let removed = try await connection.query("""
+            let (removed, highest) = try await connection.query("""
                 WITH gone AS (
                     SELECT i.item FROM docfs.items i JOIN docfs.versions v ON v.item = i.item AND v.number = i.current_number
                     WHERE v.deleted AND v.sequence <= \(cutoff)),
@@ -55,12 +55,12 @@ extension PostgresRemote {
                 DELETE FROM docfs.items i WHERE NOT EXISTS (SELECT 1 FROM docfs.versions v WHERE v.item = i.item)
                 """, logger: logger)
             try await connection.query("DELETE FROM docfs.operations WHERE sequence <= \(cutoff)", logger: logger)
-            if let highest = removed.1 {
+            if let highest {
                 try await connection.query("""
                     UPDATE docfs.meta SET value = greatest(value::bigint, \(highest))::text WHERE key = 'log_horizon'
                     """, logger: logger)
             }
-            return Int(removed.0)
+            return Int(removed)
         }
         return removed
     }

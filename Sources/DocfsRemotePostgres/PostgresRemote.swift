@@ -86,7 +86,7 @@ public final class PostgresRemote: Remote {
         if Int64(bitPattern: anchor.sequence) < horizon {
             throw RemoteError(.pastRetention, "the remote's log no longer holds the changes after \(anchor.sequence): listing every item")
         }
-        let changes = try VersionPage(page).entries.map { RemoteChange(sequence: $0.sequence, version: $0.version) }
+        let changes = try VersionPage(page).changes
         return (changes, changes.last.map { RemoteAnchor(sequence: $0.sequence) } ?? anchor)
     }
 

@@ -13,6 +13,9 @@ import PostgresNIO
 struct VersionPage {
     let entries: [(version: RemoteVersion, sequence: UInt64)]
 
+    /// The entries as changes of the log.
+    var changes: [RemoteChange] { entries.map { RemoteChange(sequence: $0.sequence, version: $0.version) } }
+
     /// The versions of `source` (a FROM clause with its WHERE, naming the versions table
     /// `v`), in the order of `key` (a column of `v`), at most `limit`.
     static func query(from source: String, orderedBy key: String, limit: Int) -> PostgresQuery {

@@ -51,10 +51,7 @@ import Glibc
 
     /// Reads `length` bytes at `offset` of `path` through b's filesystem.
     func read(_ machine: Machine, _ path: String, offset: Int, length: Int) throws -> String {
-        let node = try machine.filesystem.lookup(parent: 1, name: FileName(path)).node
-        let file = try machine.filesystem.open(node, flags: O_RDONLY, caller: .daemon)
-        defer { machine.filesystem.release(file.handle) }
-        return String(decoding: try machine.filesystem.read(file.handle, size: length, offset: off_t(offset)), as: UTF8.self)
+        String(decoding: try machine.read(path, offset: offset, length: length), as: UTF8.self)
     }
 
     /// `user.docfs.status` of `path` through the filesystem.

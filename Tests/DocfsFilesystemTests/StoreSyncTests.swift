@@ -270,23 +270,26 @@ final class HeldWriter: Sendable {
 
         var documents: String { store.layout.documentsDirectory(try! ContainerID("docfs.default")) }
 
-        /// The document's text as a reader sees it, through the filesystem: a promised one
-        /// (the default is to download on demand) comes down first. Nil for no such document.
-        func content(_ path: String) -> String? {
+        /// Up to `length` bytes at `offset` of the document at `path`, as a reader gets them:
+        /// through the filesystem, so a promised one (the default is to download on demand)
+        /// comes down first.
+        func read(_ path: String, offset: Int = 0, length: Int = .max) throws -> [UInt8] {
             var node: NodeID = 1
-            for part in path.split(separator: "/") {
-                guard let found = try? filesystem.lookup(parent: node, name: FileName(String(part))).node else { return nil }
-                node = found
-            }
-            guard let file = try? filesystem.open(node, flags: O_RDONLY, caller: .daemon) else { return nil }
+            for part in path.split(separator: "/") { node = try filesystem.lookup(parent: node, name: FileName(String(part))).node }
+            let file = try filesystem.open(node, flags: O_RDONLY, caller: .daemon)
             defer { filesystem.release(file.handle) }
             var bytes: [UInt8] = []
-            while true {
-                guard let more = try? filesystem.read(file.handle, size: 1 << 20, offset: off_t(bytes.count)) else { return nil }
+            while bytes.count < length {
+                let more = try filesystem.read(file.handle, size: min(1 << 20, length - bytes.count), offset: off_t(offset + bytes.count))
                 guard !more.isEmpty else { break }
                 bytes += more
             }
-            return String(bytes: bytes, encoding: .utf8)
+            return bytes
+        }
+
+        /// The document's text as a reader sees it (`read`); nil for no such document.
+        func content(_ path: String) -> String? {
+            (try? read(path)).flatMap { String(bytes: $0, encoding: .utf8) }
         }
 
         func id(_ path: String) -> UInt64? {
