@@ -126,7 +126,7 @@ extension Filesystem {
         try ExtendedAttributePolicy.checkWritable(name, value: value)
         try changing([(node.item, .metadata)], touching: .file(node)) { () throws(DocfsError) in
             try check(value.withUnsafeBytes { docfs_setxattr(node.procPath, name, $0.baseAddress, $0.count, flags) })
-            ownChanges.changedFile(at: node.fd)
+            ownChanges.changedFile(at: node.fd, permissionsToo: false)
             return ((), [.file(.attributes, node)])
         }
     }
@@ -140,7 +140,7 @@ extension Filesystem {
         try ExtendedAttributePolicy.checkWritable(name, value: nil)
         try changing([(node.item, .metadata)], touching: .file(node)) { () throws(DocfsError) in
             try check(docfs_removexattr(node.procPath, name))
-            ownChanges.changedFile(at: node.fd)
+            ownChanges.changedFile(at: node.fd, permissionsToo: false)
             return ((), [.file(.attributes, node)])
         }
     }

@@ -58,7 +58,7 @@ extension Filesystem {
                 // An O_TRUNC open empties the file itself, unseen: its session keeps a copy.
                 needsSight = try sessions.begin(node, caller: caller, appending: flags & O_APPEND != 0 && flags & O_TRUNC == 0,
                                                 canSee: flags & O_TRUNC == 0)
-                ownChanges.changedFile(at: node.fd)
+                ownChanges.changedFile(at: node.fd, permissionsToo: false)
             }
             if writes { ownChanges.willWrite(node.key) }
             let fd = withDescriptorsToSpare { Glibc.open(node.procPath, backingFlags(flags & ~Self.strippedOpenFlags) | O_CLOEXEC) }
@@ -80,7 +80,10 @@ extension Filesystem {
             if node.type == S_IFREG && fstat(fd, &st) == 0 {
                 // O_TRUNC truncates: set-id bits go as they would for truncate(2).
                 let dropped = flags & O_TRUNC != 0 ? Self.setIDBitsDropped(from: st, by: caller) : 0
-                if dropped != 0 && fchmod(fd, st.st_mode & 0o7777 & ~dropped) == 0 { st.st_mode &= ~dropped }
+                if dropped != 0 && fchmod(fd, st.st_mode & 0o7777 & ~dropped) == 0 {
+                    st.st_mode &= ~dropped
+                    ownChanges.changedPermissions(st)
+                }
                 mayPassThrough = !Self.hasSetIDBits(st.st_mode)
             }
             // A reference's pages are its own node's in the kernel, the original's another's:
@@ -143,7 +146,7 @@ extension Filesystem {
                 return .savingThroughReference(vacated)
             }
             safeSaves.noteCreated(BackingKey(st))
-            ownChanges.openedForWriting(UInt64(fd), file: BackingKey(st))
+            ownChanges.openedForWriting(UInt64(fd), file: st)
             let item: ItemID
             if let vacated, let document = takeOverVacatedDocument(vacated, createdIn: directory, name: name, newFile: fd, caller: caller) {
                 item = document

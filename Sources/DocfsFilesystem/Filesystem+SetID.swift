@@ -38,7 +38,10 @@ extension Filesystem {
         var st = stat()
         try check(fstat(fd, &st))
         let bits = Self.setIDBitsDropped(from: st, by: caller)
-        if bits != 0 { try check(fchmod(fd, st.st_mode & 0o7777 & ~bits)) }
+        guard bits != 0 else { return }
+        try check(fchmod(fd, st.st_mode & 0o7777 & ~bits))
+        st.st_mode &= ~bits
+        ownChanges.changedPermissions(st)
     }
 
     /// The same for a file reached by its node (a truncate by path).
@@ -47,7 +50,10 @@ extension Filesystem {
         var st = stat()
         try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH))
         let bits = Self.setIDBitsDropped(from: st, by: caller)
-        if bits != 0 { try check(chmod(node.procPath, st.st_mode & 0o7777 & ~bits)) }
+        guard bits != 0 else { return }
+        try check(chmod(node.procPath, st.st_mode & 0o7777 & ~bits))
+        st.st_mode &= ~bits
+        ownChanges.changedPermissions(st)
     }
 }
 

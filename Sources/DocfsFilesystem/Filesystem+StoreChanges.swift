@@ -62,6 +62,7 @@ extension Filesystem {
                 effects.invalidations.inodes.append(node.id)
             case let .attributes(path):
                 guard let st, !isOwn else { continue }
+                ownChanges.sawForeignAttributes(st)
                 deliver(.uncoordinated(.modified, at: path))
                 guard let node = nodes.known(key: BackingKey(st)) else { continue }
                 effects.invalidations.attributes.append(node.id)
@@ -190,7 +191,7 @@ extension Filesystem {
             try coordinator.withClaims([(item, .write)]) { () throws(DocfsError) -> String in
                 let version = store.versions.firstFreeNumber(of: item, above: max(ItemAttributes.version(ofDescriptor: fd), 1))
                 try ItemAttributes.setVersion(version, onDescriptor: fd)
-                if fstat(fd, &st) == 0 { ownChanges.changedFile(st) }
+                if fstat(fd, &st) == 0 { ownChanges.changedFile(st, permissionsToo: false) }
                 return "uncoordinated change to \(path) (item \(item)): now version \(version)"
             }
         }

@@ -43,7 +43,7 @@ struct ItemIdentity: Sendable {
             let id = try pending.storeUnlessPending(BackingKey(st)) { () throws(DocfsError) -> ItemID in
                 try ItemAttributes.setID(fresh, onDescriptor: fd, onlyIfAbsent: true)
             }
-            if id == fresh { ownChanges.changedFile(at: fd) }
+            if id == fresh { ownChanges.changedFile(at: fd, permissionsToo: false) }
             return id
         } catch {
             return .derived(fromBackingInode: UInt64(st.st_ino))

@@ -11,7 +11,10 @@ import Glibc
 /// event, for a few seconds), and files it has open for writing or last left with a known
 /// modification time and size (a content change that shows another is someone else's; docfs's
 /// own attribute changes move ctime, never these) and change time (an attribute change that
-/// shows another is someone else's).
+/// shows another is someone else's), and the permission bits and owner docfs last gave it or
+/// found (docfs's writes and extended attributes never change those: a file showing others
+/// was chmodded or chowned by someone else, even while docfs writes it or when docfs's next
+/// change of it came before the watcher looked).
 ///
 /// While docfs has a file open for writing, every change of it looks like docfs's. Between a
 /// writer's last close(2) (FLUSH) and its release another writer may still change the file
@@ -27,8 +30,24 @@ final class OwnChanges: Sendable {
         let name: FileName
     }
 
+    /// A file's permission bits and owner: what only chmod and chown change.
+    private struct Permissions: Equatable {
+        let mode: mode_t
+        let uid: uid_t
+        let gid: gid_t
+
+        init(_ st: stat) {
+            mode = st.st_mode & 0o7777
+            uid = st.st_uid
+            gid = st.st_gid
+        }
+    }
+
     private struct Activity {
         var writers = 0
+        /// The permissions docfs last gave the file or found it with (nil: not known); kept
+        /// as they are by docfs's writes and extended attributes (see `record`).
+        var permissions: Permissions?
         var mtime = timespec()
         var ctime = timespec()
         var size: Int64 = -1
@@ -78,8 +97,10 @@ final class OwnChanges: Sendable {
 
         /// Whether an attribute change of the file in state `st` is docfs's own: made while
         /// docfs writes it, or none since docfs last changed or closed it.
+        /// Permissions other than docfs's record are someone else's, whatever else happened.
         func isOwnAttributeChange(_ st: stat) -> Bool {
             guard let activity = files[BackingKey(st)] else { return false }
+            if let known = activity.permissions, known != Permissions(st) { return false }
             return activity.writers > 0
                 || (activity.ctime.tv_sec == st.st_ctim.tv_sec && activity.ctime.tv_nsec == st.st_ctim.tv_nsec)
         }
@@ -89,8 +110,13 @@ final class OwnChanges: Sendable {
             files[key]!.time = now
         }
 
-        mutating func record(_ st: stat, now: Double) {
+        /// docfs changed the file, or knows it as it is now (`st`): its permissions included
+        /// (a chmod or chown of docfs's), or only when not known yet (`permissionsToo` false: a
+        /// write or an extended attribute, which may come just after someone else's chmod that
+        /// the watcher has not judged yet).
+        mutating func record(_ st: stat, now: Double, permissionsToo: Bool = true) {
             let key = BackingKey(st)
+            if permissionsToo || files[key]?.permissions == nil { files[key, default: Activity()].permissions = Permissions(st) }
             files[key, default: Activity()].mtime = st.st_mtim
             files[key]!.ctime = st.st_ctim
             files[key]!.size = Int64(st.st_size)
@@ -195,11 +221,13 @@ final class OwnChanges: Sendable {
         }
     }
 
-    /// docfs opened `handle` for writing the file `key` (a file it just made).
-    func openedForWriting(_ handle: UInt64, file key: BackingKey) {
+    /// docfs opened `handle` for writing the file it just made, in state `st`.
+    func openedForWriting(_ handle: UInt64, file st: stat) {
         let now = SafeSaveTracker.now()
+        let key = BackingKey(st)
         state.withLock { state in
             state.addWriter(of: key, now: now)
+            state.files[key]!.permissions = Permissions(st)
             state.handles[handle] = key
         }
     }
@@ -220,7 +248,7 @@ final class OwnChanges: Sendable {
         guard fstat(fd, &st) == 0 else { return }
         state.withLock { state in
             guard let key = state.handles[handle], state.files[key] != nil else { return }
-            state.record(st, now: SafeSaveTracker.now())
+            state.record(st, now: SafeSaveTracker.now(), permissionsToo: false)
             state.files[key]!.settled = true
         }
     }
@@ -280,9 +308,25 @@ final class OwnChanges: Sendable {
         let now = SafeSaveTracker.now()
         state.withLock { state in
             let key = BackingKey(st)
-            guard state.files[key] != nil else { return state.record(st, now: now) }
+            guard state.files[key] != nil else { return state.record(st, now: now, permissionsToo: false) }
             state.files[key]!.ctime = st.st_ctim
             state.files[key]!.time = now
+        }
+    }
+
+    /// docfs changed the permissions of the file in state `st` (now) and nothing else of it
+    /// (set-id bits dropped by a write).
+    func changedPermissions(_ st: stat) {
+        sawForeignAttributes(st)
+    }
+
+    /// The watcher judged an attribute change of the file in state `st` someone else's: its
+    /// permissions now are the ones known (docfs's next changes of it are its own again).
+    func sawForeignAttributes(_ st: stat) {
+        state.withLock { state in
+            let key = BackingKey(st)
+            guard state.files[key] != nil else { return }
+            state.files[key]!.permissions = Permissions(st)
         }
     }
 
@@ -330,17 +374,18 @@ final class OwnChanges: Sendable {
     private static func same(_ a: timespec, _ b: timespec) -> Bool { a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec }
 
     /// docfs changed the file or folder the O_PATH descriptor `fd` names (see `changedFile(_:)`).
-    func changedFile(at fd: Int32) {
+    func changedFile(at fd: Int32, permissionsToo: Bool = true) {
         var st = stat()
-        if fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 { changedFile(st) }
+        if fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 { changedFile(st, permissionsToo: permissionsToo) }
     }
 
     /// docfs changed the file or folder itself (a truncate, its times, mode, owner or extended
-    /// attributes): `st` is its state now.
-    func changedFile(_ st: stat) {
+    /// attributes): `st` is its state now. `permissionsToo` false: docfs changed neither mode
+    /// nor owner, so the permissions it knows stay (see `State.record`).
+    func changedFile(_ st: stat, permissionsToo: Bool = true) {
         let now = SafeSaveTracker.now()
         state.withLock { state in
-            state.record(st, now: now)
+            state.record(st, now: now, permissionsToo: permissionsToo)
             state.sweep(now: now)
         }
     }

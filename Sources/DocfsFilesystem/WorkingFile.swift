@@ -25,7 +25,7 @@ struct WorkingFile {
         guard fd >= 0 else { throw DocfsError.errno("creating a file to \(purpose())") }
         self.ownChanges = ownChanges
         var created = stat()
-        if fstat(fd, &created) == 0 { ownChanges.openedForWriting(UInt64(fd), file: BackingKey(created)) }
+        if fstat(fd, &created) == 0 { ownChanges.openedForWriting(UInt64(fd), file: created) }
     }
 
     func close() {

@@ -244,6 +244,45 @@ import Glibc
         #expect(own.areOwn([.attributes(chmodded)]) == [true])
     }
 
+    /// Someone chmods a file in the store while docfs still has it open for writing (the
+    /// writer closed it, its release has not come yet), or just before docfs's release sets
+    /// the version of the save: either way the change is someone else's and the kernel forgets
+    /// the attributes it cached. docfs's own changes around it stay its own.
+    @Test func aChmodBehindTheMountWhileDocfsWritesIsSomeoneElses() throws {
+        defer { cleanUp() }
+        let (entry, path, _) = try documentSavedOnce()
+        func forgotten() -> [NodeID] { filesystem.noticeStoreChanges([.attributes(path: path)]).invalidations.attributes }
+
+        // Heard while the writer's release has not come.
+        let writer = try filesystem.open(entry.node, flags: O_WRONLY, caller: .daemon)
+        _ = try filesystem.write(writer.handle, bytes: Array("save 2".utf8), offset: 0)
+        try filesystem.flush(writer.handle)
+        #expect(chmod(path, 0o600) == 0)
+        #expect(forgotten() == [entry.node])
+        filesystem.release(writer.handle)  // sets the version: docfs's own change again
+        #expect(forgotten().isEmpty)
+
+        // Heard only after the release set the version (the change time is docfs's then).
+        let second = try filesystem.open(entry.node, flags: O_WRONLY, caller: .daemon)
+        _ = try filesystem.write(second.handle, bytes: Array("save 3".utf8), offset: 0)
+        try filesystem.flush(second.handle)
+        #expect(chown(path, 1234, 5678) == 0)
+        filesystem.release(second.handle)
+        #expect(forgotten() == [entry.node])
+        #expect(forgotten().isEmpty)  // told once
+
+        // docfs's own chmod, and a write after it, are docfs's.
+        _ = try filesystem.setAttributes(of: entry.node, handle: nil, AttributeChanges(mode: 0o640), caller: .daemon)
+        #expect(forgotten().isEmpty)
+        let third = try filesystem.open(entry.node, flags: O_WRONLY, caller: .daemon)
+        _ = try filesystem.write(third.handle, bytes: Array("save 4".utf8), offset: 0)
+        try filesystem.flush(third.handle)
+        filesystem.release(third.handle)
+        #expect(forgotten().isEmpty)
+        var st = stat()
+        #expect(lstat(path, &st) == 0 && st.st_mode & 0o7777 == 0o640 && st.st_uid == 1234)
+    }
+
     /// A document "doc" made and saved once through docfs: its entry, its backing path, and the
     /// watcher's change for a close of it.
     private func documentSavedOnce() throws -> (Entry, String, StoreWatcher.Change) {
