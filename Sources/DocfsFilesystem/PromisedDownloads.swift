@@ -155,7 +155,12 @@ public final class PromisedDownloads: Sendable {
             if let range { state.wanted.append(range) } else { state.wantsWhole = true }
             state.waiters.append(waiter)
         }
-        guard isNew else { return download }
+        guard isNew else {
+            // Its chunks are asked for now, not when the background's next run lands (a read
+            // in the middle of a file being downloaded from its start waited 128 ms for that).
+            download.wake.signal()
+            return download
+        }
         // Its own descriptor, open before the reader's may close.
         let writer = open("/proc/self/fd/\(fd)", O_WRONLY | O_CLOEXEC)
         guard writer >= 0 else {
@@ -234,7 +239,7 @@ public final class PromisedDownloads: Sendable {
             // beside it, chunk by chunk (a connection the server ended may answer nothing until
             // the remote's own limit): the first to land is written, the other ignored.
             let landed = Mutex<[(index: Int, bytes: Result<[UInt8], DocfsError>)]>([])
-            let arrival = ThreadSemaphore()
+            let arrival = download.wake
             var asked: [Int: (since: Double, attempts: Int)] = [:]
             func ask(_ indices: [Int]) throws(DocfsError) {
                 var wanted: [ChunkDigest] = []
@@ -259,10 +264,13 @@ public final class PromisedDownloads: Sendable {
                 }
             }
             let patience = max(1, waitLimit / 2)
+            // The background's runs wait for the first chunks a read waits for: fetched alone,
+            // they come sooner (a first byte within 100 ms).
+            var primed = false
             while true {
                 // Chunks a read waits for are asked for at once, beside the background's runs.
                 while asked.count < (Self.fetchesAtOnce + 2) * Self.chunksPerFetch {
-                    let next = download.state.withLock { $0.nextChunks(upTo: Self.chunksPerFetch) }
+                    let next = download.state.withLock { $0.nextChunks(upTo: Self.chunksPerFetch, background: primed || asked.isEmpty) }
                     guard !next.run.isEmpty else { break }
                     try ask(next.run)
                     if !next.wanted && asked.count >= Self.fetchesAtOnce * Self.chunksPerFetch { break }
@@ -288,6 +296,7 @@ public final class PromisedDownloads: Sendable {
                         continue
                     }
                     asked[index] = nil
+                    primed = true
                     // (The remote checks each chunk against its digest.)
                     guard bytes.count == promise.lengths![index] else {
                         throw DocfsError(.storeUnavailable, "chunk \(promise.manifest[index]) of item \(key.item) came from the remote with another length than its version says")
@@ -445,6 +454,8 @@ public struct ContentWait: Sendable {
 final class Download: Sendable {
     let key: PromisedDownloads.DownloadKey
     let state = Mutex(State())
+    /// Wakes the downloading thread: chunks landed, or a reader asks for a range.
+    let wake = ThreadSemaphore()
 
     struct State {
         var promise: Promise?
@@ -476,8 +487,8 @@ final class Download: Sendable {
         /// The chunks to fetch next, each marked being fetched: a read waits for those of a
         /// range asked for (`wanted`: fetched at once, apart, so a read waits for its own bytes
         /// only), else up to `limit` missing ones in a row for the background.
-        mutating func nextChunks(upTo limit: Int) -> (run: [Int], wanted: Bool) {
-            guard let (first, wanted) = nextChunk(), let promise, let offsets else { return ([], false) }
+        mutating func nextChunks(upTo limit: Int, background: Bool = true) -> (run: [Int], wanted: Bool) {
+            guard let (first, wanted) = nextChunk(background: background), let promise, let offsets else { return ([], false) }
             var run = [first]
             var next = first + 1
             let end = wanted ? self.wanted.map { promise.chunks(covering: $0.lowerBound, length: Int64($0.count), offsets: offsets) }
@@ -491,9 +502,9 @@ final class Download: Sendable {
         }
 
         /// The chunk to fetch next and whether a read waits for it: the first missing one of
-        /// the oldest range still waited for, else the first missing one; nil when every chunk
-        /// is here or being fetched.
-        mutating func nextChunk() -> (Int, wanted: Bool)? {
+        /// the oldest range still waited for, else (when `background`) the first missing one;
+        /// nil when every chunk is here or being fetched.
+        mutating func nextChunk(background: Bool = true) -> (Int, wanted: Bool)? {
             guard let offsets, let promise else { return nil }
             let wanted = self.wanted
             for (position, range) in wanted.enumerated().reversed() {
@@ -507,6 +518,7 @@ final class Download: Sendable {
                     return (missing, true)
                 }
             }
+            guard background else { return nil }
             while firstMissing < promise.manifest.count && present.contains(firstMissing) { firstMissing += 1 }
             var next = firstMissing
             while next < promise.manifest.count && (present.contains(next) || fetching.contains(next)) { next += 1 }

@@ -287,6 +287,13 @@ public final class PostgresRemote: Remote {
 
     // MARK: Commits
 
+    /// Commits `proposal` in one call of `docfs.commit_version` (one round trip, one
+    /// transaction): an operation already done answers what it did; chunks the remote does not
+    /// hold refuse it (`missingChunks`); a proposal on another base than the current version
+    /// is refused (`whenStale` `.refuse`) or kept as a conflict version; otherwise the version
+    /// takes the log's next sequence (the one `log_head` row serializes the commits that take
+    /// one, so sequences are taken in commit order) and the number after the item's last, and
+    /// machines are woken.
     public func commit(_ proposal: RemoteVersion, operation: String, whenStale: StaleBase) throws(RemoteError) -> RemoteCommitOutcome {
         if let problem = proposal.problem { throw RemoteError(.refused, problem) }
         let digests = proposal.chunks ?? []
@@ -295,73 +302,38 @@ public final class PostgresRemote: Remote {
             throw RemoteError(.refused, "the attributes of item \(proposal.item) cannot be encoded: \(error)")
         }
         let logger = logger
-        return try perform("commit item \(proposal.item)", transaction: true) { connection in
-            try await Self.commit(proposal, digests: digests, attributes: attributes, operation: operation,
-                                  whenStale: whenStale, on: connection, logger: logger)
-        }
-    }
-
-    private static func commit(_ proposal: RemoteVersion, digests: [ChunkDigest], attributes: Data, operation: String,
-                               whenStale: StaleBase, on connection: PostgresConnection, logger: Logger) async throws -> RemoteCommitOutcome {
-        let item = Int64(bitPattern: proposal.item)
-        for try await (conflict, number, sequence) in try await connection.query("""
-            SELECT conflict, number, sequence FROM docfs.operations WHERE operation = \(operation)
-            """, logger: logger).decode((Bool, Int64, Int64).self) {
-            return outcome(conflict: conflict, number: number, sequence: sequence)
-        }
         let hexes = Array(Set(digests.map(\.hex)))
-        if !hexes.isEmpty {
-            let held = try await Self.held(hexes, on: connection, logger: logger)
-            let missing = digests.filter { !held.contains($0.hex) }
-            guard missing.isEmpty else {
-                throw RemoteError(.missingChunks(missing), "\(missing.count) chunks of item \(proposal.item) are not on the remote yet")
-            }
-        }
-        try await connection.query("""
-            INSERT INTO docfs.items (item, current_number, last_number) VALUES (\(item), 0, 0) ON CONFLICT (item) DO NOTHING
-            """, logger: logger)
-        var current: Int64 = 0, last: Int64 = 0
-        for try await (foundCurrent, foundLast) in try await connection.query("""
-            SELECT current_number, last_number FROM docfs.items WHERE item = \(item) FOR UPDATE
-            """, logger: logger).decode((Int64, Int64).self) {
-            (current, last) = (foundCurrent, foundLast)
-        }
-        let previous = proposal.previous == true
-        if whenStale == .refuse && Int64(bitPattern: proposal.base) != current && !previous {
-            return .stale(current: UInt64(bitPattern: current))
-        }
-        let sequence = try await Self.nextSequence(on: connection, logger: logger)
-        let number = max(last + 1, Int64(bitPattern: proposal.number))
-        let conflict = Int64(bitPattern: proposal.base) != current && !previous
         let manifest = proposal.manifest.joined()
         let lengths = Self.encode(lengths: proposal.knownLengths)
-        try await connection.query("""
-            INSERT INTO docfs.versions (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified,
-                attributes, author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public, thumbnail,
-                previous, lengths)
-            VALUES (\(item), \(number), \(Int64(bitPattern: proposal.base)), \(proposal.container), \(proposal.scope),
-                \(Int64(bitPattern: proposal.parent)), \(proposal.name), \(proposal.kind.rawValue), \(manifest), \(proposal.size), \(Int64(proposal.mode)),
-                \(proposal.modified), \(attributes), \(proposal.author.machine), \(proposal.author.user), \(conflict),
-                \(proposal.deleted), \(sequence), \(proposal.resolves == true), \(proposal.containerName), \(proposal.containerPublic), \(proposal.thumbnail),
-                \(previous), \(lengths))
-            """, logger: logger)
-        try await connection.query("""
-            UPDATE docfs.items SET last_number = \(number), current_number = \(conflict || previous ? current : number) WHERE item = \(item)
-            """, logger: logger)
-        try await connection.query("""
-            INSERT INTO docfs.operations VALUES (\(operation), \(item), \(number), \(conflict), \(sequence))
-            """, logger: logger)
-        // A wake-up only (DESIGN §9): machines read the log from their anchors.
-        try await connection.query("SELECT pg_notify('docfs_changes', \(proposal.container + ":" + String(sequence)))", logger: logger)
-        return outcome(conflict: conflict, number: number, sequence: sequence)
-    }
-
-    /// Which of the chunks named by `hexes` the remote holds.
-    private static func held(_ hexes: [String], on connection: PostgresConnection, logger: Logger) async throws -> Set<String> {
-        let found = try await connection.query(
-            "SELECT array_agg(digest) FROM docfs.chunks WHERE digest = ANY(\(hexes))", logger: logger)
-            .collect().first?.decode([String]?.self)
-        return Set(found ?? [])
+        let item = Int64(bitPattern: proposal.item)
+        let answer = try perform("commit item \(proposal.item)") { connection in
+            try await connection.query("""
+                SELECT * FROM docfs.commit_version(\(operation), \(item), \(whenStale == .refuse), \(Int64(bitPattern: proposal.base)),
+                    \(Int64(bitPattern: proposal.number)), \(proposal.previous == true), \(hexes), \(proposal.container),
+                    \(proposal.scope), \(Int64(bitPattern: proposal.parent)), \(proposal.name), \(proposal.kind.rawValue), \(manifest),
+                    \(proposal.size), \(Int64(proposal.mode)), \(proposal.modified), \(attributes), \(proposal.author.machine),
+                    \(proposal.author.user), \(proposal.deleted), \(proposal.resolves == true), \(proposal.containerName),
+                    \(proposal.containerPublic), \(proposal.thumbnail), \(lengths))
+                """, logger: logger).collect().first?.decode((String, Bool?, Int64?, Int64?, Int64?, [String]?).self)
+        }
+        guard let (kind, conflict, number, sequence, current, missing) = answer else {
+            throw RemoteError(.refused, "the remote answered nothing to the commit of item \(proposal.item)")
+        }
+        switch kind {
+        case "done":
+            guard let conflict, let number, let sequence else { break }
+            return Self.outcome(conflict: conflict, number: number, sequence: sequence)
+        case "stale":
+            guard let current else { break }
+            return .stale(current: UInt64(bitPattern: current))
+        case "missing":
+            let absent = Set(missing ?? [])
+            let chunks = digests.filter { absent.contains($0.hex) }
+            throw RemoteError(.missingChunks(chunks), "\(chunks.count) chunks of item \(proposal.item) are not on the remote yet")
+        default:
+            break
+        }
+        throw RemoteError(.refused, "the remote's answer to the commit of item \(proposal.item) makes no sense (\(kind)): is its docfs schema damaged?")
     }
 
     /// The next sequence of the log, in the caller's transaction. The one `log_head` row

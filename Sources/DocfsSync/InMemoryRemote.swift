@@ -41,8 +41,22 @@ public final class InMemoryRemote: Remote {
     /// read of an item and its commit).
     private let beforeNextCommit = Mutex<(@Sendable () -> Void)?>(nil)
     private let beforeNextFetch = Mutex<(digest: ChunkDigest, hook: @Sendable () -> Void)?>(nil)
+    private let beforeEachFetch = Mutex<(@Sendable ([ChunkDigest]) -> Void)?>(nil)
 
     public init() {}
+
+    /// Runs `hook` before each call that fetches chunks, with the chunks it asks for (nil:
+    /// none); the call waits for it (tests: holding a download's background runs).
+    public func beforeEachFetch(_ hook: (@Sendable ([ChunkDigest]) -> Void)?) {
+        beforeEachFetch.withLock { $0 = hook }
+    }
+
+    public func fetchChunks(_ digests: [ChunkDigest]) throws(RemoteError) -> [[UInt8]] {
+        beforeEachFetch.withLock { $0 }?(digests)
+        var chunks: [[UInt8]] = []
+        for digest in digests { chunks.append(try fetchOne(digest)) }
+        return chunks
+    }
 
     /// Runs `hook` once, before the next fetch of the chunk `digest`.
     public func beforeNextFetch(of digest: ChunkDigest, _ hook: @escaping @Sendable () -> Void) {
@@ -94,6 +108,11 @@ public final class InMemoryRemote: Remote {
     }
 
     public func fetchChunk(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8] {
+        beforeEachFetch.withLock { $0 }?([digest])
+        return try fetchOne(digest)
+    }
+
+    private func fetchOne(_ digest: ChunkDigest) throws(RemoteError) -> [UInt8] {
         beforeNextFetch.withLock { next -> (@Sendable () -> Void)? in
             guard let pending = next, pending.digest == digest else { return nil }
             next = nil

@@ -433,6 +433,10 @@ public final class SyncEngine: Sendable {
         progress((round.uploaded, round.applied))
     }
 
+    /// Up to this many bytes of a batch's chunks go up without asking the remote which it lacks:
+    /// the question is a round trip, and a small file's chunks cost less sent again.
+    static let sentWithoutAsking = 64 << 10
+
     /// Puts the chunks of `batch` the remote does not have yet (and neither `sent` nor `known`
     /// holds), and adds them to `sent`.
     private func sendChunks(_ batch: ChunkBatch, skipping sent: inout Set<ChunkDigest>, known: Set<ChunkDigest>) throws(SyncError) {
@@ -440,10 +444,14 @@ public final class SyncEngine: Sendable {
         var distinct: [ChunkDigest] = []
         for (digest, _) in batch.chunks where !known.contains(digest) && sent.insert(digest).inserted { distinct.append(digest) }
         guard !distinct.isEmpty else { return }
-        let missing = Set(try SyncError.remote { () throws(RemoteError) in try remote.missingChunks(distinct) })
-        guard !missing.isEmpty else { return }
+        let wanted = Set(distinct)
         var putting = Set<ChunkDigest>()
-        let chunks = batch.chunks.filter { missing.contains($0.digest) && putting.insert($0.digest).inserted }
+        var chunks = batch.chunks.filter { wanted.contains($0.digest) && putting.insert($0.digest).inserted }
+        if chunks.reduce(0, { $0 + $1.bytes.count }) > Self.sentWithoutAsking {
+            let missing = Set(try SyncError.remote { () throws(RemoteError) in try remote.missingChunks(distinct) })
+            chunks.removeAll { !missing.contains($0.digest) }
+            guard !chunks.isEmpty else { return }
+        }
         try SyncError.remote { () throws(RemoteError) in try remote.putChunks(chunks) }
     }
 

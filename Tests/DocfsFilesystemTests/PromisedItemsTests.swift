@@ -4,6 +4,7 @@ import DocfsFilesystem
 import DocfsProvider
 import DocfsSync
 import Foundation
+import Synchronization
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -168,6 +169,28 @@ import Glibc
         #expect(b.versionList(of: item) == a.versionList(of: item))
         let kept = try b.keptContents(of: item, at: "doc.txt")
         #expect(kept[1] == first)
+    }
+
+    /// A first read's chunks are fetched alone: the download's background runs are asked for
+    /// only once they landed, so they do not compete with them (a first byte within 100 ms).
+    @Test func aFirstReadsChunksComeDownBeforeTheBackgroundsRuns() throws {
+        let content = Self.text(6 << 20, seed: 11)
+        let (remote, a, b, _) = try promisedOnB("big.txt", content)
+        defer { a.cleanUp(); b.cleanUp() }
+        let promises = b.filesystem.shared.promises
+        // Each call's chunks, and whether a chunk had come down before it.
+        let calls = Mutex<[(count: Int, afterALanding: Bool)]>([])
+        remote.beforeEachFetch { digests in
+            let landed = promises.fetchedBytes.load(ordering: .relaxed) > 0
+            calls.withLock { $0.append((digests.count, landed)) }
+        }
+        #expect(try read(b, "big.txt", offset: 0, length: 4096) == String(content.prefix(4096)))
+        #expect(waitUntilFulfilled(b, "big.txt"))
+        remote.beforeEachFetch(nil)
+        #expect(b.content("big.txt") == content)
+        let made = calls.withLock { $0 }
+        #expect(made.count >= 2 && made.first?.count == 1 && made.first?.afterALanding == false, "\(made)")
+        #expect(made.dropFirst().allSatisfy { $0.afterALanding }, "\(made)")
     }
 
     @Test func aReadWithNoWayToTheRemoteFailsWithinTheBoundAndWorksOnceItIsBack() throws {
