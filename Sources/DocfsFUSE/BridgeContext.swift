@@ -21,8 +21,8 @@ final class BridgeContext: Sendable {
     /// The largest request payload whose reply still fits a splice pipe (pipe-max-size less a
     /// header page), rounded down to a power of two so large writes split evenly.
     let spliceableWriteSize: Int
-    /// Reads waiting for promised content, by request (see `waitingForContent`). A leaf lock.
-    let contentWaits = Mutex<[UInt: ThreadSemaphore]>([:])
+    /// Reads waiting for promised content, by request (see `readWhenPresent`). A leaf lock.
+    let contentWaits = Mutex<[UInt: PendingRead]>([:])
 
     init(filesystem: Filesystem, logger: Logger, writebackCache: Bool, passthrough: Bool) {
         self.filesystem = filesystem

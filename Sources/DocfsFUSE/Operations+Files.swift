@@ -68,15 +68,7 @@ extension Operations {
         ops.read = { req, _, size, offset, fi in
             let ctx = BridgeContext.of(req)
             let handle = fi!.pointee.fh
-            if Filesystem.mayWaitForContent(handle) {
-                do {
-                    try ctx.waitingForContent(req!) { wait throws(DocfsError) in
-                        try ctx.filesystem.prepareRead(handle, offset: offset, size: size, wait: wait)
-                    }
-                } catch {
-                    return ctx.fail(req, error, "read")
-                }
-            }
+            if Filesystem.mayWaitForContent(handle) { return ctx.readWhenPresent(req!, handle: handle, size: size, offset: offset) }
             var data = docfs_fd_bufvec(ctx.filesystem.backingDescriptor(of: fi!.pointee.fh), size, offset)
             fuse_reply_data(req, &data, FUSE_BUF_SPLICE_MOVE)
         }

@@ -39,12 +39,17 @@ extension Filesystem {
     public static func mayWaitForContent(_ handle: UInt64) -> Bool { handle & promisedHandleBit != 0 }
 
     /// Before a read of `size` bytes at `offset` through `handle` is answered: they are on
-    /// disk (a promised file's wait for them; EIO when they do not come in time, EINTR when
-    /// `wait` says the reader was interrupted).
+    /// disk (a promised file's wait for them on this thread; EIO when they do not come in time).
     @inline(__always)
-    public func prepareRead(_ handle: UInt64, offset: off_t, size: Int, wait: ContentWait? = nil) throws(DocfsError) {
+    public func prepareRead(_ handle: UInt64, offset: off_t, size: Int) throws(DocfsError) {
         guard Self.mayWaitForContent(handle) else { return }
-        try shared.promises.ensure(backingDescriptor(of: handle), offset: Int64(offset), length: Int64(size), wait: wait)
+        try shared.promises.ensure(backingDescriptor(of: handle), offset: Int64(offset), length: Int64(size))
+    }
+
+    /// Starts `read` through `handle` (a handle `mayWaitForContent`): answered once its bytes
+    /// are on disk, or with the error that ended its wait; no thread waits meanwhile.
+    public func beginRead(_ read: PendingRead, through handle: UInt64) {
+        shared.promises.begin(read, fd: backingDescriptor(of: handle))
     }
 
     /// Before `node` is changed in place (an open for writing, a truncate): a promised file's

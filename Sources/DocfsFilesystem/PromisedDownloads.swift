@@ -102,49 +102,45 @@ public final class PromisedDownloads: Sendable {
 
     /// Waits until bytes `offset ..< offset + length` of the file `fd` (any descriptor of a
     /// store file) are on disk; at once when it is not promised.
-    func ensure(_ fd: Int32, offset: Int64, length: Int64, wait: ContentWait? = nil) throws(DocfsError) {
-        guard let number = PromisedContent.promisedNumber(fd), let item = ItemAttributes.id(ofDescriptor: fd) else { return }
-        try ensure(DownloadKey(item: item.rawValue, number: number), fd: fd, range: offset..<(offset + max(length, 0)), wait: wait)
+    func ensure(_ fd: Int32, offset: Int64, length: Int64) throws(DocfsError) {
+        try waitHere(fd) { PendingRead(offset: offset, length: length, answer: $0) }
     }
 
     /// Waits until the whole file `fd` is on disk and no longer promised.
     func ensureWhole(_ fd: Int32) throws(DocfsError) {
-        guard let number = PromisedContent.promisedNumber(fd), let item = ItemAttributes.id(ofDescriptor: fd) else { return }
-        try ensure(DownloadKey(item: item.rawValue, number: number), fd: fd, range: nil)
+        try waitHere(fd) { PendingRead(whole: $0) }
     }
 
-    private func ensure(_ key: DownloadKey, fd: Int32, range: Range<Int64>?, wait: ContentWait? = nil) throws(DocfsError) {
-        let waiter = wait?.waiter ?? ThreadSemaphore()
-        let download = try join(key, fd: fd, wanting: range, waiter: waiter)
-        defer { download.state.withLock { $0.waiters.removeAll { $0 === waiter } } }
-        // The wait ends once no chunk has landed for `waitLimit`: counted from when it began, or
-        // from the download's last progress before that (a read the kernel retries — readahead,
-        // then the page alone — fails at once on a stalled download), or after.
-        let started = Self.now()
-        while true {
-            let progressed = download.state.withLock { $0.progressed }
-            let deadline = (progressed > started ? progressed : min(started, progressed)) + waitLimit
-            switch download.state.withLock({ $0.answer(for: range) }) {
-            case .ready: return
-            case .failed(let why):
-                throw DocfsError.errno("downloading item \(key.item) failed: \(why)", EIO)
-            case .waiting:
-                // The reader gave up (Ctrl-C): the download goes on for the others.
-                if wait?.isInterrupted() == true { throw DocfsError.system(EINTR) }
-                let left = deadline - Self.now()
-                guard left > 0, waiter.wait(seconds: left) || Self.now() < deadline else {
-                    if download.state.withLock({ $0.answer(for: range) }) == .ready { return }
-                    let why = "no answer from the remote within \(Int(waitLimit)) s (the download goes on)"
-                    failures.withLock { $0[key.item] = why }
-                    throw DocfsError.errno("reading item \(key.item): \(why)", EIO)
-                }
-            }
+    /// Waits on this thread for the read `make` makes of the file `fd`.
+    private func waitHere(_ fd: Int32, _ make: (@escaping @Sendable (DocfsError?) -> Void) -> PendingRead) throws(DocfsError) {
+        let done = ThreadSemaphore()
+        let outcome = Mutex<DocfsError?>(nil)
+        begin(make { error in
+            outcome.withLock { $0 = error }
+            done.signal()
+        }, fd: fd)
+        done.wait()  // every read is answered: its bytes, its download's end, or the wait limit
+        if let error = outcome.withLock({ $0 }) { throw error }
+    }
+
+    /// Starts `read` of the file `fd` (any descriptor of a store file): answered at once when
+    /// the file is not promised or its bytes are here, else once they land, its download
+    /// fails, or no chunk landed for `waitLimit` (counted from when the read began, or from the
+    /// download's last progress before that: a read the kernel retries, readahead then the
+    /// page alone, fails at once on a stalled download). The calling thread goes on.
+    func begin(_ read: PendingRead, fd: Int32) {
+        guard let number = PromisedContent.promisedNumber(fd), let item = ItemAttributes.id(ofDescriptor: fd) else { return read.finish(nil) }
+        let download: Download
+        do {
+            download = try join(DownloadKey(item: item.rawValue, number: number), fd: fd, adding: read)
+        } catch {
+            return read.finish(error)
         }
+        download.answerReads()  // its bytes may be here already
     }
 
-    /// The download of `key`, started if none runs, with `range` asked for and `waiter` told
-    /// of each chunk that lands.
-    private func join(_ key: DownloadKey, fd: Int32, wanting range: Range<Int64>?, waiter: ThreadSemaphore) throws(DocfsError) -> Download {
+    /// The download of `key`, started if none runs, with `read` waiting on it.
+    private func join(_ key: DownloadKey, fd: Int32, adding read: PendingRead) throws(DocfsError) -> Download {
         let (download, isNew) = downloads.withLock { downloads -> (Download, Bool) in
             if let running = downloads[key] { return (running, false) }
             let started = Download(key)
@@ -152,8 +148,8 @@ public final class PromisedDownloads: Sendable {
             return (started, true)
         }
         download.state.withLock { state in
-            if let range { state.wanted.append(range) } else { state.wantsWhole = true }
-            state.waiters.append(waiter)
+            if let range = read.range { state.wanted.append(range) } else { state.wantsWhole = true }
+            state.reads.append(read)
         }
         guard isNew else {
             // Its chunks are asked for now, not when the background's next run lands (a read
@@ -169,8 +165,41 @@ public final class PromisedDownloads: Sendable {
             throw failure
         }
         DetachedThread.start { [self] in run(download, writer: writer) }
+        DetachedThread.start { [self] in endOverdueReads(of: download) }
         return download
     }
+
+    /// Until `download` ends, fails (EIO) the reads waiting on it for which no chunk landed
+    /// for `waitLimit` (the download goes on), looking every `overdueCheck` seconds; answers
+    /// any whose bytes came meanwhile.
+    private func endOverdueReads(of download: Download) {
+        while true {
+            let (overdue, finished) = download.state.withLock { state -> ([PendingRead], Bool) in
+                let now = Self.now()
+                var overdue: [PendingRead] = []
+                var reads = state.reads
+                reads.removeAll { read in
+                    if read.isAnswered { return true }
+                    let deadline = (state.progressed > read.started ? state.progressed : min(read.started, state.progressed)) + waitLimit
+                    guard now >= deadline, state.answer(for: read.range) == .waiting else { return false }
+                    overdue.append(read)
+                    return true
+                }
+                state.reads = reads
+                return (overdue, state.finished)
+            }
+            if !overdue.isEmpty {
+                let why = "no answer from the remote within \(Int(waitLimit)) s (the download goes on)"
+                failures.withLock { $0[download.key.item] = why }
+                for read in overdue { read.finish(DocfsError.errno("reading item \(download.key.item): \(why)", EIO)) }
+            }
+            download.answerReads()
+            if finished { return }
+            usleep(UInt32(Self.overdueCheck * 1e6))
+        }
+    }
+
+    static let overdueCheck = 0.2
 
     private func run(_ download: Download, writer: Int32) {
         var st = stat()
@@ -178,7 +207,7 @@ public final class PromisedDownloads: Sendable {
         let file = BackingKey(st)
         ownChanges.willWrite(file)
         let failure = fetch(download, writer: writer)
-        // Closed before the waiters are told: a file downloaded whole is open nowhere then.
+        // Closed before its reads are answered: a file downloaded whole is open nowhere then.
         var after = stat()
         let known = fstat(writer, &after) == 0
         close(writer)
@@ -218,7 +247,7 @@ public final class PromisedDownloads: Sendable {
                 state.promise = promise
                 state.present = present
             }
-            download.signal()
+            download.answerReads()
             var times = [Glibc.timespec(tv_sec: 0, tv_nsec: DOCFS_UTIME_OMIT), StoreSync.timespec(promise.modified)]
             // Chunks written but not yet noted on disk as present: readers have them at once (the
             // page cache); they are synced and noted a batch at a time, so a crash costs at most
@@ -312,7 +341,7 @@ public final class PromisedDownloads: Sendable {
                 }
                 _ = futimens(writer, &times)
                 if unnoted.count >= Self.chunksPerNote || Self.now() - noted > 1 { try note() }
-                download.signal()
+                download.answerReads()
             }
             guard Glibc.fsync(writer) == 0 else { throw DocfsError.errno("writing item \(key.item) to disk") }
             _ = futimens(writer, &times)
@@ -374,7 +403,7 @@ public final class PromisedDownloads: Sendable {
         steadyTimes.withLock { times in times[BackingKey(st)]?.downloaded = st.st_ctim }
     }
 
-    /// Ends `download` (done, or failed with `failure`): its waiters are told, and the next
+    /// Ends `download` (done, or failed with `failure`): its reads are answered, and the next
     /// read starts another.
     private func finish(_ download: Download, failure: String?) {
         downloads.withLock { downloads in
@@ -385,7 +414,7 @@ public final class PromisedDownloads: Sendable {
             state.finished = true
             state.failure = failure
         }
-        download.signal()
+        download.answerReads()
     }
 
     /// How many fetches of one download are under way at once, and how many chunks (a run
@@ -437,20 +466,7 @@ public final class PromisedDownloads: Sendable {
     }
 }
 
-/// How a read waiting for promised content is woken when its reader is interrupted: the
-/// bridge signals `waiter` on the kernel's INTERRUPT, and `isInterrupted` says whether it was.
-public struct ContentWait: Sendable {
-    public let waiter: ThreadSemaphore
-    public let isInterrupted: @Sendable () -> Bool
-
-    public init(waiter: ThreadSemaphore, isInterrupted: @escaping @Sendable () -> Bool) {
-        self.waiter = waiter
-        self.isInterrupted = isInterrupted
-    }
-}
-
-/// One promised file's download under way: what is on disk, what readers wait for, and the
-/// semaphores of those waiting.
+/// One promised file's download under way: what is on disk, and the reads waiting for it.
 final class Download: Sendable {
     let key: PromisedDownloads.DownloadKey
     let state = Mutex(State())
@@ -464,7 +480,8 @@ final class Download: Sendable {
         /// Byte ranges readers wait for, oldest first: their chunks come down first.
         var wanted: [Range<Int64>] = []
         var wantsWhole = false
-        var waiters: [ThreadSemaphore] = []
+        /// Reads waiting for bytes of it (answered by `answerReads`).
+        var reads: [PendingRead] = []
         var finished = false
         var failure: String?
         /// No chunk before it is missing.
@@ -530,8 +547,27 @@ final class Download: Sendable {
 
     init(_ key: PromisedDownloads.DownloadKey) { self.key = key }
 
-    /// Wakes every reader waiting, to look again.
-    func signal() {
-        for waiter in state.withLock({ $0.waiters }) { waiter.signal() }
+    /// Answers the reads whose bytes are here, or whose download ended (no lock held then).
+    func answerReads() {
+        let due = state.withLock { state -> [(PendingRead, State.Answer)] in
+            var due: [(PendingRead, State.Answer)] = []
+            var reads = state.reads
+            reads.removeAll { read in
+                if read.isAnswered { return true }
+                let answer = state.answer(for: read.range)
+                guard answer != .waiting else { return false }
+                due.append((read, answer))
+                return true
+            }
+            state.reads = reads
+            return due
+        }
+        for (read, answer) in due {
+            if case .failed(let why) = answer {
+                read.finish(DocfsError.errno("downloading item \(key.item) failed: \(why)", EIO))
+            } else {
+                read.finish(nil)
+            }
+        }
     }
 }

@@ -87,6 +87,25 @@ import Glibc
             let gaveUp = Date().timeIntervalSince(signalled)
             #expect(gaveUp < Self.bound / 2, "\(reader) ended \(gaveUp) s after Ctrl-C (wait status \(waitStatus))")
         }
+        // Readers waiting hold no thread of the daemon: with twice as many waiting as it has
+        // threads, a lookup is answered at once (when each held one, only once they gave up).
+        let threads = min(16, max(4, 2 * sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        let readers = try (0..<(2 * threads)).map { i in
+            try Self.spawnAsFromATerminal(["/bin/dd", "if=\(b.path("big.bin"))", "of=/dev/null", "bs=4096", "count=1",
+                                           "skip=\((121 << 20) / 4096 + 32 * i)", "status=none"])
+        }
+        usleep(500_000)
+        var st = stat()
+        #expect(stat(b.path("nothing-here"), &st) != 0 && errno == ENOENT)
+        let stillWaiting = readers.filter { pid in
+            var waitStatus: Int32 = 0
+            return waitpid(pid, &waitStatus, WNOHANG) == 0
+        }
+        #expect(stillWaiting.count == readers.count, "\(readers.count - stillWaiting.count) of \(readers.count) readers gave up before the lookup was answered")
+        for pid in readers {
+            var waitStatus: Int32 = 0
+            waitpid(pid, &waitStatus, 0)
+        }
         let start = Date()
         let failed = Self.readErrno(b.path("big.bin"), at: 127 << 20)
         let waited = Date().timeIntervalSince(start)
