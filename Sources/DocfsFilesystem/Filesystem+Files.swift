@@ -82,7 +82,7 @@ extension Filesystem {
                 let dropped = flags & O_TRUNC != 0 ? Self.setIDBitsDropped(from: st, by: caller) : 0
                 if dropped != 0 && fchmod(fd, st.st_mode & 0o7777 & ~dropped) == 0 {
                     st.st_mode &= ~dropped
-                    ownChanges.changedPermissions(st)
+                    ownChanges.knowPermissions(st)
                 }
                 mayPassThrough = !Self.hasSetIDBits(st.st_mode)
             }

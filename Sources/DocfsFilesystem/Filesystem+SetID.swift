@@ -41,7 +41,7 @@ extension Filesystem {
         guard bits != 0 else { return }
         try check(fchmod(fd, st.st_mode & 0o7777 & ~bits))
         st.st_mode &= ~bits
-        ownChanges.changedPermissions(st)
+        ownChanges.knowPermissions(st)
     }
 
     /// The same for a file reached by its node (a truncate by path).
@@ -53,7 +53,7 @@ extension Filesystem {
         guard bits != 0 else { return }
         try check(chmod(node.procPath, st.st_mode & 0o7777 & ~bits))
         st.st_mode &= ~bits
-        ownChanges.changedPermissions(st)
+        ownChanges.knowPermissions(st)
     }
 }
 

@@ -62,7 +62,7 @@ extension Filesystem {
                 effects.invalidations.inodes.append(node.id)
             case let .attributes(path):
                 guard let st, !isOwn else { continue }
-                ownChanges.sawForeignAttributes(st)
+                ownChanges.knowPermissions(st)
                 deliver(.uncoordinated(.modified, at: path))
                 guard let node = nodes.known(key: BackingKey(st)) else { continue }
                 effects.invalidations.attributes.append(node.id)

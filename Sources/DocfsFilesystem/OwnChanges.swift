@@ -314,15 +314,10 @@ final class OwnChanges: Sendable {
         }
     }
 
-    /// docfs changed the permissions of the file in state `st` (now) and nothing else of it
-    /// (set-id bits dropped by a write).
-    func changedPermissions(_ st: stat) {
-        sawForeignAttributes(st)
-    }
-
-    /// The watcher judged an attribute change of the file in state `st` someone else's: its
-    /// permissions now are the ones known (docfs's next changes of it are its own again).
-    func sawForeignAttributes(_ st: stat) {
+    /// The permissions of the file in state `st` (now) are known: docfs changed them and
+    /// nothing else of it (set-id bits dropped by a write), or the watcher judged their change
+    /// someone else's (docfs's next changes of the file are its own again).
+    func knowPermissions(_ st: stat) {
         state.withLock { state in
             let key = BackingKey(st)
             guard state.files[key] != nil else { return }

@@ -46,7 +46,7 @@ public final class InMemoryRemote: Remote {
     public init() {}
 
     /// Runs `hook` before each call that fetches chunks, with the chunks it asks for (nil:
-    /// none); the call waits for it (tests: holding a download's background runs).
+    /// none); the call waits for it (tests: which chunks each call of a download asks for).
     public func beforeEachFetch(_ hook: (@Sendable ([ChunkDigest]) -> Void)?) {
         beforeEachFetch.withLock { $0 = hook }
     }
