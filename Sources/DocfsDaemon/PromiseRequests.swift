@@ -7,6 +7,10 @@ enum PromiseRequests {
     static func apply(_ request: ControlRequest, item: ItemID, filesystem: Filesystem) throws(DocfsError) -> ControlReply {
         var reply = ControlReply(ok: true, message: "")
         switch request.kind {
+        case .download where request.version != nil:
+            // A kept version of the document still on the remote (`docfs versions --show`).
+            try filesystem.shared.store.versions.fetchIfPromised(item, version: request.version!)
+            reply.message = "fetched version \(request.version!)"
         case .download:
             let size = try filesystem.download(item)
             reply.message = "downloaded"

@@ -84,6 +84,8 @@ public final class ServedStore: Sendable {
                                      makesPromises: downloadPolicy.downloads == .onDemand)
         // A version kept of a promised file holds its content, downloaded first.
         store.versions.beforeKeeping.set { [promises] fd throws(DocfsError) in try promises.ensureWhole(fd) }
+        // A version kept promised is fetched when it is first read.
+        store.versions.beforeReading.set { [promises] fd throws(DocfsError) in try promises.ensureWhole(fd) }
         paths = StorePaths(containersPath: try Self.containersPath(of: store))
         let catalog = ContainerCatalog(registry: ContainerRegistry(layout: store.layout))
         containerFolders = ContainerFolders(catalog: catalog, layout: store.layout)

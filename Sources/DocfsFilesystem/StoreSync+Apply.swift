@@ -48,9 +48,9 @@ extension StoreSync {
         // New content, written beside the target before any claim.
         var working: WorkingFile?
         // A document new here arrives promised when the store downloads on demand (issue 23):
-        // its real size, no content yet.
-        let promising = version.kind == .file && here == nil && version.size > 0 && !version.conflict
-            && shared.downloadPolicy.downloads == .onDemand
+        // its real size, no content yet; so does a new version of one promised here still.
+        let promising = version.kind == .file && (here == nil || (old.map(isPromised) ?? false)) && version.size > 0
+            && !version.conflict && shared.downloadPolicy.downloads == .onDemand
         if version.kind == .file && (here?.kind != .file || here?.manifest != version.chunks) {
             working = try WorkingFile(prefix: ".docfs-sync-", in: target.folder, replacing: target.name,
                                       mode: mode_t(version.mode), ownChanges: shared.ownChanges,
@@ -393,11 +393,13 @@ extension StoreSync {
             view.nodes.known(key: BackingKey(oldStat))?.markSuperseded()
         } else if replacing {
             // The content it replaces stays recoverable (C4): a previous version, or a conflict
-            // version when it lost the race on the remote.
+            // version when it lost the race on the remote. Promised still, it is kept promised
+            // (fetched when the version is read), as long as its promise is on record.
             let record = VersionRecord(version: keptAs, kind: conflict != nil ? .conflict : .previous,
                                        modified: WriteSessions.seconds(oldStat.st_mtim), kept: WriteSessions.now(),
                                        size: Int64(oldStat.st_size), author: nil)
-            try shared.store.versions.keepFile(oldFD, item: item, record: record)
+            let promised = conflict == nil && keepsPromised(oldFD)
+            try shared.store.versions.keepFile(oldFD, item: item, record: record, promised: promised)
             view.nodes.known(key: BackingKey(oldStat))?.markSuperseded()
         }
         let lowest = conflict != nil ? version.number : max(version.number, oldVersion + 1)
@@ -427,6 +429,24 @@ extension StoreSync {
         } else {
             view.deliver(.name(.created, target.name, inFolder: target.folder, item: item))
         }
+    }
+
+    /// Whether the document at `place` is promised (its content not downloaded yet).
+    private func isPromised(_ place: Located) -> Bool {
+        let fd = openat(place.folder, place.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return shared.promises.isActive && PromisedContent.promisedNumber(fd) != nil
+    }
+
+    /// Whether the promised file `fd`, about to be replaced, can be kept as a version still
+    /// promised: its promise is on record, and written durably now (a lost record of a kept
+    /// version could not be made again from the version the item is in step with).
+    private func keepsPromised(_ fd: Int32) -> Bool {
+        guard shared.promises.isActive, let number = PromisedContent.promisedNumber(fd),
+              let item = ItemAttributes.id(ofDescriptor: fd),
+              let promise = try? shared.promises.content.record(of: item.rawValue, number: number) else { return false }
+        return (try? shared.promises.content.update(promise)) != nil
     }
 
     /// Versions of `item` kept here under another number than the remote gave them (one of

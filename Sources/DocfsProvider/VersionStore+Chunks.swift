@@ -92,6 +92,7 @@ extension VersionStore {
         var st = stat()
         guard fstat(fd, &st) == 0 else { return true }
         guard st.st_nlink == 1 else { return false }
+        guard PromisedContent.promisedNumber(fd) == nil else { return true }  // cut once fetched
         guard Int64(st.st_size) == record.size, let incoming = try? makeIncoming(item),
               let written = try? ChunkManifest.write(from: fd, length: record.size, into: incoming, store: chunks) else { return true }
         guard docfs_renameat2(AT_FDCWD, incoming, AT_FDCWD, chunksPath(item, version), DOCFS_RENAME_NOREPLACE) == 0 else {
@@ -119,6 +120,12 @@ extension VersionStore {
             }
             let fd = open(contentPath(item, version), O_RDONLY | O_CLOEXEC)
             if fd >= 0 {
+                do {
+                    try fetchIfPromised(fd, item: item, version: version)
+                } catch {
+                    close(fd)
+                    throw error
+                }
                 var st = stat()
                 fstat(fd, &st)
                 return VersionContent(parts: [.open(fd: fd, length: Int64(st.st_size))], what: what)

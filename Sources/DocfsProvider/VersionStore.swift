@@ -114,6 +114,9 @@ public final class VersionStore: Sendable {
     /// Called with a promised file about to be kept (`keepFile`, `keepCopy`): it downloads the
     /// content first, so a version never holds what is not there yet (set by the filesystem).
     public let beforeKeeping = ThrowingCallback<Int32>()
+    /// Called with the file of a version kept promised (`keepFile(_:item:record:promised:)`)
+    /// about to be read: it downloads the content (set by the filesystem, which has the remote).
+    public let beforeReading = ThrowingCallback<Int32>()
     /// Bytes the kept versions take, counted on first need.
     private let usage = Mutex<Int64?>(nil)
     /// Whole versions waiting to be cut into chunks, and whether the settler thread runs.
@@ -214,9 +217,10 @@ public final class VersionStore: Sendable {
     }
 
     /// Keeps the file `fd` (an O_PATH descriptor) refers to, as it is, as `record.version` of
-    /// `item`: a second name for the superseded file, so nothing is copied.
-    public func keepFile(_ fd: Int32, item: ItemID, record: VersionRecord) throws(DocfsError) {
-        if PromisedContent.promisedNumber(fd) != nil { try beforeKeeping(fd) }
+    /// `item`: a second name for the superseded file, so nothing is copied. A promised file is
+    /// downloaded first, unless `promised`: then it is kept promised, fetched when first read.
+    public func keepFile(_ fd: Int32, item: ItemID, record: VersionRecord, promised: Bool = false) throws(DocfsError) {
+        if !promised, PromisedContent.promisedNumber(fd) != nil { try beforeKeeping(fd) }
         let incoming = try makeIncoming(item)
         var r = linkat(fd, "", AT_FDCWD, incoming, DOCFS_AT_EMPTY_PATH)
         if r != 0 && (errno == ENOENT || errno == EPERM) {
@@ -226,7 +230,7 @@ public final class VersionStore: Sendable {
         if record.remoteNumber != nil { try mark(item, remoteNumbersMark(item), "as holding versions under another number than the remote's") }
         guard try publish(incoming, item: item, record: record) else { return }
         account(record.storedSize)
-        settleLater(item, version: record.version)
+        if !promised { settleLater(item, version: record.version) }
     }
 
     /// Keeps `record` (the content a session is about to append to, or to change only through

@@ -188,6 +188,8 @@ struct VersionsCommand: ParsableCommand {
         var pid: Int32?
         var uid: UInt32?
         var command: String?
+        /// Set for a version whose content is still on the remote (fetched when read).
+        var promised: Bool?
     }
 
     func run() throws {
@@ -208,8 +210,9 @@ struct VersionsCommand: ParsableCommand {
         if let show { return try write(version: show, of: document, from: store) }
         let kept = store.versions(of: document.item)
         var rows = kept.map {
-            Row(version: $0.version, kind: $0.kind.rawValue, modified: $0.modified, size: $0.size, stored: $0.storedSize,
-                pid: $0.author?.pid, uid: $0.author?.uid, command: $0.author?.command)
+            let promised = store.isPromised(document.item, version: $0.version)
+            return Row(version: $0.version, kind: $0.kind.rawValue, modified: $0.modified, size: $0.size, stored: promised ? 0 : $0.storedSize,
+                       pid: $0.author?.pid, uid: $0.author?.uid, command: $0.author?.command, promised: promised ? true : nil)
         }
         let author = currentAuthor(of: document, version: current)
         rows.append(Row(version: current, kind: "current", modified: seconds(document.attributes.st_mtim),
@@ -219,10 +222,12 @@ struct VersionsCommand: ParsableCommand {
         print("VERSION  KIND      MODIFIED             SIZE        STORED      WHO")
         for row in rows {
             let who = row.pid.map { "pid \($0), uid \(row.uid ?? 0), \(row.command ?? "")" } ?? ""
-            print("\(String(row.version).padding(8)) \(row.kind.padding(9)) \(formatDate(row.modified).padding(20)) "
+            let kind = row.promised == true ? row.kind + "*" : row.kind
+            print("\(String(row.version).padding(8)) \(kind.padding(9)) \(formatDate(row.modified).padding(20)) "
                   + "\(String(row.size).padding(11)) \(String(row.stored).padding(11)) \(who)")
         }
         print("kept versions of this document take \(rows.reduce(0) { $0 + $1.stored }) bytes; of the store, \(store.storedSize()) bytes")
+        if rows.contains(where: { $0.promised == true }) { print("* still on the remote: fetched when shown or restored") }
     }
 
     /// `--restore` and `--resolve`: through the daemon when the store is served (the control
@@ -251,6 +256,15 @@ struct VersionsCommand: ParsableCommand {
 
     /// `--show`: kept version `version`'s content on standard output.
     private func write(version: UInt64, of document: LocatedDocument, from store: VersionStore) throws {
+        // Kept promised: the daemon serving the store fetches it from the remote first.
+        if store.isPromised(document.item, version: version), StoreLock.holder(of: document.store) != nil {
+            let request = ControlRequest(kind: .download, path: "", item: document.item.rawValue, version: version)
+            let reply = try reportingErrors { () throws(DocfsError) in try ControlClient.send(request, to: document.store) }
+            guard reply.ok else {
+                printError("docfs: fetching version \(version) failed: \(reply.message)\n")
+                throw ExitCode(ExitStatus.failed)
+            }
+        }
         let content = try reportingErrors { () throws(DocfsError) in
             try store.openContent(document.item, version: version, current: document.backingPath)
         }

@@ -158,17 +158,34 @@ import Glibc
         #expect(b.filesystem.shared.promises.fetchedBytes.load(ordering: .relaxed) == 0)
     }
 
-    @Test func aNewVersionOverAPromisedDocumentKeepsTheOldOneWhole() throws {
+    /// A new version of a document still promised here arrives promised too, and the content
+    /// it replaces is kept as a version still on the remote: nothing comes down until a version
+    /// is read, then that one alone; with nothing to fetch it (no daemon), reading it fails
+    /// with what to do, never with the empty file's zeros.
+    @Test func aNewVersionOverAPromisedDocumentKeepsTheOldOnePromised() throws {
         let first = Self.text(1 << 20, seed: 5)
         let (_, a, b, item) = try promisedOnB("doc.txt", first)
         defer { a.cleanUp(); b.cleanUp() }
-        try a.save("doc.txt", "second\n")
+        let second = Self.text(1 << 20, seed: 6)
+        try a.save("doc.txt", second)
         try a.engine.syncOnce()
         try b.engine.syncOnce()
-        #expect(b.content("doc.txt") == "second\n")
+        let fetched = { b.filesystem.shared.promises.fetchedBytes.load(ordering: .relaxed) }
+        #expect(fetched() == 0)
+        #expect(isPromised(b, "doc.txt"))
         #expect(b.versionList(of: item) == a.versionList(of: item))
-        let kept = try b.keptContents(of: item, at: "doc.txt")
-        #expect(kept[1] == first)
+        let id = ItemID(rawValue: item)
+        let kept = try #require(b.store.versions.versions(of: id).first)
+        #expect(b.store.versions.isPromised(id, version: kept.version))
+        let unserved = VersionStore(directory: b.store.versions.directory, policy: .defaults)
+        #expect(throws: DocfsError.self) { try unserved.openContent(id, version: kept.version, current: b.documents + "/doc.txt") }
+        // Read: fetched, that version alone, byte-exact; an ordinary kept version from then on.
+        let contents = try b.keptContents(of: item, at: "doc.txt")
+        #expect(contents[kept.version] == first)
+        #expect(fetched() == Int64(first.utf8.count))
+        #expect(!b.store.versions.isPromised(id, version: kept.version))
+        #expect(isPromised(b, "doc.txt"))
+        #expect(try read(b, "doc.txt", offset: 4096, length: 64) == String(second.dropFirst(4096).prefix(64)))
     }
 
     /// A first read's chunks are fetched alone: the download's background runs are asked for

@@ -216,4 +216,39 @@ import Glibc
         #expect(try shell("cmp '\(copy)' '\(a.path("solo.bin"))'").status == 0)
         for name in files.keys { #expect(try shell("cmp '\(b.path(name))' '\(a.path(name))'").status == 0, "\(name)") }
     }
+
+    /// Another machine's new version of a document promised here: the content it replaces is
+    /// kept promised (listed, nothing fetched); `docfs versions --show` has the daemon fetch
+    /// that version alone and writes it out byte-exact; the current content stays promised.
+    @Test func aVersionKeptPromisedIsFetchedWhenShown() throws {
+        let (_, uri, a, b) = try PromisedItemsMountTests.pair("versions", settings: Self.onDemand)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        let first = Self.bytes(3 << 20, seed: 21), second = Self.bytes(3 << 20, seed: 22)
+        try Data(first).write(to: URL(fileURLWithPath: a.path("report.bin")))
+        #expect(try a.link(uri).status == 0)
+        #expect(ManyMachinesTests.within(30) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
+        #expect(try b.link(uri).status == 0)
+        try b.fixture.start()
+        #expect(Self.isPromised(b, "report.bin"))
+        try Data(second).write(to: URL(fileURLWithPath: a.path("report.bin")))
+        func rows() -> [[String: Any]] {
+            let listed = (try? b.docfs("versions --json '\(b.path("report.bin"))'"))?.output ?? ""
+            return (try? JSONSerialization.jsonObject(with: Data(listed.utf8))) as? [[String: Any]] ?? []
+        }
+        #expect(ManyMachinesTests.within(30) { rows().count == 2 } != nil, "\(rows())")
+        #expect(Self.isPromised(b, "report.bin"))
+        let kept = try #require(rows().first { $0["kind"] as? String == "previous" })
+        #expect(kept["promised"] as? Bool == true, "\(kept)")
+        #expect(try b.status()["downloadedBytes"] as? Int == 0)
+        let number = try #require((kept["version"] as? NSNumber)?.uint64Value)
+        let shown = b.fixture.root + "/shown.bin"
+        #expect(try shell("'\(MountFixture.binary)' versions --show \(number) '\(b.path("report.bin"))' > '\(shown)'",
+                          environment: ["HOME": b.home]).status == 0)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: shown)) == Data(first))
+        let fetched = try #require(rows().first { $0["kind"] as? String == "previous" })
+        #expect(fetched["promised"] == nil, "\(fetched)")
+        #expect(try b.status()["downloadedBytes"] as? Int == first.count)
+        #expect(Self.isPromised(b, "report.bin"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: b.path("report.bin"))) == Data(second))
+    }
 }
