@@ -449,6 +449,10 @@ public final class StoreSync: SyncedStore {
         try index.setSyncAnchor(Int64(bitPattern: anchor.sequence))
     }
 
+    public func fetchAgingPromisedVersions(keptBefore cutoff: Double) -> (fetched: Int, problems: [String]) {
+        shared.store.versions.fetchAgingPromised(keptBefore: cutoff)
+    }
+
     // MARK: Parked changes
 
     public func park(_ change: RemoteChange, problem: String) throws {

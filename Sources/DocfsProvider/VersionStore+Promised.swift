@@ -38,4 +38,41 @@ extension VersionStore {
         }
         settleLater(item, version: version)
     }
+
+    /// The folder naming each item that has (or had) versions kept promised: one empty file
+    /// per item, so finding them costs what they are, never a walk of every version.
+    var promisedMarks: String { directory + "/.promised" }
+
+    func markPromised(_ item: ItemID) {
+        mkdir(promisedMarks, 0o700)
+        let fd = open(promisedMarks + "/\(item)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { close(fd) }
+    }
+
+    /// Fetches every version kept promised before `cutoff` (seconds since 1970), through
+    /// `beforeReading`; answers how many, and what failed (each tried again next time). An
+    /// item none of whose versions is promised any more loses its mark.
+    public func fetchAgingPromised(keptBefore cutoff: Double) -> (fetched: Int, problems: [String]) {
+        var fetched = 0
+        var problems: [String] = []
+        for name in Self.names(in: promisedMarks) {
+            guard let item = ItemID(text: name) else { continue }
+            var left = 0
+            for record in versions(of: item) where isPromised(item, version: record.version) {
+                guard record.kept < cutoff else {
+                    left += 1
+                    continue
+                }
+                do {
+                    try fetchIfPromised(item, version: record.version)
+                    fetched += 1
+                } catch {
+                    problems.append("version \(record.version) of item \(item), kept promised, could not be fetched: \(error)")
+                    left += 1
+                }
+            }
+            if left == 0 { unlink(promisedMarks + "/" + name) }
+        }
+        return (fetched, problems)
+    }
 }

@@ -230,7 +230,7 @@ public final class VersionStore: Sendable {
         if record.remoteNumber != nil { try mark(item, remoteNumbersMark(item), "as holding versions under another number than the remote's") }
         guard try publish(incoming, item: item, record: record) else { return }
         account(record.storedSize)
-        if !promised { settleLater(item, version: record.version) }
+        if promised { markPromised(item) } else { settleLater(item, version: record.version) }
     }
 
     /// Keeps `record` (the content a session is about to append to, or to change only through

@@ -27,8 +27,10 @@ extension PostgresRemote {
     }
 
     /// In one transaction, under the log's head (no commit interleaves): the versions to go
-    /// are those committed before the cutoff that are not current (conflict versions only once
-    /// a later version resolved them), and every version of an item deleted before it.
+    /// are those a later version superseded before the cutoff (not when they were committed: a
+    /// version current for a year and replaced today stays its whole retention, as machines
+    /// that keep it promised fetch it from here), conflict versions only once a later version
+    /// resolved them before it, and every version of an item deleted before it.
     public func prune(olderThan seconds: Double) throws(RemoteError) -> Int {
         let logger = logger
         let removed = try perform("prune the change log", transaction: true, limit: Self.sweepLimit) { connection in
@@ -46,8 +48,11 @@ extension PostgresRemote {
                 DELETE FROM docfs.versions v USING docfs.items i
                 WHERE i.item = v.item AND (
                     v.item IN (SELECT item FROM gone)
-                    OR (v.sequence <= \(cutoff) AND v.number <> i.current_number
-                        AND (NOT v.conflict OR v.number < COALESCE((SELECT r.number FROM resolved r WHERE r.item = v.item), 0))))
+                    OR (v.number <> i.current_number AND NOT v.conflict AND EXISTS (
+                        SELECT 1 FROM docfs.versions w
+                        WHERE w.item = v.item AND w.number > v.number AND NOT w.conflict AND w.sequence <= \(cutoff)))
+                    OR (v.sequence <= \(cutoff) AND v.number <> i.current_number AND v.conflict
+                        AND v.number < COALESCE((SELECT r.number FROM resolved r WHERE r.item = v.item), 0)))
                 RETURNING v.sequence)
                 SELECT count(*), max(sequence) FROM pruned
                 """, logger: logger).collect().first?.decode((Int64, Int64?).self) ?? (Int64(0), nil)

@@ -211,13 +211,20 @@ public final class InMemoryRemote: Remote {
             let resolved = Dictionary(state.log.filter { $0.version.resolves == true && old($0) }.map { ($0.version.item, $0.version.number) },
                                       uniquingKeysWith: max)
             let current = state.current
+            // The highest number of each item's versions committed before the cutoff (conflict
+            // versions aside): a version below it was superseded before the cutoff.
+            var supersededBelow: [UInt64: UInt64] = [:]
+            for change in state.log where old(change) && !change.version.conflict {
+                supersededBelow[change.version.item] = max(supersededBelow[change.version.item] ?? 0, change.version.number)
+            }
             var removed = 0
             var horizon = state.horizon
             state.log.removeAll { change in
                 let version = change.version
                 let isCurrent = current[version.item]?.number == version.number
                 let drop = gone.contains(version.item)
-                    || (old(change) && !isCurrent && (!version.conflict || (resolved[version.item] ?? 0) > version.number))
+                    || (!isCurrent && !version.conflict && (supersededBelow[version.item] ?? 0) > version.number)
+                    || (old(change) && !isCurrent && version.conflict && (resolved[version.item] ?? 0) > version.number)
                 if drop {
                     horizon = max(horizon, change.sequence)
                     removed += 1

@@ -41,6 +41,10 @@ public final class SyncLoop: Sendable {
     private let sweepInterval: Double
     private let sweepGrace: Double
     public static let retention: Double = 30 * 86400
+    /// How long a version is kept promised before it is fetched: well inside `retention`,
+    /// counted on the remote from when the version was superseded (never later than when
+    /// this machine kept it), so its content is fetched while the remote still holds it.
+    public static let promisedVersionAge: Double = 20 * 86400
 
     /// How long a wake-up waits for more changes before its round (seconds).
     private let gather: Double
@@ -131,6 +135,10 @@ public final class SyncLoop: Sendable {
                         return try engine.remote.sweepChunks(unusedFor: sweepGrace)
                     }
                     if swept.chunks > 0 { log("sync: swept \(swept.chunks) unused chunks (\(swept.bytes) bytes) from the remote") }
+                    // Versions kept promised come down well before the remote's retention drops them.
+                    let aging = engine.store.fetchAgingPromisedVersions(keptBefore: Date().timeIntervalSince1970 - Self.promisedVersionAge)
+                    if aging.fetched > 0 { log("sync: fetched \(aging.fetched) versions kept promised before the remote's retention ends") }
+                    for problem in aging.problems { log("sync: \(problem)") }
                 }
                 let now = Date().timeIntervalSince1970
                 state.withLock { state in

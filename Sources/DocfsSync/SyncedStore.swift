@@ -106,6 +106,13 @@ extension SyncedStore {
     public func current(_ item: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws -> LocalItem? {
         try current(item)
     }
+
+    /// Fetches the versions kept promised (their content still on the remote) that were kept
+    /// before `cutoff` (seconds since 1970), before the remote's retention drops them; answers
+    /// how many it fetched and the problems it met. A store that keeps none fetches nothing.
+    public func fetchAgingPromisedVersions(keptBefore cutoff: Double) -> (fetched: Int, problems: [String]) {
+        (0, [])
+    }
 }
 
 /// The store cannot say what an item is right now (its index is a moment behind a rename or a
@@ -241,6 +248,9 @@ public protocol SyncedStore: Sendable {
     /// Where this machine is in the remote's log (persisted).
     func anchor() throws -> RemoteAnchor
     func setAnchor(_ anchor: RemoteAnchor) throws
+
+    /// Fetches the versions kept promised before `cutoff` (see the extension's default).
+    func fetchAgingPromisedVersions(keptBefore cutoff: Double) -> (fetched: Int, problems: [String])
 
     /// Changes of the log that could not be applied here (their folder is not here yet, a
     /// name this filesystem refuses, …), kept durably with why, so the log goes on past them;

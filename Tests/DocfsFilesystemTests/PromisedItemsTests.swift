@@ -188,6 +188,33 @@ import Glibc
         #expect(try read(b, "doc.txt", offset: 4096, length: 64) == String(second.dropFirst(4096).prefix(64)))
     }
 
+    /// Versions kept promised come down before the remote's retention would drop them: those
+    /// kept before the cutoff are fetched (the sync loop's daily pass), the others wait.
+    @Test func versionsKeptPromisedAreFetchedBeforeTheRemotesRetentionEnds() throws {
+        let first = Self.text(1 << 20, seed: 7), second = Self.text(1 << 20, seed: 8)
+        let (_, a, b, item) = try promisedOnB("notes.txt", first)
+        defer { a.cleanUp(); b.cleanUp() }
+        try a.save("notes.txt", second)
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        try a.save("notes.txt", "third\n")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        let id = ItemID(rawValue: item)
+        let kept = b.store.versions.versions(of: id)
+        #expect(kept.count == 2 && kept.allSatisfy { b.store.versions.isPromised(id, version: $0.version) }, "\(kept)")
+        // Kept before the cutoff: the older one only.
+        let cutoff = (kept[0].kept + kept[1].kept) / 2
+        #expect(kept[0].kept < kept[1].kept)
+        let fetched = b.engine.store.fetchAgingPromisedVersions(keptBefore: cutoff)
+        #expect(fetched.fetched == 1 && fetched.problems.isEmpty, "\(fetched)")
+        #expect(!b.store.versions.isPromised(id, version: kept[0].version) && b.store.versions.isPromised(id, version: kept[1].version))
+        #expect(b.filesystem.shared.promises.fetchedBytes.load(ordering: .relaxed) == Int64(first.utf8.count))
+        #expect(b.engine.store.fetchAgingPromisedVersions(keptBefore: Date().timeIntervalSince1970 + 1).fetched == 1)
+        #expect(try b.keptContents(of: item, at: "notes.txt") == [kept[0].version: first, kept[1].version: second])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: b.store.versions.directory + "/.promised").isEmpty)
+    }
+
     /// A first read's chunks are fetched alone: the download's background runs are asked for
     /// only once they landed, so they do not compete with them (a first byte within 100 ms).
     @Test func aFirstReadsChunksComeDownBeforeTheBackgroundsRuns() throws {

@@ -234,6 +234,22 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try remote.fetchChunk(Array("v2".utf8).withUnsafeBytes { ChunkDigest(of: $0) }) == Array("v2".utf8))
     }
 
+    /// Retention counts from when a version was superseded, not from when it was committed: a
+    /// version current for long and replaced a moment ago stays its whole retention (machines
+    /// keep it promised and fetch it from the remote when it is read).
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aPruneCountsAVersionsRetentionFromWhenItWasSuperseded(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        _ = try remote.commit(try Self.proposal(remote, item: 600, name: "long.txt", text: "current for long", base: 0), operation: "l1")
+        usleep(1_500_000)
+        _ = try remote.commit(try Self.proposal(remote, item: 600, name: "long.txt", text: "replaced now", base: 1), operation: "l2")
+        #expect(try remote.prune(olderThan: 1) == 0)
+        #expect(try remote.version(of: 600, number: 1)?.deleted == false)
+        usleep(1_500_000)
+        #expect(try remote.prune(olderThan: 1) == 1)
+        #expect(try remote.version(of: 600, number: 1) == nil && remote.version(of: 600, number: 2)?.number == 2)
+    }
+
     /// The first machine's bookmark key is the remote's; every later one is answered it.
     @Test(arguments: RemoteUnderTest.allCases)
     func theFirstBookmarkKeyProposedIsEveryMachines(_ kind: RemoteUnderTest) throws {
