@@ -65,7 +65,7 @@ extension IndexDatabase {
 
     /// An item's sync state as the engine encoded it; nil when it has none.
     public func syncState(of item: Int64) throws(DocfsError) -> [UInt8]? {
-        try readSync { db in try Data.fetchOne(db, sql: "SELECT state FROM syncItems WHERE item = ?", arguments: [item]).map { Array($0) } }
+        try readSync { db in try Data.fetchOne(db.cachedStatement(sql: "SELECT state FROM syncItems WHERE item = ?"), arguments: [item]).map { Array($0) } }
     }
 
     /// Every item with a sync state.
@@ -76,28 +76,28 @@ extension IndexDatabase {
     /// The item whose sync state puts it at `place` (as the engine spells places), other than `except`.
     public func syncedItem(at place: String, except: Int64) throws(DocfsError) -> Int64? {
         try readSync { db in
-            try Int64.fetchOne(db, sql: "SELECT item FROM syncItems WHERE place = ? AND item <> ? LIMIT 1", arguments: [place, except])
+            try Int64.fetchOne(db.cachedStatement(sql: "SELECT item FROM syncItems WHERE place = ? AND item <> ? LIMIT 1"), arguments: [place, except])
         }
     }
 
     public func setSyncState(_ state: [UInt8]?, of item: Int64, place: String? = nil) throws(DocfsError) {
         try write { db in
             if let state {
-                try db.execute(sql: "INSERT OR REPLACE INTO syncItems (item, state, place) VALUES (?, ?, ?)",
-                               arguments: [item, Data(state), place])
+                try db.cachedStatement(sql: "INSERT OR REPLACE INTO syncItems (item, state, place) VALUES (?, ?, ?)")
+                    .execute(arguments: [item, Data(state), place])
             } else {
-                try db.execute(sql: "DELETE FROM syncItems WHERE item = ?", arguments: [item])
+                try db.cachedStatement(sql: "DELETE FROM syncItems WHERE item = ?").execute(arguments: [item])
             }
         }
     }
 
     /// Where the engine is in the remote's log (0: before every change).
     public func syncAnchor() throws(DocfsError) -> Int64 {
-        try readSync { db in try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'syncAnchor'") ?? 0 }
+        try readSync { db in try Int64.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE key = 'syncAnchor'")) ?? 0 }
     }
 
     public func setSyncAnchor(_ anchor: Int64) throws(DocfsError) {
-        try write { db in try db.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('syncAnchor', ?)", arguments: [anchor]) }
+        try write { db in try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('syncAnchor', ?)").execute(arguments: [anchor]) }
     }
 
     /// A change of the remote's log (as the engine encoded it) this machine could not apply
@@ -136,12 +136,12 @@ extension IndexDatabase {
 
     /// The id a symbolic link has on every machine, by the one derived here; nil: none yet.
     public func remoteLink(local: Int64) throws(DocfsError) -> Int64? {
-        try readSync { db in try Int64.fetchOne(db, sql: "SELECT remote FROM syncLinks WHERE local = ?", arguments: [local]) }
+        try readSync { db in try Int64.fetchOne(db.cachedStatement(sql: "SELECT remote FROM syncLinks WHERE local = ?"), arguments: [local]) }
     }
 
     /// The id derived here of the symbolic link whose id everywhere is `remote`.
     public func localLink(remote: Int64) throws(DocfsError) -> Int64? {
-        try readSync { db in try Int64.fetchOne(db, sql: "SELECT local FROM syncLinks WHERE remote = ?", arguments: [remote]) }
+        try readSync { db in try Int64.fetchOne(db.cachedStatement(sql: "SELECT local FROM syncLinks WHERE remote = ?"), arguments: [remote]) }
     }
 
     /// Records that the link `local` here is `remote` everywhere (replacing what either was).

@@ -720,6 +720,9 @@ public final class SyncEngine: Sendable {
         }
     }
 
+    /// How often, at most, reading the log saves the anchor while a page is taken (seconds).
+    static let anchorInterval = 0.5
+
     private static func seconds() -> Double {
         var time = timespec()
         clock_gettime(CLOCK_MONOTONIC, &time)
@@ -744,14 +747,32 @@ public final class SyncEngine: Sendable {
             let waiting = page.changes.count < pageSize ? page.changes.count
                 : try SyncError.remote { () throws(RemoteError) in try remote.changeCount(after: from) }
             incoming.store(waiting, ordering: .relaxed)
-            for change in page.changes {
-                try checkStop()
-                try takeOrPark(change, &round)
-                incoming.wrappingSubtract(1, ordering: .relaxed)
-                anchor = RemoteAnchor(sequence: change.sequence)
-                let reached = anchor
+            // The anchor is saved every `anchorInterval` and when the page ends or fails, not
+            // after each change (a write of its own for each item of a first sync): a crash
+            // takes again what came after the last save, which changes nothing (each item's
+            // sync state says it was taken, kept versions are kept once).
+            var unsaved: RemoteAnchor?
+            var savedAt = Self.seconds()
+            func saveAnchor() throws(SyncError) {
+                guard let reached = unsaved else { return }
                 try SyncError.local("save the anchor") { try store.setAnchor(reached) }
+                unsaved = nil
+                savedAt = Self.seconds()
             }
+            do {
+                for change in page.changes {
+                    try checkStop()
+                    try takeOrPark(change, &round)
+                    incoming.wrappingSubtract(1, ordering: .relaxed)
+                    anchor = RemoteAnchor(sequence: change.sequence)
+                    unsaved = anchor
+                    if Self.seconds() - savedAt >= Self.anchorInterval { try saveAnchor() }
+                }
+            } catch {
+                try? saveAnchor()
+                throw error
+            }
+            try saveAnchor()
             if page.changes.count < pageSize { return }
         }
     }
