@@ -864,34 +864,6 @@ final class HeldWriter: Sendable {
         #expect(kept[2] == "second", "\(kept)")
     }
 
-    /// A save that lost a race is committed as a conflict version, but the winner cannot be
-    /// taken yet (a writer opened the file between the commit and the apply): the conflict
-    /// version is kept here all the same, as on every other machine (the workload's 1-in-40).
-    @Test func aConflictVersionCommittedWhileAWriterOpensTheFileIsKeptThereToo() throws {
-        let (remote, a, b, item) = try twoMachinesInStep(on: "plan.txt", "base")
-        defer { a.cleanUp(); b.cleanUp() }
-        try a.save("plan.txt", "a's first")
-        try a.save("plan.txt", "a's second")
-        try a.engine.syncOnce()
-        try b.save("plan.txt", "b's edit, which loses")
-        // b's content is refused (stale), then committed as a conflict version: during that
-        // second commit a writer opens the file on b and keeps it open.
-        let release = Mutex<(@Sendable () -> Void)?>(nil)
-        remote.beforeNextCommit {
-            release.withLock { $0 = b.saveDuringNextCommit(of: remote, "plan.txt", "b's writer, meanwhile", keepOpen: true) }
-        }
-        _ = try? b.engine.syncOnce()
-        release.withLock { $0 }?()
-        for _ in 0..<3 {
-            try b.engine.syncOnce()
-            try a.engine.syncOnce()
-        }
-        #expect(a.versionList(of: item) == b.versionList(of: item))
-        let conflicts = b.store.versions.versions(of: ItemID(rawValue: item)).filter { $0.kind == .conflict }.map(\.version)
-        let kept = try b.keptContents(of: item, at: "plan.txt")
-        #expect(conflicts.contains { kept[$0] == "b's edit, which loses" }, "\(kept) conflicts \(conflicts)")
-    }
-
     /// Another machine's conflict version arrives under a number a save made here holds that
     /// never went up (kept as a previous version, or the content here): the save moves past
     /// it, and the conflict version has the number it has everywhere.
