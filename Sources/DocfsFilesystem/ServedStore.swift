@@ -86,6 +86,7 @@ public final class ServedStore: Sendable {
         store.versions.beforeKeeping.set { [promises] fd throws(DocfsError) in try promises.ensureWhole(fd) }
         // A version kept promised is fetched when it is first read.
         store.versions.beforeReading.set { [promises] fd throws(DocfsError) in try promises.ensureWhole(fd) }
+        store.versions.removedPromised.set { [promises] item, number in promises.content.forget(item.rawValue, number: number) }
         paths = StorePaths(containersPath: try Self.containersPath(of: store))
         let catalog = ContainerCatalog(registry: ContainerRegistry(layout: store.layout))
         containerFolders = ContainerFolders(catalog: catalog, layout: store.layout)

@@ -432,11 +432,15 @@ extension StoreSync {
     }
 
     /// Whether the document at `place` is promised (its content not downloaded yet).
-    private func isPromised(_ place: Located) -> Bool {
+    private func isPromised(_ place: Located) -> Bool { promiseNumber(of: place) != nil }
+
+    /// The number of the promise the file at `place` stands for; nil when its content is here.
+    private func promiseNumber(of place: Located) -> UInt64? {
+        guard shared.promises.isActive else { return nil }
         let fd = openat(place.folder, place.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return false }
+        guard fd >= 0 else { return nil }
         defer { close(fd) }
-        return shared.promises.isActive && PromisedContent.promisedNumber(fd) != nil
+        return PromisedContent.promisedNumber(fd)
     }
 
     /// Whether the promised file `fd`, about to be replaced, can be kept as a version still
@@ -640,8 +644,10 @@ extension StoreSync {
             try view.changing(claims, touching: TouchedPlaces(names: [(old.folderKey, old.name)]), telling: .everyView) { () throws(DocfsError) in
                 guard (try? expected.isMet(by: current(version.item))) == true else { return (.changedHere, []) }
                 let wasReference = ReferenceStub.isReference(old.name, in: old.folder, Self.attributes(of: old))
+                let promise = promiseNumber(of: old)
                 shared.ownChanges.changedName(old.name, in: old.folderKey)
                 try Self.removeTree(old.name, in: old.folder)
+                if let promise { shared.promises.content.forget(version.item, number: promise) }  // its record goes with it
                 return (.applied, [.name(.deleted(wasReference: wasReference), old.name, inFolder: old.folder, item: item)])
             }
         }

@@ -12,10 +12,15 @@ import Glibc
 extension VersionStore {
     /// Whether version `version` of `item` is kept promised (its content not here yet).
     public func isPromised(_ item: ItemID, version: UInt64) -> Bool {
+        promiseNumber(item, version: version) != nil
+    }
+
+    /// The number of the promise a version kept promised stands for; nil when it is here.
+    func promiseNumber(_ item: ItemID, version: UInt64) -> UInt64? {
         let fd = open(contentPath(item, version), DOCFS_O_PATH | O_CLOEXEC)
-        guard fd >= 0 else { return false }
+        guard fd >= 0 else { return nil }
         defer { close(fd) }
-        return PromisedContent.promisedNumber(fd) != nil
+        return PromisedContent.promisedNumber(fd)
     }
 
     /// Fetches version `version` of `item` if it is kept promised (nothing when it is here).

@@ -117,6 +117,9 @@ public final class VersionStore: Sendable {
     /// Called with the file of a version kept promised (`keepFile(_:item:record:promised:)`)
     /// about to be read: it downloads the content (set by the filesystem, which has the remote).
     public let beforeReading = ThrowingCallback<Int32>()
+    /// Called with the item and promise number of a version kept promised that was removed:
+    /// the record of its promise goes too (set by the filesystem).
+    public let removedPromised = Callback<(ItemID, UInt64)>()
     /// Bytes the kept versions take, counted on first need.
     private let usage = Mutex<Int64?>(nil)
     /// Whole versions waiting to be cut into chunks, and whether the settler thread runs.
@@ -471,9 +474,11 @@ public final class VersionStore: Sendable {
         } else if access(savedPath(item, version), F_OK) == 0 {
             freed += savedRanges(of: item, version: version).byteCount
         }
+        let promise = promiseNumber(item, version: version)
         unlink(recordPath(item, version))
         unlink(contentPath(item, version))
         unlink(savedPath(item, version))
+        if let promise { removedPromised((item, promise)) }
         freed += ChunkManifest.remove(chunksPath(item, version), store: chunks)
         rmdir(itemDirectory(item))  // only when it was the last
         account(-freed)

@@ -188,6 +188,28 @@ import Glibc
         #expect(try read(b, "doc.txt", offset: 4096, length: 64) == String(second.dropFirst(4096).prefix(64)))
     }
 
+    /// The record of a promise goes with what it stood for: a version kept promised that is
+    /// removed, a promised document another machine deleted.
+    @Test func promisesGoWithWhatTheyStoodFor() throws {
+        let (_, a, b, item) = try promisedOnB("gone.txt", Self.text(1 << 20, seed: 10))
+        defer { a.cleanUp(); b.cleanUp() }
+        try a.save("gone.txt", Self.text(1 << 20, seed: 11))
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        let records = { (try? FileManager.default.contentsOfDirectory(atPath: b.store.layout.promisedDirectory))?.filter { $0.hasSuffix(".json") } ?? [] }
+        #expect(records().count == 2, "\(records())")  // the current content's and the kept version's
+        let id = ItemID(rawValue: item)
+        let kept = try #require(b.store.versions.versions(of: id).first)
+        b.store.versions.remove(id, version: kept.version)
+        #expect(records().count == 1, "\(records())")
+        try a.filesystem.unlink(parent: 1, name: "gone.txt")
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        #expect(b.id("gone.txt") == nil)
+        #expect(records().isEmpty, "\(records())")
+        #expect(b.filesystem.shared.promises.fetchedBytes.load(ordering: .relaxed) == 0)
+    }
+
     /// Versions kept promised come down before the remote's retention would drop them: those
     /// kept before the cutoff are fetched (the sync loop's daily pass), the others wait.
     @Test func versionsKeptPromisedAreFetchedBeforeTheRemotesRetentionEnds() throws {
