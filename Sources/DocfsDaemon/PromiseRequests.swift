@@ -7,11 +7,13 @@ enum PromiseRequests {
     static func apply(_ request: ControlRequest, item: ItemID, filesystem: Filesystem) throws(DocfsError) -> ControlReply {
         var reply = ControlReply(ok: true, message: "")
         switch request.kind {
-        case .download where request.version != nil:
-            // A kept version of the document still on the remote (`docfs versions --show`).
-            try filesystem.shared.store.versions.fetchIfPromised(item, version: request.version!)
-            reply.message = "fetched version \(request.version!)"
         case .download:
+            if let version = request.version {
+                // A kept version of the document still on the remote (`docfs versions --show`).
+                try filesystem.shared.store.versions.fetchIfPromised(item, version: version)
+                reply.message = "fetched version \(version)"
+                return reply
+            }
             let size = try filesystem.download(item)
             reply.message = "downloaded"
             reply.progress = [Int(size)]

@@ -41,6 +41,8 @@ extension VersionStore {
             throw DocfsError(.storeUnavailable, "version \(version) of item \(item) is still on the remote (kept promised): "
                              + "mount the store, linked, and it is fetched when read")
         }
+        var st = stat()
+        if fstat(fd, &st) == 0 { account(Int64(st.st_size)) }  // on disk now (counted as none while promised)
         settleLater(item, version: version)
     }
 

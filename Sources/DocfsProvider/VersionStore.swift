@@ -232,7 +232,8 @@ public final class VersionStore: Sendable {
         guard r == 0 else { throw failure("cannot keep version \(record.version) of item \(item)") }
         if record.remoteNumber != nil { try mark(item, remoteNumbersMark(item), "as holding versions under another number than the remote's") }
         guard try publish(incoming, item: item, record: record) else { return }
-        account(record.storedSize)
+        // A version kept promised takes no room until it is fetched (`fetchIfPromised` counts it then).
+        account(promised ? 0 : record.storedSize)
         if promised { markPromised(item) } else { settleLater(item, version: record.version) }
     }
 
@@ -468,13 +469,13 @@ public final class VersionStore: Sendable {
     /// that freed.
     public func remove(_ item: ItemID, version: UInt64) {
         var freed: Int64 = 0
-        if let record = try? readRecord(item, version), record.kind == .previous, !record.isPrefix {
+        let promise = promiseNumber(item, version: version)  // kept promised: nothing on disk to free
+        if promise == nil, let record = try? readRecord(item, version), record.kind == .previous, !record.isPrefix {
             var st = stat()
             if stat(contentPath(item, version), &st) == 0 { freed += Int64(st.st_size) }
         } else if access(savedPath(item, version), F_OK) == 0 {
             freed += savedRanges(of: item, version: version).byteCount
         }
-        let promise = promiseNumber(item, version: version)
         unlink(recordPath(item, version))
         unlink(contentPath(item, version))
         unlink(savedPath(item, version))
@@ -519,7 +520,9 @@ public final class VersionStore: Sendable {
             return value + delta
         }) { return total }
         // Chunks are counted once, however many versions share them.
-        let counted = allPrevious().reduce(0) { $0 + ($1.record.isChunked ? 0 : $1.record.storedSize) } + chunks.storedBytes()
+        let counted = allPrevious().reduce(0) { total, kept in
+            total + (kept.record.isChunked || isPromised(kept.item, version: kept.record.version) ? 0 : kept.record.storedSize)
+        } + chunks.storedBytes()
         return usage.withLock { current in
             current = counted
             return counted

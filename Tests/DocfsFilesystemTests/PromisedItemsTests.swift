@@ -177,6 +177,9 @@ import Glibc
         let id = ItemID(rawValue: item)
         let kept = try #require(b.store.versions.versions(of: id).first)
         #expect(b.store.versions.isPromised(id, version: kept.version))
+        // Promised, it takes no room in the store's count; fetched, it does.
+        let usedBefore = b.store.versions.storedSize()
+        #expect(VersionStore(directory: b.store.versions.directory, policy: .defaults).storedSize() == usedBefore)
         let unserved = VersionStore(directory: b.store.versions.directory, policy: .defaults)
         #expect(throws: DocfsError.self) { try unserved.openContent(id, version: kept.version, current: b.documents + "/doc.txt") }
         // Read: fetched, that version alone, byte-exact; an ordinary kept version from then on.
@@ -184,6 +187,7 @@ import Glibc
         #expect(contents[kept.version] == first)
         #expect(fetched() == Int64(first.utf8.count))
         #expect(!b.store.versions.isPromised(id, version: kept.version))
+        #expect(b.store.versions.storedSize() - usedBefore == Int64(first.utf8.count))
         #expect(isPromised(b, "doc.txt"))
         #expect(try read(b, "doc.txt", offset: 4096, length: 64) == String(second.dropFirst(4096).prefix(64)))
     }
