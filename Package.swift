@@ -98,7 +98,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination", "DocfsIndex", "DocfsSync", "DocfsChunks", "CLinux"]),
+        .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination", "DocfsIndex", "DocfsSync", "DocfsChunks", "CLinux", "DocfsTestSupport"]),
         .testTarget(name: "DocfsIndexTests", dependencies: ["DocfsIndex", "DocfsTestSupport"]),
         .testTarget(name: "DocfsChunksTests", dependencies: ["DocfsChunks"]),
         .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider", "DocfsTestSupport"]),

@@ -201,7 +201,14 @@ extension StoreSync {
             // one); else, as a last resort, the next free number.
             try takeRemoteNumbers(of: item, content: fd)  // kept earlier under another number, it may have the remote's now
             var number = version.number
-            if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") { return true }
+            if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") {
+                // A save of this machine's that never went up holding our own conflict version
+                // (it lost its race, and the document changed here before the winner was
+                // taken) is that version: it becomes it, and goes up no second time.
+                guard kind == .conflict, try versions.becomeConflict(item, version: number, current: "/proc/self/fd/\(fd)") else { return true }
+                try flagConflict(on: fd, of: item, named: document, by: version.author.machine)
+                return true
+            }
             let here = ItemAttributes.version(ofDescriptor: fd)
             // A previous version: never moves a version kept here, nor the content here.
             if yields && (versions.isTaken(item, number) || here == number) { return true }
@@ -223,13 +230,18 @@ extension StoreSync {
             if kind == .previous { record.detached = true }
             try shared.store.versions.keepFile(working.fd, item: item, record: record)
             guard kind == .conflict else { return true }
-            try check(docfs_fd_setxattr(fd, Filesystem.conflictAttribute, "1", 1, 0))
-            RemoteApplication.$machine.withValue(version.author.machine) {
-                // The document's content stays; presenters hear of the conflict, its record is made again.
-                shared.servedViews().first?.deliverUncached(.name(.newVersion(ItemAttributes.version(ofDescriptor: fd), conflict: true),
-                                                                  document.name, inFolder: document.folder, item: item))
-            }
+            try flagConflict(on: fd, of: item, named: document, by: version.author.machine)
             return true
+        }
+    }
+
+    /// Flags the document `fd` (at `document`) as having a conflict version kept, and tells
+    /// presenters (the document's content stays; its record is made again).
+    private func flagConflict(on fd: Int32, of item: ItemID, named document: Located, by machine: String) throws(DocfsError) {
+        try check(docfs_fd_setxattr(fd, Filesystem.conflictAttribute, "1", 1, 0))
+        RemoteApplication.$machine.withValue(machine) {
+            shared.servedViews().first?.deliverUncached(.name(.newVersion(ItemAttributes.version(ofDescriptor: fd), conflict: true),
+                                                              document.name, inFolder: document.folder, item: item))
         }
     }
 
@@ -367,6 +379,9 @@ extension StoreSync {
         var oldStat = stat()
         let replacing = oldFD >= 0 && fstat(oldFD, &oldStat) == 0 && oldStat.st_mode & S_IFMT == S_IFREG
         let versions = shared.store.versions
+        // A version kept under another number than the remote's (it waited for a save here to
+        // go up) takes its own now, if free: else it could hold the number the winner takes.
+        try takeRemoteNumbers(of: item, content: replacing ? oldFD : nil)
         let oldVersion = replacing ? max(ItemAttributes.version(ofDescriptor: oldFD), 1) : 0
         // Kept as a conflict version, the content it replaces leaves the chain of previous
         // versions, whose newest may be a delta of it (an append session's): that one is made

@@ -134,13 +134,13 @@ extension StoreSync {
         let document = try openDocument(item)
         defer { if document >= 0 { close(document) } }
         // A save began here since the engine read the content (it puts off an item open for
-        // writing): it kept the content read and numbered itself past it. When this save is
-        // the last before the content read, the three move up together, keeping their order
-        // (`WriteSessions.renumber`, which holds a session still meanwhile).
+        // writing): it kept the content read and numbered itself past it. This save, the
+        // saves after it (none gone up: they go after it, in order), the content read and the
+        // session move up together, keeping their order (`WriteSessions.renumber`, which holds
+        // a session still meanwhile); else the later saves would keep numbers the remote gives
+        // others, and the content read go up past them, leaving them here alone.
         if read != .max, document >= 0, number < read, Self.versionNumber(of: document) > read {
-            let versions = shared.store.versions
-            guard !versions.versions(of: id).contains(where: { $0.isInChain && $0.version > number && $0.version < read }),
-                  try renumberHere(item, read: number, given: given) != nil else { return (false, nil) }
+            guard try renumberHere(item, read: number, given: given) != nil else { return (false, nil) }
             return (true, read + (given - number))
         }
         // Gone here (saves made before a deletion, going up before its tombstone): this save

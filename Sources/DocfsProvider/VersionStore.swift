@@ -299,6 +299,29 @@ public final class VersionStore: Sendable {
         return new
     }
 
+    /// Previous version `version` of `item`, a save made here that never went up, holds what the
+    /// remote committed as conflict version `version` (this machine's save lost its race, and
+    /// the document changed here again before the winner was taken): it *is* that conflict
+    /// version, so it becomes one (made whole, out of the chain, never sent up again) instead of
+    /// going up once more as a save. `current`: the current content's path, for deltas made up
+    /// from it. Answers whether it changed.
+    public func becomeConflict(_ item: ItemID, version: UInt64, current: String?) throws(DocfsError) -> Bool {
+        guard var record = try? readRecord(item, version), record.kind == .previous else { return false }
+        let source = current ?? "/nonexistent"
+        if record.isInChain, let below = versions(of: item).filter(\.isInChain).last(where: { $0.version < version }), below.isPrefix {
+            try makeWhole(item, version: below.version, current: source)
+        }
+        if record.isPrefix {
+            try makeWhole(item, version: version, current: source)
+            guard let whole = try? readRecord(item, version) else { return false }
+            record = whole
+        }
+        record.kind = .conflict
+        (record.detached, record.unsent) = (nil, nil)
+        try writeRecord(record, of: item)
+        return true
+    }
+
     /// The numbers of `item`'s detached saves that have not gone up yet (`VersionRecord.unsent`),
     /// lowest first. An item with none has no mark: one look, not a read of every record.
     public func unsentDetached(of item: ItemID) -> [UInt64] {
@@ -350,7 +373,7 @@ public final class VersionStore: Sendable {
 
     /// Detached save `version` of `item` went up, numbered `number` by the remote: it takes that
     /// number here too when no kept version holds it and it is not `current` (the number of the
-    /// content here), and is no longer unsent. Answers the number it has here.
+    /// content here), else once it is free; it is no longer unsent. Answers the number it has here.
     @discardableResult
     public func sent(_ item: ItemID, version: UInt64, as number: UInt64, current: UInt64) throws(DocfsError) -> UInt64 {
         guard var record = try? readRecord(item, version) else { return version }
@@ -361,6 +384,12 @@ public final class VersionStore: Sendable {
             _ = try renumber(item, holder, to: firstFreeNumber(of: item, above: max(number, current, versions(of: item).last?.version ?? 0)))
         }
         guard number != version, number != current, !isTaken(item, number) else {
+            // The number is held here still (the content's, a writer's session holding it): the
+            // save takes it once free (`takeRemoteNumbers`), as every machine lists it there.
+            if number != version {
+                record.remoteNumber = number
+                try mark(item, remoteNumbersMark(item), "as holding versions under another number than the remote's")
+            }
             try writeRecord(record, of: item)
             return version
         }
@@ -381,14 +410,25 @@ public final class VersionStore: Sendable {
 
     /// Moves the previous versions of `item` in the chain numbered from `first` to below `end`
     /// up by `shift` (highest first: each takes a number the one above it left), when no other
-    /// kept version holds a number they, or `end` moved up (the content's number then), take.
+    /// kept version holds a number they, or `end` moved up (the content's number then), take
+    /// (a save set aside that has not gone up moves out of their way first).
     /// Answers whether they moved.
     public func shiftChain(_ item: ItemID, from first: UInt64, below end: UInt64, by shift: UInt64) throws(DocfsError) -> Bool {
-        let kept = versions(of: item)
+        var kept = versions(of: item)
         let moving = kept.filter { $0.isInChain && $0.version >= first && $0.version < end }
-        let staying = Set(kept.map(\.version)).subtracting(moving.map(\.version))
-        guard shift > 0, end <= UInt64.max - shift,
-              !(moving.map { $0.version + shift } + [end + shift]).contains(where: staying.contains) else { return false }
+        guard shift > 0, end <= UInt64.max - shift else { return false }
+        let targets = Set(moving.map { $0.version + shift } + [end + shift])
+        // A save set aside that has not gone up yet holds a number they take: its number
+        // matters to no machine yet, so it moves past every number, out of their way.
+        let movingNumbers = Set(moving.map(\.version))
+        var past = max(end + shift, kept.last?.version ?? 0)
+        for blocker in kept where blocker.unsent == true && targets.contains(blocker.version) && !movingNumbers.contains(blocker.version) {
+            past += 1
+            _ = try renumber(item, blocker, to: past)
+            kept = versions(of: item)
+        }
+        let staying = Set(kept.map(\.version)).subtracting(movingNumbers)
+        guard !targets.contains(where: staying.contains) else { return false }
         for record in moving.reversed() { _ = try renumber(item, record, to: record.version + shift) }
         return true
     }

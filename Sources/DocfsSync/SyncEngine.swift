@@ -604,7 +604,17 @@ public final class SyncEngine: Sendable {
             fetched = try SyncError.remote { () throws(RemoteError) in try remote.currentVersion(of: ours.item) }
         }
         guard let current = fetched else { return }
-        if try apply(current, expecting: ApplyExpectation(ours), keepingHereAsConflict: keepingOurs) == .applied {
+        let outcome: ApplyOutcome
+        do {
+            outcome = try apply(current, expecting: ApplyExpectation(ours), keepingHereAsConflict: keepingOurs)
+        } catch {
+            // Not taken now (a writer opened the file meanwhile, say): our content that lost is
+            // a conflict version on the remote already, kept here now from there, as when the
+            // item changed here again (the next try commits other content, or none).
+            if let number = keepingOurs { keepOwnConflict(ours, as: number) }
+            throw error
+        }
+        if outcome == .applied {
             note("up \(ours.item): took the remote's v\(current.number)" + (keepingOurs.map { ", ours kept as conflict v\($0)" } ?? ""))
             try settle(current, number: current.number, sequence: nil, after: state)
             // Our deletion lost: the content it removed here is kept, as every machine keeps it.
@@ -616,19 +626,24 @@ public final class SyncEngine: Sendable {
             // stays kept as its conflict version, not committed twice). That conflict version is
             // kept here now, from the remote: this machine skips its own conflicts in the log,
             // and the content here is no longer the one that lost, so no later apply keeps it.
-            if let number = keepingOurs, !ours.deleted {
-                var lost = ours
-                (lost.number, lost.conflict) = (number, true)
-                keepingEarlierVersions(of: ours.item) { () throws(SyncError) in
-                    try SyncError.local("keep conflict version \(number) of item \(ours.item)") {
-                        try store.keepConflict(lost) { digest in try self.fetch(digest) }
-                    }
-                }
-            }
+            if let number = keepingOurs { keepOwnConflict(ours, as: number) }
             round.again.insert(ours.item)
         }
         round.conflicts += keepingOurs != nil ? 1 : 0
         round.merged += keepingOurs != nil ? 0 : 1
+    }
+
+    /// Keeps `ours`, committed as conflict version `number`, here from the remote: this machine
+    /// skips its own conflicts in the log.
+    private func keepOwnConflict(_ ours: RemoteVersion, as number: UInt64) {
+        guard !ours.deleted else { return }
+        var lost = ours
+        (lost.number, lost.conflict) = (number, true)
+        keepingEarlierVersions(of: ours.item) { () throws(SyncError) in
+            try SyncError.local("keep conflict version \(number) of item \(ours.item)") {
+                try store.keepConflict(lost) { digest in try self.fetch(digest) }
+            }
+        }
     }
 
     // MARK: Down

@@ -1,0 +1,104 @@
+import DocfsCore
+@testable import DocfsFilesystem
+@testable import DocfsProvider
+import DocfsSync
+import DocfsTestSupport
+import Foundation
+import Synchronization
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Seeded random interleavings of saves, writers held open and sync rounds on three
+/// in-process stores sharing one document through one remote (issue 22 §4): saves race on
+/// the remote, and writers open the document while an engine commits or takes the winner.
+/// Once every writer let go and the stores synced, all three hold the remote's current
+/// content under its number, list the same versions, and keep every content ever committed.
+/// A failing run names its seed; the seed replays it.
+@Suite struct SyncRandomRaceTests {
+    /// A machine's writer held open across steps (its handle), or none.
+    final class Writers: Sendable {
+        let held = Mutex<[String: UInt64]>([:])
+    }
+
+    @Test(arguments: 0..<48) func randomSavesAndWritersRacingTheEnginesConvergeOnEveryStore(seed: UInt64) throws {
+        let fixture = TwoStoresInStepTests()
+        let (remote, a, b, c, item) = try fixture.threeMachinesInStep(on: "plan.txt", "base")
+        defer { for machine in [a, b, c] { machine.cleanUp() } }
+        let machines = [a, b, c]
+        var random = SplitMix(seed: 0xD0C5 &+ seed)
+        let writers = Writers()
+        var saved = 0
+        var steps: [String] = []
+        let tracing = ProcessInfo.processInfo.environment["DOCFS_SYNC_TRACE"] != nil
+        func step(_ line: String) {
+            steps.append(line)
+            if tracing {
+                print("STEP \(line) [" + machines.map { "\(name($0)) v\($0.versionNumber("plan.txt")) \($0.versionList(of: item).joined(separator: ","))" }.joined(separator: " | ") + "]")
+            }
+        }
+        func name(_ machine: TwoStoresInStepTests.Machine) -> String { machine.sync.author.machine }
+        /// Opens the document for writing on `machine` (truncating it) and writes `text`; the
+        /// writer stays open until `letGo`.
+        @Sendable func openAndWrite(_ filesystem: Filesystem, _ text: String) throws -> UInt64 {
+            let node = try filesystem.lookup(parent: 1, name: "plan.txt").node
+            let file = try filesystem.open(node, flags: O_RDWR | O_TRUNC, caller: .daemon)
+            _ = try filesystem.write(file.handle, bytes: Array(text.utf8), offset: 0)
+            try filesystem.flush(file.handle)
+            return file.handle
+        }
+        func letGo(_ machine: TwoStoresInStepTests.Machine) {
+            if let handle = writers.held.withLock({ $0.removeValue(forKey: name(machine)) }) { machine.filesystem.release(handle) }
+        }
+        for _ in 0..<40 {
+            let machine = machines[random.next(below: 3)]
+            let holding = writers.held.withLock { $0[name(machine)] != nil }
+            saved += 1
+            let text = "\(name(machine))'s save \(saved)"
+            switch random.next(below: 10) {
+            case 0...2 where !holding:
+                try machine.save("plan.txt", text)
+                step("\(name(machine)) saves")
+            case 3 where !holding:
+                writers.held.withLock { $0[name(machine)] = try? openAndWrite(machine.filesystem, text) }
+                step("\(name(machine)) opens a writer")
+            case 4 where holding:
+                letGo(machine)
+                step("\(name(machine)) lets its writer go")
+            case 5 where !holding:
+                // A writer opens the document while the engine commits (the commit's answer,
+                // a refusal of a stale base, a conflict version's commit: whichever comes next).
+                let filesystem = machine.filesystem
+                let key = name(machine)
+                remote.beforeNextCommit {
+                    writers.held.withLock { held in
+                        if held[key] == nil { held[key] = try? openAndWrite(filesystem, text) }
+                    }
+                }
+                _ = try? machine.engine.syncOnce()
+                step("\(name(machine)) syncs, a writer opening during a commit")
+            default:
+                _ = try? machine.engine.syncOnce()
+                step("\(name(machine)) syncs")
+            }
+        }
+        remote.beforeNextCommit { }  // a hook no commit ran stays unrun
+        for machine in machines { letGo(machine) }
+        for _ in 0..<6 { for machine in machines { _ = try? machine.engine.syncOnce() } }
+        let current = try #require(try remote.currentVersion(of: item))
+        let history = try remote.versions(of: item, after: 0, limit: 200)
+        let described = history.map { "v\($0.number)\($0.conflict ? " conflict" : $0.previous == true ? " aside" : "")" }
+        let committed = Set(try history.filter { !$0.deleted }.map { String(decoding: try ($0.chunks ?? []).flatMap { try remote.fetchChunk($0) }, as: UTF8.self) })
+        let first = a.versionList(of: item)
+        let context = "seed \(seed): \(steps.joined(separator: "; ")); remote: \(described)"
+        for machine in machines {
+            let here = machine.versionNumber("plan.txt")
+            #expect(machine.content("plan.txt").map { committed.contains($0) } == true, "\(name(machine)): \(context)")
+            #expect(here == current.number, "\(name(machine)) holds v\(here), the remote v\(current.number): \(context)")
+            #expect(machine.versionList(of: item) == first, "\(name(machine)): \(machine.versionList(of: item)), a: \(first); \(context)")
+            let kept = Set(try machine.keptContents(of: item, at: "plan.txt").values + [machine.content("plan.txt") ?? ""])
+            #expect(kept.isSuperset(of: committed), "\(name(machine)) lacks \(committed.subtracting(kept).sorted()); \(context)")
+        }
+    }
+}
