@@ -88,6 +88,7 @@ extension Filesystem {
             let gone = knownNode(at: name, in: directory)
             let victim = gone?.type == S_IFREG ? gone : nil
             let wasReference = victim?.isReference ?? (reference(at: name, in: directory) != nil)
+            try keepDeltasWhole(before: name, in: directory)
             try changingName(name, in: directory) { unlinkat(directory.fd, name.cString, 0) }
             gone?.found(at: nil)  // gone by docfs's hand: no writer raced for it
             var change = ChangeRecord.name(.deleted(wasReference: wasReference), name, in: directory, item: victim?.item)
@@ -179,6 +180,20 @@ extension Filesystem {
     }
 
     /// The kernel's node of the file or folder at `name` in `directory`, if it knows it.
+    /// The content `name` in `directory` holds is about to go (its last name): when the newest
+    /// version kept of its document is a delta of it (an append session's), that version is
+    /// made whole first, or it would go with it (C4). Nothing to do for most files: one look
+    /// at the document's kept versions.
+    private func keepDeltasWhole(before name: FileName, in directory: Node) throws(DocfsError) {
+        let fd = openat(directory.fd, name.cString, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1,
+              let item = ItemAttributes.id(ofDescriptor: fd) else { return }
+        _ = try store.versions.materializeNewestPrefix(of: item, from: fd)
+    }
+
     private func knownNode(at name: FileName, in directory: Node) -> Node? {
         var st = stat()
         guard fstatat(directory.fd, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return nil }

@@ -659,9 +659,9 @@ public final class SyncEngine: Sendable {
 
     /// Applies `change`; one that cannot be applied here for a reason of its own (not the
     /// network) is parked, so the changes after it are not held up behind it.
-    private func takeOrPark(_ change: RemoteChange, _ round: inout Round) throws(SyncError) {
+    private func takeOrPark(_ change: RemoteChange, relisting: Bool = false, _ round: inout Round) throws(SyncError) {
         do {
-            try take(change, &round)
+            try take(change, relisting: relisting, &round)
         } catch where !error.isTransient && !stopRequested.load(ordering: .relaxed) {
             note("down \(change.version.item) v\(change.version.number): parked: \(error)")
             try SyncError.local("park change \(change.sequence)") { try store.park(change, problem: error.description) }
@@ -685,7 +685,7 @@ public final class SyncEngine: Sendable {
             for change in page.sorted(by: { ($0.version.kind == .folder ? 0 : 1) < ($1.version.kind == .folder ? 0 : 1) }) {
                 try checkStop()
                 listed.insert(change.version.item)
-                try takeOrPark(change, &round)
+                try takeOrPark(change, relisting: true, &round)
             }
             guard let last = page.last?.version.item, page.count == pageSize else { break }
             after = last
@@ -777,7 +777,9 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    private func take(_ change: RemoteChange, _ round: inout Round) throws(SyncError) {
+    /// `relisting`: the change is an item's current version from a full listing (no log), whose
+    /// earlier versions, when the item is new here, are not fetched.
+    private func take(_ change: RemoteChange, relisting: Bool = false, _ round: inout Round) throws(SyncError) {
         let version = change.version
         if version.previous == true {
             // A save set aside on another machine: kept here too, beside the content (ours was
@@ -822,6 +824,12 @@ public final class SyncEngine: Sendable {
                 let low = state.version.deleted && state.version.base > 0 ? state.version.base - 1 : state.number
                 keepingEarlierVersions(of: version.item) { () throws(SyncError) in
                     try keepSkipped(of: version.item, after: low, before: version)
+                }
+            } else if version.number > 1 && !relisting {
+                // New here at a later version (its first ones were parked, say, and are no longer
+                // needed): the earlier ones are kept, as every machine that applied them keeps them.
+                keepingEarlierVersions(of: version.item) { () throws(SyncError) in
+                    try keepSkipped(of: version.item, after: 0, before: version)
                 }
             }
             round.applied += 1

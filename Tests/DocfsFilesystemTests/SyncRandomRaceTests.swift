@@ -101,4 +101,113 @@ import Glibc
             #expect(kept.isSuperset(of: committed), "\(name(machine)) lacks \(committed.subtracting(kept).sorted()); \(context)")
         }
     }
+
+    /// The top-level documents of `machine` (no working or control files), by name.
+    static func documentNames(_ machine: TwoStoresInStepTests.Machine) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: machine.documents)) ?? []).filter { !$0.hasPrefix(".") }.sorted()
+    }
+
+    /// Each document of `machine` as "name id vN content", and the versions kept of each.
+    static func tree(_ machine: TwoStoresInStepTests.Machine) -> (documents: [String], versions: [UInt64: [String]]) {
+        var documents: [String] = []
+        var versions: [UInt64: [String]] = [:]
+        for name in documentNames(machine) {
+            let id = machine.id(name) ?? 0
+            // No number yet (a document made here, not saved since) counts as 1, as everywhere.
+            documents.append("\(name) \(id) v\(max(machine.versionNumber(name), 1)) \(machine.content(name) ?? "?")")
+            versions[id] = machine.versionList(of: id)
+        }
+        return (documents, versions)
+    }
+
+    /// As above, with renames, deletions (an edit elsewhere brings the document back), appends
+    /// and safe-saves (a new file renamed over the document) among the steps, on documents
+    /// that come and go: once every writer let go and the stores synced, all three hold the
+    /// same documents (names, ids, numbers, content) and list the same versions of each.
+    @Test(arguments: 0..<300) func randomEditsRenamesAndDeletionsConvergeOnEveryStore(seed: UInt64) throws {
+        let fixture = TwoStoresInStepTests()
+        let (remote, a, b, c, _) = try fixture.threeMachinesInStep(on: "plan.txt", "base")
+        defer { for machine in [a, b, c] { machine.cleanUp() } }
+        let machines = [a, b, c]
+        let names = ["plan.txt", "notes.txt", "draft.txt"]
+        var random = SplitMix(seed: 0xED17 &+ seed)
+        let writers = Writers()
+        var saved = 0
+        var steps: [String] = []
+        let tracing = ProcessInfo.processInfo.environment["DOCFS_SYNC_TRACE"] != nil
+        func name(_ machine: TwoStoresInStepTests.Machine) -> String { machine.sync.author.machine }
+        func step(_ line: String) {
+            steps.append(line)
+            if tracing { print("STEP \(line) " + machines.map { "\(name($0)): \(Self.tree($0))" }.joined(separator: " | ")) }
+        }
+        @Sendable func openAndWrite(_ filesystem: Filesystem, _ document: String, _ text: String) throws -> UInt64 {
+            let node = try filesystem.lookup(parent: 1, name: FileName(document)).node
+            let file = try filesystem.open(node, flags: O_RDWR | O_TRUNC, caller: .daemon)
+            _ = try filesystem.write(file.handle, bytes: Array(text.utf8), offset: 0)
+            try filesystem.flush(file.handle)
+            return file.handle
+        }
+        func letGo(_ machine: TwoStoresInStepTests.Machine) {
+            if let handle = writers.held.withLock({ $0.removeValue(forKey: name(machine)) }) { machine.filesystem.release(handle) }
+        }
+        for _ in 0..<48 {
+            let machine = machines[random.next(below: 3)]
+            let holding = writers.held.withLock { $0[name(machine)] != nil }
+            let present = Self.documentNames(machine)
+            let document = present.isEmpty ? names[random.next(below: names.count)] : present[random.next(below: present.count)]
+            let other = names[random.next(below: names.count)]
+            saved += 1
+            let text = "\(name(machine))'s save \(saved)"
+            let filesystem = machine.filesystem
+            switch random.next(below: 14) {
+            case 0...2 where !holding:
+                try machine.save(document, text)
+                step("\(name(machine)) saves \(document)")
+            case 3 where !holding && present.contains(document):
+                try machine.append(document, " +\(saved)")
+                step("\(name(machine)) appends to \(document)")
+            case 4 where !holding && present.contains(document) && !present.contains(other):
+                _ = try filesystem.rename(parent: 1, name: FileName(document), newParent: 1, newName: FileName(other), flags: 0, caller: .daemon)
+                step("\(name(machine)) renames \(document) to \(other)")
+            case 5 where !holding && present.contains(document):
+                try filesystem.unlink(parent: 1, name: FileName(document))
+                step("\(name(machine)) deletes \(document)")
+            case 6 where !holding && present.contains(document):
+                // A safe-save: the new content written to a new file, renamed over the document.
+                try machine.save(".\(document).tmp", text)
+                _ = try filesystem.rename(parent: 1, name: FileName(".\(document).tmp"), newParent: 1, newName: FileName(document), flags: 0, caller: .daemon)
+                step("\(name(machine)) safe-saves \(document)")
+            case 7 where !holding && present.contains(document):
+                writers.held.withLock { $0[name(machine)] = try? openAndWrite(filesystem, document, text) }
+                step("\(name(machine)) opens a writer on \(document)")
+            case 8 where holding:
+                letGo(machine)
+                step("\(name(machine)) lets its writer go")
+            case 9 where !holding && present.contains(document):
+                let key = name(machine)
+                remote.beforeNextCommit {
+                    writers.held.withLock { held in
+                        if held[key] == nil { held[key] = try? openAndWrite(filesystem, document, text) }
+                    }
+                }
+                _ = try? machine.engine.syncOnce()
+                step("\(name(machine)) syncs, a writer opening \(document) during a commit")
+            default:
+                _ = try? machine.engine.syncOnce()
+                step("\(name(machine)) syncs")
+            }
+        }
+        remote.beforeNextCommit { }
+        for machine in machines { letGo(machine) }
+        for _ in 0..<6 { for machine in machines { _ = try? machine.engine.syncOnce() } }
+        let first = Self.tree(a)
+        let context = "seed \(seed): \(steps.joined(separator: "; "))"
+        for machine in [b, c] {
+            let tree = Self.tree(machine)
+            #expect(tree.documents == first.documents, "\(name(machine)): \(tree.documents), a: \(first.documents); \(context)")
+            for (id, list) in first.versions where tree.versions[id] != list {
+                Issue.record("item \(id): \(name(machine)) keeps \(tree.versions[id] ?? []), a \(list); \(context)")
+            }
+        }
+    }
 }
