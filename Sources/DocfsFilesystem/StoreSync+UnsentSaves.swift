@@ -116,16 +116,20 @@ extension StoreSync {
         let id = ItemID(rawValue: item)
         let versions = shared.store.versions
         guard let record = versions.record(of: id, version: number), record.kind == .previous else { return false }
-        // Not one a delta kept below it is made up from.
-        if record.isInChain, let below = versions.versions(of: id).filter(\.isInChain).last(where: { $0.version < number }),
-           below.isPrefix {
-            return false
-        }
         guard let content = try unsentSave(of: item, number: number, cut: { _ in }), content.manifest == manifest else { return false }
         if let keptAs {
             guard let other = try unsentSave(of: item, number: keptAs, cut: { _ in }), other.manifest == manifest else { return false }
         }
-        try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in versions.remove(id, version: number) }
+        let document = try openDocument(item)
+        defer { if document >= 0 { close(document) } }
+        try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in
+            // A delta kept below it is made up from it: made whole first.
+            if record.isInChain, let below = versions.versions(of: id).filter(\.isInChain).last(where: { $0.version < number }),
+               below.isPrefix {
+                try versions.makeWhole(id, version: below.version, current: document >= 0 ? "/proc/self/fd/\(document)" : "/nonexistent")
+            }
+            versions.remove(id, version: number)
+        }
         return true
     }
 

@@ -93,7 +93,7 @@ extension VersionStore {
 
     /// Makes delta `version` of `item` a whole copy of what it stands for (made up as
     /// `openContent` does, `current` the current content's path), in place.
-    func makeWhole(_ item: ItemID, version: UInt64, current: String) throws(DocfsError) {
+    public func makeWhole(_ item: ItemID, version: UInt64, current: String) throws(DocfsError) {
         guard var record = try? readRecord(item, version), record.isPrefix else { return }
         let content = try openContent(item, version: version, current: current)
         let incoming = try makeIncoming(item)

@@ -44,7 +44,8 @@ public final class SyncEngine: Sendable {
     /// or the last (`docfs remote status`: waiting to come down).
     public let incoming = Atomic<Int>(0)
     /// When parked changes were last tried again (a monotonic second): after each round that
-    /// applied something, else at most every `parkedRetryInterval`.
+    /// applied something or handled a local change (a writer letting go of an item a change
+    /// waits for), else at most every `parkedRetryInterval`.
     private let parkedTried = Atomic<Int64>(0)
     static let parkedRetryInterval: Int64 = 30
 
@@ -88,6 +89,9 @@ public final class SyncEngine: Sendable {
         /// The round ended with outbox entries still waiting (it sends at most the pages it
         /// was given): the next round is due at once.
         public var moreWaiting = false
+        /// Outbox entries the round handled (a local change, a writer that let go): what held
+        /// a parked change back may be gone.
+        public var handled = 0
 
         public init() {}
     }
@@ -123,6 +127,7 @@ public final class SyncEngine: Sendable {
                 try upload(entry, &round)
                 try SyncError.local("acknowledge outbox entry \(entry.sequence)") { try store.acknowledge(entry) }
                 handled += 1
+                round.handled += 1
             }
         }
         // Every page given was sent: is there more? Not when every entry of them is to go
@@ -249,6 +254,14 @@ public final class SyncEngine: Sendable {
             tombstone.author = store.author
             proposal = tombstone
         }
+        // A writer opened it while the saves before it went up, and some stay unsent (a save is
+        // not set aside under a writer): the content would go up past them, and they would stay
+        // here alone. It goes once the writer lets go.
+        if let local, local.kind == .file, try stranded(of: item, after: state?.number ?? 0, before: proposal.number),
+           store.putOffWhileWritten(item) {
+            note("up \(item): put off, a writer opened it while its saves went up")
+            return
+        }
         let proposed = "\(proposal.deleted ? "a deletion" : "\(proposal.name) of \(proposal.size) bytes") on base \(proposal.base)"
         note("up \(item): committing \(proposed)")
         // The operation id is the outbox entry's and what it proposes: a retry of this proposal
@@ -267,6 +280,14 @@ public final class SyncEngine: Sendable {
             try takeCurrent(over: proposal, keepingOurs: proposal.deleted ? nil : number, after: state, &round)
         case .stale:
             try resolve(proposal, lostFrom: state, operation: operation, &round)
+        }
+    }
+
+    /// Whether saves of `item` made here between `number` and `current` have not gone up.
+    private func stranded(of item: UInt64, after number: UInt64, before current: UInt64) throws(SyncError) -> Bool {
+        try SyncError.local("list the saves of item \(item) not gone up") {
+            try !store.unsentSaves(of: item, after: number, before: current).isEmpty
+                || !store.unsentSavesBeforeConflicts(of: item, after: number, before: current).isEmpty
         }
     }
 
@@ -651,7 +672,7 @@ public final class SyncEngine: Sendable {
     func pull(_ round: inout Round) throws(SyncError) {
         try pullLog(&round)
         let now = Int64(Self.seconds())
-        if round.applied > 0 || now - parkedTried.load(ordering: .relaxed) >= Self.parkedRetryInterval {
+        if round.applied > 0 || round.handled > 0 || now - parkedTried.load(ordering: .relaxed) >= Self.parkedRetryInterval {
             parkedTried.store(now, ordering: .relaxed)
             try retryParked(&round)
         }
@@ -867,13 +888,22 @@ public final class SyncEngine: Sendable {
     ///
     /// A version whose next one only renamed it is kept nowhere (the next holds its content):
     /// one this machine kept of its own under its number (a save here that started from it)
-    /// goes, so every machine lists the same versions; `low` itself is looked at for that.
+    /// goes, so every machine lists the same versions; `low` itself, and the few versions
+    /// before it (`renamedLookBack`), are looked at for that.
+    static let renamedLookBack: UInt64 = 8
+
     private func keepSkipped(of item: UInt64, after low: UInt64, before applied: RemoteVersion) throws(SyncError) {
         let high = applied.number
         guard applied.kind == .file, high > low + 1 else { return }
         let from = max(max(low, 1), high > 64 ? high - 64 : 1)
-        let listed = try SyncError.remote { () throws(RemoteError) in try remote.versions(of: item, after: from - 1, limit: 256) }
+        // A few before `from` too: one this machine kept of its own there, whose next only
+        // renamed it, goes once that next is kept here (it may come only now: an edit back over
+        // a deletion brings the version the deletion removed).
+        let earlier = from > Self.renamedLookBack ? from - Self.renamedLookBack : 1
+        let all = try SyncError.remote { () throws(RemoteError) in try remote.versions(of: item, after: earlier - 1, limit: 256) }
+        let listed = all.filter { $0.number >= from }
         let skipped = listed.filter { $0.number < high && !$0.conflict && $0.previous != true }
+        let before = all.filter { $0.number < from && !$0.conflict && $0.previous != true }
         // Conflict versions and saves set aside that came while the item was gone here (its
         // deletion applied, or made here) were not kept then: they are now, but for conflicts a
         // version resolved.
@@ -911,9 +941,15 @@ public final class SyncEngine: Sendable {
         // version applied, or one kept above): a failed keep loses nothing.
         // Its content is kept under the number of the first version after it that did more than
         // rename it (renames in a row pass it on): the one an edit then replaced, or the applied.
+        // Before `from`: those whose next (also before, or the first listed) only renamed them.
+        let chain = before + skipped + [applied]
+        for (version, next) in zip(before, chain.dropFirst())
+        where version.kind == .file && !version.deleted && !next.deleted && next.manifest == version.manifest {
+            renamedOnly.insert(version, at: renamedOnly.firstIndex { $0.number > version.number } ?? renamedOnly.endIndex)
+        }
         let renamedNumbers = Set(renamedOnly.map(\.number))
         for version in renamedOnly {
-            guard let next = (skipped + [applied]).first(where: { $0.number > version.number && !renamedNumbers.contains($0.number) })
+            guard let next = chain.first(where: { $0.number > version.number && !renamedNumbers.contains($0.number) })
             else { continue }
             try SyncError.local("look at version \(version.number) of item \(item)") {
                 if try store.forgetPrevious(version.number, of: item, holding: version.chunks ?? [],
@@ -983,6 +1019,9 @@ public final class SyncEngine: Sendable {
             return false
         }
         try settle(current, number: current.number, sequence: nil, after: state)
+        // The versions it passed over are kept, as when it is taken in turn.
+        let low = state.version.deleted && state.version.base > 0 ? state.version.base - 1 : state.number
+        keepingEarlierVersions(of: holder) { () throws(SyncError) in try keepSkipped(of: holder, after: low, before: current) }
         return true
     }
 

@@ -307,7 +307,7 @@ public protocol SyncedStore: Sendable {
     /// Removes the item's kept previous version `number` when it holds exactly the content
     /// `manifest` names (a later version holds the same content: the content here, or the
     /// version kept as `keptAs` when given, which must hold it too); answers whether it did.
-    /// Never a conflict version, nor one a delta kept below it is made up from.
+    /// Never a conflict version; a delta kept below it, made up from it, is made whole first.
     func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest], keptAs: UInt64?) throws -> Bool
 
     /// Save `number` of the item (see `unsentSaves`) went up numbered `given` by the remote: it
