@@ -1097,6 +1097,34 @@ final class HeldWriter: Sendable {
                          keeping: ["base", "c's edit", "a's first", "a's second", "b's first", "b's second"])
     }
 
+    /// A document appended to (its earlier content kept as a delta of the file: a prefix) and
+    /// then deleted: the kept version is made whole before the file goes, so it still reads as
+    /// it was here, and goes up before the deletion (every machine keeps it should an edit
+    /// bring the document back).
+    @Test func aDeletedDocumentsDeltaVersionStaysReadableAndGoesUp() throws {
+        let (remote, a, b, item) = try twoMachinesInStep(on: "log.txt", "one")
+        defer { a.cleanUp(); b.cleanUp() }
+        try a.save("log.txt", "one two")
+        try a.append("log.txt", " three")
+        let kept = a.store.versions.versions(of: ItemID(rawValue: item))
+        #expect(kept.last?.isPrefix == true, "the appended-to version is a delta: \(kept)")
+        try a.filesystem.unlink(parent: 1, name: "log.txt")
+        let whole = a.store.versions.versions(of: ItemID(rawValue: item))
+        #expect(whole.allSatisfy { !$0.isPrefix }, "\(whole)")
+        let newest = try #require(whole.last)
+        let content = try a.store.versions.openContent(ItemID(rawValue: item), version: newest.version, current: "/nonexistent")
+        let made = a.directory + "/made"
+        let fd = open(made, O_RDWR | O_CREAT | O_TRUNC, 0o600)
+        defer { close(fd); unlink(made) }
+        _ = try content.copy(to: fd)
+        #expect(try String(contentsOfFile: made, encoding: .utf8) == "one two")
+        for _ in 0..<2 { for machine in [a, b] { try machine.engine.syncOnce() } }
+        let history = try remote.versions(of: item, after: 0, limit: 10)
+        #expect(history.last?.deleted == true)
+        let sent = try history.filter { !$0.deleted }.map { String(decoding: try ($0.chunks ?? []).flatMap { try remote.fetchChunk($0) }, as: UTF8.self) }
+        #expect(sent.contains("one two"), "\(sent)")
+    }
+
     /// A save that wrote the content last in step again, then another save: the repeat never
     /// goes up (it adds nothing), so no other machine keeps it, and neither does the machine
     /// that made it, which keeps the version it repeats.

@@ -20,6 +20,21 @@ import Glibc
     /// A machine's writer held open across steps (its handle), or none.
     final class Writers: Sendable {
         let held = Mutex<[String: UInt64]>([:])
+
+        /// Releases the writer `machine` holds, if any.
+        func letGo(_ machine: TwoStoresInStepTests.Machine) {
+            if let handle = held.withLock({ $0.removeValue(forKey: machine.sync.author.machine) }) { machine.filesystem.release(handle) }
+        }
+    }
+
+    /// Opens the top-level `document` on `filesystem` for writing (truncating it) and writes
+    /// `text`; answers the handle, open until let go.
+    static func openAndWrite(_ filesystem: Filesystem, _ document: String, _ text: String) throws -> UInt64 {
+        let node = try filesystem.lookup(parent: 1, name: FileName(document)).node
+        let file = try filesystem.open(node, flags: O_RDWR | O_TRUNC, caller: .daemon)
+        _ = try filesystem.write(file.handle, bytes: Array(text.utf8), offset: 0)
+        try filesystem.flush(file.handle)
+        return file.handle
     }
 
     @Test(arguments: 0..<64) func randomSavesAndWritersRacingTheEnginesConvergeOnEveryStore(seed: UInt64) throws {
@@ -39,18 +54,7 @@ import Glibc
             }
         }
         func name(_ machine: TwoStoresInStepTests.Machine) -> String { machine.sync.author.machine }
-        /// Opens the document for writing on `machine` (truncating it) and writes `text`; the
-        /// writer stays open until `letGo`.
-        @Sendable func openAndWrite(_ filesystem: Filesystem, _ text: String) throws -> UInt64 {
-            let node = try filesystem.lookup(parent: 1, name: "plan.txt").node
-            let file = try filesystem.open(node, flags: O_RDWR | O_TRUNC, caller: .daemon)
-            _ = try filesystem.write(file.handle, bytes: Array(text.utf8), offset: 0)
-            try filesystem.flush(file.handle)
-            return file.handle
-        }
-        func letGo(_ machine: TwoStoresInStepTests.Machine) {
-            if let handle = writers.held.withLock({ $0.removeValue(forKey: name(machine)) }) { machine.filesystem.release(handle) }
-        }
+        func letGo(_ machine: TwoStoresInStepTests.Machine) { writers.letGo(machine) }
         for _ in 0..<40 {
             let machine = machines[random.next(below: 3)]
             let holding = writers.held.withLock { $0[name(machine)] != nil }
@@ -61,7 +65,7 @@ import Glibc
                 try machine.save("plan.txt", text)
                 step("\(name(machine)) saves")
             case 3 where !holding:
-                writers.held.withLock { $0[name(machine)] = try? openAndWrite(machine.filesystem, text) }
+                writers.held.withLock { $0[name(machine)] = try? SyncRandomRaceTests.openAndWrite(machine.filesystem, "plan.txt", text) }
                 step("\(name(machine)) opens a writer")
             case 4 where holding:
                 letGo(machine)
@@ -73,7 +77,7 @@ import Glibc
                 let key = name(machine)
                 remote.beforeNextCommit {
                     writers.held.withLock { held in
-                        if held[key] == nil { held[key] = try? openAndWrite(filesystem, text) }
+                        if held[key] == nil { held[key] = try? SyncRandomRaceTests.openAndWrite(filesystem, "plan.txt", text) }
                     }
                 }
                 _ = try? machine.engine.syncOnce()
@@ -140,16 +144,7 @@ import Glibc
             steps.append(line)
             if tracing { print("STEP \(line) " + machines.map { "\(name($0)): \(Self.tree($0))" }.joined(separator: " | ")) }
         }
-        @Sendable func openAndWrite(_ filesystem: Filesystem, _ document: String, _ text: String) throws -> UInt64 {
-            let node = try filesystem.lookup(parent: 1, name: FileName(document)).node
-            let file = try filesystem.open(node, flags: O_RDWR | O_TRUNC, caller: .daemon)
-            _ = try filesystem.write(file.handle, bytes: Array(text.utf8), offset: 0)
-            try filesystem.flush(file.handle)
-            return file.handle
-        }
-        func letGo(_ machine: TwoStoresInStepTests.Machine) {
-            if let handle = writers.held.withLock({ $0.removeValue(forKey: name(machine)) }) { machine.filesystem.release(handle) }
-        }
+        func letGo(_ machine: TwoStoresInStepTests.Machine) { writers.letGo(machine) }
         for _ in 0..<48 {
             let machine = machines[random.next(below: 3)]
             let holding = writers.held.withLock { $0[name(machine)] != nil }
@@ -178,7 +173,7 @@ import Glibc
                 _ = try filesystem.rename(parent: 1, name: FileName(".\(document).tmp"), newParent: 1, newName: FileName(document), flags: 0, caller: .daemon)
                 step("\(name(machine)) safe-saves \(document)")
             case 7 where !holding && present.contains(document):
-                writers.held.withLock { $0[name(machine)] = try? openAndWrite(filesystem, document, text) }
+                writers.held.withLock { $0[name(machine)] = try? SyncRandomRaceTests.openAndWrite(filesystem, document, text) }
                 step("\(name(machine)) opens a writer on \(document)")
             case 8 where holding:
                 letGo(machine)
@@ -187,7 +182,7 @@ import Glibc
                 let key = name(machine)
                 remote.beforeNextCommit {
                     writers.held.withLock { held in
-                        if held[key] == nil { held[key] = try? openAndWrite(filesystem, document, text) }
+                        if held[key] == nil { held[key] = try? SyncRandomRaceTests.openAndWrite(filesystem, document, text) }
                     }
                 }
                 _ = try? machine.engine.syncOnce()
