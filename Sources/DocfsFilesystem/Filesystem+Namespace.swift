@@ -179,21 +179,24 @@ extension Filesystem {
         knownNode(at: name, in: directory)?.found(at: Node.Place(directory: directory.key, name: name))
     }
 
-    /// The kernel's node of the file or folder at `name` in `directory`, if it knows it.
     /// The content `name` in `directory` holds is about to go (its last name): when the newest
     /// version kept of its document is a delta of it (an append session's), that version is
     /// made whole first, or it would go with it (C4). Nothing to do for most files: one look
-    /// at the document's kept versions.
+    /// at the document's kept versions. Only a regular file is opened to be read.
     private func keepDeltasWhole(before name: FileName, in directory: Node) throws(DocfsError) {
-        let fd = openat(directory.fd, name.cString, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        defer { close(fd) }
+        let path = openat(directory.fd, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard path >= 0 else { return }
+        defer { close(path) }
         var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1,
-              let item = ItemAttributes.id(ofDescriptor: fd) else { return }
+        guard fstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1,
+              let item = ItemAttributes.id(ofDescriptor: path) else { return }
+        let fd = Glibc.open("/proc/self/fd/\(path)", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw DocfsError.errno("opening item \(item) to keep its versions whole before it goes") }
+        defer { close(fd) }
         _ = try store.versions.materializeNewestPrefix(of: item, from: fd)
     }
 
+    /// The kernel's node of the file or folder at `name` in `directory`, if it knows it.
     private func knownNode(at name: FileName, in directory: Node) -> Node? {
         var st = stat()
         guard fstatat(directory.fd, name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return nil }

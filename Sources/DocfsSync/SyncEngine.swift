@@ -44,8 +44,8 @@ public final class SyncEngine: Sendable {
     /// or the last (`docfs remote status`: waiting to come down).
     public let incoming = Atomic<Int>(0)
     /// When parked changes were last tried again (a monotonic second): after each round that
-    /// applied something or handled a local change (a writer letting go of an item a change
-    /// waits for), else at most every `parkedRetryInterval`.
+    /// applied something or handled a local change (what a writer a change waits for saved),
+    /// else at most every `parkedRetryInterval`.
     private let parkedTried = Atomic<Int64>(0)
     static let parkedRetryInterval: Int64 = 30
 
