@@ -49,22 +49,30 @@ public final class SyncLoop: Sendable {
     /// How long a wake-up waits for more changes before its round (seconds).
     private let gather: Double
     /// How long, at most, rounds give way to a burst of local changes (a tar x, a build, a git
-    /// checkout): while wake-ups keep arriving at `burstWakeUps` a `gather` or more, the
-    /// round waits for the burst to pause, so reading, hashing and sending the files does not
-    /// take the CPU the burst's own writes need; then its changes go up in one round.
+    /// checkout): once wake-ups arrive at `burstWakeUps` a `gather` or more, the round waits
+    /// until they stop for `burstQuiet`, so reading, hashing and sending the files does not take
+    /// the CPU the burst's own writes need; then its changes go up in one round. Past this the
+    /// rounds run beside the burst (at the sync thread's lower priority).
     private let burstDeferral: Double
     static let burstWakeUps = 8
+    /// How long a burst must go without a change to be over: its own pauses (a big file's
+    /// writes, a busy machine giving the CPU elsewhere for a few time slices) stay inside it.
+    /// Without this a tar x on a loaded machine looked over at its first 20 ms pause, and the
+    /// round that started then took the CPU from the rest of it (issue 22 §7: 1.2x to 1.8x the
+    /// unlinked time beside a CPU hog).
+    private let burstQuiet: Double
 
     /// Run first on the loop's thread (the daemon lowers its priority there).
     private let threadSetup: @Sendable () -> Void
 
-    public init(engine: SyncEngine, pollInterval: Double = 5, gather: Double = 0.02, burstDeferral: Double = 2,
-                sweepInterval: Double = 86400, sweepGrace: Double = 3600, threadSetup: @escaping @Sendable () -> Void = {},
+    public init(engine: SyncEngine, pollInterval: Double = 5, gather: Double = 0.02, burstDeferral: Double = 10,
+                burstQuiet: Double = 0.15, sweepInterval: Double = 86400, sweepGrace: Double = 3600, threadSetup: @escaping @Sendable () -> Void = {},
                 log: @escaping @Sendable (String) -> Void) {
         self.engine = engine
         self.threadSetup = threadSetup
         self.gather = gather
         self.burstDeferral = burstDeferral
+        self.burstQuiet = burstQuiet
         self.pollInterval = pollInterval
         self.sweepInterval = sweepInterval
         self.sweepGrace = sweepGrace
@@ -101,18 +109,24 @@ public final class SyncLoop: Sendable {
         return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
     }
 
-    /// Waits a `gather`, and more while wake-ups arrive as fast as a burst's (`burstWakeUps`
-    /// a `gather`), up to `burstDeferral` in all or until the loop stops. Answers whether the
-    /// burst outlasted `burstDeferral` (it goes on: the next round sends all that waits, or a
-    /// long burst would pile up behind one page a hold).
+    /// Waits a `gather`; if wake-ups came as fast as a burst's (`burstWakeUps` in it), waits on
+    /// until none has come for `burstQuiet`, up to `burstDeferral` in all or until the loop
+    /// stops. Answers whether the burst outlasted `burstDeferral` (it goes on: the next round
+    /// sends all that waits, or a long burst would pile up behind one page a hold).
     private func holdWhileBursting() -> Bool {
         let start = Self.monotonic()
+        var lastWakeUp = start
+        var first = true
         while true {
             usleep(UInt32(gather * 1_000_000))
             var wakeUps = 0
             while wakeUp.wait(seconds: 0) { wakeUps += 1 }
-            if wakeUps < Self.burstWakeUps || state.withLock({ $0.stopping }) { return false }
-            if Self.monotonic() - start >= burstDeferral { return true }
+            let now = Self.monotonic()
+            if first && wakeUps < Self.burstWakeUps { return false }
+            first = false
+            if wakeUps > 0 { lastWakeUp = now }
+            if now - lastWakeUp >= burstQuiet || state.withLock({ $0.stopping }) { return false }
+            if now - start >= burstDeferral { return true }
         }
     }
 
@@ -180,7 +194,7 @@ public final class SyncLoop: Sendable {
                         && Self.monotonic() - roundEnded < 4 * gather {
                 // Woken again right after a round: a burst (tar x, a build). Its changes gather a
                 // moment into one round, so the rounds' reads of the index do not make it commit
-                // once per file; while they keep streaming in, up to `burstDeferral`. A lone
+                // once per file; until they stop for `burstQuiet`, up to `burstDeferral`. A lone
                 // save goes at once.
                 burstOutlasted = holdWhileBursting()
             }
