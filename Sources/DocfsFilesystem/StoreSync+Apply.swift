@@ -146,34 +146,56 @@ extension StoreSync {
     /// the content here (which stays). `aside`: a save set aside on another machine, whose
     /// number a save of this machine's that never went up gives way to, as for a conflict.
     /// The document moved meanwhile (its content is fetched before the claim): looked for
-    /// again, a few times.
+    /// again, a few times. On a store that downloads on demand the version is kept promised
+    /// (issue 23: nothing fetched until it is read), unless a version kept here holds its
+    /// number (which needs its content to tell whether they are one).
     private func keep(_ version: RemoteVersion, as kind: VersionRecord.Kind, aside: Bool = false,
                       fetch: (ChunkDigest) throws -> [UInt8]) throws {
-        for _ in 0..<Self.keepAttempts - 1 {
-            if try keepBeside(version, as: kind, aside: aside, fetch: fetch) { return }
+        var promising = keepsRemoteVersionsPromised && version.size > 0
+        for _ in 0..<Self.keepAttempts {
+            switch try keepBeside(version, as: kind, aside: aside, promising: promising, fetch: fetch) {
+            case .kept: return
+            case .moved: continue
+            case .needsContent: promising = false
+            }
         }
-        guard try keepBeside(version, as: kind, aside: aside, fetch: fetch) else {
-            throw StoreSyncError("item \(version.item) kept moving while its version \(version.number) was kept: it is kept at the next look")
-        }
+        throw StoreSyncError("item \(version.item) kept moving while its version \(version.number) was kept: it is kept at the next look")
     }
 
     static let keepAttempts = 4
 
-    /// `keep`, beside the document where it is now; false when it moved before the claim.
-    private func keepBeside(_ version: RemoteVersion, as kind: VersionRecord.Kind, aside: Bool,
-                            fetch: (ChunkDigest) throws -> [UInt8]) throws -> Bool {
-        guard version.kind == .file else { return true }
+    /// Whether versions from the remote are kept here promised (the store downloads on demand).
+    private var keepsRemoteVersionsPromised: Bool {
+        shared.downloadPolicy.downloads == .onDemand && shared.promises.isActive
+    }
+
+    /// What a try of `keepBeside` came to.
+    private enum KeepOutcome {
+        case kept
+        /// The document moved before the claim: looked for again.
+        case moved
+        /// Kept promised, it would need its content after all (a version here holds its number).
+        case needsContent
+    }
+
+    /// `keep`, beside the document where it is now.
+    private func keepBeside(_ version: RemoteVersion, as kind: VersionRecord.Kind, aside: Bool, promising: Bool,
+                            fetch: (ChunkDigest) throws -> [UInt8]) throws -> KeepOutcome {
+        guard version.kind == .file else { return .kept }
         let yields = kind == .previous && !aside
+        let item = ItemID(rawValue: version.item)
+        let versions = shared.store.versions
         // A previous version never moves one kept here: nothing to fetch when its number is taken.
-        if yields && shared.store.versions.isTaken(ItemID(rawValue: version.item), version.number) { return true }
+        if yields && versions.isTaken(item, version.number) { return .kept }
         // Kept already (a machine that looks at an item's versions again): nothing to fetch.
-        if let kept = shared.store.versions.record(of: ItemID(rawValue: version.item), version: version.number),
+        if let kept = versions.record(of: item, version: version.number),
            kept.kind == kind, kept.size == version.size, kept.modified == version.modified {
-            return true
+            return .kept
         }
+        if promising && versions.isTaken(item, version.number) { return .needsContent }
         guard let place = try place(of: version.item) else {
             try keepWhileGone(version, as: kind, fetch: fetch)
-            return true
+            return .kept
         }
         let document = try Located(place: place, paths: shared.paths)
         defer { document.close() }
@@ -184,34 +206,43 @@ extension StoreSync {
             working.close()
             unlinkat(document.folder, working.name.cString, 0)
         }
-        try Self.write(version, to: working.fd, fetch: fetch)
-        let item = ItemID(rawValue: version.item)
-        let versions = shared.store.versions
-        return try shared.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) -> Bool in
+        if promising {
+            // Its real size, no content: the promise (under the remote's number, which no other
+            // promise of the item has: no version here holds it) says what to fetch when read.
+            guard ftruncate(working.fd, off_t(version.size)) == 0 else {
+                throw StoreSyncError("keeping version \(version.number) of item \(version.item) promised failed: \(String(cString: strerror(errno)))")
+            }
+            _ = try ItemAttributes.setID(item, onDescriptor: working.fd)
+            try ItemAttributes.setVersion(version.number, onDescriptor: working.fd)
+        } else {
+            try Self.write(version, to: working.fd, fetch: fetch)
+        }
+        return try shared.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) -> KeepOutcome in
             let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
             // Moved (or removed) since it was looked up: looked for again (no move runs under the claim).
-            if fd < 0 && errno == ENOENT { return false }
+            if fd < 0 && errno == ENOENT { return .moved }
             guard fd >= 0 else { throw DocfsError.errno("opening item \(version.item) to keep its version \(version.number)") }
             defer { close(fd) }
             // Another file took its name meanwhile.
-            if let found = ItemAttributes.id(ofDescriptor: fd), found != item { return false }
+            if let found = ItemAttributes.id(ofDescriptor: fd), found != item { return .moved }
             // Under the remote's number: kept already when a version kept here with it has this
             // content (a round cut short); a save made here that never went up and holds it
             // gives way (`giveWay`), and so does the content here (a number above every kept
             // one); else, as a last resort, the next free number.
             try takeRemoteNumbers(of: item, content: fd)  // kept earlier under another number, it may have the remote's now
+            let here = ItemAttributes.version(ofDescriptor: fd)
+            if promising && (versions.isTaken(item, version.number) || here == version.number) { return .needsContent }
             var number = version.number
             if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") {
                 // A save of this machine's that never went up holding our own conflict version
                 // (it lost its race, and the document changed here before the winner was
                 // taken) is that version: it becomes it, and goes up no second time.
-                guard kind == .conflict, try versions.becomeConflict(item, version: number, current: "/proc/self/fd/\(fd)") else { return true }
+                guard kind == .conflict, try versions.becomeConflict(item, version: number, current: "/proc/self/fd/\(fd)") else { return .kept }
                 try flagConflict(on: fd, of: item, named: document, by: version.author.machine)
-                return true
+                return .kept
             }
-            let here = ItemAttributes.version(ofDescriptor: fd)
             // A previous version: never moves a version kept here, nor the content here.
-            if yields && (versions.isTaken(item, number) || here == number) { return true }
+            if yields && (versions.isTaken(item, number) || here == number) { return .kept }
             giveWay(number, of: item, to: "/proc/self/fd/\(working.fd)", past: max(number, here), current: "/proc/self/fd/\(fd)")
             if here == number, let floor = (try? syncState(of: version.item))?.number, here > floor {
                 // The content here is a save that never went up: it goes above every kept number.
@@ -228,10 +259,14 @@ extension StoreSync {
             // Out of the chain deltas are made up from: a delta kept here below it is made up from
             // the content that followed it here, not from this one.
             if kind == .previous { record.detached = true }
-            try shared.store.versions.keepFile(working.fd, item: item, record: record)
-            guard kind == .conflict else { return true }
+            if promising {
+                try shared.promises.promise(Promise(item: version.item, number: version.number, size: version.size, modified: version.modified,
+                                                    manifest: version.manifest, lengths: version.knownLengths), file: working.fd)
+            }
+            try versions.keepFile(working.fd, item: item, record: record, promised: promising)
+            guard kind == .conflict else { return .kept }
             try flagConflict(on: fd, of: item, named: document, by: version.author.machine)
-            return true
+            return .kept
         }
     }
 

@@ -192,6 +192,46 @@ import Glibc
         #expect(try read(b, "doc.txt", offset: 4096, length: 64) == String(second.dropFirst(4096).prefix(64)))
     }
 
+    /// Versions another machine made that arrive beside a promised document (`keepBeside`: a
+    /// third machine's conflict version here; the versions a machine skipped, and saves set
+    /// aside, take the same path) are kept promised too (issue 23). Nothing is fetched until
+    /// one is read; then that one alone, byte-exact.
+    @Test func remoteVersionsKeptBesideAPromisedDocumentStayPromised() throws {
+        let first = Self.text(1 << 20, seed: 40)
+        let (remote, a, b, item) = try promisedOnB("plan.txt", first)
+        let c = try Machine("c", remote: remote, firstID: 2_000_000_000, settings: TwoStoresInStepTests.everyVersion)
+        defer { a.cleanUp(); b.cleanUp(); c.cleanUp() }
+        try c.engine.syncOnce()
+        let second = Self.text(1 << 20 + 11, seed: 41), losing = Self.text(1 << 20 + 22, seed: 42), fourth = Self.text(1 << 20 + 33, seed: 43)
+        try a.save("plan.txt", second)
+        try a.engine.syncOnce()
+        try c.save("plan.txt", losing)  // from version 1: loses to a's, a conflict version on the remote
+        try c.engine.syncOnce()
+        try a.engine.syncOnce()
+        try a.save("plan.txt", fourth)
+        try a.engine.syncOnce()
+        try b.engine.syncOnce()
+        let fetched = { b.filesystem.shared.promises.fetchedBytes.load(ordering: .relaxed) }
+        #expect(fetched() == 0)
+        #expect(isPromised(b, "plan.txt"))
+        #expect(b.versionList(of: item) == a.versionList(of: item))
+        let id = ItemID(rawValue: item)
+        let kept = b.store.versions.versions(of: id)
+        #expect(kept.count == 3, "\(b.versionList(of: item))")
+        #expect(kept.contains { $0.kind == .conflict }, "\(b.versionList(of: item))")
+        for record in kept { #expect(b.store.versions.isPromised(id, version: record.version), "version \(record.version) \(record.kind)") }
+        // Read: each fetched alone and byte-exact, as on a.
+        let expected = try a.keptContents(of: item, at: "plan.txt")
+        #expect(Set(expected.values) == [first, second, losing])
+        let conflict = try #require(kept.first { $0.kind == .conflict })
+        _ = try b.store.versions.openContent(id, version: conflict.version, current: b.documents + "/plan.txt")
+        #expect(fetched() == Int64(losing.utf8.count))
+        #expect(try b.keptContents(of: item, at: "plan.txt") == expected)
+        #expect(fetched() == Int64(first.utf8.count + second.utf8.count + losing.utf8.count))
+        for record in kept { #expect(!b.store.versions.isPromised(id, version: record.version)) }
+        #expect(isPromised(b, "plan.txt"))
+    }
+
     /// The record of a promise goes with what it stood for: a version kept promised that is
     /// removed, a promised document another machine deleted.
     @Test func promisesGoWithWhatTheyStoodFor() throws {

@@ -251,4 +251,49 @@ import Glibc
         #expect(Self.isPromised(b, "report.bin"))
         #expect(try Data(contentsOf: URL(fileURLWithPath: b.path("report.bin"))) == Data(second))
     }
+
+    /// `docfs versions --restore` of a version kept promised, over a current content still
+    /// promised: the daemon fetches that version (and nothing else), the restore is a new
+    /// version on every machine, byte-exact, and the content it replaced stays a kept version
+    /// whose bytes read back right.
+    @Test func aVersionKeptPromisedIsFetchedWhenRestored() throws {
+        let (_, uri, a, b) = try PromisedItemsMountTests.pair("restore", settings: Self.onDemand)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        let first = Self.bytes(2 << 20, seed: 31), second = Self.bytes(2 << 20, seed: 32)
+        try Data(first).write(to: URL(fileURLWithPath: a.path("plan.bin")))
+        #expect(try a.link(uri).status == 0)
+        #expect(ManyMachinesTests.within(30) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
+        #expect(try b.link(uri).status == 0)
+        try b.fixture.start()
+        try Data(second).write(to: URL(fileURLWithPath: a.path("plan.bin")))
+        func rows() -> [[String: Any]] {
+            let listed = (try? b.docfs("versions --json '\(b.path("plan.bin"))'"))?.output ?? ""
+            return (try? JSONSerialization.jsonObject(with: Data(listed.utf8))) as? [[String: Any]] ?? []
+        }
+        #expect(ManyMachinesTests.within(30) { rows().count == 2 } != nil, "\(rows())")
+        #expect(Self.isPromised(b, "plan.bin"))
+        let kept = try #require(rows().first { $0["kind"] as? String == "previous" })
+        #expect(kept["promised"] as? Bool == true, "\(kept)")
+        let number = try #require((kept["version"] as? NSNumber)?.uint64Value)
+        let restored = try b.docfs("versions --restore \(number) '\(b.path("plan.bin"))'")
+        #expect(restored.status == 0, "\(restored.output)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: b.path("plan.bin"))) == Data(first))
+        #expect(!Self.isPromised(b, "plan.bin"))
+        // The restore goes up as a new version: a has it, byte-exact.
+        #expect(ManyMachinesTests.within(30) { (try? Data(contentsOf: URL(fileURLWithPath: a.path("plan.bin")))) == Data(first) } != nil)
+        // The content it replaced is a kept version on b, and reads back as `second`.
+        let after = rows()
+        #expect(after.contains { $0["kind"] as? String == "current" && ($0["version"] as? NSNumber)?.uint64Value ?? 0 > number + 1 }, "\(after)")
+        let replaced = try #require(after.filter { $0["kind"] as? String != "current" }
+                                         .max { ($0["version"] as? NSNumber)?.uint64Value ?? 0 < ($1["version"] as? NSNumber)?.uint64Value ?? 0 },
+                                    "\(after)")
+        let replacedNumber = try #require((replaced["version"] as? NSNumber)?.uint64Value)
+        let shown = b.fixture.root + "/replaced.bin"
+        #expect(try shell("'\(MountFixture.binary)' versions --show \(replacedNumber) '\(b.path("plan.bin"))' > '\(shown)'",
+                          environment: ["HOME": b.home]).status == 0)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: shown)) == Data(second))
+        // Fetched: the restored version, and the replaced one once (when shown, or to be kept).
+        let downloaded = try #require(b.status()["downloadedBytes"] as? Int)
+        #expect(downloaded >= first.count && downloaded <= first.count + second.count, "\(downloaded)")
+    }
 }
