@@ -37,7 +37,14 @@ extension PostgresRemote {
                         giveBack(connection)
                         return value
                     } catch {
-                        giveBack(connection)
+                        // A connection the server ended (its FATAL message comes before the
+                        // socket closes, so it does not look closed yet) is never leased again:
+                        // the retry on a new connection took it back once and failed too.
+                        if Self.failure(error, doing: what, at: location).retry == .onNewConnection {
+                            try? await connection.close()
+                        } else {
+                            giveBack(connection)
+                        }
                         throw error
                     }
                 }

@@ -222,4 +222,39 @@ import Testing
         #expect(ended.load(ordering: .relaxed) > 0, "the server ended no connection (\(read) pages read, \(refused) calls failed)")
         #expect(try remote.changes(after: .start, limit: count).changes.map(\.version.item) == Array(1...UInt64(count)))
     }
+
+    /// A call waiting on the server whose connection the server ends (an administrator's
+    /// `pg_terminate_backend`, a server shutting down) is tried again on a new connection at
+    /// once: it does not wait out the remote's 30 s operation limit.
+    @Test func aCallWhoseConnectionTheServerEndsIsTriedAgainAtOnce() throws {
+        let (server, name, remote, digest) = try Self.remoteHoldingOneChunk("ended")
+        defer { remote.close() }
+        // A transaction holds the chunks' table for 3 s: the fetch below waits on its lock.
+        let holder = Thread {
+            _ = try? server.sql("BEGIN; LOCK TABLE docfs.chunks IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT;", database: name)
+        }
+        holder.start()
+        let held = SyncLoopTests.waitFor(5) {
+            (try? server.sql("SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'chunks' AND l.mode = 'AccessExclusiveLock' AND l.granted",
+                             database: name))?.hasPrefix("1") == true
+        }
+        #expect(held != nil, "the lock was never taken")
+        let start = Date()
+        let fetched = Mutex<(bytes: Result<[UInt8], RemoteError>, seconds: Double)?>(nil)
+        let fetcher = Thread {
+            let bytes = Result { () throws(RemoteError) in try remote.fetchChunk(digest) }
+            fetched.withLock { $0 = (bytes, Date().timeIntervalSince(start)) }
+        }
+        fetcher.start()
+        // The fetch's backend, waiting on the lock, is ended.
+        let ended = SyncLoopTests.waitFor(5) {
+            (try? server.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                             database: name))?.hasPrefix("1") == true
+        }
+        #expect(ended != nil, "no backend waited on the lock")
+        #expect(SyncLoopTests.waitFor(20) { fetched.withLock { $0 } != nil } != nil, "the fetch did not end within 20 s")
+        let outcome = try #require(fetched.withLock { $0 })
+        #expect((try? outcome.bytes.get()) == Array("one".utf8), "the fetch failed instead of going again on a new connection: \(outcome.bytes)")
+        #expect(outcome.seconds < 8, "the fetch took \(outcome.seconds) s (the lock was held 3 s)")
+    }
 }
