@@ -46,6 +46,8 @@ public struct StoreLayout: Sendable {
     /// When each downloaded document was last used: the cache limit's order (issue 23).
     public var contentUseFile: String { root + "/content-use.json" }
     public var logsDirectory: String { root + "/logs" }
+    /// The containers' key-value stores (DESIGN §9.3): see `KeyValueDatabase`.
+    public var keyValuesFile: String { root + "/kv/keyvalues.sqlite" }
     public var daemonLog: String { logsDirectory + "/daemon.log" }
 
     public func containerDirectory(_ id: ContainerID) -> String { containersDirectory + "/" + id.rawValue }

@@ -26,7 +26,7 @@ struct Docfs: ParsableCommand {
         subcommands: [MountCommand.self, UnmountCommand.self, StatusCommand.self, VersionsCommand.self, WatchCommand.self,
                       QueryCommand.self, IndexCommand.self, BookmarkCommand.self, ContainerCommand.self, PickCommand.self,
                       MoveCommand.self, ExportCommand.self, RemoteCommand.self, DownloadCommand.self, PinCommand.self,
-                      EvictCommand.self, ReapMountCommand.self,
+                      EvictCommand.self, KeyValueCommand.self, ReapMountCommand.self,
                       ThumbnailWorkerCommand.self]
     )
 
