@@ -392,25 +392,24 @@ public final class PostgresRemote: Remote {
         let logger = logger
         let found = try perform("read key \(key)") { connection in
             try await connection.query("SELECT value FROM docfs.kv WHERE container = \(container) AND key = \(key)", logger: logger)
-                .collect().first?.decode(ByteBuffer.self)
+                .collect().first?.decode(ByteBuffer?.self)
         }
-        return found.map { Array($0.readableBytesView) }
+        return found.map { Array($0.readableBytesView) }  // no row, or a removal's row with no value: nil
     }
 
+    /// A removal keeps the key's row with no value (so machines catching up hear of it); the
+    /// change wakes every machine as a commit does.
     @discardableResult
     public func setValue(_ value: [UInt8]?, forKey key: String, in container: String) throws(RemoteError) -> UInt64 {
         let logger = logger
         let buffer = value.map { ByteBuffer(bytes: $0) }
         let sequence = try perform("set key \(key)", transaction: true) { connection in
             let sequence = try await Self.nextSequence(on: connection, logger: logger)
-            if let buffer {
-                try await connection.query("""
-                    INSERT INTO docfs.kv VALUES (\(container), \(key), \(buffer), \(sequence))
-                    ON CONFLICT (container, key) DO UPDATE SET value = excluded.value, sequence = excluded.sequence
-                    """, logger: logger)
-            } else {
-                try await connection.query("DELETE FROM docfs.kv WHERE container = \(container) AND key = \(key)", logger: logger)
-            }
+            try await connection.query("""
+                INSERT INTO docfs.kv VALUES (\(container), \(key), \(buffer), \(sequence))
+                ON CONFLICT (container, key) DO UPDATE SET value = excluded.value, sequence = excluded.sequence
+                """, logger: logger)
+            try await connection.query("SELECT pg_notify('docfs_changes', \(container) || ':' || \(sequence))", logger: logger)
             return sequence
         }
         return UInt64(bitPattern: sequence)
@@ -419,9 +418,28 @@ public final class PostgresRemote: Remote {
     public func keys(in container: String) throws(RemoteError) -> [String] {
         let logger = logger
         return try perform("list keys") { connection in
-            try await connection.query("SELECT array_agg(key) FROM docfs.kv WHERE container = \(container)", logger: logger)
+            try await connection.query("SELECT array_agg(key) FROM docfs.kv WHERE container = \(container) AND value IS NOT NULL", logger: logger)
                 .collect().first?.decode([String]?.self) ?? []
         }.sorted()
+    }
+
+    public func keyValueChanges(after sequence: UInt64, limit: Int) throws(RemoteError) -> [KeyValueChange] {
+        let logger = logger
+        let after = Int64(bitPattern: sequence)
+        let rows = try perform("read the key-value stores' changes") { connection in
+            try await connection.query("""
+                SELECT container, key, value, sequence FROM docfs.kv WHERE sequence > \(after) ORDER BY sequence LIMIT \(limit)
+                """, logger: logger).collect()
+        }
+        return try rows.map { row throws(RemoteError) in
+            do {
+                let (container, key, value, sequence) = try row.decode((String, String, ByteBuffer?, Int64).self)
+                return KeyValueChange(container: container, key: key, value: value.map { Array($0.readableBytesView) },
+                                      sequence: UInt64(bitPattern: sequence))
+            } catch {
+                throw RemoteError(.refused, "a row of docfs.kv cannot be read (\(error)): the database is not one docfs wrote")
+            }
+        }
     }
 
     // MARK: Rows

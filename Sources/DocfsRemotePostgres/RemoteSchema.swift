@@ -134,6 +134,12 @@ enum RemoteSchema {
             $commit$
             """,
         ],
+        [
+            // A removed key keeps its row with no value, so a machine catching up on the
+            // key-value stores' changes after its anchor hears of the removal (issue 24).
+            "ALTER TABLE docfs.kv ALTER COLUMN value DROP NOT NULL",
+            "CREATE INDEX kv_sequence ON docfs.kv (sequence)",
+        ],
     ]
 
     /// Brings the database's docfs schema to `current`, creating it in a database with no

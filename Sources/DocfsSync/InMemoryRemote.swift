@@ -23,7 +23,8 @@ public final class InMemoryRemote: Remote {
         var current: [UInt64: RemoteVersion] = [:]
         var numbers: [UInt64: UInt64] = [:]
         var operations: [String: RemoteCommitOutcome] = [:]
-        var values: [String: [String: [UInt8]]] = [:]
+        /// Each container's keys: the value (nil once removed) and the sequence of its last change.
+        var values: [String: [String: (value: [UInt8]?, sequence: UInt64)]] = [:]
         var spaces: [String: UInt64] = [:]
         var sequence: UInt64 = 0
 
@@ -270,18 +271,31 @@ public final class InMemoryRemote: Remote {
     }
 
     public func value(forKey key: String, in container: String) throws(RemoteError) -> [UInt8]? {
-        state.withLock { $0.values[container]?[key] }
+        state.withLock { $0.values[container]?[key]?.value }
     }
 
     @discardableResult
     public func setValue(_ value: [UInt8]?, forKey key: String, in container: String) throws(RemoteError) -> UInt64 {
-        state.withLock { state in
-            state.values[container, default: [:]][key] = value
-            return state.nextSequence()
+        let sequence = state.withLock { state in
+            let sequence = state.nextSequence()
+            state.values[container, default: [:]][key] = (value, sequence)
+            return sequence
         }
+        for wake in watchers.withLock({ Array($0.values) }) { wake() }
+        return sequence
     }
 
     public func keys(in container: String) throws(RemoteError) -> [String] {
-        state.withLock { ($0.values[container] ?? [:]).keys.sorted() }
+        state.withLock { ($0.values[container] ?? [:]).filter { $0.value.value != nil }.keys.sorted() }
+    }
+
+    public func keyValueChanges(after sequence: UInt64, limit: Int) throws(RemoteError) -> [KeyValueChange] {
+        state.withLock { state in
+            state.values.flatMap { container, keys in
+                keys.filter { $0.value.sequence > sequence }.map {
+                    KeyValueChange(container: container, key: $0.key, value: $0.value.value, sequence: $0.value.sequence)
+                }
+            }.sorted { $0.sequence < $1.sequence }.prefix(limit).map { $0 }
+        }
     }
 }

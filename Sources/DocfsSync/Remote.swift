@@ -99,6 +99,26 @@ public protocol Remote: Sendable {
     func setValue(_ value: [UInt8]?, forKey key: String, in container: String) throws(RemoteError) -> UInt64
     /// A container's keys, sorted.
     func keys(in container: String) throws(RemoteError) -> [String]
+    /// The key-value stores' changes (sets and removals, of every container) after `sequence`,
+    /// in the server's order, at most `limit`: what a machine catches up from (issue 24).
+    func keyValueChanges(after sequence: UInt64, limit: Int) throws(RemoteError) -> [KeyValueChange]
+}
+
+/// A set (or, with no value, a removal) of a key in a container's key-value store, as the
+/// remote ordered it.
+public struct KeyValueChange: Sendable, Equatable {
+    public var container: String
+    public var key: String
+    /// The stored value (`KeyValue.portable`); nil for a removal.
+    public var value: [UInt8]?
+    public var sequence: UInt64
+
+    public init(container: String, key: String, value: [UInt8]?, sequence: UInt64) {
+        self.container = container
+        self.key = key
+        self.value = value
+        self.sequence = sequence
+    }
 }
 
 /// A watch of a remote's log (`Remote.watchChanges`), stopped by `cancel`.

@@ -3,6 +3,7 @@ import DocfsRemotePostgres
 import DocfsSync
 import DocfsTestSupport
 import Dispatch
+import Foundation
 import Synchronization
 import Testing
 #if canImport(Glibc)
@@ -368,7 +369,32 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try remote.keys(in: "com.example.Reader") == ["page", "theme"])
         try remote.setValue(nil, forKey: "page", in: "com.example.Reader")
         #expect(try remote.keys(in: "com.example.Reader") == ["theme"])
+        #expect(try remote.value(forKey: "page", in: "com.example.Reader") == nil)
         #expect(try remote.value(forKey: "page", in: "com.example.Other") == Array("x".utf8))
+        // The changes after a sequence, in the server's order, a removal without a value; each
+        // key's last change only.
+        let changes = try remote.keyValueChanges(after: 0, limit: 100)
+        #expect(changes.map { "\($0.container) \($0.key) \($0.value.map { String(decoding: $0, as: UTF8.self) } ?? "-")" }
+                == ["com.example.Reader theme dark", "com.example.Other page x", "com.example.Reader page -"])
+        #expect(changes.map(\.sequence) == changes.map(\.sequence).sorted() && changes[0].sequence == second)
+        #expect(try remote.keyValueChanges(after: changes[1].sequence, limit: 100) == [changes[2]])
+        #expect(try remote.keyValueChanges(after: 0, limit: 2) == Array(changes.prefix(2)))
+        #expect(try remote.keyValueChanges(after: changes[2].sequence, limit: 100).isEmpty)
+    }
+
+    /// A key-value change wakes every machine watching the remote, as a commit does.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func aKeyValueChangeWakesWatchers(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        let woken = Atomic<Int>(0)
+        let watch = remote.watchChanges { woken.add(1, ordering: .relaxed) }
+        defer { watch.cancel() }
+        Thread.sleep(forTimeInterval: 0.3)  // the listener is listening
+        let before = woken.load(ordering: .relaxed)
+        try remote.setValue(Array("1".utf8), forKey: "k", in: "com.example.Reader")
+        let start = Date()
+        while woken.load(ordering: .relaxed) == before && Date().timeIntervalSince(start) < 5 { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(woken.load(ordering: .relaxed) > before)
     }
 
     /// Machines join with id spaces of their own; the first to join a remote without items keeps

@@ -95,6 +95,11 @@ final class FlakyRemote: Remote {
         try check()
         return try base.keys(in: container)
     }
+
+    func keyValueChanges(after sequence: UInt64, limit: Int) throws(RemoteError) -> [KeyValueChange] {
+        try check()
+        return try base.keyValueChanges(after: sequence, limit: limit)
+    }
 }
 
 /// Several machines (stores in memory) kept in step through one remote by their sync engines
