@@ -34,6 +34,16 @@ public enum KeyValue: Sendable, Equatable {
         }
     }
 
+    /// The value as it travels to other machines: its kind, a NUL, its bytes.
+    public var portable: [UInt8] { Array(kind.utf8) + [0] + bytes }
+
+    /// The value `portable` bytes stand for (another machine's), with a clear error for bytes
+    /// that are not one.
+    public init(portable: [UInt8]) throws(DocfsError) {
+        guard let nul = portable.firstIndex(of: 0) else { throw Self.invalid("a value from the remote has no kind") }
+        try self.init(kind: String(decoding: portable[..<nul], as: UTF8.self), bytes: Array(portable[(nul + 1)...]))
+    }
+
     /// The value stored as `kind` with `bytes`; a clear error for anything else.
     public init(kind: String, bytes: [UInt8]) throws(DocfsError) {
         switch kind {

@@ -27,6 +27,8 @@ public struct ControlRequest: Codable {
         case query
         /// Promised items (issue 23): fetch the item now, pin or unpin it, make it promised again.
         case download, pin, unpin, evict
+        /// `docfs kv` changed a container's key-value store: a linked store's sync goes now.
+        case keyValuesChanged
 
         /// Requests about a promised item's content.
         var isPromiseChange: Bool { self == .download || self == .pin || self == .unpin || self == .evict }

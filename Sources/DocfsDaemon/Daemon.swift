@@ -331,6 +331,9 @@ public final class Daemon: Sendable {
             syncService.withLock { $0 = service }
             logger.notice("linked to \(link.uri) as \(link.machine): syncing")
             return ControlReply(ok: true, message: "linked to \(link.uri) as \(link.machine)", remote: service.status)
+        case .keyValuesChanged:
+            syncService.withLock { $0 }?.wake()
+            return ControlReply(ok: true, message: "noted")
         case .remoteStatus:
             guard let service = syncService.withLock({ $0 }) else { throw DocfsError(.invalidArgument, "the store is not linked to a remote") }
             return ControlReply(ok: true, message: "status", remote: service.status)

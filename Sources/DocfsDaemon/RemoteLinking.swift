@@ -135,7 +135,8 @@ public enum RemoteLinking {
                                         progress: @escaping @Sendable (_ up: Int, _ down: Int) -> Void) throws(DocfsError) -> SyncEngine.Round {
         let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: SyncService.userName))
         sync.fillOutbox(true)
-        let engine = SyncEngine(store: sync, remote: remote)
+        let engine = SyncEngine(store: sync, remote: remote,
+                                keyValues: StoreKeyValues(database: try KeyValueDatabase(path: shared.store.layout.keyValuesFile)))
         engine.onProgress(progress)
         var total = SyncEngine.Round()
         for _ in 0..<100 {

@@ -1,6 +1,7 @@
 import CLinux
 import DocfsCore
 import DocfsFilesystem
+import DocfsIndex
 import DocfsProvider
 import DocfsRemotePostgres
 import DocfsSync
@@ -38,7 +39,8 @@ final class SyncService: Sendable {
         }
         sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: Self.userName))
         let log = logger
-        let engine = SyncEngine(store: sync, remote: self.remote)
+        let engine = SyncEngine(store: sync, remote: self.remote,
+                                keyValues: StoreKeyValues(database: try KeyValueDatabase(path: shared.store.layout.keyValuesFile)))
         engine.onProblem { log.warning("\($0)") }
         if ProcessInfo.processInfo.environment["DOCFS_SYNC_TRACE"] == "1" {
             engine.onTrace { log.notice("sync: \($0)") }
@@ -63,6 +65,9 @@ final class SyncService: Sendable {
         loop.start()
         trimmer?.start()
     }
+
+    /// A round soon: a change the store's watcher does not see waits (a key-value write).
+    func wake() { loop.wake() }
 
     func stop() {
         trimmer?.stop()

@@ -57,6 +57,17 @@ public final class KeyValueDatabase: Sendable {
                     ) WITHOUT ROWID;
                     """)
             }
+            migrator.registerMigration("2: sync") { db in
+                // A removal waiting to go up stays as a row (`removed`); `sequence`: the remote's
+                // sequence of the value held; `revision`: which local write the row holds, so a
+                // write made while an earlier one went up stays pending.
+                try db.execute(sql: """
+                    ALTER TABLE entries ADD COLUMN removed INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE entries ADD COLUMN sequence INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE entries ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
+                    CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) WITHOUT ROWID;
+                    """)
+            }
             try migrator.migrate(queue)
         } catch {
             throw DocfsError(.storeUnavailable, "cannot open the key-value stores at \(path): check that the store is there and writable",
@@ -67,7 +78,7 @@ public final class KeyValueDatabase: Sendable {
     /// The entry of `key` in `container`'s store; nil when there is none.
     public func entry(_ key: String, in container: ContainerID) throws(DocfsError) -> KeyValueEntry? {
         try run("read \(key) of \(container)") { db in
-            guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT key, kind, value, changed FROM entries WHERE container = ? AND key = ?"),
+            guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT key, kind, value, changed FROM entries WHERE container = ? AND key = ? AND removed = 0"),
                                              arguments: [container.rawValue, key]) else { return nil }
             return try Self.entry(row)
         }
@@ -76,7 +87,7 @@ public final class KeyValueDatabase: Sendable {
     /// Every entry of `container`'s store, by key.
     public func entries(in container: ContainerID) throws(DocfsError) -> [KeyValueEntry] {
         try run("list the keys of \(container)") { db in
-            try Row.fetchAll(try db.cachedStatement(sql: "SELECT key, kind, value, changed FROM entries WHERE container = ? ORDER BY key"),
+            try Row.fetchAll(try db.cachedStatement(sql: "SELECT key, kind, value, changed FROM entries WHERE container = ? AND removed = 0 ORDER BY key"),
                              arguments: [container.rawValue]).map(Self.entry)
         }
     }
@@ -94,17 +105,17 @@ public final class KeyValueDatabase: Sendable {
         let bytes = value.bytes
         try run("set \(key) of \(container)") { db in
             let (keys, used) = try Self.usage(db, container.rawValue)
-            let old = try Int.fetchOne(try db.cachedStatement(sql: "SELECT length(CAST(key AS BLOB)) + length(value) FROM entries WHERE container = ? AND key = ?"),
+            let old = try Int.fetchOne(try db.cachedStatement(sql: "SELECT length(CAST(key AS BLOB)) + length(value) FROM entries WHERE container = ? AND key = ? AND removed = 0"),
                                        arguments: [container.rawValue, key])
             let after = (keys: keys + (old == nil ? 1 : 0), bytes: used - (old ?? 0) + key.utf8.count + bytes.count)
             if after.keys > KeyValueLimits.keys || after.bytes > KeyValueLimits.totalBytes {
                 throw KeyValueQuotaViolation(container: container.rawValue, key: key, keys: after.keys, bytes: after.bytes)
             }
             try db.cachedStatement(sql: """
-                INSERT INTO entries (container, key, kind, value, changed, pending) VALUES (?, ?, ?, ?, ?, 1)
+                INSERT INTO entries (container, key, kind, value, changed, pending, removed, revision) VALUES (?, ?, ?, ?, ?, 1, 0, ?)
                 ON CONFLICT (container, key) DO UPDATE SET kind = excluded.kind, value = excluded.value,
-                    changed = excluded.changed, pending = 1
-                """).execute(arguments: [container.rawValue, key, value.kind, Data(bytes), time])
+                    changed = excluded.changed, pending = 1, removed = 0, revision = excluded.revision
+                """).execute(arguments: [container.rawValue, key, value.kind, Data(bytes), time, try Self.nextRevision(db)])
             try Self.record(db, container.rawValue, after)
         }
     }
@@ -113,13 +124,112 @@ public final class KeyValueDatabase: Sendable {
     @discardableResult
     public func remove(_ key: String, in container: ContainerID) throws(DocfsError) -> Bool {
         try run("remove \(key) of \(container)") { db in
-            guard let size = try Int.fetchOne(try db.cachedStatement(sql: "SELECT length(CAST(key AS BLOB)) + length(value) FROM entries WHERE container = ? AND key = ?"),
+            guard let size = try Int.fetchOne(try db.cachedStatement(sql: "SELECT length(CAST(key AS BLOB)) + length(value) FROM entries WHERE container = ? AND key = ? AND removed = 0"),
                                               arguments: [container.rawValue, key]) else { return false }
-            try db.cachedStatement(sql: "DELETE FROM entries WHERE container = ? AND key = ?").execute(arguments: [container.rawValue, key])
+            // Kept as a removal waiting to go up (no value, nothing counted).
+            try db.cachedStatement(sql: "UPDATE entries SET removed = 1, pending = 1, value = X'', changed = ?, revision = ? WHERE container = ? AND key = ?")
+                .execute(arguments: [Date().timeIntervalSince1970, try Self.nextRevision(db), container.rawValue, key])
             let (keys, bytes) = try Self.usage(db, container.rawValue)
             try Self.record(db, container.rawValue, (keys - 1, bytes - size))
             return true
         }
+    }
+
+    // MARK: Sync (issue 24): what goes up, what came down, where the remote's changes were read to
+
+    /// A local write waiting to go up: a set (`value`) or a removal (nil).
+    public struct Pending: Sendable, Equatable {
+        public var container: String
+        public var key: String
+        public var value: KeyValue?
+        public var revision: Int64
+
+        public init(container: String, key: String, value: KeyValue?, revision: Int64) {
+            self.container = container
+            self.key = key
+            self.value = value
+            self.revision = revision
+        }
+    }
+
+    /// Up to `limit` local writes waiting to go up, oldest first.
+    public func pending(limit: Int) throws(DocfsError) -> [Pending] {
+        try run("list the key-value changes waiting to go up") { db in
+            try Row.fetchAll(try db.cachedStatement(sql: "SELECT container, key, kind, value, removed, revision FROM entries WHERE pending = 1 ORDER BY revision LIMIT ?"),
+                             arguments: [limit]).map { row in
+                let removed: Bool = row["removed"]
+                let data: Data = row["value"]
+                return Pending(container: row["container"], key: row["key"],
+                               value: removed ? nil : try KeyValue(kind: row["kind"], bytes: Array(data)), revision: row["revision"])
+            }
+        }
+    }
+
+    /// `write` went up and took `sequence`: no longer pending, unless the key was written again
+    /// since (then only the sequence is noted: the newer write goes up next). Each call is a
+    /// transaction of its own.
+    public func sent(_ write: Pending, sequence: UInt64) throws(DocfsError) {
+        try run("note that \(write.key) of \(write.container) went up") { db in
+            // A removal's row stays (no value) with its sequence until the anchor passes it, so
+            // an older set read later does not bring the key back.
+            let arguments: StatementArguments = [Int64(bitPattern: sequence), write.container, write.key, write.revision]
+            try db.cachedStatement(sql: "UPDATE entries SET pending = (revision <> ?4), sequence = max(sequence, ?1) WHERE container = ?2 AND key = ?3")
+                .execute(arguments: arguments)
+        }
+    }
+
+    /// Another machine's write of `key` in `container` (nil: a removal), `sequence` in the
+    /// remote's order. Taken unless a local write waits to go up (it goes up after, so it
+    /// comes later in the server's order and wins) or the value here is from a later change.
+    /// Not held to the limits: what the remote holds is the store's. Answers whether the
+    /// value here changed.
+    public func takeRemote(_ key: String, in container: String, value: KeyValue?, sequence: UInt64) throws(DocfsError) -> Bool {
+        try run("take the remote's \(key) of \(container)") { db in
+            let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT kind, value, pending, removed, sequence FROM entries WHERE container = ? AND key = ?"),
+                                       arguments: [container, key])
+            if let row {
+                let pending: Bool = row["pending"], held: Int64 = row["sequence"]
+                if pending || UInt64(bitPattern: held) >= sequence { return false }
+            }
+            let (keys, bytes) = try Self.usage(db, container)
+            let removedHere: Bool = row?["removed"] ?? true
+            let oldData: Data? = row?["value"]
+            let oldSize = removedHere ? 0 : key.utf8.count + (oldData?.count ?? 0)
+            guard let value else {
+                try db.cachedStatement(sql: "DELETE FROM entries WHERE container = ? AND key = ?").execute(arguments: [container, key])
+                if !removedHere { try Self.record(db, container, (keys - 1, bytes - oldSize)) }
+                return !removedHere
+            }
+            let same = !removedHere && row?["kind"] == value.kind && oldData.map(Array.init) == value.bytes
+            try db.cachedStatement(sql: """
+                INSERT INTO entries (container, key, kind, value, changed, pending, removed, sequence, revision) VALUES (?, ?, ?, ?, ?, 0, 0, ?, 0)
+                ON CONFLICT (container, key) DO UPDATE SET kind = excluded.kind, value = excluded.value, changed = excluded.changed,
+                    pending = 0, removed = 0, sequence = excluded.sequence
+                """).execute(arguments: [container, key, value.kind, Data(value.bytes), Date().timeIntervalSince1970, Int64(bitPattern: sequence)])
+            try Self.record(db, container, (keys + (removedHere ? 1 : 0), bytes - oldSize + key.utf8.count + value.bytes.count))
+            return !same
+        }
+    }
+
+    /// How far the remote's key-value changes were read (0: from the start).
+    public func remoteAnchor() throws(DocfsError) -> UInt64 {
+        try run("read the key-value stores' anchor") { db in
+            UInt64(bitPattern: try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'remoteAnchor'") ?? 0)
+        }
+    }
+
+    public func setRemoteAnchor(_ sequence: UInt64) throws(DocfsError) {
+        try run("save the key-value stores' anchor") { db in
+            try db.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('remoteAnchor', ?)", arguments: [Int64(bitPattern: sequence)])
+            // Removals gone up whose sequence the anchor passed: every older change was read.
+            try db.execute(sql: "DELETE FROM entries WHERE removed = 1 AND pending = 0 AND sequence <= ?", arguments: [Int64(bitPattern: sequence)])
+        }
+    }
+
+    private static func nextRevision(_ db: Database) throws -> Int64 {
+        let next = (try Int64.fetchOne(try db.cachedStatement(sql: "SELECT value FROM meta WHERE key = 'revision'")) ?? 0) + 1
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('revision', ?)").execute(arguments: [next])
+        return next
     }
 
     /// What a container holds, kept in a row of its own in each write's transaction, so a

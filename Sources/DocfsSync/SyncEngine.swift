@@ -49,10 +49,14 @@ public final class SyncEngine: Sendable {
     private let parkedTried = Atomic<Int64>(0)
     static let parkedRetryInterval: Int64 = 30
 
-    public init(store: any SyncedStore, remote: any Remote, pageSize: Int = 500) {
+    /// The store's key-value stores, kept in step at the end of each round (issue 24); nil: none.
+    let keyValues: (any SyncedKeyValues)?
+
+    public init(store: any SyncedStore, remote: any Remote, pageSize: Int = 500, keyValues: (any SyncedKeyValues)? = nil) {
         self.store = store
         self.remote = remote
         self.pageSize = pageSize
+        self.keyValues = keyValues
     }
 
     /// Calls `report` with the items sent up and applied so far in the round, as they go.
@@ -92,6 +96,9 @@ public final class SyncEngine: Sendable {
         /// Outbox entries the round handled (a local change, a writer that let go): what held
         /// a parked change back may be gone.
         public var handled = 0
+        /// Key-value writes sent up, and the keys another machine changed here (by container).
+        public var keyValuesSent = 0
+        public var keyValuesChanged: [String: [String]] = [:]
 
         public init() {}
     }
@@ -109,6 +116,12 @@ public final class SyncEngine: Sendable {
         }
         try push(&round, pages: pages)
         try pull(&round)
+        if let keyValues {
+            let outcome = try KeyValueSync(store: keyValues, remote: remote).syncOnce()
+            round.keyValuesSent = outcome.sent
+            round.keyValuesChanged = outcome.changed
+            for problem in outcome.problems { problems(problem) }
+        }
         return round
     }
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import DocfsCore
+import DocfsDaemon
 import DocfsIndex
 import DocfsProvider
 import Foundation
@@ -30,9 +31,18 @@ struct KeyValueCommand: ParsableCommand {
         @Option(name: .long, help: ArgumentHelp("The store directory (default: $DOCFS_STORE, else the embedded default store).", valueName: "dir"))
         var store: String?
 
+        var layout: StoreLayout { StoreLayout(root: store ?? LocalStore.defaultPath(environment: environmentDictionary())) }
+
+        /// Tells the daemon serving the store, if one does, that a key changed: a linked
+        /// store sends it up now rather than at its next look.
+        func changed() {
+            guard StoreLock.holder(of: layout) != nil else { return }
+            _ = try? ControlClient.send(ControlRequest(kind: .keyValuesChanged, path: ""), to: layout)
+        }
+
         /// The container (which must exist) and the store's key-value database.
         func open() throws(DocfsError) -> (ContainerID, KeyValueDatabase) {
-            let layout = StoreLayout(root: store ?? LocalStore.defaultPath(environment: environmentDictionary()))
+            let layout = layout
             guard access(layout.formatFile, F_OK) == 0 else {
                 throw DocfsError(.notFound, "there is no store at \(layout.root): give it with --store, or make it with docfs mount")
             }
@@ -120,6 +130,7 @@ struct KeyValueCommand: ParsableCommand {
                 let (container, database) = try target.open()
                 try database.set(key, to: parsed, in: container)
             }
+            target.changed()
         }
 
         /// The bytes of file `path`, or of standard input for `-`.
@@ -149,6 +160,7 @@ struct KeyValueCommand: ParsableCommand {
                 printError("docfs: \(target.app)'s key-value store has no key '\(key)'\n")
                 throw ExitCode(ExitStatus.failed)
             }
+            target.changed()
         }
     }
 

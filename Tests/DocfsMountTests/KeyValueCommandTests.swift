@@ -1,3 +1,4 @@
+import DocfsTestSupport
 import Foundation
 import Testing
 #if canImport(Glibc)
@@ -85,5 +86,45 @@ import Glibc
         #expect(big.status == 1 && big.output.contains("quota violation") && big.output.contains("at most 1048576"), "\(big.output)")
         #expect(try shell("\(kv) get \(at) keep").output == "this\n")
         #expect(try shell("\(kv) list \(at)").output.contains("1 of 1024 keys, 8 of 1048576 bytes"))
+    }
+
+    /// Issue 24: three machines (daemons) linked to one PostgreSQL; each sets one key of an
+    /// app's store at once through `docfs kv`; within a second every machine holds one value,
+    /// the same, the one the server took last; a removal travels as fast.
+    @Test func concurrentWritesOfOneKeyOnThreeMachinesConvergeWithinASecond() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("kv")
+        var machines: [ManyMachinesTests.Machine] = []
+        defer { for machine in machines { machine.fixture.tearDown() } }
+        for name in ["a", "b", "c"] { machines.append(try ManyMachinesTests.Machine(name, mounted: true)) }
+        #expect(try machines[0].docfs("container create com.example.Reader --name Reader '\(machines[0].fixture.mountPoint)'").status == 0)
+        for machine in machines { #expect(try machine.link(uri).status == 0) }
+        // The container reaches every machine (a key-value store needs its container there).
+        #expect(ManyMachinesTests.within(30) {
+            machines.allSatisfy { FileManager.default.fileExists(atPath: $0.fixture.store + "/containers/com.example.Reader/container.json") }
+        } != nil)
+        func get(_ machine: ManyMachinesTests.Machine) -> String? {
+            guard let answer = try? machine.docfs("kv get page --app com.example.Reader --store '\(machine.fixture.store)'"), answer.status == 0 else { return nil }
+            return answer.output
+        }
+        let writers = machines.enumerated().map { index, machine in
+            Thread { _ = try? machine.docfs("kv set --number page \(index + 1) --app com.example.Reader --store '\(machine.fixture.store)'") }
+        }
+        let start = Date()
+        writers.forEach { $0.start() }
+        while writers.contains(where: { !$0.isFinished }) { usleep(1_000) }
+        let written = Date()
+        let converged = ManyMachinesTests.within(10) {
+            let values = machines.map(get)
+            return values[0] != nil && Set(values).count == 1
+        }
+        #expect(converged != nil, "\(machines.map(get))")
+        #expect(converged.map { $0 + written.timeIntervalSince(start) < 1.5 } == true, "converged \(String(describing: converged)) s after the writes")
+        let agreed = try #require(get(machines[0]))
+        #expect(["1\n", "2\n", "3\n"].contains(agreed))
+        // A removal on c: gone everywhere within a second.
+        #expect(try machines[2].docfs("kv remove page --app com.example.Reader --store '\(machines[2].fixture.store)'").status == 0)
+        let gone = ManyMachinesTests.within(5) { machines.allSatisfy { get($0) == nil } }
+        #expect(gone.map { $0 < 1 } == true, "removal seen everywhere after \(String(describing: gone)) s")
     }
 }

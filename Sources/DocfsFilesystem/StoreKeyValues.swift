@@ -1,0 +1,28 @@
+import DocfsCore
+import DocfsIndex
+import DocfsSync
+
+/// A store's key-value database as the sync sees it (`SyncedKeyValues`): the index module
+/// keeps the entries, the sync module knows only this protocol.
+public struct StoreKeyValues: SyncedKeyValues {
+    public let database: KeyValueDatabase
+
+    public init(database: KeyValueDatabase) { self.database = database }
+
+    public func pendingKeyValues(limit: Int) throws(DocfsError) -> [PendingKeyValue] {
+        try database.pending(limit: limit).map { PendingKeyValue(container: $0.container, key: $0.key, value: $0.value, revision: $0.revision) }
+    }
+
+    public func sentKeyValue(_ write: PendingKeyValue, sequence: UInt64) throws(DocfsError) {
+        try database.sent(KeyValueDatabase.Pending(container: write.container, key: write.key, value: write.value, revision: write.revision),
+                          sequence: sequence)
+    }
+
+    public func takeRemoteKeyValue(_ change: KeyValueChange, value: KeyValue?) throws(DocfsError) -> Bool {
+        try database.takeRemote(change.key, in: change.container, value: value, sequence: change.sequence)
+    }
+
+    public func keyValueAnchor() throws(DocfsError) -> UInt64 { try database.remoteAnchor() }
+
+    public func setKeyValueAnchor(_ sequence: UInt64) throws(DocfsError) { try database.setRemoteAnchor(sequence) }
+}

@@ -1,0 +1,93 @@
+import DocfsCore
+
+/// A store's key-value stores as the sync sees them (issue 24): local writes waiting to go up,
+/// other machines' writes to take, and how far the remote's changes were read.
+public protocol SyncedKeyValues: Sendable {
+    func pendingKeyValues(limit: Int) throws(DocfsError) -> [PendingKeyValue]
+    func sentKeyValue(_ write: PendingKeyValue, sequence: UInt64) throws(DocfsError)
+    /// Takes another machine's change; answers whether the value here changed.
+    func takeRemoteKeyValue(_ change: KeyValueChange, value: KeyValue?) throws(DocfsError) -> Bool
+    func keyValueAnchor() throws(DocfsError) -> UInt64
+    func setKeyValueAnchor(_ sequence: UInt64) throws(DocfsError)
+}
+
+/// A local write of a key waiting to go up: a set, or (no value) a removal. `revision` says
+/// which write it is, so one made while it went up stays waiting.
+public struct PendingKeyValue: Sendable, Equatable {
+    public var container: String
+    public var key: String
+    public var value: KeyValue?
+    public var revision: Int64
+
+    public init(container: String, key: String, value: KeyValue?, revision: Int64) {
+        self.container = container
+        self.key = key
+        self.value = value
+        self.revision = revision
+    }
+}
+
+/// One round of the key-value stores' sync: local writes go up (the server's order decides:
+/// last writer wins, never a clock), then every change after the anchor comes down, in order,
+/// each taken unless a local write of the key still waits to go up (it comes later in the
+/// server's order) or the value here is from a later change. A value from the remote that is
+/// not one (another program wrote the table) is skipped and reported, never taken.
+public struct KeyValueSync: Sendable {
+    public let store: any SyncedKeyValues
+    public let remote: any Remote
+    /// Writes sent and changes read per call of the remote.
+    static let page = 256
+
+    public init(store: any SyncedKeyValues, remote: any Remote) {
+        self.store = store
+        self.remote = remote
+    }
+
+    /// What a round did: writes sent, and the keys whose value here another machine changed
+    /// (by container), with what could not be taken.
+    public struct Outcome: Sendable, Equatable {
+        public var sent = 0
+        public var changed: [String: [String]] = [:]
+        public var problems: [String] = []
+    }
+
+    public func syncOnce() throws(SyncError) -> Outcome {
+        var outcome = Outcome()
+        while true {
+            let waiting = try SyncError.local("list the key-value writes waiting") { try store.pendingKeyValues(limit: Self.page) }
+            for write in waiting {
+                let sequence = try SyncError.remote { () throws(RemoteError) in
+                    try remote.setValue(write.value?.portable, forKey: write.key, in: write.container)
+                }
+                try SyncError.local("note a key-value write sent") { try store.sentKeyValue(write, sequence: sequence) }
+                outcome.sent += 1
+            }
+            if waiting.count < Self.page { break }
+        }
+        var anchor = try SyncError.local("read the key-value anchor") { try store.keyValueAnchor() }
+        while true {
+            let changes = try SyncError.remote { () throws(RemoteError) in try remote.keyValueChanges(after: anchor, limit: Self.page) }
+            for change in changes {
+                var value: KeyValue?
+                if let bytes = change.value {
+                    do {
+                        value = try KeyValue(portable: bytes)
+                    } catch {
+                        outcome.problems.append("key \(change.key) of \(change.container) from the remote is skipped: \(error.message)")
+                        anchor = change.sequence
+                        continue
+                    }
+                }
+                if try SyncError.local("take a key-value change", { try store.takeRemoteKeyValue(change, value: value) }) {
+                    outcome.changed[change.container, default: []].append(change.key)
+                }
+                anchor = change.sequence
+            }
+            if !changes.isEmpty {
+                try SyncError.local("save the key-value anchor") { try store.setKeyValueAnchor(anchor) }
+            }
+            if changes.count < Self.page { break }
+        }
+        return outcome
+    }
+}

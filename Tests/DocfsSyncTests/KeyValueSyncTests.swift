@@ -1,0 +1,137 @@
+import DocfsCore
+import DocfsFilesystem
+import DocfsIndex
+import DocfsSync
+import DocfsTestSupport
+import Foundation
+import Testing
+
+/// The containers' key-value stores kept in step across machines (issue 24, DESIGN §9.3), on
+/// each remote: the server's order decides (last writer wins, never a clock), removals
+/// travel, a write made here while another machine's comes down is not lost to it, and every
+/// machine ends with the remote's values.
+@Suite struct KeyValueSyncTests {
+    static let reader = try! ContainerID("com.example.Reader")
+
+    /// A machine: its own key-value database, and the engine that keeps it in step.
+    struct Machine {
+        let database: KeyValueDatabase
+        let sync: KeyValueSync
+
+        init(_ directory: String, remote: any Remote) throws {
+            database = try KeyValueDatabase(path: directory + "/keyvalues.sqlite")
+            sync = KeyValueSync(store: StoreKeyValues(database: database), remote: remote)
+        }
+
+        func values(_ container: ContainerID = KeyValueSyncTests.reader) throws -> [String: KeyValue] {
+            Dictionary(uniqueKeysWithValues: try database.entries(in: container).map { ($0.key, $0.value) })
+        }
+    }
+
+    static func machines(_ count: Int, remote: any Remote) throws -> ([Machine], cleanUp: () -> Void) {
+        let directory = "/dev/shm/docfs-kv-sync-\(UUID().uuidString)"
+        let machines = try (0..<count).map { try Machine(directory + "/\($0)", remote: remote) }
+        return (machines, { try? FileManager.default.removeItem(atPath: directory) })
+    }
+
+    /// The remote's values of a container, as a machine reads them.
+    static func remoteValues(_ remote: any Remote, _ container: ContainerID = reader) throws -> [String: KeyValue] {
+        var values: [String: KeyValue] = [:]
+        for key in try remote.keys(in: container.rawValue) {
+            values[key] = try KeyValue(portable: try #require(try remote.value(forKey: key, in: container.rawValue)))
+        }
+        return values
+    }
+
+    @Test(arguments: RemoteUnderTest.allCases)
+    func concurrentWritesOfOneKeyOnThreeMachinesConvergeOnTheServersLast(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        let (machines, cleanUp) = try Self.machines(3, remote: remote)
+        defer { cleanUp() }
+        // Each sets the page while offline; b's write reaches the server last.
+        for (index, machine) in machines.enumerated() { try machine.database.set("page", to: .number(Double(10 + index)), in: Self.reader) }
+        _ = try machines[0].sync.syncOnce()
+        _ = try machines[2].sync.syncOnce()
+        let last = try machines[1].sync.syncOnce()
+        #expect(last.sent == 1)
+        for _ in 0..<2 { for machine in machines { _ = try machine.sync.syncOnce() } }
+        for (index, machine) in machines.enumerated() { #expect(try machine.values() == ["page": .number(11)], "machine \(index)") }
+        #expect(try Self.remoteValues(remote) == ["page": .number(11)])
+        // A removal travels; a key another machine sets after it comes back on every machine.
+        #expect(try machines[2].database.remove("page", in: Self.reader))
+        _ = try machines[2].sync.syncOnce()
+        let heard = try machines[0].sync.syncOnce()
+        #expect(heard.changed == [Self.reader.rawValue: ["page"]])
+        #expect(try machines[0].values().isEmpty)
+        try machines[0].database.set("theme", to: .text("dark"), in: Self.reader)
+        for _ in 0..<2 { for machine in machines { _ = try machine.sync.syncOnce() } }
+        for machine in machines { #expect(try machine.values() == ["theme": .text("dark")]) }
+    }
+
+    /// A write made here before another machine's write of the key comes down is sent after
+    /// it, so it is the later one in the server's order and wins everywhere; an older change
+    /// read late never replaces a newer value here.
+    @Test func aWriteWaitingHereIsNotLostToAnEarlierOneFromTheRemote() throws {
+        let remote = InMemoryRemote()
+        let (machines, cleanUp) = try Self.machines(2, remote: remote)
+        defer { cleanUp() }
+        let (a, b) = (machines[0], machines[1])
+        try a.database.set("theme", to: .text("light"), in: Self.reader)
+        _ = try a.sync.syncOnce()
+        try b.database.set("theme", to: .text("dark"), in: Self.reader)
+        _ = try b.sync.syncOnce()  // sends dark (later), then reads light (earlier): keeps dark
+        #expect(try b.values() == ["theme": .text("dark")])
+        _ = try a.sync.syncOnce()
+        #expect(try a.values() == ["theme": .text("dark")])
+        // A write waiting to go up when another machine's change of the key is read (written
+        // between a round's sending and its reading) is not replaced by it: it goes up next.
+        try a.database.set("theme", to: .text("sepia"), in: Self.reader)
+        #expect(try !a.database.takeRemote("theme", in: Self.reader.rawValue, value: .text("theirs"), sequence: 1_000))
+        #expect(try a.values() == ["theme": .text("sepia")])
+        _ = try a.sync.syncOnce()
+        _ = try b.sync.syncOnce()
+        #expect(try b.values() == ["theme": .text("sepia")])
+        // A removal here that went up is not undone by an older set read after it.
+        try a.database.set("font", to: .text("serif"), in: Self.reader)
+        _ = try a.sync.syncOnce()
+        #expect(try b.database.remove("theme", in: Self.reader))
+        _ = try b.sync.syncOnce()
+        #expect(try b.values() == ["font": .text("serif")])
+        #expect(try Self.remoteValues(remote) == ["font": .text("serif")])
+    }
+
+    /// A value on the remote that is not one docfs wrote is skipped and said, never taken, and
+    /// the changes after it still come down.
+    @Test func aDamagedValueFromTheRemoteIsSkippedAndSaid() throws {
+        let remote = InMemoryRemote()
+        let (machines, cleanUp) = try Self.machines(1, remote: remote)
+        defer { cleanUp() }
+        try remote.setValue(Array("no kind here".utf8), forKey: "bad", in: Self.reader.rawValue)
+        try remote.setValue(KeyValue.number(4).portable, forKey: "good", in: Self.reader.rawValue)
+        let outcome = try machines[0].sync.syncOnce()
+        #expect(outcome.problems.count == 1 && outcome.problems[0].contains("key bad"), "\(outcome.problems)")
+        #expect(try machines[0].values() == ["good": .number(4)])
+    }
+
+    /// Random sets and removals of a few keys on three machines, with rounds in between in a
+    /// random order, end with every machine holding what the remote holds.
+    @Test(arguments: 0..<20)
+    func randomWritesAndRoundsConverge(seed: UInt64) throws {
+        let remote = InMemoryRemote()
+        let (machines, cleanUp) = try Self.machines(3, remote: remote)
+        defer { cleanUp() }
+        var random = SplitMix(seed: seed)
+        for _ in 0..<60 {
+            let machine = machines[random.next(below: 3)]
+            let key = "k\(random.next(below: 4))"
+            switch random.next(below: 5) {
+            case 0...1: try machine.database.set(key, to: .number(Double(random.next(below: 1000))), in: Self.reader)
+            case 2: _ = try machine.database.remove(key, in: Self.reader)
+            default: _ = try machine.sync.syncOnce()
+            }
+        }
+        for _ in 0..<2 { for machine in machines { _ = try machine.sync.syncOnce() } }
+        let expected = try Self.remoteValues(remote)
+        for (index, machine) in machines.enumerated() { #expect(try machine.values() == expected, "seed \(seed), machine \(index)") }
+    }
+}
