@@ -125,6 +125,22 @@ public enum KeyValue: Sendable, Equatable {
     static func invalid(_ message: String) -> DocfsError { DocfsError(.invalidArgument, message) }
 }
 
+/// A local write of a key waiting to go up: a set, or (no value) a removal. `revision` says
+/// which write it is, so one made while it went up stays waiting.
+public struct PendingKeyValue: Sendable, Equatable {
+    public var container: String
+    public var key: String
+    public var value: KeyValue?
+    public var revision: Int64
+
+    public init(container: String, key: String, value: KeyValue?, revision: Int64) {
+        self.container = container
+        self.key = key
+        self.value = value
+        self.revision = revision
+    }
+}
+
 /// The limits of a container's key-value store, as in the model (DESIGN §9.3).
 public enum KeyValueLimits {
     /// Bytes of a key's UTF-8.

@@ -10,12 +10,11 @@ public struct StoreKeyValues: SyncedKeyValues {
     public init(database: KeyValueDatabase) { self.database = database }
 
     public func pendingKeyValues(limit: Int) throws(DocfsError) -> [PendingKeyValue] {
-        try database.pending(limit: limit).map { PendingKeyValue(container: $0.container, key: $0.key, value: $0.value, revision: $0.revision) }
+        try database.pending(limit: limit)
     }
 
     public func sentKeyValue(_ write: PendingKeyValue, sequence: UInt64) throws(DocfsError) {
-        try database.sent(KeyValueDatabase.Pending(container: write.container, key: write.key, value: write.value, revision: write.revision),
-                          sequence: sequence)
+        try database.sent(write, sequence: sequence)
     }
 
     public func takeRemoteKeyValue(_ change: KeyValueChange, value: KeyValue?) throws(DocfsError) -> Bool {

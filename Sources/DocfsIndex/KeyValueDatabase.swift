@@ -137,29 +137,14 @@ public final class KeyValueDatabase: Sendable {
 
     // MARK: Sync (issue 24): what goes up, what came down, where the remote's changes were read to
 
-    /// A local write waiting to go up: a set (`value`) or a removal (nil).
-    public struct Pending: Sendable, Equatable {
-        public var container: String
-        public var key: String
-        public var value: KeyValue?
-        public var revision: Int64
-
-        public init(container: String, key: String, value: KeyValue?, revision: Int64) {
-            self.container = container
-            self.key = key
-            self.value = value
-            self.revision = revision
-        }
-    }
-
     /// Up to `limit` local writes waiting to go up, oldest first.
-    public func pending(limit: Int) throws(DocfsError) -> [Pending] {
+    public func pending(limit: Int) throws(DocfsError) -> [PendingKeyValue] {
         try run("list the key-value changes waiting to go up") { db in
             try Row.fetchAll(try db.cachedStatement(sql: "SELECT container, key, kind, value, removed, revision FROM entries WHERE pending = 1 ORDER BY revision LIMIT ?"),
                              arguments: [limit]).map { row in
                 let removed: Bool = row["removed"]
                 let data: Data = row["value"]
-                return Pending(container: row["container"], key: row["key"],
+                return PendingKeyValue(container: row["container"], key: row["key"],
                                value: removed ? nil : try KeyValue(kind: row["kind"], bytes: Array(data)), revision: row["revision"])
             }
         }
@@ -168,7 +153,7 @@ public final class KeyValueDatabase: Sendable {
     /// `write` went up and took `sequence`: no longer pending, unless the key was written again
     /// since (then only the sequence is noted: the newer write goes up next). Each call is a
     /// transaction of its own.
-    public func sent(_ write: Pending, sequence: UInt64) throws(DocfsError) {
+    public func sent(_ write: PendingKeyValue, sequence: UInt64) throws(DocfsError) {
         try run("note that \(write.key) of \(write.container) went up") { db in
             // A removal's row stays (no value) with its sequence until the anchor passes it, so
             // an older set read later does not bring the key back.

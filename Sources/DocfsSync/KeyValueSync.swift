@@ -11,22 +11,6 @@ public protocol SyncedKeyValues: Sendable {
     func setKeyValueAnchor(_ sequence: UInt64) throws(DocfsError)
 }
 
-/// A local write of a key waiting to go up: a set, or (no value) a removal. `revision` says
-/// which write it is, so one made while it went up stays waiting.
-public struct PendingKeyValue: Sendable, Equatable {
-    public var container: String
-    public var key: String
-    public var value: KeyValue?
-    public var revision: Int64
-
-    public init(container: String, key: String, value: KeyValue?, revision: Int64) {
-        self.container = container
-        self.key = key
-        self.value = value
-        self.revision = revision
-    }
-}
-
 /// One round of the key-value stores' sync: local writes go up (the server's order decides:
 /// last writer wins, never a clock), then every change after the anchor comes down, in order,
 /// each taken unless a local write of the key still waits to go up (it comes later in the
