@@ -238,31 +238,29 @@ def main():
         with open(os.path.join(base, "list"), "w") as f:
             f.write("\n".join(files))
         sh("tar", "-cf", archive, "-C", "/usr/include", "-T", os.path.join(base, "list"))
-        linked_tars, plain_tars = [], []
-        for attempt in range(ATTEMPTS):
-            linked_tars.append(untar(archive, os.path.join(a.mount, f"tree{attempt}")))
-            settled(os.path.join(b.mount, f"tree{attempt}", files[-1]))
-            plain_tars.append(untar(archive, os.path.join(plain.mount, f"tree{attempt}")))
-        linked_tar, plain_tar = min(linked_tars), min(plain_tars)
-        paired = statistics.median(l / p for l, p in zip(linked_tars, plain_tars))
+        def tar_pairs(prefix):
+            """`tar x` on a and on the unlinked store, alternating, ATTEMPTS of each (folders
+            PREFIX0, PREFIX1…); the best of each and the median of the pairs' ratios."""
+            linked, plain_times = [], []
+            for attempt in range(ATTEMPTS):
+                linked.append(untar(archive, os.path.join(a.mount, f"{prefix}{attempt}")))
+                settled(os.path.join(b.mount, f"{prefix}{attempt}", files[-1]))
+                plain_times.append(untar(archive, os.path.join(plain.mount, f"{prefix}{attempt}")))
+            paired = statistics.median(l / p for l, p in zip(linked, plain_times))
+            return min(linked), min(plain_times), paired
+
+        linked_tar, plain_tar, paired = tar_pairs("tree")
         rows.append(("tar x of 2,000 header files, linked vs unlinked", f"{linked_tar:.2f} s vs {plain_tar:.2f} s ({linked_tar / plain_tar:.2f}x)",
                      f"best of {ATTEMPTS} each, alternating; median of the pairs {paired:.2f}x; b and the server niced; target within 10%"))
-        settled(os.path.join(b.mount, f"tree{ATTEMPTS - 1}", files[-1]))
         # The same beside a process that keeps one core busy (a build, a browser): a tar x
         # pauses more, and a sync round that takes a pause for the end of the burst competes
         # with the rest of it (issue 22 §7: 1.2x to 1.8x before rounds waited for 150 ms quiet).
         hog = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL)
         try:
-            linked_tars, plain_tars = [], []
-            for attempt in range(ATTEMPTS):
-                linked_tars.append(untar(archive, os.path.join(a.mount, f"busy{attempt}")))
-                settled(os.path.join(b.mount, f"busy{attempt}", files[-1]))
-                plain_tars.append(untar(archive, os.path.join(plain.mount, f"busy{attempt}")))
+            linked_tar, plain_tar, paired = tar_pairs("busy")
         finally:
             hog.kill()
             hog.wait()
-        linked_tar, plain_tar = min(linked_tars), min(plain_tars)
-        paired = statistics.median(l / p for l, p in zip(linked_tars, plain_tars))
         rows.append(("  … beside a busy core", f"{linked_tar:.2f} s vs {plain_tar:.2f} s ({linked_tar / plain_tar:.2f}x)",
                      f"best of {ATTEMPTS} each, alternating; median of the pairs {paired:.2f}x; `yes` at nice 0"))
         set_nice(others, 0)  # the transfers below are measured against the server's own COPY and SELECT

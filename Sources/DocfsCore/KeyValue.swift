@@ -147,7 +147,7 @@ public enum KeyValueLimits {
     public static let keyBytes = 64
     /// Keys per container.
     public static let keys = 1024
-    /// Bytes per container, keys and values counted (1 MB).
+    /// Bytes per container, keys and values counted: 1 MiB (the model's "1 MB").
     public static let totalBytes = 1 << 20
 
     /// Checks that `key` can be a key: 1 to 64 bytes of UTF-8, no `/` or NUL (each key is also

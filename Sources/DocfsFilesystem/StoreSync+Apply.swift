@@ -260,8 +260,7 @@ extension StoreSync {
             // the content that followed it here, not from this one.
             if kind == .previous { record.detached = true }
             if promising {
-                try shared.promises.promise(Promise(item: version.item, number: version.number, size: version.size, modified: version.modified,
-                                                    manifest: version.manifest, lengths: version.knownLengths), file: working.fd)
+                try shared.promises.promise(Self.promise(of: version, as: version.number), file: working.fd)
             }
             try versions.keepFile(working.fd, item: item, record: record, promised: promising)
             guard kind == .conflict else { return .kept }
@@ -460,8 +459,7 @@ extension StoreSync {
         if conflict != nil { try check(docfs_fd_setxattr(working.fd, Filesystem.conflictAttribute, "1", 1, 0)) }
         try Self.describe(working.fd, as: version)
         if promising {
-            try shared.promises.promise(Promise(item: version.item, number: newVersion, size: version.size, modified: version.modified,
-                                                manifest: version.manifest, lengths: version.knownLengths), file: working.fd)
+            try shared.promises.promise(Self.promise(of: version, as: newVersion), file: working.fd)
         }
         let samePlace = old.map { $0.folderKey == target.folderKey && $0.name == target.name } ?? false
         try check(docfs_renameat2(target.folder, working.name.cString, target.folder, target.name.cString,
@@ -479,6 +477,12 @@ extension StoreSync {
         } else {
             view.deliver(.name(.created, target.name, inFolder: target.folder, item: item))
         }
+    }
+
+    /// What a file standing for `version` (promised under `number`) fetches when read.
+    static func promise(of version: RemoteVersion, as number: UInt64) -> Promise {
+        Promise(item: version.item, number: number, size: version.size, modified: version.modified,
+                manifest: version.manifest, lengths: version.knownLengths)
     }
 
     /// Whether the document at `place` is promised (its content not downloaded yet).

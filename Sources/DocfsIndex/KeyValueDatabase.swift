@@ -105,8 +105,7 @@ public final class KeyValueDatabase: Sendable {
         let bytes = value.bytes
         try run("set \(key) of \(container)") { db in
             let (keys, used) = try Self.usage(db, container.rawValue)
-            let old = try Int.fetchOne(try db.cachedStatement(sql: "SELECT length(CAST(key AS BLOB)) + length(value) FROM entries WHERE container = ? AND key = ? AND removed = 0"),
-                                       arguments: [container.rawValue, key])
+            let old = try Self.countedSize(db, container.rawValue, key)
             let after = (keys: keys + (old == nil ? 1 : 0), bytes: used - (old ?? 0) + key.utf8.count + bytes.count)
             if after.keys > KeyValueLimits.keys || after.bytes > KeyValueLimits.totalBytes {
                 throw KeyValueQuotaViolation(container: container.rawValue, key: key, keys: after.keys, bytes: after.bytes)
@@ -124,8 +123,7 @@ public final class KeyValueDatabase: Sendable {
     @discardableResult
     public func remove(_ key: String, in container: ContainerID) throws(DocfsError) -> Bool {
         try run("remove \(key) of \(container)") { db in
-            guard let size = try Int.fetchOne(try db.cachedStatement(sql: "SELECT length(CAST(key AS BLOB)) + length(value) FROM entries WHERE container = ? AND key = ? AND removed = 0"),
-                                              arguments: [container.rawValue, key]) else { return false }
+            guard let size = try Self.countedSize(db, container.rawValue, key) else { return false }
             // Kept as a removal waiting to go up (no value, nothing counted).
             try db.cachedStatement(sql: "UPDATE entries SET removed = 1, pending = 1, value = X'', changed = ?, revision = ? WHERE container = ? AND key = ?")
                 .execute(arguments: [Date().timeIntervalSince1970, try Self.nextRevision(db), container.rawValue, key])
@@ -222,6 +220,13 @@ public final class KeyValueDatabase: Sendable {
     private static func usage(_ db: Database, _ container: String) throws -> (keys: Int, bytes: Int) {
         let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT keys, bytes FROM usage WHERE container = ?"), arguments: [container])
         return (row?[0] ?? 0, row?[1] ?? 0)
+    }
+
+    /// What `key` counts toward its container's limit (its key's and value's bytes); nil when
+    /// it is not there.
+    private static func countedSize(_ db: Database, _ container: String, _ key: String) throws -> Int? {
+        try Int.fetchOne(try db.cachedStatement(sql: "SELECT length(CAST(key AS BLOB)) + length(value) FROM entries WHERE container = ? AND key = ? AND removed = 0"),
+                         arguments: [container, key])
     }
 
     private static func record(_ db: Database, _ container: String, _ usage: (keys: Int, bytes: Int)) throws {

@@ -137,9 +137,10 @@ struct KeyValueCommand: ParsableCommand {
         private static func read(_ path: String) throws(DocfsError) -> [UInt8] {
             let handle = path == "-" ? FileHandle.standardInput : FileHandle(forReadingAtPath: path)
             guard let handle else { throw DocfsError(.notFound, "cannot read \(path): \(String(cString: strerror(errno)))") }
-            let bytes = (try? handle.readToEnd()) ?? Data()
+            // One byte past the limit tells enough: a file of any size is not read whole.
+            let bytes = (try? handle.read(upToCount: KeyValueLimits.totalBytes + 1)) ?? Data()
             guard bytes.count <= KeyValueLimits.totalBytes else {
-                throw DocfsError(.refused, "quota violation: \(bytes.count) bytes is more than a container's key-value store holds (\(KeyValueLimits.totalBytes))")
+                throw DocfsError(.refused, "quota violation: \(path) holds more than a container's key-value store holds (\(KeyValueLimits.totalBytes) bytes)")
             }
             return Array(bytes)
         }
