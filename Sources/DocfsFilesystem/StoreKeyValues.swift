@@ -24,4 +24,8 @@ public struct StoreKeyValues: SyncedKeyValues {
     public func keyValueAnchor() throws(DocfsError) -> UInt64 { try database.remoteAnchor() }
 
     public func setKeyValueAnchor(_ sequence: UInt64) throws(DocfsError) { try database.setRemoteAnchor(sequence) }
+
+    public func noteRemoteKeyValues(_ keys: [String], in container: String, initial: Bool) throws(DocfsError) {
+        try database.note(initial ? .initialSync : .serverChange, keys: keys, in: container)
+    }
 }

@@ -68,6 +68,18 @@ public final class KeyValueDatabase: Sendable {
                     CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) WITHOUT ROWID;
                     """)
             }
+            migrator.registerMigration("3: notices") { db in
+                // What `docfs kv watch` tells: which keys of a container changed, and why.
+                try db.execute(sql: """
+                    CREATE TABLE notices (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        container TEXT NOT NULL,
+                        reason TEXT NOT NULL,
+                        keys TEXT NOT NULL,
+                        time REAL NOT NULL
+                    )
+                    """)
+            }
             try migrator.migrate(queue)
         } catch {
             throw DocfsError(.storeUnavailable, "cannot open the key-value stores at \(path): check that the store is there and writable",
@@ -102,6 +114,16 @@ public final class KeyValueDatabase: Sendable {
     /// nothing.
     public func set(_ key: String, to value: KeyValue, in container: ContainerID, at time: Double = Date().timeIntervalSince1970) throws(DocfsError) {
         _ = try KeyValueLimits.check(key: Array(key.utf8))
+        do {
+            try write(key, value, in: container, at: time)
+        } catch let error where error.cause is KeyValueQuotaViolation {
+            // Watchers hear of the refusal (the model's quota-violation notice).
+            try? note(.quotaViolation, keys: [key], in: container.rawValue)
+            throw error
+        }
+    }
+
+    private func write(_ key: String, _ value: KeyValue, in container: ContainerID, at time: Double) throws(DocfsError) {
         let bytes = value.bytes
         try run("set \(key) of \(container)") { db in
             let (keys, used) = try Self.usage(db, container.rawValue)
@@ -213,6 +235,59 @@ public final class KeyValueDatabase: Sendable {
         let next = (try Int64.fetchOne(try db.cachedStatement(sql: "SELECT value FROM meta WHERE key = 'revision'")) ?? 0) + 1
         try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('revision', ?)").execute(arguments: [next])
         return next
+    }
+
+    // MARK: Notices (`docfs kv watch`)
+
+    /// Why keys of a container changed, as watchers are told (the model's reasons).
+    public enum Reason: String, Sendable, CaseIterable {
+        /// Another machine's write came down.
+        case serverChange = "server-change"
+        /// The first values from a remote the store was just linked to.
+        case initialSync = "initial-sync"
+        /// A write here was refused: it would have passed a limit.
+        case quotaViolation = "quota-violation"
+        /// The store was linked to another remote.
+        case accountChange = "account-change"
+    }
+
+    /// A change watchers are told of.
+    public struct Notice: Sendable, Equatable {
+        public var id: Int64
+        public var container: String
+        public var reason: Reason
+        public var keys: [String]
+        public var time: Double
+    }
+
+    /// Notes that `keys` of `container` changed for `reason`. The newest 10,000 notices are
+    /// kept: a watcher reads them as they come.
+    public func note(_ reason: Reason, keys: [String], in container: String) throws(DocfsError) {
+        let list = String(decoding: (try? JSONSerialization.data(withJSONObject: keys)) ?? Data("[]".utf8), as: UTF8.self)
+        try run("note a key-value change of \(container)") { db in
+            try db.cachedStatement(sql: "INSERT INTO notices (container, reason, keys, time) VALUES (?, ?, ?, ?)")
+                .execute(arguments: [container, reason.rawValue, list, Date().timeIntervalSince1970])
+            let id = db.lastInsertedRowID
+            if id % 1000 == 0 { try db.execute(sql: "DELETE FROM notices WHERE id <= ?", arguments: [id - 10_000]) }
+        }
+    }
+
+    /// The notices of `container` after notice `id`, oldest first.
+    public func notices(of container: String, after id: Int64) throws(DocfsError) -> [Notice] {
+        try run("read the key-value notices of \(container)") { db in
+            try Row.fetchAll(try db.cachedStatement(sql: "SELECT id, container, reason, keys, time FROM notices WHERE container = ? AND id > ? ORDER BY id"),
+                             arguments: [container, id]).compactMap { row in
+                let keysText: String = row["keys"]
+                guard let reason = Reason(rawValue: row["reason"]),
+                      let keys = (try? JSONSerialization.jsonObject(with: Data(keysText.utf8))) as? [String] else { return nil }
+                return Notice(id: row["id"], container: row["container"], reason: reason, keys: keys, time: row["time"])
+            }
+        }
+    }
+
+    /// The last notice's id (0: none): where a new watcher starts.
+    public func lastNotice() throws(DocfsError) -> Int64 {
+        try run("read the key-value notices") { db in try Int64.fetchOne(db, sql: "SELECT max(id) FROM notices") ?? 0 }
     }
 
     /// What a container holds, kept in a row of its own in each write's transaction, so a

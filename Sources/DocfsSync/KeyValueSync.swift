@@ -9,6 +9,9 @@ public protocol SyncedKeyValues: Sendable {
     func takeRemoteKeyValue(_ change: KeyValueChange, value: KeyValue?) throws(DocfsError) -> Bool
     func keyValueAnchor() throws(DocfsError) -> UInt64
     func setKeyValueAnchor(_ sequence: UInt64) throws(DocfsError)
+    /// Tells watchers that `keys` of `container` changed: another machine's writes, or (`initial`)
+    /// the first values from the remote.
+    func noteRemoteKeyValues(_ keys: [String], in container: String, initial: Bool) throws(DocfsError)
 }
 
 /// One round of the key-value stores' sync: local writes go up (the server's order decides:
@@ -49,6 +52,8 @@ public struct KeyValueSync: Sendable {
             if waiting.count < Self.page { break }
         }
         var anchor = try SyncError.local("read the key-value anchor") { try store.keyValueAnchor() }
+        // The first values from a remote the store was just linked to are its initial sync.
+        let initial = anchor == 0
         while true {
             let changes = try SyncError.remote { () throws(RemoteError) in try remote.keyValueChanges(after: anchor, limit: Self.page) }
             for change in changes {
@@ -71,6 +76,9 @@ public struct KeyValueSync: Sendable {
                 try SyncError.local("save the key-value anchor") { try store.setKeyValueAnchor(anchor) }
             }
             if changes.count < Self.page { break }
+        }
+        for (container, keys) in outcome.changed.sorted(by: { $0.key < $1.key }) {
+            try SyncError.local("tell watchers of key-value changes") { try store.noteRemoteKeyValues(keys, in: container, initial: initial) }
         }
         return outcome
     }

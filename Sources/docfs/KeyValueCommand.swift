@@ -20,7 +20,7 @@ struct KeyValueCommand: ParsableCommand {
             JSON arrays and objects, or binary data (base64 in JSON output). A write past a \
             limit is refused and changes nothing.
             """,
-        subcommands: [Get.self, Set.self, Remove.self, List.self]
+        subcommands: [Get.self, Set.self, Remove.self, List.self, Watch.self]
     )
 
     /// Which store, and which app's container.
@@ -187,6 +187,46 @@ struct KeyValueCommand: ParsableCommand {
                 print("\(entry.key)\t\(entry.value.kind)\t\(entry.value.bytes.count)")
             }
             print("\(usage.keys) of \(KeyValueLimits.keys) keys, \(usage.bytes) of \(KeyValueLimits.totalBytes) bytes")
+        }
+    }
+
+    struct Watch: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print each change of the app's store as it happens, with its reason, until interrupted.",
+            discussion: """
+                Reasons: server-change (another machine's write came down), initial-sync (the first \
+                values from a remote the store was just linked to), quota-violation (a write here was \
+                refused: it would have passed a limit), account-change (the store was linked to another \
+                remote). Writes made here through docfs kv are not told back.
+                """)
+
+        @OptionGroup var target: Target
+        @Flag(name: .long, help: "Print each change as a line of JSON: container, reason, keys, time.") var json = false
+
+        func run() throws {
+            allowInterruption()
+            let (container, database) = try reportingErrors { () throws(DocfsError) in try target.open() }
+            var last = try reportingErrors { () throws(DocfsError) in try database.lastNotice() }
+            while true {
+                let notices = try reportingErrors { () throws(DocfsError) in try database.notices(of: container.rawValue, after: last) }
+                for notice in notices {
+                    if json {
+                        let object: [String: Any] = ["container": notice.container, "reason": notice.reason.rawValue, "keys": notice.keys, "time": notice.time]
+                        if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) {
+                            Self.say(String(decoding: data, as: UTF8.self))
+                        }
+                    } else {
+                        Self.say("\(notice.reason.rawValue)\t\(notice.keys.joined(separator: ", "))")
+                    }
+                    last = notice.id
+                }
+                usleep(100_000)
+            }
+        }
+
+        /// A line out at once (a watcher reads it from a pipe as it comes).
+        private static func say(_ line: String) {
+            FileHandle.standardOutput.write(Data((line + "\n").utf8))
         }
     }
 }

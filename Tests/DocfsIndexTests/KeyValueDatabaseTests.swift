@@ -115,6 +115,24 @@ import Testing
         #expect(throws: DocfsError.self) { try KeyValue(kind: "colour", bytes: []) }
     }
 
+    /// A write past a limit is told to watchers as a quota violation, with its key; notices
+    /// come back in order, after the one a watcher saw last, per container.
+    @Test func aRefusedWriteIsNoticedAsAQuotaViolation() throws {
+        defer { cleanUp() }
+        let database = try open()
+        let start = try database.lastNotice()
+        try database.set("small", to: .text("x"), in: notes)
+        #expect(try database.notices(of: notes.rawValue, after: start).isEmpty)  // a write here is not told back
+        #expect(throws: DocfsError.self) { try database.set("huge", to: .data([UInt8](repeating: 0, count: KeyValueLimits.totalBytes)), in: notes) }
+        try database.note(.serverChange, keys: ["a", "b"], in: notes.rawValue)
+        try database.note(.serverChange, keys: ["c"], in: other.rawValue)
+        let told = try database.notices(of: notes.rawValue, after: start)
+        #expect(told.map(\.reason) == [.quotaViolation, .serverChange])
+        #expect(told.map(\.keys) == [["huge"], ["a", "b"]])
+        #expect(try database.notices(of: notes.rawValue, after: told[0].id).map(\.keys) == [["a", "b"]])
+        #expect(try database.notices(of: other.rawValue, after: start).map(\.keys) == [["c"]])
+    }
+
     /// 100,000 random sets (every kind, now and then one past a limit), removals and reads over
     /// two containers, against a dictionary that keeps the same rules; the database is opened
     /// again every 10,000 operations, and a second handle on the same file reads between.

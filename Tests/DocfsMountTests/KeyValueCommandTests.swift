@@ -122,9 +122,25 @@ import Glibc
         #expect(converged.map { $0 + written.timeIntervalSince(start) < 1.5 } == true, "converged \(String(describing: converged)) s after the writes")
         let agreed = try #require(get(machines[0]))
         #expect(["1\n", "2\n", "3\n"].contains(agreed))
-        // A removal on c: gone everywhere within a second.
+        // A removal on c: gone everywhere within a second, and a's watcher is told.
+        let watcher = Process()
+        watcher.executableURL = URL(fileURLWithPath: MountFixture.binary)
+        watcher.arguments = ["kv", "watch", "--json", "--app", "com.example.Reader", "--store", machines[0].fixture.store]
+        let watched = machines[0].fixture.root + "/watched"
+        FileManager.default.createFile(atPath: watched, contents: nil)
+        watcher.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: watched))
+        try watcher.run()
+        defer {
+            watcher.terminate()  // SIGTERM ends it, though this process has it blocked (the child inherits the mask)
+            watcher.waitUntilExit()
+        }
+        usleep(300_000)  // it has read where the notices are
         #expect(try machines[2].docfs("kv remove page --app com.example.Reader --store '\(machines[2].fixture.store)'").status == 0)
         let gone = ManyMachinesTests.within(5) { machines.allSatisfy { get($0) == nil } }
         #expect(gone.map { $0 < 1 } == true, "removal seen everywhere after \(String(describing: gone)) s")
+        let heard = ManyMachinesTests.within(5) {
+            ((try? String(contentsOfFile: watched, encoding: .utf8)) ?? "").contains(#""keys":["page"],"reason":"server-change""#)
+        }
+        #expect(heard != nil, "\((try? String(contentsOfFile: watched, encoding: .utf8)) ?? "")")
     }
 }

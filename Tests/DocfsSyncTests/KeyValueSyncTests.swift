@@ -100,6 +100,29 @@ import Testing
         #expect(try Self.remoteValues(remote) == ["font": .text("serif")])
     }
 
+    /// Watchers hear why keys changed: the first values from the remote as the initial sync,
+    /// later ones as server changes; a write made here is not told back, and a value another
+    /// machine's write replaced here is.
+    @Test func changesFromTheRemoteAreNoticedWithTheirReason() throws {
+        let remote = InMemoryRemote()
+        let (machines, cleanUp) = try Self.machines(2, remote: remote)
+        defer { cleanUp() }
+        let (a, b) = (machines[0], machines[1])
+        try a.database.set("page", to: .number(1), in: Self.reader)
+        try a.database.set("theme", to: .text("dark"), in: Self.reader)
+        _ = try a.sync.syncOnce()
+        #expect(try a.database.notices(of: Self.reader.rawValue, after: 0).isEmpty)
+        _ = try b.sync.syncOnce()
+        let first = try b.database.notices(of: Self.reader.rawValue, after: 0)
+        #expect(first.map(\.reason) == [.initialSync] && first.first.map { Set($0.keys) } == ["page", "theme"], "\(first)")
+        try b.database.set("page", to: .number(2), in: Self.reader)
+        _ = try b.sync.syncOnce()
+        _ = try a.sync.syncOnce()
+        let told = try a.database.notices(of: Self.reader.rawValue, after: 0)
+        #expect(told.map(\.reason) == [.serverChange] && told.map(\.keys) == [["page"]], "\(told)")
+        #expect(try b.database.notices(of: Self.reader.rawValue, after: first.last?.id ?? 0).isEmpty)
+    }
+
     /// A value on the remote that is not one docfs wrote is skipped and said, never taken, and
     /// the changes after it still come down.
     @Test func aDamagedValueFromTheRemoteIsSkippedAndSaid() throws {
