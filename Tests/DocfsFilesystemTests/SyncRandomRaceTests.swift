@@ -37,7 +37,10 @@ import Glibc
         return file.handle
     }
 
-    @Test(arguments: 0..<64) func randomSavesAndWritersRacingTheEnginesConvergeOnEveryStore(seed: UInt64) throws {
+    // 32 seeds each in the suite (600 and more run by hand): every in-process machine keeps its
+    // index open (about 8 descriptors), and with 64 the test process passed 1,000 descriptors,
+    // where Foundation's `Process` crashed a mount test running beside.
+    @Test(arguments: 0..<32) func randomSavesAndWritersRacingTheEnginesConvergeOnEveryStore(seed: UInt64) throws {
         let fixture = TwoStoresInStepTests()
         let (remote, a, b, c, item) = try fixture.threeMachinesInStep(on: "plan.txt", "base")
         defer { for machine in [a, b, c] { machine.cleanUp() } }
@@ -128,7 +131,7 @@ import Glibc
     /// and safe-saves (a new file renamed over the document) among the steps, on documents
     /// that come and go: once every writer let go and the stores synced, all three hold the
     /// same documents (names, ids, numbers, content) and list the same versions of each.
-    @Test(arguments: 0..<64) func randomEditsRenamesAndDeletionsConvergeOnEveryStore(seed: UInt64) throws {
+    @Test(arguments: 0..<32) func randomEditsRenamesAndDeletionsConvergeOnEveryStore(seed: UInt64) throws {
         let fixture = TwoStoresInStepTests()
         let (remote, a, b, c, _) = try fixture.threeMachinesInStep(on: "plan.txt", "base")
         defer { for machine in [a, b, c] { machine.cleanUp() } }
