@@ -24,9 +24,13 @@ extension IndexDatabase {
         }
     }
 
-    /// How many outbox entries wait (committed ones; `outbox` commits first).
+    /// How many outbox entries wait, a change stitched a moment ago among them (committed
+    /// first, as `outbox` does: `docfs remote status` once said nothing waited while the
+    /// background commit had not yet moved a save's entry, and a machine linked then merged
+    /// against a remote without that save).
     public func outboxCount() throws(DocfsError) -> Int {
-        try readSync { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM outbox") ?? 0 }
+        try flush()
+        return try readSync { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM outbox") ?? 0 }
     }
 
     /// Removes the entry at `position`: its item went up.

@@ -203,8 +203,11 @@ public final class IndexDatabase: Sendable {
         }
     }
 
-    /// The background commit holds the index: `stopCommitting` before letting go of it.
+    /// The background commit holds the index only while it commits, so the index goes when its
+    /// last user lets go of it (what waits in the journal is replayed at the next open), and its
+    /// commit thread ends with it.
     deinit {
+        committing.withLock { $0 }?.abandon()
         writer.withLock { $0?.journal.close() }
     }
 
@@ -395,10 +398,11 @@ public final class IndexDatabase: Sendable {
             return true
         }) else { return }
         let nanoseconds = interval.components.seconds * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000
-        Thread.detachNewThread { [self] in
+        Thread.detachNewThread { [weak self] in
             while loop.waitForWork() {
                 usleep(useconds_t(max(nanoseconds / 1000, 0)))
-                do throws(DocfsError) { try flush() } catch { onFailure(error) }
+                guard let self else { break }
+                do throws(DocfsError) { try self.flush() } catch { onFailure(error) }
             }
             loop.finished.signal()
         }
@@ -441,9 +445,14 @@ public final class IndexDatabase: Sendable {
         }
 
         func stop() {
+            abandon()
+            finished.wait()
+        }
+
+        /// Stops without waiting for the thread (the index is going away, perhaps on it).
+        func abandon() {
             state.withLock { $0.running = false }
             work.signal()
-            finished.wait()
         }
     }
 

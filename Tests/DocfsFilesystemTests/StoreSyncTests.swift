@@ -102,6 +102,18 @@ import Glibc
         #expect(try remote.currentVersion(of: planVersion.item)?.deleted == true)
     }
 
+    /// What waits to go up counts a save made a moment ago, before the index's background
+    /// commit moved its outbox entry (`docfs remote status` said 0 then, and a test that waited
+    /// for 0 to link a second machine saw that machine merge against a remote without the save).
+    @Test func whatWaitsCountsASaveMadeAMomentAgo() throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (filesystem, sync, _, engine) = try linkedStore()
+        for n in 0..<3 { _ = try write(filesystem, parent: 1, name: FileName("note \(n).txt"), Array("note \(n)".utf8)) }
+        #expect(try sync.waiting() >= 3)
+        try engine.syncOnce()
+        #expect(try sync.waiting() == 0)
+    }
+
     /// A big file's chunks are handed to the engine in batches while it is read (they go up
     /// as they are cut, not after the whole file was read); an error the engine throws (the
     /// remote went away) ends the read there, as that error.

@@ -278,6 +278,35 @@ import Testing
         #expect(mostWaiting < 6_000)
     }
 
+    /// An index its users let go of closes its files though its background commit was never
+    /// stopped, and a reopen finds what the commit had not moved yet (in-process test machines
+    /// once kept every index they made open, taking the test process past 2,000 descriptors).
+    @Test func anIndexLetGoOfClosesItsFilesAndKeepsItsChanges() throws {
+        let directory = NSTemporaryDirectory() + "docfs-journal-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        func descriptorsOnIndex() -> Int {
+            let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+            return fds.filter { ((try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0)) ?? "").hasPrefix(directory) }.count
+        }
+        weak var released: IndexDatabase?
+        do {
+            let index = try IndexDatabase(path: directory + "/index.sqlite")
+            index.startCommitting(every: .seconds(60))  // never gets to commit
+            try index.stitch([.put(IndexQueryTests.record(7, "kept.txt"))])
+            _ = try index.count()
+            #expect(descriptorsOnIndex() > 0)
+            released = index
+        }
+        var waited = 0
+        while (released != nil || descriptorsOnIndex() > 0) && waited < 100 {
+            usleep(10_000)
+            waited += 1
+        }
+        #expect(released == nil)
+        #expect(descriptorsOnIndex() == 0)
+        #expect(try IndexDatabase(path: directory + "/index.sqlite").count() == 1)
+    }
+
     /// A torn last frame (a crash mid-append) ends the journal; garbage never crashes a reader.
     @Test func tornAndGarbageJournalsEndCleanly() throws {
         let one = IndexJournal.frame(sequence: 1, entryBase: 0, changes: [.remove(Self.location("/a"))])
