@@ -168,6 +168,20 @@ public enum KeyValueLimits {
     }
 }
 
+/// Why keys of a container's key-value store changed, as watchers are told (the model's
+/// change reasons).
+public enum KeyValueChangeReason: String, Sendable, CaseIterable {
+    /// Another machine's write came down.
+    case serverChange = "server-change"
+    /// The first values from a remote the store was just linked to.
+    case initialSync = "initial-sync"
+    /// A write here was refused: it would have passed a limit.
+    case quotaViolation = "quota-violation"
+    /// The store was linked to another remote (or again): its values were replaced by the
+    /// remote's.
+    case accountChange = "account-change"
+}
+
 /// A write the key-value store's limits refuse: why, with the numbers (the model's quota
 /// violation). Nothing of the write is kept.
 public struct KeyValueQuotaViolation: Error, Sendable, Equatable, CustomStringConvertible {

@@ -168,7 +168,8 @@ public enum RemoteLinking {
         }
     }
 
-    /// Unlinks the store: the link and every sync record go; documents stay as they are.
+    /// Unlinks the store: the link and every sync record go; documents stay as they are, and
+    /// so do the key-value stores' values (carried over to the next remote, `forgetRemote`).
     public static func unlink(_ shared: ServedStore) throws(DocfsError) {
         guard try RemoteLink.load(shared.store.layout) != nil else {
             throw DocfsError(.invalidArgument, "the store is not linked to a remote")
@@ -177,6 +178,7 @@ public enum RemoteLinking {
             sync.fillOutbox(false)
             do { try sync.forget() } catch { throw DocfsError(.internalFailure, "forgetting the sync records failed: \(error)") }
         }
+        try KeyValueDatabase(path: shared.store.layout.keyValuesFile).forgetRemote()
         try RemoteLink.remove(shared.store.layout)
     }
 }

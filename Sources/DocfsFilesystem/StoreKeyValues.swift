@@ -25,7 +25,11 @@ public struct StoreKeyValues: SyncedKeyValues {
 
     public func setKeyValueAnchor(_ sequence: UInt64) throws(DocfsError) { try database.setRemoteAnchor(sequence) }
 
-    public func noteRemoteKeyValues(_ keys: [String], in container: String, initial: Bool) throws(DocfsError) {
-        try database.note(initial ? .initialSync : .serverChange, keys: keys, in: container)
+    public func keyValueJoining() throws(DocfsError) -> KeyValueChangeReason? { try database.joining() }
+
+    public func finishKeyValueJoining() throws(DocfsError) -> Int { try database.finishJoining() }
+
+    public func noteRemoteKeyValues(_ keys: [String], in container: String, reason: KeyValueChangeReason) throws(DocfsError) {
+        try database.note(reason, keys: keys, in: container)
     }
 }

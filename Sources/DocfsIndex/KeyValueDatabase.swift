@@ -23,7 +23,8 @@ public struct KeyValueEntry: Sendable, Equatable {
 /// what it holds (a write past one changes nothing) and is on disk when it returns
 /// (synchronous=FULL: a process or machine that dies after a set keeps it). Several processes
 /// may use the file at once (the daemon, `docfs kv` on an unserved store).
-/// Each entry also records whether it waits to go up to a remote (`pending`), for the sync
+/// Each entry also records whether it waits to go up to a remote (`pending`: 1; 2 for a value
+/// carried over from a remote the store was linked to before, `forgetRemote`), for the sync
 /// engine.
 public final class KeyValueDatabase: Sendable {
     private let queue: DatabaseQueue
@@ -193,8 +194,9 @@ public final class KeyValueDatabase: Sendable {
             let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT kind, value, pending, removed, sequence FROM entries WHERE container = ? AND key = ?"),
                                        arguments: [container, key])
             if let row {
-                let pending: Bool = row["pending"], held: Int64 = row["sequence"]
-                if pending || UInt64(bitPattern: held) >= sequence { return false }
+                // A value carried over from a remote linked before (pending 2) is replaced.
+                let pending: Int = row["pending"], held: Int64 = row["sequence"]
+                if pending == 1 || UInt64(bitPattern: held) >= sequence { return false }
             }
             let (keys, bytes) = try Self.usage(db, container)
             let removedHere: Bool = row?["removed"] ?? true
@@ -231,6 +233,64 @@ public final class KeyValueDatabase: Sendable {
         }
     }
 
+    /// Why the values that come down now change while the store joins a remote (reads its
+    /// log for the first time since it was linked): `initialSync` on its first link,
+    /// `accountChange` on a link after another; nil once it has joined. Kept until
+    /// `finishJoining`, so a first read that fails halfway goes on under the same reason.
+    public func joining() throws(DocfsError) -> Reason? {
+        try run("read whether the key-value stores join a remote") { db in
+            switch try Int.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'joining'") {
+            case 0: return nil
+            case 2: return .accountChange
+            case 1: return .initialSync
+            default:
+                // Never linked (or from before this record): joining unless values were read.
+                guard (try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'remoteAnchor'") ?? 0) == 0 else { return nil }
+                try db.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('joining', 1)")
+                return .initialSync
+            }
+        }
+    }
+
+    /// The store has read the whole log of the remote it joins: values carried over from a
+    /// remote it was linked to before that the new one did not replace go up now, as local
+    /// writes. Answers how many.
+    @discardableResult
+    public func finishJoining() throws(DocfsError) -> Int {
+        try run("finish joining a remote with the key-value stores") { db in
+            let carried = try Row.fetchAll(db, sql: "SELECT container, key FROM entries WHERE pending = 2")
+            for row in carried {
+                try db.cachedStatement(sql: "UPDATE entries SET pending = 1, revision = ? WHERE container = ? AND key = ?")
+                    .execute(arguments: [try Self.nextRevision(db), row["container"], row["key"]])
+            }
+            try db.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('joining', 0)")
+            return carried.count
+        }
+    }
+
+    /// The store was unlinked: what its remote said of each value (sequences, the anchor,
+    /// removals that went up) means nothing to the next. Values in step with it are carried
+    /// over (pending 2): when the store joins a remote again, that remote's value of a key
+    /// replaces the one here (an account change, as the model's store takes the new account's
+    /// values) and the others go up; writes that waited to go up still wait (and win).
+    public func forgetRemote() throws(DocfsError) {
+        try run("forget the remote of the key-value stores") { db in
+            let joined = try Int.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'joining'") != nil
+                || (try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'remoteAnchor'") ?? 0) > 0
+            try db.execute(sql: """
+                DELETE FROM entries WHERE removed = 1 AND pending <> 1;
+                UPDATE entries SET pending = 2 WHERE pending = 0;
+                UPDATE entries SET sequence = 0;
+                DELETE FROM meta WHERE key = 'remoteAnchor';
+                """)
+            if joined {
+                try db.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('joining', 2)")
+            } else {
+                try db.execute(sql: "DELETE FROM meta WHERE key = 'joining'")
+            }
+        }
+    }
+
     private static func nextRevision(_ db: Database) throws -> Int64 {
         let next = (try Int64.fetchOne(try db.cachedStatement(sql: "SELECT value FROM meta WHERE key = 'revision'")) ?? 0) + 1
         try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('revision', ?)").execute(arguments: [next])
@@ -239,17 +299,7 @@ public final class KeyValueDatabase: Sendable {
 
     // MARK: Notices (`docfs kv watch`)
 
-    /// Why keys of a container changed, as watchers are told (the model's reasons).
-    public enum Reason: String, Sendable, CaseIterable {
-        /// Another machine's write came down.
-        case serverChange = "server-change"
-        /// The first values from a remote the store was just linked to.
-        case initialSync = "initial-sync"
-        /// A write here was refused: it would have passed a limit.
-        case quotaViolation = "quota-violation"
-        /// The store was linked to another remote.
-        case accountChange = "account-change"
-    }
+    public typealias Reason = KeyValueChangeReason
 
     /// A change watchers are told of.
     public struct Notice: Sendable, Equatable {

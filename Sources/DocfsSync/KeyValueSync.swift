@@ -9,16 +9,24 @@ public protocol SyncedKeyValues: Sendable {
     func takeRemoteKeyValue(_ change: KeyValueChange, value: KeyValue?) throws(DocfsError) -> Bool
     func keyValueAnchor() throws(DocfsError) -> UInt64
     func setKeyValueAnchor(_ sequence: UInt64) throws(DocfsError)
-    /// Tells watchers that `keys` of `container` changed: another machine's writes, or (`initial`)
-    /// the first values from the remote.
-    func noteRemoteKeyValues(_ keys: [String], in container: String, initial: Bool) throws(DocfsError)
+    /// Why values that come down change while the store joins a remote (its first read of the
+    /// log since it was linked: `.initialSync`, or `.accountChange` after another remote);
+    /// nil once it has joined.
+    func keyValueJoining() throws(DocfsError) -> KeyValueChangeReason?
+    /// The whole log was read: values carried over from a remote linked before that this one
+    /// did not replace wait to go up. Answers how many.
+    func finishKeyValueJoining() throws(DocfsError) -> Int
+    /// Tells watchers that `keys` of `container` changed, and why.
+    func noteRemoteKeyValues(_ keys: [String], in container: String, reason: KeyValueChangeReason) throws(DocfsError)
 }
 
 /// One round of the key-value stores' sync: local writes go up (the server's order decides:
 /// last writer wins, never a clock), then every change after the anchor comes down, in order,
 /// each taken unless a local write of the key still waits to go up (it comes later in the
 /// server's order) or the value here is from a later change. A value from the remote that is
-/// not one (another program wrote the table) is skipped and reported, never taken.
+/// not one (another program wrote the table) is skipped and reported, never taken. Joining a
+/// remote after another (an account change), the remote's values replace those carried over,
+/// and the rest go up once its whole log was read.
 public struct KeyValueSync: Sendable {
     public let store: any SyncedKeyValues
     public let remote: any Remote
@@ -40,20 +48,9 @@ public struct KeyValueSync: Sendable {
 
     public func syncOnce() throws(SyncError) -> Outcome {
         var outcome = Outcome()
-        while true {
-            let waiting = try SyncError.local("list the key-value writes waiting") { try store.pendingKeyValues(limit: Self.page) }
-            for write in waiting {
-                let sequence = try SyncError.remote { () throws(RemoteError) in
-                    try remote.setValue(write.value?.portable, forKey: write.key, in: write.container)
-                }
-                try SyncError.local("note a key-value write sent") { try store.sentKeyValue(write, sequence: sequence) }
-                outcome.sent += 1
-            }
-            if waiting.count < Self.page { break }
-        }
+        try send(&outcome)
+        let joining = try SyncError.local("read whether the key-value stores join the remote") { try store.keyValueJoining() }
         var anchor = try SyncError.local("read the key-value anchor") { try store.keyValueAnchor() }
-        // The first values from a remote the store was just linked to are its initial sync.
-        let initial = anchor == 0
         while true {
             let changes = try SyncError.remote { () throws(RemoteError) in try remote.keyValueChanges(after: anchor, limit: Self.page) }
             for change in changes {
@@ -78,8 +75,28 @@ public struct KeyValueSync: Sendable {
             if changes.count < Self.page { break }
         }
         for (container, keys) in outcome.changed.sorted(by: { $0.key < $1.key }) {
-            try SyncError.local("tell watchers of key-value changes") { try store.noteRemoteKeyValues(keys, in: container, initial: initial) }
+            try SyncError.local("tell watchers of key-value changes") {
+                try store.noteRemoteKeyValues(keys, in: container, reason: joining ?? .serverChange)
+            }
+        }
+        if joining != nil, try SyncError.local("finish joining the remote", { try store.finishKeyValueJoining() }) > 0 {
+            try send(&outcome)
         }
         return outcome
+    }
+
+    /// Sends the local writes waiting to go up, oldest first.
+    private func send(_ outcome: inout Outcome) throws(SyncError) {
+        while true {
+            let waiting = try SyncError.local("list the key-value writes waiting") { try store.pendingKeyValues(limit: Self.page) }
+            for write in waiting {
+                let sequence = try SyncError.remote { () throws(RemoteError) in
+                    try remote.setValue(write.value?.portable, forKey: write.key, in: write.container)
+                }
+                try SyncError.local("note a key-value write sent") { try store.sentKeyValue(write, sequence: sequence) }
+                outcome.sent += 1
+            }
+            if waiting.count < Self.page { break }
+        }
     }
 }

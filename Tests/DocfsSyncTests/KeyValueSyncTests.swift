@@ -123,6 +123,61 @@ import Testing
         #expect(try b.database.notices(of: Self.reader.rawValue, after: first.last?.id ?? 0).isEmpty)
     }
 
+    /// Linked to another remote (unlinked, then linked again: the model's account change),
+    /// the store takes that remote's values over those it had in step with the first, and its
+    /// watchers hear so (`account-change`); keys the new remote lacks go up to it; a write made
+    /// here after the unlink still wins. Later changes are server changes again, and a second
+    /// link of a store that never synced is an initial sync, not an account change.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func linkingToAnotherRemoteTakesItsValuesAsAnAccountChange(_ kind: RemoteUnderTest) throws {
+        let (first, second) = (try kind.make(), try kind.make())
+        let (machines, cleanUp) = try Self.machines(1, remote: first)
+        defer { cleanUp() }
+        let here = machines[0].database
+        for (key, value) in [("theme", KeyValue.text("dark")), ("page", .number(7)), ("font", .text("serif")), ("gone", .bool(true))] {
+            try here.set(key, to: value, in: Self.reader)
+        }
+        _ = try machines[0].sync.syncOnce()
+        #expect(try here.remove("gone", in: Self.reader))
+        _ = try machines[0].sync.syncOnce()
+        let (others, cleanUpOthers) = try Self.machines(1, remote: second)
+        defer { cleanUpOthers() }
+        let other = others[0]
+        try other.database.set("theme", to: .text("light"), in: Self.reader)
+        try other.database.set("volume", to: .number(3), in: Self.reader)
+        _ = try other.sync.syncOnce()
+
+        try here.forgetRemote()  // docfs remote unlink
+        try here.set("font", to: .text("mono"), in: Self.reader)
+        let mark = try here.lastNotice()
+        let linked = KeyValueSync(store: StoreKeyValues(database: here), remote: second)
+        let joined = try linked.syncOnce()
+        let expected: [String: KeyValue] = ["theme": .text("light"), "volume": .number(3), "page": .number(7), "font": .text("mono")]
+        #expect(try machines[0].values() == expected)
+        #expect(joined.sent == 2, "the write after the unlink, then the page the new remote lacked")
+        let told = try here.notices(of: Self.reader.rawValue, after: mark)
+        #expect(told.map(\.reason) == [.accountChange] && told.first.map { Set($0.keys) } == ["theme", "volume"], "\(told)")
+        #expect(try Self.remoteValues(second) == expected)
+        _ = try other.sync.syncOnce()
+        #expect(try other.values() == expected)
+        #expect(try linked.syncOnce().sent == 0)
+
+        try other.database.set("volume", to: .number(4), in: Self.reader)
+        _ = try other.sync.syncOnce()
+        let afterJoin = try here.lastNotice()
+        _ = try linked.syncOnce()
+        let later = try here.notices(of: Self.reader.rawValue, after: afterJoin)
+        #expect(later.map(\.reason) == [.serverChange] && later.map(\.keys) == [["volume"]], "\(later)")
+
+        // A store unlinked before it ever synced joins its next remote as an initial sync.
+        let (fresh, cleanUpFresh) = try Self.machines(1, remote: second)
+        defer { cleanUpFresh() }
+        try fresh[0].database.forgetRemote()
+        _ = try fresh[0].sync.syncOnce()
+        #expect(try fresh[0].database.notices(of: Self.reader.rawValue, after: 0).map(\.reason) == [.initialSync])
+        #expect(try fresh[0].values() == ["theme": .text("light"), "volume": .number(4), "page": .number(7), "font": .text("mono")])
+    }
+
     /// A value on the remote that is not one docfs wrote is skipped and said, never taken, and
     /// the changes after it still come down.
     @Test func aDamagedValueFromTheRemoteIsSkippedAndSaid() throws {
