@@ -62,6 +62,8 @@ final class SyncService: Sendable {
             loop.wake()
             trimmer?.noteLocalChange()
         }
+        // An app's write through its key files (`.docfs/kv/`) goes up at once.
+        sync.shared.keyValuesWritten.set { loop.wake() }
         loop.start()
         trimmer?.start()
     }
@@ -74,6 +76,7 @@ final class SyncService: Sendable {
         loop.stop()
         sync.fetchPromisedContent(from: nil)
         sync.onOutboxFilled {}
+        sync.shared.keyValuesWritten.set {}
         remote.close()
     }
 

@@ -15,6 +15,8 @@ enum ControlArea {
     static let byID: FileName = "by-id"
     /// `.docfs/thumbnails/<item-id>.png`
     static let thumbnails: FileName = "thumbnails"
+    /// `.docfs/kv/<key>` (an app view's only)
+    static let keyValues: FileName = "kv"
 }
 
 /// Lookups in the control area: items by id or bookmark token, and thumbnails by item id.
@@ -22,6 +24,7 @@ extension Filesystem {
     func controlAreaEntry(_ name: FileName) throws(DocfsError) -> Entry {
         if name == ControlArea.byID { return try virtualEntry(.byID, .byID) }
         if name == ControlArea.thumbnails { return try virtualEntry(.thumbnails, .thumbnails) }
+        if name == ControlArea.keyValues, let app = appContainer { return try virtualEntry(.keyValues, .keyValues(container: app)) }
         throw DocfsError.system(ENOENT)
     }
 

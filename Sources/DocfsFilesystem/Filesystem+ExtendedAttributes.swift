@@ -18,6 +18,10 @@ public enum AttributeValue: Sendable, Equatable {
 extension Filesystem {
     public func getExtendedAttribute(_ id: NodeID, name: String, size: Int) throws(DocfsError) -> AttributeValue {
         try ExtendedAttributePolicy.checkName(name)
+        if let (container, key) = keyValueFile(id) {
+            guard name == Self.keyValueKindAttribute else { throw DocfsError.system(ENODATA) }
+            return try fit(Array(try keyValueKind(container, key).utf8), into: size)
+        }
         // Asked before every write (security.capability): answered without touching anything.
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(ENODATA) }
         guard var node = try readableNode(id) else { throw DocfsError.system(ENODATA) }
@@ -63,6 +67,7 @@ extension Filesystem {
     }
 
     public func listExtendedAttributes(_ id: NodeID, size: Int) throws(DocfsError) -> AttributeValue {
+        if keyValueFile(id) != nil { return try fit(Array(Self.keyValueKindAttribute.utf8) + [0], into: size) }
         guard let node = try readableNode(id) else { return try fit([], into: size) }
         if node.isSymlink { return try fit([], into: size) }
         if node.isReference {
@@ -119,6 +124,10 @@ extension Filesystem {
     public func setExtendedAttribute(_ id: NodeID, name: String, value: [UInt8], flags: Int32) throws(DocfsError) {
         try ExtendedAttributePolicy.checkName(name)
         if value.count > ExtendedAttributePolicy.maximumValueSize { throw DocfsError.system(E2BIG) }
+        if let (container, key) = keyValueFile(id) {
+            guard name == Self.keyValueKindAttribute else { throw DocfsError.system(EOPNOTSUPP) }
+            return try convertKeyValue(container, key, to: value)
+        }
         let node = try changeableNode(id)
         guard ExtendedAttributePolicy.isStored(name) else { throw DocfsError.system(EOPNOTSUPP) }
         if node.isSymlink { throw DocfsError.system(EPERM) }
@@ -143,6 +152,12 @@ extension Filesystem {
             ownChanges.changedFile(at: node.fd, permissionsToo: false)
             return ((), [.file(.attributes, node)])
         }
+    }
+
+    /// The container and key of `id` when it is a key file (`.docfs/kv/<key>`).
+    private func keyValueFile(_ id: NodeID) -> (ContainerID, String)? {
+        guard VirtualNodes.isVirtual(id), case .keyValue(let container, let key)? = try? virtualNodes.node(id) else { return nil }
+        return (container, key)
     }
 
     /// The store node whose attributes `id` shows: its own, a read-only view's item, or nil

@@ -96,6 +96,9 @@ extension Filesystem {
     }
 
     public func create(parent: NodeID, name: FileName, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
+        if VirtualNodes.isVirtual(parent), case .keyValues(let container)? = try? virtualNodes.node(parent) {
+            return try createKeyValueFile(name, in: container, flags: flags)
+        }
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
         let made = try changing([(directory.item, .write)], touching: .name(name, in: directory), by: caller) { () throws(DocfsError) in
@@ -233,6 +236,7 @@ extension Filesystem {
     /// saved or copied first (see `WriteSessions`); set-id bits go as a write drops them.
     @inline(__always)
     public func prepareWrite(_ handle: UInt64, at offset: off_t, length: Int, caller: Caller) throws(DocfsError) {
+        try checkKeyValueWrite(handle, at: offset, length: length)
         try sessions.willChange(handle, from: Int64(offset), length: Int64(length), writtenBack: cachePolicy.writebackCache)
         ownChanges.willWrite(through: handle)
         try dropSetIDBitsBeforeWrite(handle, caller: caller)
@@ -259,6 +263,7 @@ extension Filesystem {
     /// close(2) of one of the descriptors sharing an open file: reports errors of the backing
     /// file's close (as NFS would) without closing the handle.
     public func flush(_ handle: UInt64) throws(DocfsError) {
+        if try commitKeyValueFile(handle) { return }
         let copy = dup(backingDescriptor(of: handle))
         guard copy >= 0 else { throw DocfsError.system(Glibc.errno) }
         try check(close(copy))
@@ -278,6 +283,10 @@ extension Filesystem {
 
     /// The last close of an open file; the last writer of a file ends its write session.
     public func release(_ handle: UInt64) {
+        if releaseKeyValueFile(handle) {
+            close(backingDescriptor(of: handle))
+            return
+        }
         stitcher?.released(handle)  // before the handle's number is closed and can be reused
         let writer = sessions.detach(handle)
         let fd = backingDescriptor(of: handle)
@@ -306,6 +315,7 @@ extension Filesystem {
     }
 
     public func fsync(_ handle: UInt64, dataOnly: Bool) throws(DocfsError) {
+        if try commitKeyValueFile(handle) { return }
         let fd = backingDescriptor(of: handle)
         storePendingID(createdAs: handle, fd: fd)
         try check(dataOnly ? fdatasync(fd) : Glibc.fsync(fd))

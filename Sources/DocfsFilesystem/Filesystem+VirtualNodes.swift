@@ -33,7 +33,8 @@ extension Filesystem {
         case .sharedRepository(let folder): return try sharedSizeEntry(name, in: folder)
         case .sharedSize(let folder, let size): return try sharedThumbnailEntry(name, size: size, in: folder)
         case .readOnlyView(let real): return try readOnlyEntry(name, in: real)
-        case .itemLink, .thumbnailImage, .sharedThumbnail: throw DocfsError.system(ENOTDIR)
+        case .keyValues(let container): return try keyValueFileEntry(name, in: container)
+        case .itemLink, .thumbnailImage, .sharedThumbnail, .keyValue: throw DocfsError.system(ENOTDIR)
         }
     }
 
@@ -64,10 +65,16 @@ extension Filesystem {
             }
             st.st_mode &= ~mode_t(0o222)
             return st
+        case .keyValues:
+            var st = Self.folderAttributes(like: try realAttributes(of: root), inode: id)
+            st.st_mode = S_IFDIR | 0o700
+            return st
+        case .keyValue(let container, let key):
+            return try keyValueFileAttributes(container, key, handle: handle, like: try realAttributes(of: root), inode: id)
         }
     }
 
-    private func realAttributes(of node: Node) throws(DocfsError) -> stat {
+    func realAttributes(of node: Node) throws(DocfsError) -> stat {
         var st = stat()
         try check(fstatat(node.fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
         return st
@@ -126,19 +133,21 @@ extension Filesystem {
                             mayPassThrough: false)
         case .itemLink:
             throw DocfsError.system(ELOOP)
-        case .controlArea, .byID, .thumbnails, .sharedRepository, .sharedSize:
+        case .keyValue(let container, let key):
+            return try openKeyValueFile(container, key, flags: flags)
+        case .controlArea, .byID, .thumbnails, .sharedRepository, .sharedSize, .keyValues:
             if writes { throw DocfsError.system(EISDIR) }
             return OpenFile(handle: 0, directIO: false, keepCache: false, mayPassThrough: false)
         }
     }
 
     /// A descriptor of an anonymous memory file holding `bytes`, read from offset 0 on.
-    private static func memoryFile(holding bytes: [UInt8]) throws(DocfsError) -> Int32 {
-        let fd = docfs_memfd("docfs-thumbnail")
+    static func memoryFile(holding bytes: [UInt8], name: String = "docfs-thumbnail") throws(DocfsError) -> Int32 {
+        let fd = docfs_memfd(name)
         guard fd >= 0 else { throw DocfsError.errno("memfd_create") }
         let written = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
         guard written == bytes.count else {
-            let error = DocfsError.errno("writing a thumbnail to memory")
+            let error = DocfsError.errno("writing \(name) to memory")
             close(fd)
             throw error
         }
@@ -152,8 +161,11 @@ extension Filesystem {
         let directory = UInt8(DT_DIR)
         switch node {
         case .controlArea:
-            return DirectoryHandle(listing: [(ControlArea.byID, unknown, directory), (ControlArea.thumbnails, unknown, directory)],
+            let keyValues = appContainer == nil ? [] : [(ControlArea.keyValues, unknown, directory)]
+            return DirectoryHandle(listing: [(ControlArea.byID, unknown, directory), (ControlArea.thumbnails, unknown, directory)] + keyValues,
                                    inode: id, virtualParent: id)
+        case .keyValues(let container):
+            return DirectoryHandle(listing: try keyValueFileNames(in: container).map { ($0, unknown, UInt8(DT_REG)) }, inode: id, virtualParent: id)
         case .byID:
             return DirectoryHandle(listing: [], inode: id, virtualParent: id)
         case .thumbnails:
@@ -167,7 +179,7 @@ extension Filesystem {
         case .readOnlyView(let real):
             guard real.isDirectory else { throw DocfsError.system(ENOTDIR) }
             return DirectoryHandle(node: real, dir: try Self.stream(of: real), virtualParent: id)
-        case .itemLink, .thumbnailImage, .sharedThumbnail:
+        case .itemLink, .thumbnailImage, .sharedThumbnail, .keyValue:
             throw DocfsError.system(ENOTDIR)
         }
     }
@@ -183,6 +195,10 @@ extension Filesystem {
     /// access(2) of a node of docfs's own: it may be read (and searched), never written.
     func checkVirtualAccess(_ id: NodeID, mask: Int32) throws(DocfsError) {
         let node = try virtualNodes.node(id)
+        switch node {
+        case .keyValues, .keyValue: return  // the app's own, read and written
+        default: break
+        }
         if mask & W_OK != 0 {
             if case .readOnlyView = node { throw DocfsError(.denied, "reached through a read-only bookmark") }
             throw DocfsError.system(EROFS)

@@ -63,6 +63,8 @@ public final class Filesystem: Sendable {
     /// docfs's own files and folders the kernel knows (the control area, shared thumbnail
     /// repositories, read-only views).
     let virtualNodes = VirtualNodes()
+    /// Key files open for writing (`.docfs/kv/` of an app view).
+    let keyValueHandles = KeyValueHandles()
     /// The thumbnail names of recently asked folders (`.sh_thumbnails`).
     let sharedThumbnailFolders = SharedThumbnailFolders()
     let root: Node
@@ -295,6 +297,12 @@ public final class Filesystem: Sendable {
     }
 
     public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
+        if VirtualNodes.isVirtual(id), case .keyValue(let container, let key)? = try? virtualNodes.node(id) {
+            // A key file's size is its value's; its mode, owner and times are docfs's (ignored,
+            // so `cp -p` into the folder works).
+            if let size = changes.size { try truncateKeyValueFile(container, key, handle: handle, size: size) }
+            return try virtualAttributes(id, .keyValue(container: container, key: key), handle: handle)
+        }
         let node = try changeableNode(id)
         if changes.size != nil { try fulfilBeforeChanging(node) }
         return try changing([(node.item, changes.size == nil ? .metadata : .write)], touching: .file(node), by: caller) { () throws(DocfsError) in

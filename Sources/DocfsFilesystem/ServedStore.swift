@@ -59,9 +59,25 @@ public final class ServedStore: Sendable {
     let conflictResolved = Callback<ItemID>()
     /// The views being served, weakly (a view leaves when it is unmounted).
     private let views = Mutex<[WeakView]>([])
+    /// The containers' key-value stores, opened when an app view's key files are first used.
+    /// Lock order: taken alone.
+    private let keyValueStores = Mutex<KeyValueDatabase?>(nil)
+    /// Told after a write through an app view's key files (`.docfs/kv/`): a linked store's
+    /// sync sends it.
+    public let keyValuesWritten = Callback<Void>()
     /// One save of who made the current versions at a time (the periodic save and the one at
     /// the end write the same file), the newest list last.
     private let makersSaving = Mutex(())
+
+    /// The containers' key-value stores (`STORE/kv/keyvalues.sqlite`).
+    func keyValues() throws(DocfsError) -> KeyValueDatabase {
+        try keyValueStores.withLock { open throws(DocfsError) -> KeyValueDatabase in
+            if let open { return open }
+            let made = try KeyValueDatabase(path: store.layout.keyValuesFile)
+            open = made
+            return made
+        }
+    }
 
     private struct WeakView {
         weak var view: Filesystem?

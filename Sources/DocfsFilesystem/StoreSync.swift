@@ -20,7 +20,7 @@ import Glibc
 /// Lock order: `manifests` and `putOff` are leaf locks.
 public final class StoreSync: SyncedStore {
     public let author: RemoteAuthor
-    let shared: ServedStore
+    public let shared: ServedStore
     let index: IndexDatabase
     /// Where each chunk of the items last read lies in its file, so a chunk the remote lacks
     /// is read back without cutting the whole file again (the last few items only).

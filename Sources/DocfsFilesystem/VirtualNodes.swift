@@ -6,8 +6,8 @@ import Glibc
 #endif
 
 /// A file or folder docfs shows that the store does not hold: the control area (`.docfs/`),
-/// a folder's shared thumbnail repository (`.sh_thumbnails/`), and read-only views of what a
-/// read-only bookmark token names.
+/// a folder's shared thumbnail repository (`.sh_thumbnails/`), read-only views of what a
+/// read-only bookmark token names, and an app's key files.
 enum VirtualNode: Sendable {
     /// `/.docfs`
     case controlArea
@@ -28,20 +28,25 @@ enum VirtualNode: Sendable {
     case sharedThumbnail(image: Node, size: ThumbnailSize, uri: String)
     /// What a read-only bookmark token names, and everything under it: `real` read-only.
     case readOnlyView(real: Node)
+    /// `/.docfs/kv` of an app view: a file per key of the app's key-value store.
+    case keyValues(container: ContainerID)
+    /// `/.docfs/kv/<key>`: the key's value; written, it sets the value at close.
+    case keyValue(container: ContainerID, key: String)
 
     var isDirectory: Bool {
         switch self {
-        case .controlArea, .byID, .thumbnails, .sharedRepository, .sharedSize: true
+        case .controlArea, .byID, .thumbnails, .sharedRepository, .sharedSize, .keyValues: true
         case .readOnlyView(let real): real.isDirectory
-        case .itemLink, .thumbnailImage, .sharedThumbnail: false
+        case .itemLink, .thumbnailImage, .sharedThumbnail, .keyValue: false
         }
     }
 }
 
 /// What makes two lookups of docfs's own the same node (so its inode number stays put).
 enum VirtualKey: Hashable, Sendable {
-    case controlArea, byID, thumbnails
+    case controlArea, byID, thumbnails, keyValues
     case itemLink(String)
+    case keyValue(String)
     case thumbnailImage(ItemID)
     case sharedRepository(BackingKey)
     case sharedSize(BackingKey, ThumbnailSize)
