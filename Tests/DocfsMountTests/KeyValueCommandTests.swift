@@ -90,7 +90,8 @@ import Glibc
 
     /// Issue 24: three machines (daemons) linked to one PostgreSQL; each sets one key of an
     /// app's store at once through `docfs kv`; within a second every machine holds one value,
-    /// the same, the one the server took last; a removal travels as fast.
+    /// the same, the one the server took last; a removal travels as fast, and so does a value an
+    /// app writes to its key file.
     @Test func concurrentWritesOfOneKeyOnThreeMachinesConvergeWithinASecond() throws {
         let server = try ThrowawayPostgres.shared()
         let uri = try server.makeDatabase("kv")
@@ -142,5 +143,13 @@ import Glibc
             ((try? String(contentsOfFile: watched, encoding: .utf8)) ?? "").contains(#""keys":["page"],"reason":"server-change""#)
         }
         #expect(heard != nil, "\((try? String(contentsOfFile: watched, encoding: .utf8)) ?? "")")
+        // An app writes its key file in b's app view: every machine has the value within a second.
+        let view = try machines[1].fixture.mountApp("com.example.Reader")
+        try "sepia".write(toFile: view + "/.docfs/kv/theme", atomically: true, encoding: .utf8)
+        func theme(_ machine: ManyMachinesTests.Machine) -> String? {
+            try? machine.docfs("kv get theme --app com.example.Reader --store '\(machine.fixture.store)'").output
+        }
+        let arrived = ManyMachinesTests.within(5) { machines.allSatisfy { theme($0) == "sepia\n" } }
+        #expect(arrived.map { $0 < 1 } == true, "a key file's write seen everywhere after \(String(describing: arrived)) s: \(machines.map(theme))")
     }
 }
