@@ -263,7 +263,7 @@ extension Filesystem {
     /// close(2) of one of the descriptors sharing an open file: reports errors of the backing
     /// file's close (as NFS would) without closing the handle.
     public func flush(_ handle: UInt64) throws(DocfsError) {
-        if try commitKeyValueFile(handle) { return }
+        if try commitKeyValueFile(handle, .close) { return }
         let copy = dup(backingDescriptor(of: handle))
         guard copy >= 0 else { throw DocfsError.system(Glibc.errno) }
         try check(close(copy))
@@ -315,7 +315,7 @@ extension Filesystem {
     }
 
     public func fsync(_ handle: UInt64, dataOnly: Bool) throws(DocfsError) {
-        if try commitKeyValueFile(handle) { return }
+        if try commitKeyValueFile(handle, .fsync) { return }
         let fd = backingDescriptor(of: handle)
         storePendingID(createdAs: handle, fd: fd)
         try check(dataOnly ? fdatasync(fd) : Glibc.fsync(fd))

@@ -21,7 +21,17 @@ final class KeyValueHandles: Sendable {
         /// A write would have made the value bigger than a store holds: the close sets nothing
         /// (a value is set whole or not at all) and fails as that write did.
         var overflowed = false
+        /// Written since the last commit: a close sets the value then.
+        var wrote = false
+        /// Truncated (an O_TRUNC open, truncate(2)) since the last commit and not written:
+        /// set only at the last close or an fsync. A shell's `>` closes its first descriptor
+        /// before it writes (dup2, close), and the key must not be seen empty meanwhile.
+        var truncated = false
     }
+
+    /// When a key file's content is set: each close(2) of what was written, the last close and
+    /// fsync(2) of anything changed.
+    enum Commit { case close, lastClose, fsync }
 
     private let open = Mutex<[UInt64: Writer]>([:])
     /// How many are open: a write through any other handle checks this alone.
@@ -49,9 +59,30 @@ final class KeyValueHandles: Sendable {
         }
     }
 
+    /// The handles open for writing `key`.
+    func writers(of key: String, in container: ContainerID) -> [UInt64] {
+        guard count.load(ordering: .relaxed) > 0 else { return [] }
+        return open.withLock { open in open.filter { $0.value.container == container && $0.value.key == key }.map(\.key) }
+    }
+
     /// A write through `handle` was refused as too big.
     func overflowed(_ handle: UInt64) {
         open.withLock { $0[handle]?.overflowed = true }
+    }
+
+    /// `handle` was written (or truncated) since the last commit.
+    func changed(_ handle: UInt64, written: Bool) {
+        open.withLock { open in
+            if written { open[handle]?.wrote = true } else { open[handle]?.truncated = true }
+        }
+    }
+
+    /// What `handle` changed is set: the next commit needs new changes.
+    func committed(_ handle: UInt64) {
+        open.withLock { open in
+            open[handle]?.wrote = false
+            open[handle]?.truncated = false
+        }
     }
 
     /// The files of `key` and `other` were exchanged: their open writers follow them.
@@ -124,7 +155,9 @@ extension Filesystem {
         let writes = flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0
         let fd = try Self.memoryFile(holding: flags & O_TRUNC != 0 ? [] : entry.value.bytes, name: "docfs-kv")
         if writes {
-            keyValueHandles.add(UInt64(fd), .init(container: container, key: key, kind: inferringKind ? nil : entry.value.kind))
+            var writer = KeyValueHandles.Writer(container: container, key: key, kind: inferringKind ? nil : entry.value.kind)
+            writer.truncated = flags & O_TRUNC != 0
+            keyValueHandles.add(UInt64(fd), writer)
         }
         return OpenFile(handle: UInt64(fd), directIO: true, keepCache: false, mayPassThrough: false)
     }
@@ -149,10 +182,12 @@ extension Filesystem {
     }
 
     /// close(2) or fsync(2) of a key file opened for writing: its content becomes the key's
-    /// value, unless it is that already. False for any other handle.
-    func commitKeyValueFile(_ handle: UInt64) throws(DocfsError) -> Bool {
+    /// value, when it changed as `moment` asks (see `KeyValueHandles.Writer`). False for any
+    /// other handle.
+    func commitKeyValueFile(_ handle: UInt64, _ moment: KeyValueHandles.Commit) throws(DocfsError) -> Bool {
         guard let writer = keyValueHandles.writer(handle) else { return false }
         guard let key = writer.key else { return true }  // removed while open: written to nothing
+        guard writer.wrote || (writer.truncated && moment != .close) || writer.overflowed else { return true }
         if writer.overflowed {
             throw DocfsError.errno("\(key) of \(writer.container) was not set: a write made it bigger than a key-value store holds (\(KeyValueLimits.totalBytes) bytes)", EFBIG)
         }
@@ -167,15 +202,23 @@ extension Filesystem {
         guard n >= 0 else { throw DocfsError.errno("reading what was written to \(key)") }
         bytes.removeSubrange(n...)
         let value = try Self.keyValue(bytes, kind: writer.kind, key: key)
-        if try shared.keyValues().entry(key, in: writer.container)?.value == value { return true }
-        try setKeyValue(key, to: value, in: writer.container)
+        if try shared.keyValues().entry(key, in: writer.container)?.value != value {
+            try setKeyValue(key, to: value, in: writer.container)
+        }
+        keyValueHandles.committed(handle)
         return true
     }
 
-    /// The last close of a key file's handle: it is forgotten (the descriptor is closed by the
-    /// caller). False for any other handle.
+    /// The last close of a key file's handle: what changed and was not set yet is (an O_TRUNC
+    /// open closed without a write empties the key; a failure is logged: nobody waits for this
+    /// close's answer), and the handle is forgotten (the descriptor is closed by the caller).
+    /// False for any other handle.
     func releaseKeyValueFile(_ handle: UInt64) -> Bool {
-        keyValueHandles.remove(handle) != nil
+        guard keyValueHandles.writer(handle) != nil else { return false }
+        reporting("set the key of key file handle \(handle) at its last close") { () throws(DocfsError) in
+            _ = try commitKeyValueFile(handle, .lastClose)
+        }
+        return keyValueHandles.remove(handle) != nil
     }
 
     /// Before a write of `length` bytes at `offset` through a key file's handle: a value may
@@ -183,6 +226,7 @@ extension Filesystem {
     @inline(__always)
     func checkKeyValueWrite(_ handle: UInt64, at offset: off_t, length: Int) throws(DocfsError) {
         guard let writer = keyValueHandles.writer(handle) else { return }
+        keyValueHandles.changed(handle, written: length > 0)
         if Int(offset) + length > KeyValueLimits.totalBytes {
             keyValueHandles.overflowed(handle)
             throw DocfsError.errno("\(writer.key ?? "a removed key") of \(writer.container): a value holds at most \(KeyValueLimits.totalBytes) bytes", EFBIG)
@@ -225,11 +269,16 @@ extension Filesystem {
         keyValueHandles.moved(name.description, to: newName.description, in: container)
     }
 
-    /// truncate(2) of a key file: through an open handle its content, else the value itself.
+    /// truncate(2) of a key file: through an open handle (or while it is open for writing: the
+    /// kernel truncates an O_TRUNC open by path, after the open) what the handle holds, to be
+    /// set at its close (so the value is never seen empty meanwhile); else the value itself.
     func truncateKeyValueFile(_ container: ContainerID, _ key: String, handle: UInt64?, size: off_t) throws(DocfsError) {
-        if let handle, keyValueHandles.writer(handle) != nil {
-            try checkKeyValueWrite(handle, at: size, length: 0)
-            try check(ftruncate(backingDescriptor(of: handle), size))
+        let open = handle.map { keyValueHandles.writer($0) != nil ? [$0] : [] } ?? keyValueHandles.writers(of: key, in: container)
+        if !open.isEmpty {
+            for handle in open {
+                try checkKeyValueWrite(handle, at: size, length: 0)
+                try check(ftruncate(backingDescriptor(of: handle), size))
+            }
             return
         }
         guard let entry = try shared.keyValues().entry(key, in: container) else { throw DocfsError.system(ENOENT) }

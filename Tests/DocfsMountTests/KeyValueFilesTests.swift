@@ -73,6 +73,8 @@ import Glibc
         #expect(ControlAreaTests.contents(kv + "/theme") == "dark bluesepia")
         #expect(truncate(kv + "/theme", 4) == 0)
         #expect(try runDocfs("kv get theme \(at)").output == "dark\n")
+        #expect(try shell(": > '\(kv)/theme'").status == 0)  // opened to be emptied, closed unwritten
+        #expect(try runDocfs("kv get theme \(at)").output == "\n")
         #expect(try runDocfs("kv set --bool synced true \(at)").status == 0)
         #expect(ControlAreaTests.contents(kv + "/synced") == "true")
         // Binary content makes a data value; JSON through the kind attribute.
@@ -118,5 +120,40 @@ import Glibc
         // The daemon served all of it: still mounted, the other app's key untouched.
         #expect(MountFixture.isMounted(fixture.mountPoint))
         #expect(try runDocfs("kv get secret --store '\(fixture.store)' --app com.example.Other").output == "other-app\n")
+    }
+
+    /// SIGKILL of the daemon while an app writes its key files: every value whose close(2)
+    /// answered is there after a restart (the write in flight may or may not be), whole.
+    @Test func aDaemonKilledWhileAnAppWritesLosesNothingAcknowledged() throws {
+        let fixture = try MountFixture()
+        defer { fixture.tearDown() }
+        #expect(try runDocfs("container create com.example.Notes --name Notes --store '\(fixture.store)'").status == 0)
+        let kv = try fixture.mountApp("com.example.Notes") + "/.docfs/kv"
+        let acknowledged = fixture.root + "/acknowledged"
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: "/bin/bash")
+        writer.arguments = ["-c", """
+            i=0
+            while true; do
+                i=$((i+1))
+                printf %s "$i" > '\(kv)/count' 2>/dev/null && printf 'note %s' "$i" > '\(kv)/note' 2>/dev/null || exit 0
+                echo "$i" >> '\(acknowledged)'
+            done
+            """]
+        try writer.run()
+        usleep(1_500_000)
+        let daemon = try #require(fixture.daemon)
+        kill(daemon.processIdentifier, SIGKILL)
+        daemon.waitUntilExit()
+        #expect(waitForExit(writer, seconds: 20))
+        let written = ((try? String(contentsOfFile: acknowledged, encoding: .utf8)) ?? "").split(separator: "\n").compactMap { Int($0) }
+        let last = try #require(written.last)
+        #expect(written.count > 20, "the writer made too little progress: \(written.count) values")
+
+        try fixture.restartAfterCrash()
+        let count = Int(try runDocfs("kv get count --store '\(fixture.store)' --app com.example.Notes").output.trimmingCharacters(in: .newlines))
+        let note = try runDocfs("kv get note --store '\(fixture.store)' --app com.example.Notes").output
+        #expect(count == last || count == last + 1, "count \(String(describing: count)), last acknowledged \(last): \((try? runDocfs("kv list --store '\(fixture.store)' --app com.example.Notes"))?.output ?? "")")
+        #expect(note == "note \(last)\n" || note == "note \(last + 1)\n", "note \(note), last acknowledged \(last)")
     }
 }
