@@ -14,6 +14,9 @@ machine, each mounted by its own daemon, linked to one throwaway PostgreSQL serv
   content on demand), against a plain COPY of the same bytes into the same
   server (psql, bytea rows of 1 MiB) and a plain SELECT of them back;
 - an edit of 1 MiB in the middle of that file: the bytes it added to the remote's chunks;
+- an app's key-value store (issue 24), through its key files (`.docfs/kv/` of app views on a
+  and b): a value set on a until b's key file shows it, over --sets sets (p50, p99); sets/s and
+  gets/s on a, against a small file written and fsynced (and read) in a folder of the same disk;
 - each daemon's resident memory (peak) at the end.
 
 Needs root, the release build (--docfs) and PostgreSQL's server (scripts/setup installs it)."""
@@ -137,6 +140,58 @@ def propagation(a, b, saves):
     return latencies, heard
 
 
+def key_values(a, b, sets, seconds=3.0):
+    """An app's key-value store through its key files: for each of `sets` values written to a's
+    key file, when b's key file shows it (sorted, seconds); then sets/s and gets/s through a's
+    key files and the same on plain files of the raw disk (written and fsynced: a set is on
+    disk when its close answers)."""
+    app = "com.example.Bench"
+    sh(a.docfs, "container", "create", app, "--name", "Bench", "--store", a.store, env=a.env)
+    wait_until(lambda: os.path.exists(os.path.join(b.store, "containers", app, "container.json")), 120, step=0.05)
+    views = []
+    try:
+        for machine in (a, b):
+            point = os.path.join(machine.home, "app")
+            os.makedirs(point)
+            sh(machine.docfs, "mount", "--store", machine.store, "--app", app, point, env=machine.env)
+            views.append(point)
+        on_a, on_b = (os.path.join(view, ".docfs", "kv") for view in views)
+        latencies = []
+        for i in range(sets):
+            value = f"page {i} {random.random()}".encode()
+            start = time.monotonic()
+            with open(os.path.join(on_a, "page"), "wb") as f:
+                f.write(value)
+            seen = wait_until(lambda: read(os.path.join(on_b, "page")) == value, 60)
+            latencies.append(time.monotonic() - start if seen is not None else float("inf"))
+        latencies.sort()
+        raw = os.path.join(a.home, "raw-kv")
+        os.makedirs(raw)
+
+        def rate(operation):
+            count, start = 0, time.monotonic()
+            while time.monotonic() - start < seconds:
+                operation(count)
+                count += 1
+            return count / (time.monotonic() - start)
+
+        def put(folder, durable):
+            def operation(i):
+                with open(os.path.join(folder, f"key{i % 100}"), "wb") as f:
+                    f.write(b"value %d" % i)
+                    if durable:
+                        f.flush()
+                        os.fsync(f.fileno())
+            return operation
+
+        get = lambda folder: (lambda i: read(os.path.join(folder, f"key{i % 100}")))
+        rates = (rate(put(on_a, False)), rate(put(raw, True)), rate(get(on_a)), rate(get(raw)))
+        return latencies, rates
+    finally:
+        for view in views:
+            sh(a.docfs, "unmount", view, env=a.env, check=False)
+
+
 # Linked and unlinked runs of creates and tar x, alternating: the best of each counts.
 ATTEMPTS = 5
 
@@ -189,10 +244,11 @@ def main():
     parser.add_argument("--saves", type=int, default=1000)
     parser.add_argument("--size", type=int, default=1024, help="MiB of the big file")
     parser.add_argument("--creates", type=int, default=2000)
-    parser.add_argument("--quick", action="store_true", help="200 saves, a 128 MiB file, 500 creates")
+    parser.add_argument("--sets", type=int, default=500, help="key-value sets timed until the other machine has them")
+    parser.add_argument("--quick", action="store_true", help="200 saves, a 128 MiB file, 500 creates, 100 sets")
     args = parser.parse_args()
     if args.quick:
-        args.saves, args.size, args.creates = 200, 128, 500
+        args.saves, args.size, args.creates, args.sets = 200, 128, 500, 100
     base = tempfile.mkdtemp(prefix="docfs-bench-sync-", dir="/var/tmp")
     server = Server()
     machines = []
@@ -213,6 +269,14 @@ def main():
         rows.append(("  … heard by docfs watch on b, p50 / p99 / max",
                      f"{p(heard, 0.5):.1f} / {p(heard, 0.99):.1f} / {heard[-1] * 1000:.1f} ms",
                      f"origin remote, machine a; {unheard} over 1 s"))
+        kv_lat, (kv_sets, raw_sets, kv_gets, raw_gets) = key_values(a, b, args.sets)
+        rows.append(("key-value set on a → seen on b, p50 / p99 / max",
+                     f"{p(kv_lat, 0.5):.1f} / {p(kv_lat, 0.99):.1f} / {kv_lat[-1] * 1000:.1f} ms",
+                     f"{args.sets} sets written to a's key file, read from b's; target converged within 1 s"))
+        rows.append(("key-value sets/s on a (key files)", f"{kv_sets:.0f}/s",
+                     f"a small file written and fsynced on the raw disk: {raw_sets:.0f}/s ({kv_sets / raw_sets:.2f}x)"))
+        rows.append(("key-value gets/s on a (key files)", f"{kv_gets:.0f}/s",
+                     f"a small file read on the raw disk: {raw_gets:.0f}/s ({kv_gets / raw_gets:.2f}x)"))
 
         # Linked and unlinked runs alternate, best of ATTEMPTS each; each starts once the linked
         # machines are idle (b is another machine in real life: its applying, and a's upload
