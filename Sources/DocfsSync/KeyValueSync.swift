@@ -54,6 +54,13 @@ public struct KeyValueSync: Sendable {
         while true {
             let changes = try SyncError.remote { () throws(RemoteError) in try remote.keyValueChanges(after: anchor, limit: Self.page) }
             for change in changes {
+                // A key no docfs would write (another program wrote the table) is not taken:
+                // an app's key files could not show it.
+                do throws(DocfsError) { _ = try KeyValueLimits.check(key: Array(change.key.utf8)) } catch {
+                    outcome.problems.append("key \(change.key.debugDescription) of \(change.container) from the remote is skipped: \(error.message)")
+                    anchor = change.sequence
+                    continue
+                }
                 var value: KeyValue?
                 if let bytes = change.value {
                     do {

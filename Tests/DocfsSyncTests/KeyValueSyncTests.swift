@@ -178,16 +178,18 @@ import Testing
         #expect(try fresh[0].values() == ["theme": .text("light"), "volume": .number(4), "page": .number(7), "font": .text("mono")])
     }
 
-    /// A value on the remote that is not one docfs wrote is skipped and said, never taken, and
-    /// the changes after it still come down.
+    /// A value on the remote that is not one docfs wrote, or a key no docfs would write, is
+    /// skipped and said, never taken, and the changes after it still come down.
     @Test func aDamagedValueFromTheRemoteIsSkippedAndSaid() throws {
         let remote = InMemoryRemote()
         let (machines, cleanUp) = try Self.machines(1, remote: remote)
         defer { cleanUp() }
         try remote.setValue(Array("no kind here".utf8), forKey: "bad", in: Self.reader.rawValue)
+        try remote.setValue(KeyValue.text("a key with a slash").portable, forKey: "a/b", in: Self.reader.rawValue)
         try remote.setValue(KeyValue.number(4).portable, forKey: "good", in: Self.reader.rawValue)
         let outcome = try machines[0].sync.syncOnce()
-        #expect(outcome.problems.count == 1 && outcome.problems[0].contains("key bad"), "\(outcome.problems)")
+        #expect(outcome.problems.count == 2 && outcome.problems[0].contains("key bad") && outcome.problems[1].contains(#"key "a/b""#),
+                "\(outcome.problems)")
         #expect(try machines[0].values() == ["good": .number(4)])
     }
 
