@@ -327,6 +327,7 @@ extension Filesystem {
 
     /// fallocate(2) with any mode (keep-size, punch-hole, zero-range, collapse/insert range).
     public func allocate(_ handle: UInt64, mode: Int32, offset: off_t, length: off_t, caller: Caller) throws(DocfsError) {
+        try refuseKeyValueAllocation(handle)
         // Collapsing or inserting a range moves everything after it: all of it counts.
         try prepareWrite(handle, at: offset, length: Int.max, caller: caller)
         try check(docfs_fallocate(backingDescriptor(of: handle), mode, offset, length))

@@ -1,107 +1,9 @@
 import CLinux
 import DocfsCore
 import DocfsIndex
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// The open key files of a view (`.docfs/kv/<key>` opened for writing): which key each
-/// handle (a memory file holding the content being written) sets when it is closed, and as
-/// what kind of value. Lock order: `open` is a leaf lock.
-final class KeyValueHandles: Sendable {
-    struct Writer: Sendable {
-        let container: ContainerID
-        /// The key set at close: it follows a rename of the file while open (a program that
-        /// renames its temporary file before closing it); nil once the file was removed.
-        var key: String?
-        /// The kind the content is read as at close; nil: text when it is UTF-8, else data
-        /// (a key made through its file).
-        let kind: String?
-        /// A write would have made the value bigger than a store holds: the close sets nothing
-        /// (a value is set whole or not at all) and fails as that write did.
-        var overflowed = false
-        /// Written since the last commit: a close sets the value then.
-        var wrote = false
-        /// Truncated (an O_TRUNC open, truncate(2)) since the last commit and not written:
-        /// set only at the last close or an fsync. A shell's `>` closes its first descriptor
-        /// before it writes (dup2, close), and the key must not be seen empty meanwhile.
-        var truncated = false
-    }
-
-    /// When a key file's content is set: each close(2) of what was written, the last close and
-    /// fsync(2) of anything changed.
-    enum Commit { case close, lastClose, fsync }
-
-    private let open = Mutex<[UInt64: Writer]>([:])
-    /// How many are open: a write through any other handle checks this alone.
-    private let count = Atomic<Int>(0)
-
-    func add(_ handle: UInt64, _ writer: Writer) {
-        open.withLock { $0[handle] = writer }
-        count.add(1, ordering: .relaxed)
-    }
-
-    func writer(_ handle: UInt64) -> Writer? {
-        guard count.load(ordering: .relaxed) > 0 else { return nil }
-        return open.withLock { $0[handle] }
-    }
-
-    /// The file of `key` was renamed to `newKey` (nil: removed): its open writers follow it;
-    /// the writers of the key it replaced no longer set anything.
-    func moved(_ key: String, to newKey: String?, in container: ContainerID) {
-        guard count.load(ordering: .relaxed) > 0 else { return }
-        open.withLock { open in
-            for (handle, writer) in open where writer.container == container {
-                if writer.key == newKey { open[handle]!.key = nil }
-                if writer.key == key { open[handle]!.key = newKey }
-            }
-        }
-    }
-
-    /// The handles open for writing `key`.
-    func writers(of key: String, in container: ContainerID) -> [UInt64] {
-        guard count.load(ordering: .relaxed) > 0 else { return [] }
-        return open.withLock { open in open.filter { $0.value.container == container && $0.value.key == key }.map(\.key) }
-    }
-
-    /// A write through `handle` was refused as too big.
-    func overflowed(_ handle: UInt64) {
-        open.withLock { $0[handle]?.overflowed = true }
-    }
-
-    /// `handle` was written (or truncated) since the last commit.
-    func changed(_ handle: UInt64, written: Bool) {
-        open.withLock { open in
-            if written { open[handle]?.wrote = true } else { open[handle]?.truncated = true }
-        }
-    }
-
-    /// What `handle` changed is set: the next commit needs new changes.
-    func committed(_ handle: UInt64) {
-        open.withLock { open in
-            open[handle]?.wrote = false
-            open[handle]?.truncated = false
-        }
-    }
-
-    /// The files of `key` and `other` were exchanged: their open writers follow them.
-    func exchanged(_ key: String, _ other: String, in container: ContainerID) {
-        guard count.load(ordering: .relaxed) > 0 else { return }
-        open.withLock { open in
-            for (handle, writer) in open where writer.container == container {
-                if writer.key == key { open[handle]!.key = other } else if writer.key == other { open[handle]!.key = key }
-            }
-        }
-    }
-
-    func remove(_ handle: UInt64) -> Writer? {
-        guard count.load(ordering: .relaxed) > 0 else { return nil }
-        let removed = open.withLock { $0.removeValue(forKey: handle) }
-        if removed != nil { count.subtract(1, ordering: .relaxed) }
-        return removed
-    }
-}
 
 /// An app's key-value store as files (issue 24, DESIGN §9.3): in an app view, `.docfs/kv/`
 /// holds one file per key of the app's own container, so a program in any language reads,
@@ -120,7 +22,7 @@ extension Filesystem {
     func keyValueFileEntry(_ name: FileName, in container: ContainerID) throws(DocfsError) -> Entry {
         let key = name.description
         guard try shared.keyValues().entry(key, in: container) != nil else { throw DocfsError.system(ENOENT) }
-        return try virtualEntry(.keyValue(key), .keyValue(container: container, key: key))
+        return try virtualEntry(.keyValue(name.bytes), .keyValue(container: container, key: key))
     }
 
     /// What `.docfs/kv/` lists: a file per key.
@@ -129,21 +31,27 @@ extension Filesystem {
     }
 
     /// A key file: a regular file of its owner's (the mount root's), as big as its value (or
-    /// as what an open `handle` holds), changed when the value was set here.
+    /// as what an open writer `handle` holds, whose key may have been renamed or removed since:
+    /// then it has no link), changed when the value was set here.
     func keyValueFileAttributes(_ container: ContainerID, _ key: String, handle: UInt64?, like root: stat,
                                 inode: NodeID) throws(DocfsError) -> stat {
-        guard let entry = try shared.keyValues().entry(key, in: container) else { throw DocfsError.system(ENOENT) }
         var st = root
         st.st_mode = S_IFREG | 0o600
         st.st_nlink = 1
-        st.st_size = off_t(entry.value.bytes.count)
-        if let handle, keyValueHandles.writer(handle) != nil {
+        var changed = Double(root.st_mtim.tv_sec)
+        if let handle, let writer = keyValueHandles.writer(handle) {
             var open = stat()
-            if fstat(backingDescriptor(of: handle), &open) == 0 { st.st_size = open.st_size }
+            try check(fstat(backingDescriptor(of: handle), &open))
+            st.st_size = open.st_size
+            if let key = writer.key, let entry = try shared.keyValues().entry(key, in: container) { changed = entry.changed } else { st.st_nlink = 0 }
+        } else {
+            guard let entry = try shared.keyValues().entry(key, in: container) else { throw DocfsError.system(ENOENT) }
+            st.st_size = off_t(entry.value.bytes.count)
+            changed = entry.changed
         }
         st.st_blocks = blkcnt_t((Int(st.st_size) + 511) / 512)
-        let changed = timespec(tv_sec: Int(entry.changed), tv_nsec: Int((entry.changed - entry.changed.rounded(.down)) * 1e9))
-        (st.st_mtim, st.st_ctim) = (changed, changed)
+        let time = timespec(tv_sec: Int(changed), tv_nsec: Int((changed - changed.rounded(.down)) * 1e9))
+        (st.st_mtim, st.st_ctim) = (time, time)
         st.st_ino = ino_t(inode)
         return st
     }
@@ -156,8 +64,9 @@ extension Filesystem {
         let fd = try Self.memoryFile(holding: flags & O_TRUNC != 0 ? [] : entry.value.bytes, name: "docfs-kv")
         if writes {
             var writer = KeyValueHandles.Writer(container: container, key: key, kind: inferringKind ? nil : entry.value.kind)
-            writer.truncated = flags & O_TRUNC != 0
+            writer.setDigest = KeyValueHandles.digest(entry.value.bytes)
             keyValueHandles.add(UInt64(fd), writer)
+            if flags & O_TRUNC != 0 { keyValueHandles.changed(UInt64(fd), written: false) }
         }
         return OpenFile(handle: UInt64(fd), directIO: true, keepCache: false, mayPassThrough: false)
     }
@@ -165,14 +74,11 @@ extension Filesystem {
     /// creat(2) in `.docfs/kv/`: the key is set (to empty text) at once, so it is listed and
     /// counted from now on; what is written is set at close.
     func createKeyValueFile(_ name: FileName, in container: ContainerID, flags: Int32) throws(DocfsError) -> (Entry, OpenFile) {
-        let key = name.description
-        do throws(DocfsError) { _ = try KeyValueLimits.check(key: Array(key.utf8)) } catch {
-            throw DocfsError.errno(error.message, key.utf8.count > KeyValueLimits.keyBytes ? ENAMETOOLONG : EINVAL)
-        }
+        let key = try Self.keyName(name)
         let exists = try shared.keyValues().entry(key, in: container) != nil
         if exists && flags & O_EXCL != 0 { throw DocfsError.system(EEXIST) }
         if !exists { try setKeyValue(key, to: .text(""), in: container) }
-        let entry = try virtualEntry(.keyValue(key), .keyValue(container: container, key: key))
+        let entry = try virtualEntry(.keyValue(name.bytes), .keyValue(container: container, key: key))
         do throws(DocfsError) {
             return (entry, try openKeyValueFile(container, key, flags: flags, inferringKind: !exists))
         } catch {
@@ -181,38 +87,61 @@ extension Filesystem {
         }
     }
 
-    /// close(2) or fsync(2) of a key file opened for writing: its content becomes the key's
-    /// value, when it changed as `moment` asks (see `KeyValueHandles.Writer`). False for any
-    /// other handle.
+    /// The key a file name in `.docfs/kv/` stands for: its bytes must make a key (UTF-8, up
+    /// to 64 bytes: ENAMETOOLONG past that, EINVAL otherwise).
+    static func keyName(_ name: FileName) throws(DocfsError) -> String {
+        do {
+            return try KeyValueLimits.check(key: name.bytes)
+        } catch {
+            throw DocfsError.errno(error.message, name.bytes.count > KeyValueLimits.keyBytes ? ENAMETOOLONG : EINVAL)
+        }
+    }
+
+    /// close(2), the last close or fsync(2) of a key file opened for writing: what it holds
+    /// becomes the key's value when it changed as `moment` asks (see `KeyValueHandles.Writer`).
+    /// False for any other handle.
     func commitKeyValueFile(_ handle: UInt64, _ moment: KeyValueHandles.Commit) throws(DocfsError) -> Bool {
         guard let writer = keyValueHandles.writer(handle) else { return false }
         guard let key = writer.key else { return true }  // removed while open: written to nothing
-        guard writer.wrote || (writer.truncated && moment != .close) || writer.overflowed else { return true }
         if writer.overflowed {
             throw DocfsError.errno("\(key) of \(writer.container) was not set: a write made it bigger than a key-value store holds (\(KeyValueLimits.totalBytes) bytes)", EFBIG)
         }
+        switch moment {
+        case .close: guard writer.wrote else { return true }
+        case .fsync: guard writer.wrote || writer.truncated else { return true }
+        case .lastClose: guard writer.changed else { return true }
+        }
+        let bytes = try keyValueContent(handle, key: key, in: writer.container)
+        let digest = KeyValueHandles.digest(bytes)
+        if moment == .lastClose && !writer.wrote && !writer.truncated && digest == writer.setDigest { return true }
+        // The key's own kind now (a conversion while the file was open counts); a new key's
+        // is found from what it holds.
+        let current = try shared.keyValues().entry(key, in: writer.container)
+        let value = try Self.keyValue(bytes, kind: writer.kind == nil ? nil : (current?.value.kind ?? writer.kind), key: key)
+        if current?.value != value { try setKeyValue(key, to: value, in: writer.container) }
+        keyValueHandles.committed(handle, digest: digest)
+        return true
+    }
+
+    /// What the memory file of key file `handle` holds (at most what a store holds: EFBIG).
+    private func keyValueContent(_ handle: UInt64, key: String, in container: ContainerID) throws(DocfsError) -> [UInt8] {
         let fd = backingDescriptor(of: handle)
         var st = stat()
         try check(fstat(fd, &st))
         guard st.st_size <= off_t(KeyValueLimits.totalBytes) else {
-            throw DocfsError.errno("\(key) of \(writer.container) would hold \(st.st_size) bytes, more than a key-value store holds (\(KeyValueLimits.totalBytes))", EFBIG)
+            throw DocfsError.errno("\(key) of \(container) would hold \(st.st_size) bytes, more than a key-value store holds (\(KeyValueLimits.totalBytes))", EFBIG)
         }
         var bytes = [UInt8](repeating: 0, count: Int(st.st_size))
         let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
         guard n >= 0 else { throw DocfsError.errno("reading what was written to \(key)") }
         bytes.removeSubrange(n...)
-        let value = try Self.keyValue(bytes, kind: writer.kind, key: key)
-        if try shared.keyValues().entry(key, in: writer.container)?.value != value {
-            try setKeyValue(key, to: value, in: writer.container)
-        }
-        keyValueHandles.committed(handle)
-        return true
+        return bytes
     }
 
-    /// The last close of a key file's handle: what changed and was not set yet is (an O_TRUNC
-    /// open closed without a write empties the key; a failure is logged: nobody waits for this
-    /// close's answer), and the handle is forgotten (the descriptor is closed by the caller).
-    /// False for any other handle.
+    /// The last close of a key file's handle: what it changed and did not set yet is (an
+    /// O_TRUNC open closed without a write empties the key; a failure is logged: nobody waits
+    /// for this close's answer), and the handle is forgotten (the descriptor is closed by the
+    /// caller). False for any other handle.
     func releaseKeyValueFile(_ handle: UInt64) -> Bool {
         guard keyValueHandles.writer(handle) != nil else { return false }
         reporting("set the key of key file handle \(handle) at its last close") { () throws(DocfsError) in
@@ -226,59 +155,87 @@ extension Filesystem {
     @inline(__always)
     func checkKeyValueWrite(_ handle: UInt64, at offset: off_t, length: Int) throws(DocfsError) {
         guard let writer = keyValueHandles.writer(handle) else { return }
-        keyValueHandles.changed(handle, written: length > 0)
-        if Int(offset) + length > KeyValueLimits.totalBytes {
+        keyValueHandles.changed(handle, written: true)
+        if offset < 0 || length > KeyValueLimits.totalBytes || Int(offset) > KeyValueLimits.totalBytes - length {
             keyValueHandles.overflowed(handle)
             throw DocfsError.errno("\(writer.key ?? "a removed key") of \(writer.container): a value holds at most \(KeyValueLimits.totalBytes) bytes", EFBIG)
         }
     }
 
-    /// unlink(2) in `.docfs/kv/`: the key is removed.
+    /// fallocate(2) of a key file: not supported (glibc's posix_fallocate then writes).
+    func refuseKeyValueAllocation(_ handle: UInt64) throws(DocfsError) {
+        if keyValueHandles.writer(handle) != nil { throw DocfsError.system(EOPNOTSUPP) }
+    }
+
+    /// unlink(2) in `.docfs/kv/`: the key is removed. Its open writers let go of it first, so
+    /// a close racing the removal cannot bring the key back.
     func unlinkKeyValueFile(_ name: FileName, in container: ContainerID) throws(DocfsError) {
-        guard try shared.keyValues().remove(name.description, in: container) else { throw DocfsError.system(ENOENT) }
-        keyValueHandles.moved(name.description, to: nil, in: container)
+        let key = name.description
+        let before = keyValueHandles.keys(in: container)
+        keyValueHandles.moved(key, to: nil, in: container)
+        let removed: Bool
+        do throws(DocfsError) { removed = try shared.keyValues().remove(key, in: container) } catch {
+            keyValueHandles.restore(before)
+            throw error
+        }
+        guard removed else {
+            keyValueHandles.restore(before)
+            throw DocfsError.system(ENOENT)
+        }
         shared.keyValuesWritten(())
     }
 
     /// rename(2) within `.docfs/kv/` (a program's write to a temporary name, then the rename):
-    /// the new key takes the old one's value, and the old one goes.
+    /// in one transaction the new key takes the old one's value (or what a writer of the old
+    /// one holds and has not set yet: it is set now, read as the new key's kind when that
+    /// was set) and the old one goes; open writers follow their file.
     func renameKeyValueFile(_ name: FileName, to newName: FileName, in container: ContainerID, flags: UInt32) throws(DocfsError) {
         let database = try shared.keyValues()
-        guard let entry = try database.entry(name.description, in: container) else { throw DocfsError.system(ENOENT) }
-        let target = try database.entry(newName.description, in: container)
+        let (key, newKey) = (name.description, try Self.keyName(newName))
+        let target = try database.entry(newKey, in: container)
         if flags & DOCFS_RENAME_EXCHANGE != 0 {
-            guard let target else { throw DocfsError.system(ENOENT) }
-            try setKeyValue(newName.description, to: entry.value, in: container)
-            try setKeyValue(name.description, to: target.value, in: container)
-            keyValueHandles.exchanged(name.description, newName.description, in: container)
+            guard try database.exchange(key, newKey, in: container) else { throw DocfsError.system(ENOENT) }
+            keyValueHandles.exchanged(key, newKey, in: container)
+            shared.keyValuesWritten(())
             return
         }
         if target != nil && flags & DOCFS_RENAME_NOREPLACE != 0 { throw DocfsError.system(EEXIST) }
-        if name == newName { return }
-        do throws(DocfsError) { _ = try KeyValueLimits.check(key: Array(newName.description.utf8)) } catch {
-            throw DocfsError.errno(error.message, EINVAL)
+        if KeyValueHandles.same(key, newKey) { return }
+        // The writer of the old key changed last holds what the program means to rename.
+        let unset = keyValueHandles.writers(of: key, in: container).filter { $0.writer.wrote || $0.writer.truncated }
+            .max { $0.writer.lastChange < $1.writer.lastChange }
+        var value: KeyValue?
+        var digest: Int?
+        if let unset {
+            let bytes = try keyValueContent(unset.handle, key: key, in: container)
+            value = try Self.keyValue(bytes, kind: target?.value.kind ?? unset.writer.kind, key: newKey)
+            digest = KeyValueHandles.digest(bytes)
         }
-        // Removed first, so a store at its limit can still rename.
-        try database.remove(name.description, in: container)
-        do throws(DocfsError) {
-            try setKeyValue(newName.description, to: entry.value, in: container)
-        } catch {
-            try? database.set(name.description, to: entry.value, in: container)
-            throw error
+        let before = keyValueHandles.keys(in: container)
+        keyValueHandles.moved(key, to: newKey, kind: target?.value.kind, in: container)
+        let moved: Bool
+        do throws(DocfsError) { moved = try database.move(key, to: newKey, value: value, in: container) } catch {
+            keyValueHandles.restore(before)
+            throw Self.quotaAsErrno(error)
         }
-        keyValueHandles.moved(name.description, to: newName.description, in: container)
+        guard moved else {
+            keyValueHandles.restore(before)
+            throw DocfsError.system(ENOENT)
+        }
+        if let unset, let digest { keyValueHandles.committed(unset.handle, digest: digest) }
+        virtualNodes.renamed(.keyValue(name.bytes), to: .keyValue(newName.bytes), .keyValue(container: container, key: newKey))
+        shared.keyValuesWritten(())
     }
 
-    /// truncate(2) of a key file: through an open handle (or while it is open for writing: the
-    /// kernel truncates an O_TRUNC open by path, after the open) what the handle holds, to be
-    /// set at its close (so the value is never seen empty meanwhile); else the value itself.
+    /// truncate(2) of a key file: through an open writer what it holds (set at its close),
+    /// else the value itself (an O_TRUNC open reaches open, not here: libfuse asks the kernel
+    /// for atomic O_TRUNC).
     func truncateKeyValueFile(_ container: ContainerID, _ key: String, handle: UInt64?, size: off_t) throws(DocfsError) {
-        let open = handle.map { keyValueHandles.writer($0) != nil ? [$0] : [] } ?? keyValueHandles.writers(of: key, in: container)
-        if !open.isEmpty {
-            for handle in open {
-                try checkKeyValueWrite(handle, at: size, length: 0)
-                try check(ftruncate(backingDescriptor(of: handle), size))
-            }
+        guard size >= 0 else { throw DocfsError.system(EINVAL) }
+        if let handle, keyValueHandles.writer(handle) != nil {
+            guard size <= off_t(KeyValueLimits.totalBytes) else { throw DocfsError.system(EFBIG) }
+            try check(ftruncate(backingDescriptor(of: handle), size))
+            keyValueHandles.changed(handle, written: false)
             return
         }
         guard let entry = try shared.keyValues().entry(key, in: container) else { throw DocfsError.system(ENOENT) }
@@ -322,11 +279,17 @@ extension Filesystem {
     private func setKeyValue(_ key: String, to value: KeyValue, in container: ContainerID) throws(DocfsError) {
         do throws(DocfsError) {
             try shared.keyValues().set(key, to: value, in: container)
-        } catch where error.cause is KeyValueQuotaViolation {
-            var quota = DocfsError.errno(error.message, EDQUOT)
-            quota.cause = error.cause
-            throw quota
+        } catch {
+            throw Self.quotaAsErrno(error)
         }
         shared.keyValuesWritten(())
+    }
+
+    /// A quota violation as EDQUOT (with its reason and numbers); any other error as it is.
+    private static func quotaAsErrno(_ error: DocfsError) -> DocfsError {
+        guard error.cause is KeyValueQuotaViolation else { return error }
+        var quota = DocfsError.errno(error.message, EDQUOT)
+        quota.cause = error.cause
+        return quota
     }
 }

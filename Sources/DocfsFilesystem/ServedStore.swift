@@ -71,11 +71,11 @@ public final class ServedStore: Sendable {
 
     /// The containers' key-value stores (`STORE/kv/keyvalues.sqlite`).
     func keyValues() throws(DocfsError) -> KeyValueDatabase {
-        try keyValueStores.withLock { open throws(DocfsError) -> KeyValueDatabase in
-            if let open { return open }
-            let made = try KeyValueDatabase(path: store.layout.keyValuesFile)
-            open = made
-            return made
+        if let open = keyValueStores.withLock({ $0 }) { return open }
+        let made = try KeyValueDatabase(path: store.layout.keyValuesFile)  // opened outside the lock
+        return keyValueStores.withLock { open in
+            if open == nil { open = made }
+            return open!
         }
     }
 

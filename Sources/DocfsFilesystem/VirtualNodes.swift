@@ -46,7 +46,8 @@ enum VirtualNode: Sendable {
 enum VirtualKey: Hashable, Sendable {
     case controlArea, byID, thumbnails, keyValues
     case itemLink(String)
-    case keyValue(String)
+    /// A key file, by its name's bytes (two spellings of one accented name are two keys).
+    case keyValue([UInt8])
     case thumbnailImage(ItemID)
     case sharedRepository(BackingKey)
     case sharedSize(BackingKey, ThumbnailSize)
@@ -97,6 +98,22 @@ final class VirtualNodes: Sendable {
         }
         _ = replaced  // released outside the lock (it may close a descriptor)
         return id
+    }
+
+    /// The node the kernel knows as `key` is now `newKey`'s, as `node` (a renamed key file: an
+    /// fstat of it open answers for its new name); the node of what `newKey` named before keeps
+    /// its number for the kernel but is no longer found by the key.
+    func renamed(_ key: VirtualKey, to newKey: VirtualKey, _ node: VirtualNode) {
+        let replaced = state.withLock { state -> VirtualNode? in
+            guard let id = state.byKey.removeValue(forKey: key), var slot = state.slots[id] else { return nil }
+            let old = slot.node
+            slot.node = node
+            slot.key = newKey
+            state.slots[id] = slot
+            state.byKey[newKey] = id
+            return old
+        }
+        _ = replaced  // released outside the lock
     }
 
     func node(_ id: NodeID) throws(DocfsError) -> VirtualNode {

@@ -138,12 +138,69 @@ public final class KeyValueDatabase: Sendable {
             if after.keys > KeyValueLimits.keys || after.bytes > KeyValueLimits.totalBytes {
                 throw KeyValueQuotaViolation(container: container.rawValue, key: key, keys: after.keys, bytes: after.bytes)
             }
-            try db.cachedStatement(sql: """
-                INSERT INTO entries (container, key, kind, value, changed, pending, removed, revision) VALUES (?, ?, ?, ?, ?, 1, 0, ?)
-                ON CONFLICT (container, key) DO UPDATE SET kind = excluded.kind, value = excluded.value,
-                    changed = excluded.changed, pending = 1, removed = 0, revision = excluded.revision
-                """).execute(arguments: [container.rawValue, key, value.kind, Data(bytes), time, try Self.nextRevision(db)])
+            try Self.put(db, container.rawValue, key, value, at: time)
             try Self.record(db, container.rawValue, after)
+        }
+    }
+
+    /// Writes `value` of `key` as a local write waiting to go up (no limit checked).
+    private static func put(_ db: Database, _ container: String, _ key: String, _ value: KeyValue, at time: Double) throws {
+        try db.cachedStatement(sql: """
+            INSERT INTO entries (container, key, kind, value, changed, pending, removed, revision) VALUES (?, ?, ?, ?, ?, 1, 0, ?)
+            ON CONFLICT (container, key) DO UPDATE SET kind = excluded.kind, value = excluded.value,
+                changed = excluded.changed, pending = 1, removed = 0, revision = excluded.revision
+            """).execute(arguments: [container, key, value.kind, Data(value.bytes), time, try nextRevision(db)])
+    }
+
+    /// Marks `key` removed, as a local write waiting to go up (its usage not changed here).
+    private static func markRemoved(_ db: Database, _ container: String, _ key: String) throws {
+        try db.cachedStatement(sql: "UPDATE entries SET removed = 1, pending = 1, value = X'', changed = ?, revision = ? WHERE container = ? AND key = ?")
+            .execute(arguments: [Date().timeIntervalSince1970, try nextRevision(db), container, key])
+    }
+
+    /// Moves `key`'s value to `newKey` (replacing what that held; `value` instead of the old
+    /// one when given), in one transaction held to the limits: a rename of an app's key file.
+    /// Answers false, changing nothing, when `key` is not set.
+    public func move(_ key: String, to newKey: String, value: KeyValue? = nil, in container: ContainerID) throws(DocfsError) -> Bool {
+        _ = try KeyValueLimits.check(key: Array(newKey.utf8))
+        do {
+            return try run("move \(key) of \(container) to \(newKey)") { db -> Bool in
+                guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT kind, value FROM entries WHERE container = ? AND key = ? AND removed = 0"),
+                                                 arguments: [container.rawValue, key]) else { return false }
+                let data: Data = row["value"]
+                let moved = try value ?? KeyValue(kind: row["kind"], bytes: Array(data))
+                var (keys, bytes) = try Self.usage(db, container.rawValue)
+                if key != newKey {
+                    (keys, bytes) = (keys - 1, bytes - key.utf8.count - data.count)
+                    try Self.markRemoved(db, container.rawValue, key)
+                }
+                if let replaced = try Self.countedSize(db, container.rawValue, newKey) { (keys, bytes) = (keys - 1, bytes - replaced) }
+                let after = (keys: keys + 1, bytes: bytes + newKey.utf8.count + moved.bytes.count)
+                if after.keys > KeyValueLimits.keys || after.bytes > KeyValueLimits.totalBytes {
+                    throw KeyValueQuotaViolation(container: container.rawValue, key: newKey, keys: after.keys, bytes: after.bytes)
+                }
+                try Self.put(db, container.rawValue, newKey, moved, at: Date().timeIntervalSince1970)
+                try Self.record(db, container.rawValue, after)
+                return true
+            }
+        } catch let error where error.cause is KeyValueQuotaViolation {
+            try? note(.quotaViolation, keys: [newKey], in: container.rawValue)
+            throw error
+        }
+    }
+
+    /// Swaps the values of `key` and `other` in one transaction (what they hold together stays
+    /// the same); false, changing nothing, unless both are set.
+    public func exchange(_ key: String, _ other: String, in container: ContainerID) throws(DocfsError) -> Bool {
+        try run("exchange \(key) and \(other) of \(container)") { db -> Bool in
+            let read = try db.cachedStatement(sql: "SELECT kind, value FROM entries WHERE container = ? AND key = ? AND removed = 0")
+            guard let first = try Row.fetchOne(read, arguments: [container.rawValue, key]),
+                  let second = try Row.fetchOne(read, arguments: [container.rawValue, other]) else { return false }
+            let (a, b): (Data, Data) = (first["value"], second["value"])
+            let now = Date().timeIntervalSince1970
+            try Self.put(db, container.rawValue, key, try KeyValue(kind: second["kind"], bytes: Array(b)), at: now)
+            try Self.put(db, container.rawValue, other, try KeyValue(kind: first["kind"], bytes: Array(a)), at: now)
+            return true
         }
     }
 
@@ -153,8 +210,7 @@ public final class KeyValueDatabase: Sendable {
         try run("remove \(key) of \(container)") { db in
             guard let size = try Self.countedSize(db, container.rawValue, key) else { return false }
             // Kept as a removal waiting to go up (no value, nothing counted).
-            try db.cachedStatement(sql: "UPDATE entries SET removed = 1, pending = 1, value = X'', changed = ?, revision = ? WHERE container = ? AND key = ?")
-                .execute(arguments: [Date().timeIntervalSince1970, try Self.nextRevision(db), container.rawValue, key])
+            try Self.markRemoved(db, container.rawValue, key)
             let (keys, bytes) = try Self.usage(db, container.rawValue)
             try Self.record(db, container.rawValue, (keys - 1, bytes - size))
             return true

@@ -117,6 +117,35 @@ import Testing
 
     /// A write past a limit is told to watchers as a quota violation, with its key; notices
     /// come back in order, after the one a watcher saw last, per container.
+    /// A move (an app's rename of a key file) and an exchange are one transaction each: the
+    /// old key goes as the new one takes its value (or the value given), what the new one held
+    /// is replaced, the usage stays right, and a move past a limit changes nothing.
+    @Test func movesAndExchangesAreOneTransactionHeldToTheLimits() throws {
+        defer { cleanUp() }
+        let database = try open()
+        try database.set("draft", to: .text("new text"), in: notes)
+        try database.set("theme", to: .text("old"), in: notes)
+        #expect(try database.move("draft", to: "theme", in: notes))
+        #expect(try database.entries(in: notes).map(\.key) == ["theme"] && database.entry("theme", in: notes)?.value == .text("new text"))
+        #expect(try database.usage(of: notes) == (1, "theme".utf8.count + "new text".utf8.count))
+        #expect(try database.move("theme", to: "page", value: .number(3), in: notes))
+        #expect(try database.entry("page", in: notes)?.value == .number(3) && database.entry("theme", in: notes) == nil)
+        #expect(try !database.move("absent", to: "page", in: notes))
+        try database.set("font", to: .text("serif"), in: notes)
+        #expect(try database.exchange("font", "page", in: notes))
+        #expect(try database.entry("font", in: notes)?.value == .number(3) && database.entry("page", in: notes)?.value == .text("serif"))
+        #expect(try database.usage(of: notes) == (2, "font".utf8.count + 1 + "page".utf8.count + 5))
+        #expect(try !database.exchange("font", "absent", in: notes))
+        // Filled to the byte: a move whose value no longer fits is refused whole.
+        let room = KeyValueLimits.totalBytes - (try database.usage(of: notes)).bytes - "fill".utf8.count
+        try database.set("fill", to: .data([UInt8](repeating: 1, count: room)), in: notes)
+        let refused = failure { _ = try database.move("font", to: "font2", value: .text("longer than three"), in: notes) }
+        #expect(refused?.cause is KeyValueQuotaViolation, "\(String(describing: refused))")
+        #expect(try database.entry("font", in: notes)?.value == .number(3) && database.entry("font2", in: notes) == nil)
+        // Every change above waits to go up, the removals too.
+        #expect(try Set(database.pending(limit: 100).map(\.key)) == ["draft", "theme", "page", "font", "fill"])
+    }
+
     @Test func aRefusedWriteIsNoticedAsAQuotaViolation() throws {
         defer { cleanUp() }
         let database = try open()

@@ -112,11 +112,30 @@ import Glibc
         let nearly = String(repeating: "v", count: (1 << 20) - 20)
         #expect(write(nearly, to: kv + "/theme") == EDQUOT)
         #expect(try runDocfs("kv get theme \(at)").output == "light\n")
+        // Foundation's atomic write: a temporary file written, renamed over the key, then
+        // closed: the value is there at the rename, in the key's kind (a number stays one).
+        let temporary = open(kv + "/.page.tmp", O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        #expect(temporary >= 0)
+        #expect(Glibc.write(temporary, "14", 2) == 2)
+        #expect(rename(kv + "/.page.tmp", kv + "/page") == 0)
+        #expect(try runDocfs("kv get page --json \(at)").output.contains(#""value" : 14"#))
+        var held = stat()
+        #expect(fstat(temporary, &held) == 0 && held.st_size == 2)  // the open file follows its name
+        #expect(close(temporary) == 0)
+        #expect(kind(kv + "/page") == "number" && names(kv)?.contains(".page.tmp") == false)
+        // A key removed while a program writes it stays removed when it closes.
+        let writer = open(kv + "/icon", O_WRONLY)
+        #expect(writer >= 0 && unlink(kv + "/icon") == 0)
+        #expect(Glibc.write(writer, "late", 4) == 4 && close(writer) == 0)
+        #expect(errnoOf(stat(kv + "/icon", &st)) == ENOENT)
+        // fallocate is not for key files (it was a crash: an offset past 0 overflowed).
+        #expect(try shell("fallocate -o 1 -l 1 '\(kv)/page'").status != 0)
+        #expect(try runDocfs("kv get page \(at)").output == "14\n")
         // Keys cannot leave the folder, nor files enter it.
         #expect(errnoOf(rename(kv + "/page", app + "/Documents/page")) == EXDEV)
         #expect(write("note", to: app + "/Documents/n.txt") == 0)
         #expect(errnoOf(rename(app + "/Documents/n.txt", kv + "/n")) == EXDEV)
-        #expect(names(kv) == ["icon", "layout", "page", "theme"])
+        #expect(names(kv) == ["layout", "page", "theme"])
         // The daemon served all of it: still mounted, the other app's key untouched.
         #expect(MountFixture.isMounted(fixture.mountPoint))
         #expect(try runDocfs("kv get secret --store '\(fixture.store)' --app com.example.Other").output == "other-app\n")
