@@ -1,4 +1,5 @@
 import DocfsChunks
+import DocfsCore
 import DocfsSync
 import Foundation
 import Synchronization
@@ -102,6 +103,24 @@ final class FlakyRemote: Remote {
     }
 }
 
+/// A key-value store whose database cannot be read (a damaged file).
+struct BrokenKeyValues: SyncedKeyValues {
+    func fail() -> DocfsError { DocfsError(.storeUnavailable, "the key-value database is damaged") }
+    func pendingKeyValues(limit: Int) throws(DocfsError) -> [PendingKeyValue] { throw fail() }
+    func sentKeyValue(_ write: PendingKeyValue, sequence: UInt64) throws(DocfsError) { throw fail() }
+    func takeRemoteKeyValue(_ change: KeyValueChange, value: KeyValue?) throws(DocfsError) -> Bool { throw fail() }
+    func keyValueAnchor() throws(DocfsError) -> UInt64 { throw fail() }
+    func setKeyValueAnchor(_ sequence: UInt64) throws(DocfsError) { throw fail() }
+    func keyValueJoining() throws(DocfsError) -> KeyValueChangeReason? { throw fail() }
+    func finishKeyValueJoining() throws(DocfsError) -> Int { throw fail() }
+    func noteRemoteKeyValues(_ keys: [String], in container: String, reason: KeyValueChangeReason) throws(DocfsError) { throw fail() }
+}
+
+/// What an engine reported as problems.
+final class HeardProblems: Sendable {
+    let said = Mutex<[String]>([])
+}
+
 /// Several machines (stores in memory) kept in step through one remote by their sync engines
 /// (issue 22 §2–§4), run against each remote: what travels, and the races of §4 settled the
 /// same way on every machine with nothing lost.
@@ -159,6 +178,21 @@ final class FlakyRemote: Remote {
             }
             Issue.record("the machines did not settle after 10 passes")
         }
+    }
+
+    /// The key-value stores failing (a damaged database) is said, and the round's documents
+    /// still go up and come down: the round does not fail, so the next is not held back.
+    @Test func aKeyValueFailureIsSaidAndDocumentsStillTravel() throws {
+        let remote = InMemoryRemote()
+        let (a, b) = (MemoryStore(machine: "a"), MemoryStore(machine: "b"))
+        let heard = HeardProblems()
+        let broken = SyncEngine(store: a, remote: remote, keyValues: BrokenKeyValues())
+        broken.onProblem { problem in heard.said.withLock { $0.append(problem) } }
+        let doc = a.create("notes.txt", text: "hello")
+        #expect(try broken.syncOnce().uploaded == 1)
+        #expect(heard.said.withLock { $0 }.contains { $0.contains("key-value stores were not kept in step") && $0.contains("damaged") })
+        try SyncEngine(store: b, remote: remote).syncOnce()
+        #expect(b.text(of: doc) == "hello")
     }
 
     @Test(arguments: RemoteUnderTest.allCases)
