@@ -152,4 +152,36 @@ import Glibc
         let arrived = ManyMachinesTests.within(5) { machines.allSatisfy { theme($0) == "sepia\n" } }
         #expect(arrived.map { $0 < 1 } == true, "a key file's write seen everywhere after \(String(describing: arrived)) s: \(machines.map(theme))")
     }
+
+    /// A store unlinked from one remote and linked to another (the model's account change)
+    /// takes the new remote's value of a key it had, through the commands and the link's own
+    /// sync (no daemon): `docfs remote unlink` forgets what the first remote said.
+    @Test func relinkingToAnotherRemoteTakesItsValues() throws {
+        let server = try ThrowawayPostgres.shared()
+        let (first, second) = (try server.makeDatabase("kv-first"), try server.makeDatabase("kv-second"))
+        let a = try ManyMachinesTests.Machine("a", mounted: false)
+        let c = try ManyMachinesTests.Machine("c", mounted: false)
+        defer { a.fixture.tearDown(); c.fixture.tearDown() }
+        func kv(_ machine: ManyMachinesTests.Machine, _ arguments: String) throws -> (status: Int32, output: String) {
+            try machine.docfs("kv \(arguments) --app com.example.Reader --store '\(machine.fixture.store)'")
+        }
+        for (machine, theme) in [(a, "dark"), (c, "light")] {
+            #expect(try machine.docfs("container create com.example.Reader --name Reader --store '\(machine.fixture.store)'").status == 0)
+            #expect(try kv(machine, "set theme \(theme)").status == 0)
+        }
+        #expect(try kv(a, "set page 7").status == 0)
+        #expect(try a.link(first).status == 0)
+        let linked = try c.link(second)
+        #expect(linked.status == 0, "\(linked.output)")
+        #expect(try a.docfs("remote unlink --store '\(a.fixture.store)'").status == 0)
+        let relinked = try a.link(second)
+        #expect(relinked.status == 0, "\(relinked.output)")
+        // The second remote's theme replaced a's; the page it lacked went up to it.
+        #expect(try kv(a, "get theme").output == "light\n")
+        #expect(try kv(a, "get page").output == "7\n")
+        // c, served now, gets the page from the second remote.
+        try c.fixture.start()
+        #expect(ManyMachinesTests.within(10) { (try? kv(c, "get page"))?.output == "7\n" } != nil)
+        #expect(try kv(c, "get theme").output == "light\n")
+    }
 }
