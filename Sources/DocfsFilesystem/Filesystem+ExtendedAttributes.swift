@@ -154,12 +154,6 @@ extension Filesystem {
         }
     }
 
-    /// The container and key of `id` when it is a key file (`.docfs/kv/<key>`).
-    private func keyValueFile(_ id: NodeID) -> (ContainerID, String)? {
-        guard VirtualNodes.isVirtual(id), case .keyValue(let container, let key)? = try? virtualNodes.node(id) else { return nil }
-        return (container, key)
-    }
-
     /// The store node whose attributes `id` shows: its own, a read-only view's item, or nil
     /// for the rest of docfs's own files (which have none).
     private func readableNode(_ id: NodeID) throws(DocfsError) -> Node? {

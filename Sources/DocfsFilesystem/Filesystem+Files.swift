@@ -96,9 +96,7 @@ extension Filesystem {
     }
 
     public func create(parent: NodeID, name: FileName, mode: mode_t, flags: Int32, caller: Caller) throws(DocfsError) -> (Entry, OpenFile) {
-        if VirtualNodes.isVirtual(parent), case .keyValues(let container)? = try? virtualNodes.node(parent) {
-            return try createKeyValueFile(name, in: container, flags: flags)
-        }
+        if let container = keyValueFolder(parent) { return try createKeyValueFile(name, in: container, flags: flags) }
         let directory = try nodes.node(parent)
         try refuseTakingContainerName(parent, name)
         let made = try changing([(directory.item, .write)], touching: .name(name, in: directory), by: caller) { () throws(DocfsError) in

@@ -18,6 +18,18 @@ extension Filesystem {
     /// The extended attribute that tells (and, set, converts) a key file's kind of value.
     static let keyValueKindAttribute = "user.docfs.kind"
 
+    /// The container whose key files `id` holds when it is an app view's `.docfs/kv`.
+    func keyValueFolder(_ id: NodeID) -> ContainerID? {
+        guard VirtualNodes.isVirtual(id), case .keyValues(let container)? = try? virtualNodes.node(id) else { return nil }
+        return container
+    }
+
+    /// The container and key of `id` when it is a key file (`.docfs/kv/<key>`).
+    func keyValueFile(_ id: NodeID) -> (ContainerID, String)? {
+        guard VirtualNodes.isVirtual(id), case .keyValue(let container, let key)? = try? virtualNodes.node(id) else { return nil }
+        return (container, key)
+    }
+
     /// `.docfs/kv/<name>`: the key's file, when the key is set.
     func keyValueFileEntry(_ name: FileName, in container: ContainerID) throws(DocfsError) -> Entry {
         let key = name.description

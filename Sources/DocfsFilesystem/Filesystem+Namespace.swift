@@ -81,9 +81,7 @@ extension Filesystem {
     }
 
     public func unlink(parent: NodeID, name: FileName) throws(DocfsError) {
-        if VirtualNodes.isVirtual(parent), case .keyValues(let container)? = try? virtualNodes.node(parent) {
-            return try unlinkKeyValueFile(name, in: container)
-        }
+        if let container = keyValueFolder(parent) { return try unlinkKeyValueFile(name, in: container) }
         let directory = try nodes.node(parent)
         try refuseControlArea(parent, name)
         try refuseChangingContainerFolder(parent, name)
@@ -117,13 +115,13 @@ extension Filesystem {
     public func rename(parent: NodeID, name: FileName, newParent: NodeID, newName: FileName, flags: UInt32,
                        caller: Caller) throws(DocfsError) -> [NodeID] {
         if flags & ~(DOCFS_RENAME_NOREPLACE | DOCFS_RENAME_EXCHANGE) != 0 { throw DocfsError.system(EINVAL) }
-        if VirtualNodes.isVirtual(parent), case .keyValues(let container)? = try? virtualNodes.node(parent) {
+        if let container = keyValueFolder(parent) {
             // Keys move only among the folder's files.
             guard newParent == parent else { throw DocfsError.system(EXDEV) }
             try renameKeyValueFile(name, to: newName, in: container, flags: flags)
             return []
         }
-        if VirtualNodes.isVirtual(newParent), case .keyValues? = try? virtualNodes.node(newParent) { throw DocfsError.system(EXDEV) }
+        if keyValueFolder(newParent) != nil { throw DocfsError.system(EXDEV) }
         let from = try nodes.node(parent)
         let to = try nodes.node(newParent)
         try refuseControlArea(parent, name)

@@ -297,7 +297,7 @@ public final class Filesystem: Sendable {
     }
 
     public func setAttributes(of id: NodeID, handle: UInt64?, _ changes: AttributeChanges, caller: Caller) throws(DocfsError) -> stat {
-        if VirtualNodes.isVirtual(id), case .keyValue(let container, let key)? = try? virtualNodes.node(id) {
+        if let (container, key) = keyValueFile(id) {
             // A key file's size is its value's; its mode, owner and times are docfs's (ignored,
             // so `cp -p` into the folder works).
             if let size = changes.size { try truncateKeyValueFile(container, key, handle: handle, size: size) }

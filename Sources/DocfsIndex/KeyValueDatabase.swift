@@ -120,27 +120,44 @@ public final class KeyValueDatabase: Sendable {
     /// nothing.
     public func set(_ key: String, to value: KeyValue, in container: ContainerID, at time: Double = Date().timeIntervalSince1970) throws(DocfsError) {
         _ = try KeyValueLimits.check(key: Array(key.utf8))
+        try notingQuotaViolation(of: key, in: container) { () throws(DocfsError) in
+            try run("set \(key) of \(container)") { db in
+                let (keys, used) = try Self.usage(db, container.rawValue)
+                let old = try Self.countedSize(db, container.rawValue, key)
+                let after = try Self.withinLimits((keys + (old == nil ? 1 : 0), used - (old ?? 0) + key.utf8.count + value.bytes.count),
+                                                  container.rawValue, key)
+                try Self.put(db, container.rawValue, key, value, at: time)
+                try Self.record(db, container.rawValue, after)
+            }
+        }
+    }
+
+    /// `body`; a quota violation it ends with is noted first, so watchers hear of the refusal
+    /// (the model's quota-violation notice).
+    private func notingQuotaViolation<T>(of key: String, in container: ContainerID, _ body: () throws(DocfsError) -> T) throws(DocfsError) -> T {
         do {
-            try write(key, value, in: container, at: time)
-        } catch let error where error.cause is KeyValueQuotaViolation {
-            // Watchers hear of the refusal (the model's quota-violation notice).
+            return try body()
+        } catch where error.cause is KeyValueQuotaViolation {
             try? note(.quotaViolation, keys: [key], in: container.rawValue)
             throw error
         }
     }
 
-    private func write(_ key: String, _ value: KeyValue, in container: ContainerID, at time: Double) throws(DocfsError) {
-        let bytes = value.bytes
-        try run("set \(key) of \(container)") { db in
-            let (keys, used) = try Self.usage(db, container.rawValue)
-            let old = try Self.countedSize(db, container.rawValue, key)
-            let after = (keys: keys + (old == nil ? 1 : 0), bytes: used - (old ?? 0) + key.utf8.count + bytes.count)
-            if after.keys > KeyValueLimits.keys || after.bytes > KeyValueLimits.totalBytes {
-                throw KeyValueQuotaViolation(container: container.rawValue, key: key, keys: after.keys, bytes: after.bytes)
-            }
-            try Self.put(db, container.rawValue, key, value, at: time)
-            try Self.record(db, container.rawValue, after)
+    /// `usage` (keys, bytes) when it is within a container's limits; else the quota violation
+    /// of the write of `key` that would reach it.
+    private static func withinLimits(_ usage: (keys: Int, bytes: Int), _ container: String, _ key: String) throws -> (keys: Int, bytes: Int) {
+        guard usage.keys <= KeyValueLimits.keys && usage.bytes <= KeyValueLimits.totalBytes else {
+            throw KeyValueQuotaViolation(container: container, key: key, keys: usage.keys, bytes: usage.bytes)
         }
+        return usage
+    }
+
+    /// The value `key` holds; nil when it is not set.
+    private static func storedValue(_ db: Database, _ container: String, _ key: String) throws -> KeyValue? {
+        guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT kind, value FROM entries WHERE container = ? AND key = ? AND removed = 0"),
+                                         arguments: [container, key]) else { return nil }
+        let data: Data = row["value"]
+        return try KeyValue(kind: row["kind"], bytes: Array(data))
     }
 
     /// Writes `value` of `key` as a local write waiting to go up (no limit checked).
@@ -163,29 +180,21 @@ public final class KeyValueDatabase: Sendable {
     /// Answers false, changing nothing, when `key` is not set.
     public func move(_ key: String, to newKey: String, value: KeyValue? = nil, in container: ContainerID) throws(DocfsError) -> Bool {
         _ = try KeyValueLimits.check(key: Array(newKey.utf8))
-        do {
-            return try run("move \(key) of \(container) to \(newKey)") { db -> Bool in
-                guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT kind, value FROM entries WHERE container = ? AND key = ? AND removed = 0"),
-                                                 arguments: [container.rawValue, key]) else { return false }
-                let data: Data = row["value"]
-                let moved = try value ?? KeyValue(kind: row["kind"], bytes: Array(data))
+        return try notingQuotaViolation(of: newKey, in: container) { () throws(DocfsError) -> Bool in
+            try run("move \(key) of \(container) to \(newKey)") { db -> Bool in
+                guard let old = try Self.storedValue(db, container.rawValue, key) else { return false }
+                let moved = value ?? old
                 var (keys, bytes) = try Self.usage(db, container.rawValue)
                 if key != newKey {
-                    (keys, bytes) = (keys - 1, bytes - key.utf8.count - data.count)
+                    (keys, bytes) = (keys - 1, bytes - key.utf8.count - old.bytes.count)
                     try Self.markRemoved(db, container.rawValue, key)
                 }
                 if let replaced = try Self.countedSize(db, container.rawValue, newKey) { (keys, bytes) = (keys - 1, bytes - replaced) }
-                let after = (keys: keys + 1, bytes: bytes + newKey.utf8.count + moved.bytes.count)
-                if after.keys > KeyValueLimits.keys || after.bytes > KeyValueLimits.totalBytes {
-                    throw KeyValueQuotaViolation(container: container.rawValue, key: newKey, keys: after.keys, bytes: after.bytes)
-                }
+                let after = try Self.withinLimits((keys + 1, bytes + newKey.utf8.count + moved.bytes.count), container.rawValue, newKey)
                 try Self.put(db, container.rawValue, newKey, moved, at: Date().timeIntervalSince1970)
                 try Self.record(db, container.rawValue, after)
                 return true
             }
-        } catch let error where error.cause is KeyValueQuotaViolation {
-            try? note(.quotaViolation, keys: [newKey], in: container.rawValue)
-            throw error
         }
     }
 
@@ -193,13 +202,11 @@ public final class KeyValueDatabase: Sendable {
     /// the same); false, changing nothing, unless both are set.
     public func exchange(_ key: String, _ other: String, in container: ContainerID) throws(DocfsError) -> Bool {
         try run("exchange \(key) and \(other) of \(container)") { db -> Bool in
-            let read = try db.cachedStatement(sql: "SELECT kind, value FROM entries WHERE container = ? AND key = ? AND removed = 0")
-            guard let first = try Row.fetchOne(read, arguments: [container.rawValue, key]),
-                  let second = try Row.fetchOne(read, arguments: [container.rawValue, other]) else { return false }
-            let (a, b): (Data, Data) = (first["value"], second["value"])
+            guard let first = try Self.storedValue(db, container.rawValue, key),
+                  let second = try Self.storedValue(db, container.rawValue, other) else { return false }
             let now = Date().timeIntervalSince1970
-            try Self.put(db, container.rawValue, key, try KeyValue(kind: second["kind"], bytes: Array(b)), at: now)
-            try Self.put(db, container.rawValue, other, try KeyValue(kind: first["kind"], bytes: Array(a)), at: now)
+            try Self.put(db, container.rawValue, key, second, at: now)
+            try Self.put(db, container.rawValue, other, first, at: now)
             return true
         }
     }

@@ -150,14 +150,24 @@ import Glibc
         let kv = try fixture.mountApp("com.example.Notes") + "/.docfs/kv"
         let acknowledged = fixture.root + "/acknowledged"
         let writer = Process()
-        writer.executableURL = URL(fileURLWithPath: "/bin/bash")
+        writer.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        // Each value counts as acknowledged once its close(2) answered. (A shell's `>` is no
+        // good here: its last close is a dup2, which drops the close's error, so a value the
+        // killed daemon never set looked acknowledged.)
         writer.arguments = ["-c", """
-            i=0
-            while true; do
-                i=$((i+1))
-                printf %s "$i" > '\(kv)/count' 2>/dev/null && printf 'note %s' "$i" > '\(kv)/note' 2>/dev/null || exit 0
-                echo "$i" >> '\(acknowledged)'
-            done
+            import os
+            i = 0
+            while True:
+                i += 1
+                try:
+                    for name, text in (("count", str(i)), ("note", "note %d" % i)):
+                        fd = os.open('\(kv)/' + name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                        os.write(fd, text.encode())
+                        os.close(fd)
+                except OSError:
+                    break
+                with open('\(acknowledged)', 'a') as log:
+                    log.write("%d\\n" % i)
             """]
         try writer.run()
         usleep(1_500_000)
