@@ -11,11 +11,14 @@ PostgreSQL) holds --items small documents and a --size MiB file; machine b joins
 - the bytes a 4 KiB read of a fresh promised file waits for (the chunk it sits in; the rest then
   comes down in the background), per byte read.
 
+The stores live on a fresh ext4 made for the run (`ScratchFilesystem`: a sparse image under
+/var/tmp, loop-mounted), not on this machine's root ext4, which has no journal (see there).
+
 Needs root, the release build (--docfs) and PostgreSQL's server (scripts/setup installs it)."""
 import argparse, json, os, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_sync import PG, Machine, Server, print_table, sh, tear_down, wait_until  # noqa: E402
+from bench_sync import PG, Machine, ScratchFilesystem, Server, print_table, sh, tear_down, wait_until  # noqa: E402
 
 ON_DEMAND = '{"sync": {"downloads": "onDemand"}}'
 
@@ -56,7 +59,8 @@ def main():
     args = parser.parse_args()
     if args.quick:
         args.items, args.size = 10_000, 256
-    base = tempfile.mkdtemp(prefix="docfs-bench-promised-", dir="/var/tmp")
+    scratch = ScratchFilesystem("bench-promised")
+    base = tempfile.mkdtemp(prefix="docfs-bench-promised-", dir=scratch.path)
     server = Server()
     machines = []
     try:
@@ -154,9 +158,25 @@ def main():
                      f"{waited / 4096:.0f} per byte read: the chunk around it; the rest follows in the background"))
         rows.append(("daemon peak RSS b", f"{b.peak_rss_mib():.0f} MiB", ""))
 
+        # c joins the other way: mounted first, then linked; its daemon lists the items as they
+        # come, so a listing answers at once (partial), and the rest fills in behind it.
+        c = Machine(args.docfs, base, "c", settings=ON_DEMAND)
+        machines.append(c)
+        start = time.monotonic()
+        sh(args.docfs, "remote", "link", uri, "--machine", "c", "--store", c.store, env=c.env)
+        answered = time.monotonic() - start
+        first = wait_until(lambda: len(os.listdir(c.mount)) > 0, 600, step=0.01)
+        first_entries = len(os.listdir(c.mount))
+        everything = wait_until(lambda: len(sh("find", c.mount).splitlines()) - 1 >= found_count, 3600, step=1)
+        rows.append(("c mounted, then linked: the link answered", f"{answered:.2f} s", "the daemon brings the items in behind it"))
+        rows.append(("  first ls with an entry after the link started", f"{first:.2f} s" if first is not None else "none",
+                     f"{first_entries} entries then"))
+        rows.append(("  every item listed after the link started", f"{everything:.1f} s" if everything is not None else "not within an hour",
+                     f"{found_count / everything:,.0f} items/s" if everything else ""))
+
         print_table("promised items (issue 23 §3): b joins a's store on demand, one PostgreSQL on loopback", rows, 24)
     finally:
-        tear_down(machines, server, base)
+        tear_down(machines, server, base, scratch)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ machine, each mounted by its own daemon, linked to one throwaway PostgreSQL serv
   and gets against small documents of the same app view;
 - each daemon's resident memory (peak) at the end.
 
+The stores live on a fresh ext4 made for the run (`ScratchFilesystem`: a sparse image under
+/var/tmp, loop-mounted), not on this machine's root ext4, which has no journal (see there).
+
 Needs root, the release build (--docfs) and PostgreSQL's server (scripts/setup installs it)."""
 import argparse, json, os, random, shutil, statistics, subprocess, sys, tempfile, threading, time
 
@@ -51,12 +54,16 @@ class Server:
 
 
 class Machine:
-    def __init__(self, docfs, base, name):
+    def __init__(self, docfs, base, name, settings=None):
         self.docfs, self.name = docfs, name
         self.home = os.path.join(base, name)
         self.store = os.path.join(self.home, "store")
         self.mount = os.path.join(self.home, "mnt")
         os.makedirs(self.mount)
+        if settings:
+            os.makedirs(self.store)
+            with open(os.path.join(self.store, "settings.json"), "w") as f:
+                f.write(settings)
         self.env = dict(os.environ, HOME=self.home)
         sh(docfs, "mount", "--store", self.store, self.mount, env=self.env)
         self.pid = self.daemon_pid()
@@ -236,11 +243,42 @@ def print_table(title, rows, value_width=32):
         print(f"  {name.ljust(width)}  {value:<{value_width}} {note}")
 
 
-def tear_down(machines, server, base):
+class ScratchFilesystem:
+    """A fresh ext4 (with its journal, as mkfs makes it) in a sparse image under /var/tmp,
+    mounted for one run: the stores live there. This machine's root ext4 has no journal, and
+    without one ext4 checks every free inode it considers for a new file against the inodes
+    freed in the last 30 s: for half a minute after any deletion (another test's clean-up, a
+    run's own), creates run up to 5x slower, which swung linked/unlinked ratios from 0.3x to
+    1.6x between neighbouring runs."""
+
+    def __init__(self, label, gib=16):
+        self.image = tempfile.mktemp(prefix=f"docfs-{label}-", suffix=".img", dir="/var/tmp")
+        self.path = self.image[:-4]
+        with open(self.image, "wb") as f:
+            f.truncate(gib << 30)
+        sh("mkfs.ext4", "-q", "-F", self.image)
+        os.makedirs(self.path)
+        sh("mount", "-o", "loop", self.image, self.path)
+
+    def remove(self):
+        # The daemons may still be closing their stores' files just after `docfs unmount`.
+        for _ in range(100):
+            if subprocess.run(["umount", self.path], stderr=subprocess.DEVNULL).returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            sh("umount", "-l", self.path, check=False)
+        os.rmdir(self.path)
+        os.unlink(self.image)
+
+
+def tear_down(machines, server, base, scratch=None):
     for machine in machines:
         machine.unmount()
     server.stop()
     shutil.rmtree(base, ignore_errors=True)
+    if scratch:
+        scratch.remove()
 
 
 def main():
@@ -254,7 +292,8 @@ def main():
     args = parser.parse_args()
     if args.quick:
         args.saves, args.size, args.creates, args.sets = 200, 128, 500, 100
-    base = tempfile.mkdtemp(prefix="docfs-bench-sync-", dir="/var/tmp")
+    scratch = ScratchFilesystem("bench-sync")
+    base = tempfile.mkdtemp(prefix="docfs-bench-sync-", dir=scratch.path)
     server = Server()
     machines = []
     try:
@@ -384,7 +423,7 @@ def main():
 
         print_table("many machines (issue 22 §7): two linked daemons, one unlinked, one PostgreSQL on loopback", rows)
     finally:
-        tear_down(machines, server, base)
+        tear_down(machines, server, base, scratch)
 
 
 if __name__ == "__main__":

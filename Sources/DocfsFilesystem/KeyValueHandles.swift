@@ -57,7 +57,7 @@ final class KeyValueHandles: Sendable {
     static func digest(_ bytes: [UInt8]) -> Int {
         var hasher = Hasher()
         hasher.combine(bytes.count)
-        hasher.combine(bytes: UnsafeRawBufferPointer(start: bytes, count: bytes.count))
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
         return hasher.finalize()
     }
 

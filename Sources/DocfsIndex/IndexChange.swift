@@ -61,7 +61,7 @@ public struct IndexLocation: Sendable, Hashable {
     /// Hashes `text`'s bytes (what `==` compares).
     static func hash(_ text: String, into hasher: inout Hasher) {
         hasher.combine(text.utf8.count)
-        let hashed = text.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        let hashed: Void? = text.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
         if hashed == nil { for byte in text.utf8 { hasher.combine(byte) } }
     }
 }

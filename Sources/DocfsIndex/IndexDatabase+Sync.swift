@@ -140,43 +140,86 @@ extension IndexDatabase {
 
     /// The id a symbolic link has on every machine, by the one derived here; nil: none yet.
     public func remoteLink(local: Int64) throws(DocfsError) -> Int64? {
-        try readSync { db in try Int64.fetchOne(db.cachedStatement(sql: "SELECT remote FROM syncLinks WHERE local = ?"), arguments: [local]) }
+        try withSyncLinks { $0.remote[local] }
     }
 
     /// The id derived here of the symbolic link whose id everywhere is `remote`.
     public func localLink(remote: Int64) throws(DocfsError) -> Int64? {
-        try readSync { db in try Int64.fetchOne(db.cachedStatement(sql: "SELECT local FROM syncLinks WHERE remote = ?"), arguments: [remote]) }
+        try withSyncLinks { $0.local[remote] }
     }
 
     /// Records that the link `local` here is `remote` everywhere (replacing what either was).
     public func setLink(local: Int64, remote: Int64) throws(DocfsError) {
-        try write { db in
-            try db.execute(sql: "DELETE FROM syncLinks WHERE local = ? OR remote = ?", arguments: [local, remote])
-            try db.execute(sql: "INSERT INTO syncLinks (local, remote) VALUES (?, ?)", arguments: [local, remote])
+        try withSyncLinks { links throws(DocfsError) in
+            try write { db in
+                try db.execute(sql: "DELETE FROM syncLinks WHERE local = ? OR remote = ?", arguments: [local, remote])
+                try db.execute(sql: "INSERT INTO syncLinks (local, remote) VALUES (?, ?)", arguments: [local, remote])
+            }
+            links.forget(local: local, remote: remote)
+            links.remote[local] = remote
+            links.local[remote] = local
         }
     }
 
     public func forgetLink(remote: Int64) throws(DocfsError) {
-        try write { db in try db.execute(sql: "DELETE FROM syncLinks WHERE remote = ?", arguments: [remote]) }
+        try withSyncLinks { links throws(DocfsError) in
+            try write { db in try db.execute(sql: "DELETE FROM syncLinks WHERE remote = ?", arguments: [remote]) }
+            links.forget(local: nil, remote: remote)
+        }
+    }
+
+    /// Runs `body` on the table of links in memory (read first if it was not yet).
+    private func withSyncLinks<T>(_ body: (inout SyncLinkMap) throws(DocfsError) -> T) throws(DocfsError) -> T {
+        try syncLinks.withLock { cached throws(DocfsError) -> T in
+            if cached == nil {
+                let rows = try readSync { db in try Row.fetchAll(db, sql: "SELECT local, remote FROM syncLinks") }
+                var map = SyncLinkMap()
+                for row in rows {
+                    let local: Int64 = row["local"], remote: Int64 = row["remote"]
+                    map.remote[local] = remote
+                    map.local[remote] = local
+                }
+                cached = map
+            }
+            return try body(&cached!)
+        }
     }
 
     /// Forgets every sync record (the store was unlinked, or linked to another remote).
     public func forgetSync() throws(DocfsError) {
-        try write { db in
-            try db.execute(sql: "DELETE FROM syncParked")
-            try db.execute(sql: "DELETE FROM syncLinks")
-            try db.execute(sql: "DELETE FROM outbox")
-            try db.execute(sql: "DELETE FROM syncItems")
-            try db.execute(sql: "DELETE FROM meta WHERE key = 'syncAnchor'")
+        try syncLinks.withLock { cached throws(DocfsError) in
+            try write { db in
+                try db.execute(sql: "DELETE FROM syncParked")
+                try db.execute(sql: "DELETE FROM syncLinks")
+                try db.execute(sql: "DELETE FROM outbox")
+                try db.execute(sql: "DELETE FROM syncItems")
+                try db.execute(sql: "DELETE FROM meta WHERE key = 'syncAnchor'")
+            }
+            cached = SyncLinkMap()
         }
     }
 
+    /// One statement's read, outside a transaction: a statement reads one snapshot on its own
+    /// (WAL), and GRDB's `read` would compile a savepoint, its release and two `query_only`
+    /// pragmas around it each time (a first sync makes several of these reads per item).
     private func readSync<T>(_ body: (Database) throws -> T) throws(DocfsError) -> T {
         do {
-            return try pool.read(body)
+            return try pool.unsafeRead(body)
         } catch {
             throw DocfsError(.internalFailure, "reading the sync records of the index at \(path) failed",
                              cause: DocfsError(.internalFailure, String(describing: error)))
         }
+    }
+}
+
+/// Symbolic links' ids here and everywhere, both ways (`IndexDatabase.syncLinks`).
+struct SyncLinkMap: Sendable {
+    var remote: [Int64: Int64] = [:]
+    var local: [Int64: Int64] = [:]
+
+    /// Drops the pairs `local` and `remote` are in.
+    mutating func forget(local: Int64?, remote: Int64) {
+        if let local, let paired = self.remote.removeValue(forKey: local) { self.local[paired] = nil }
+        if let paired = self.local.removeValue(forKey: remote) { self.remote[paired] = nil }
     }
 }

@@ -48,6 +48,11 @@ public final class IndexDatabase: Sendable {
     private let committing = Mutex<CommitLoop?>(nil)
     /// Rows queries read from SQLite, for tests that bound what a limit reads.
     let queryRowsRead = StepCounter()
+    /// The `syncLinks` table in memory, read at its first use (nil before): a sync asks it
+    /// several times for every item it applies, and holds few rows (one per symbolic link).
+    /// Held across its own writes to the table (lock order: `syncLinks` before SQLite's writer),
+    /// so it never answers from before a write its table has.
+    let syncLinks = Mutex<SyncLinkMap?>(nil)
 
     private struct Writer {
         var journal: IndexJournal.Writer

@@ -142,6 +142,64 @@ import Glibc
         #expect(attribute(b.path("big.bin"), "user.docfs.status") == "current")
     }
 
+    /// Range reads of a 1 GiB promised file (issue 23 §2): islands of random bytes at offsets
+    /// across the whole gigabyte (two overlapping, later writes winning) in zeros (the zero chunks are one chunk, so the
+    /// gigabyte goes up in seconds). Each read, farthest first, answers exactly its bytes,
+    /// including reads that span an island's edge and the end of the file; then the whole file
+    /// comes down and compares equal.
+    @Test func rangeReadsOfAPromisedGigabyteFileAnswerTheirBytes() throws {
+        let (_, uri, a, b) = try PromisedItemsMountTests.pair("gigabyte", settings: Self.onDemand)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        let size = 1 << 30
+        let starts = [0, (1 << 20) + 123, (300 << 20) + 7, (512 << 20) - 5000, (2047 << 19) + 1, (1000 << 20) + 77_777, size - 300_000]
+        let islands = starts.enumerated().map { (offset: $1, bytes: Self.bytes(256 << 10, seed: 40 + UInt64($0))) }
+        let writer = open(a.path("gigabyte.bin"), O_CREAT | O_WRONLY, 0o644)
+        try #require(writer >= 0 && ftruncate(writer, off_t(size)) == 0)
+        for island in islands {
+            #expect(island.bytes.withUnsafeBytes { pwrite(writer, $0.baseAddress, $0.count, off_t(island.offset)) } == island.bytes.count)
+        }
+        #expect(close(writer) == 0)
+        /// What a's file holds at `offset ..< offset + length` (clipped to its end).
+        func expected(_ offset: Int, _ length: Int) -> [UInt8] {
+            let end = min(offset + length, size)
+            var bytes = [UInt8](repeating: 0, count: max(0, end - offset))
+            for island in islands {
+                let from = max(offset, island.offset), to = min(end, island.offset + island.bytes.count)
+                if from < to { bytes.replaceSubrange((from - offset)..<(to - offset), with: island.bytes[(from - island.offset)..<(to - island.offset)]) }
+            }
+            return bytes
+        }
+        #expect(try a.link(uri).status == 0)
+        #expect(ManyMachinesTests.within(120) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
+        #expect(try b.link(uri).status == 0)
+        try b.fixture.start()
+        #expect(Self.isPromised(b, "gigabyte.bin"))
+        var st = stat()
+        #expect(stat(b.path("gigabyte.bin"), &st) == 0 && st.st_size == off_t(size))
+
+        var reads: [(Int, Int)] = [(size - 1, 1), (size - 1000, 4096), (size - 200, 64 << 10)]
+        for island in islands.reversed() {
+            let end = island.offset + island.bytes.count
+            reads += [(island.offset + 4096 * 7 + 3, 4096), (end - 100, 4096), (max(0, island.offset - 50), 200), (island.offset, 128 << 10)]
+        }
+        reads.append(((700 << 20) + 11, 1 << 20))  // zeros only
+        let fd = open(b.path("gigabyte.bin"), O_RDONLY)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var slowest = 0.0
+        for (offset, length) in reads {
+            var buffer = [UInt8](repeating: 0xAA, count: length)
+            let start = Date()
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, length, off_t(offset)) }
+            slowest = max(slowest, Date().timeIntervalSince(start))
+            let want = expected(offset, length)
+            #expect(n == want.count && Array(buffer.prefix(max(n, 0))) == want, "\(length) bytes at \(offset): \(n) read")
+        }
+        print("PromisedItemsMountTests: \(reads.count) range reads of a promised 1 GiB file, the slowest \(Int(slowest * 1000)) ms")
+        #expect(ManyMachinesTests.within(180) { !Self.isPromised(b, "gigabyte.bin") } != nil, "the rest comes down in the background")
+        #expect(try shell("cmp '\(b.path("gigabyte.bin"))' '\(a.path("gigabyte.bin"))'").status == 0)
+    }
+
     /// A file manager showing a folder of promised photos (issue 23 §2): the thumbnail
     /// attribute and the shared thumbnail repository answer from the thumbnails that came with
     /// them, and nothing of the photos is fetched.
