@@ -325,14 +325,20 @@ def main():
         # Linked and unlinked runs alternate, best of ATTEMPTS each; each starts once the linked
         # machines are idle (b is another machine in real life: its applying, and a's upload
         # of the run before, would otherwise take this machine's CPU from the next run).
+        # b and the server stand for other computers: they yield this one's CPU to the runs (the
+        # server's processes again before each run: it starts one per new connection, and
+        # autovacuum workers after a burst of commits).
+        def others():
+            return [b.pid] + [int(pid) for pid in sh("pgrep", "-x", "postgres", check=False).split()]
+
         def settled(last_on_b):
             wait_until(lambda: os.path.exists(last_on_b) and a.status()["waiting"] == 0 and b.status()["waiting"] == 0, 600, step=0.2)
+            set_nice(others(), 10)
 
-        # b and the server stand for other computers: they yield this one's CPU to the runs.
-        others = [b.pid] + [int(pid) for pid in sh("pgrep", "-x", "postgres", check=False).split()]
-        set_nice(others, 10)
+        set_nice(others(), 10)
         linked_rates, plain_rates = [], []
         for attempt in range(ATTEMPTS):
+            set_nice(others(), 10)
             linked_rates.append(creates(os.path.join(a.mount, f"creates{attempt}"), args.creates))
             settled(os.path.join(b.mount, f"creates{attempt}", f"f{args.creates - 1}.txt"))
             plain_rates.append(creates(os.path.join(plain.mount, f"creates{attempt}"), args.creates))
@@ -351,6 +357,7 @@ def main():
             PREFIX0, PREFIX1…); the best of each and the median of the pairs' ratios."""
             linked, plain_times = [], []
             for attempt in range(ATTEMPTS):
+                set_nice(others(), 10)
                 linked.append(untar(archive, os.path.join(a.mount, f"{prefix}{attempt}")))
                 settled(os.path.join(b.mount, f"{prefix}{attempt}", files[-1]))
                 plain_times.append(untar(archive, os.path.join(plain.mount, f"{prefix}{attempt}")))
@@ -371,7 +378,7 @@ def main():
             hog.wait()
         rows.append(("  … beside a busy core", f"{linked_tar:.2f} s vs {plain_tar:.2f} s ({linked_tar / plain_tar:.2f}x)",
                      f"best of {ATTEMPTS} each, alternating; median of the pairs {paired:.2f}x; `yes` at nice 0"))
-        set_nice(others, 0)  # the transfers below are measured against the server's own COPY and SELECT
+        set_nice(others(), 0)  # the transfers below are measured against the server's own COPY and SELECT
 
         size = args.size << 20
         data = os.urandom(size)
