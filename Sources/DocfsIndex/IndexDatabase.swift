@@ -50,8 +50,10 @@ public final class IndexDatabase: Sendable {
     let queryRowsRead = StepCounter()
     /// The `syncLinks` table in memory, read at its first use (nil before): a sync asks it
     /// several times for every item it applies, and holds few rows (one per symbolic link).
-    /// Held across its own writes to the table (lock order: `syncLinks` before SQLite's writer),
-    /// so it never answers from before a write its table has.
+    /// Held across its own writes to the table (lock order: `syncLinks` before SQLite's writer;
+    /// a lookup may so wait for a long commit), so it never answers from before a write its
+    /// table has. Only the process holding the store's `daemon.lock` (the daemon, or a command
+    /// serving the store itself) writes the table: another's cache could not see its writes.
     let syncLinks = Mutex<SyncLinkMap?>(nil)
 
     private struct Writer {

@@ -177,7 +177,7 @@ import Glibc
         var st = stat()
         #expect(stat(b.path("gigabyte.bin"), &st) == 0 && st.st_size == off_t(size))
 
-        var reads: [(Int, Int)] = [(size - 1, 1), (size - 1000, 4096), (size - 200, 64 << 10)]
+        var reads: [(Int, Int)] = [(size + 10, 10), (size, 4096), (size - 1, 1), (size - 1000, 4096), (size - 200, 64 << 10)]
         for island in islands.reversed() {
             let end = island.offset + island.bytes.count
             reads += [(island.offset + 4096 * 7 + 3, 4096), (end - 100, 4096), (max(0, island.offset - 50), 200), (island.offset, 128 << 10)]
