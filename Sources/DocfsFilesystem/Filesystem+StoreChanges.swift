@@ -62,6 +62,9 @@ extension Filesystem {
                 effects.invalidations.inodes.append(node.id)
             case let .attributes(path):
                 guard let st, !isOwn else { continue }
+                // `cp -a` gives a folder its attributes (the id it copies too) after filling it:
+                // when the folder appeared it carried no id yet.
+                separateCopies(atBackingPath: path, andContents: false, into: &effects)
                 ownChanges.knowPermissions(st)
                 deliver(.uncoordinated(.modified, at: path))
                 guard let node = nodes.known(key: BackingKey(st)) else { continue }

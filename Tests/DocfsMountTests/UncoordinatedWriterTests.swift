@@ -197,6 +197,15 @@ import Glibc
             #expect(eventually(seconds: 20) { itemID(fixture.path(copy)).map { $0 != original } ?? false }, "\(copy)")
         }
         #expect(originals.map { itemID(fixture.path($0)) } == ids)
+        // `cp -a` sets a folder's attributes after filling it, so the folder may have appeared
+        // (and been looked at) before it carried the id it copies: that id is noticed when set.
+        #expect(mkdir(fixture.documents + "/project 3", 0o755) == 0)
+        #expect(eventually(seconds: 5) { itemID(fixture.path("project 3")).map { !ids.contains($0) } ?? false })
+        usleep(300_000)
+        let carried = "\(ids[1])"
+        #expect(docfs_setxattr(fixture.documents + "/project 3", "user.docfs.id", carried, carried.utf8.count, 0) == 0)
+        #expect(eventually(seconds: 20) { itemID(fixture.path("project 3")).map { $0 != ids[1] } ?? false })
+        #expect(itemID(fixture.path("project")) == ids[1])
         // The id is read afresh; the inode number comes with attributes the kernel may still
         // hold for a moment, until the invalidation the retag sent reaches it (seen under load).
         var inodes = Set<UInt64>()
