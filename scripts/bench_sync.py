@@ -248,8 +248,8 @@ class ScratchFilesystem:
     mounted for one run: the stores live there. This machine's root ext4 has no journal, and
     without one ext4 checks every free inode it considers for a new file against the inodes
     freed in the last 30 s: for half a minute after any deletion (another test's clean-up, a
-    run's own), creates run up to 5x slower, which swung linked/unlinked ratios from 0.3x to
-    1.6x between neighbouring runs."""
+    run's own), creates ran 13x slower on the raw disk and 4x slower through docfs, which swung
+    linked/unlinked ratios from 0.3x to 1.6x between neighbouring runs."""
 
     def __init__(self, label, gib=16):
         self.image = tempfile.mktemp(prefix=f"docfs-{label}-", suffix=".img", dir="/var/tmp")
