@@ -14,6 +14,10 @@ public struct ItemID: RawRepresentable, Hashable, Comparable, Sendable, CustomSt
     /// Ids at or above this are derived from backing inodes; allocated ids stay below it.
     public static let derivedBase: UInt64 = 1 << 62
 
+    /// How many ids one machine's space holds: stores linked to one remote give ids from
+    /// spaces of their own (`space << 41` up), so no two items share one (DESIGN §9.0).
+    public static let spaceSize: UInt64 = 1 << 41
+
     /// The id of an item that cannot carry one of its own.
     public static func derived(fromBackingInode inode: UInt64) -> ItemID {
         ItemID(rawValue: derivedBase | (inode & (derivedBase - 1)))

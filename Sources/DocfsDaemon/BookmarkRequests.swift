@@ -32,7 +32,8 @@ enum BookmarkRequests {
         let key = try store.bookmarkKey()
         let scope = request.bookmarkScope.map { Bookmark.SecurityScope(issuedTo: $0.issuedTo ?? "uid:\(caller.uid)", readOnly: $0.readOnly) }
         let bookmark = Bookmark(item: item, container: place.container.rawValue, scope: place.scope.rawValue, path: place.path,
-                                backing: st, storeID: key.storeID, securityScope: scope)
+                                backing: st, storeID: key.storeID, securityScope: scope,
+                                madeOn: StoreInstance.existingBytes(store.layout))
         return BookmarkToken.encode(bookmark, key: key)
     }
 

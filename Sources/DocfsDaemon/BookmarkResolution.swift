@@ -59,7 +59,7 @@ public struct BookmarkResolution {
         let newFolder = current.path.split(separator: "/").dropLast()
         if oldFolder != newFolder { because.append("moved") }
         if bookmark.path.split(separator: "/").last != current.path.split(separator: "/").last { because.append("renamed") }
-        if current.inode != bookmark.backingInode && because.isEmpty { because.append("replaced") }
+        if bookmark.wasReplaced(byBackingInode: current.inode, in: store) && because.isEmpty { because.append("replaced") }
         let shown: String
         let view = UserView(layout: store, catalog: ContainerCatalog(registry: ContainerRegistry(layout: store)))
         let place = (try? ContainerID(current.container)).flatMap { container in

@@ -2,6 +2,7 @@ import DocfsCore
 import DocfsFilesystem
 import DocfsIndex
 import DocfsProvider
+import DocfsSync
 
 /// A request to the daemon serving a store, over `STORE/control.sock` (one JSON line each way).
 /// CLI commands that change a served store send these instead of touching it behind the
@@ -20,8 +21,9 @@ public struct ControlRequest: Codable {
         /// Make a bookmark of the item at `place`, or resolve `token` (for a user who cannot
         /// read the store's key: `BookmarkRequests`).
         case bookmark, resolveBookmark
-        /// Link the served store to a remote (`remote`), say how its sync goes, unlink it.
-        case remoteLink, remoteStatus, remoteUnlink
+        /// Link the served store to a remote (`remote`), say how its sync goes, compare it with
+        /// the remote (`docfs remote check`), unlink it.
+        case remoteLink, remoteStatus, remoteCheck, remoteUnlink
         /// Run a `docfs query` (`query`) on the daemon's index, which holds the waiting changes
         /// in memory: its records come back in batches.
         case query
@@ -210,6 +212,8 @@ public struct ControlReply: Codable {
     /// For `remoteLink`: the store must be merged into the remote's items, which renumbers
     /// them, so it must be linked unmounted (`docfs remote link` unmounts and remounts it).
     public var mergeNeedsUnmountedStore: Bool? = nil
+    /// For `remoteCheck`: every difference between the store and its remote.
+    public var differences: [RemoteDifference]? = nil
 }
 
 /// What the daemon's coordinator holds (`docfs status` shows it): whether the item asked about

@@ -337,6 +337,11 @@ public final class Daemon: Sendable {
         case .remoteStatus:
             guard let service = syncService.withLock({ $0 }) else { throw DocfsError(.invalidArgument, "the store is not linked to a remote") }
             return ControlReply(ok: true, message: "status", remote: service.status)
+        case .remoteCheck:
+            guard let service = syncService.withLock({ $0 }) else { throw DocfsError(.invalidArgument, "the store is not linked to a remote") }
+            var reply = ControlReply(ok: true, message: "checked")
+            reply.differences = try RemoteLinking.check(service.sync, remote: service.remote)
+            return reply
         case .remoteUnlink:
             let service = syncService.withLock { service in defer { service = nil }; return service }
             service?.stop()

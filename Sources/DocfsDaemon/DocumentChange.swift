@@ -20,7 +20,7 @@ enum DocumentChange {
                                                       keep: request.version, caller: caller))
             return "resolved the conflict of \(request.path)" + (request.version.map { ", keeping version \($0)" } ?? "")
         case .watch, .claims, .author, .rebuildIndex, .checkIndex, .createContainer, .renameContainer, .deleteContainer, .mount, .pick,
-             .bookmark, .resolveBookmark, .remoteLink, .remoteStatus, .remoteUnlink, .query, .download, .pin, .unpin, .evict, .keyValuesChanged:
+             .bookmark, .resolveBookmark, .remoteLink, .remoteStatus, .remoteCheck, .remoteUnlink, .query, .download, .pin, .unpin, .evict, .keyValuesChanged:
             throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request changes nothing")
         }
     }

@@ -34,27 +34,45 @@ public enum RemoteLinking {
             throw DocfsError(.invalidArgument, "'\(name)' is not a machine name (1 to 64 bytes, no /): give one with --machine")
         }
         let remote: PostgresRemote
-        let space: UInt64
+        let joined: MachineJoin
         do {
+            let key = try StoreInstance.key(layout)
             remote = try PostgresRemote(location, machine: name)
-            space = try remote.join(machine: name)
-        } catch {
+            do { joined = try remote.join(MachineRegistration(store: key, name: name)) } catch {
+                remote.close()
+                throw error
+            }
+        } catch let error as DocfsError {
+            throw error
+        } catch let error as RemoteError {
             throw DocfsError(.invalidArgument, error.message)
+        } catch {
+            throw DocfsError(.invalidArgument, "\(error)")
         }
+        let space = joined.space
         // Ids of a machine's space are `space << 41` up; containers' items live at 2^61.
         guard space < StoreSync.containerItemBit >> 41 else {
-            throw DocfsError(.invalidArgument, "the remote has given ids to \(space) machines, as many as it can: link this store under the name of a machine it knows (--machine)")
+            remote.close()
+            throw DocfsError(.invalidArgument, "the remote has given ids to \(space) machines, as many as it can: link this store to another database")
         }
         do throws(DocfsError) {
-            let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: name, user: SyncService.userName))
+            // The space is entered before the store's items are read: an item made here meanwhile
+            // (the store may be served) has an id of the space, or is among those read.
+            let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: joined.name, user: SyncService.userName))
+            let ids = MachineJoin.ids(ofSpace: space)
+            let own: [UInt64]
+            do { own = try sync.ownItemIDs() } catch { throw DocfsError(.internalFailure, "reading the store's items failed: \(error)") }
+            try shared.store.itemIDs.enter(space: space, floor: max(joined.nextItem, (own.filter { ids.contains($0) }.max() ?? 0) + 1))
             var items: [UInt64]
             do { items = try sync.allItems() } catch { throw DocfsError(.internalFailure, "reading the store's items failed: \(error)") }
-            if space != 0 && !items.isEmpty && !merging {
-                throw DocfsError(.storeBusy, "this store holds \(items.count) items and the remote holds another store's: merging them renumbers this store's items, which a mount would not see; docfs unmount the store, then docfs remote link again",
-                                 cause: MergeNeedsUnmountedStore())
-            }
-            try shared.store.itemIDs.enter(space: space)
-            if space != 0 && !items.isEmpty {
+            // Items whose ids are not of this store's space could be another machine's: they
+            // take ids of the space first (none when this store is the first, space 0, and
+            // gave every id itself within it).
+            if own.contains(where: { !ids.contains($0) }) || (space != 0 && !items.isEmpty) {
+                guard merging else {
+                    throw DocfsError(.storeBusy, "this store holds \(items.count) items and the remote holds another store's: merging them renumbers this store's items, which a mount would not see; docfs unmount the store, then docfs remote link again",
+                                     cause: MergeNeedsUnmountedStore())
+                }
                 let adopted = try merge(shared, sync: sync, remote: remote, progress: progress)
                 do { items = try sync.allItems().filter { !adopted.contains($0) } } catch {
                     throw DocfsError(.internalFailure, "reading the store's items after merging failed: \(error)")
@@ -67,7 +85,7 @@ public enum RemoteLinking {
                     throw DocfsError(.invalidArgument, "\(error): put the password in ~/.pgpass yourself and link with a URI without it")
                 }
             }
-            let link = RemoteLink(uri: location.uri, machine: name, space: space, linked: Date().timeIntervalSince1970)
+            let link = RemoteLink(uri: location.uri, machine: joined.name, space: space, linked: Date().timeIntervalSince1970)
             try link.save(layout)
             sync.fillOutbox(true)
             do { try sync.enqueue(items) } catch { throw DocfsError(.internalFailure, "queueing the store's items failed: \(error)") }
@@ -165,6 +183,33 @@ public enum RemoteLinking {
             return (pruned, try remote.sweepChunks(unusedFor: seconds))
         } catch {
             throw DocfsError(.invalidArgument, "\(error)")
+        }
+    }
+
+    /// Every difference between the store `sync` serves and `remote` (`docfs remote check`),
+    /// telling `progress` how many items it compared so far.
+    public static func check(_ sync: StoreSync, remote: any Remote, progress: ((Int) -> Void)? = nil) throws(DocfsError) -> [RemoteDifference] {
+        do { return try RemoteCheck.run(store: sync, remote: remote, progress: progress) } catch {
+            throw DocfsError(error.isTransient ? .storeUnavailable : .internalFailure,
+                             "the check against the remote stopped: \(error.description)" + (error.isTransient ? "; check again once it can be reached" : ""))
+        }
+    }
+
+    /// `check` of the store at `layout`, which no daemon serves: its link's remote reached from here.
+    public static func checkHere(_ layout: StoreLayout, progress: ((Int) -> Void)? = nil) throws(DocfsError) -> [RemoteDifference] {
+        try servingHere(layout, purpose: "remote check") { shared throws(DocfsError) in
+            guard let link = try RemoteLink.load(layout) else {
+                throw DocfsError(.invalidArgument, "the store is not linked to a remote: docfs remote link URI links it")
+            }
+            let remote: PostgresRemote
+            do { remote = try PostgresRemote(PostgresLocation(link.uri), machine: link.machine) } catch let error as RemoteError {
+                throw DocfsError(.storeUnavailable, error.message)
+            } catch {
+                throw DocfsError(.storeUnavailable, "\(error)")
+            }
+            defer { remote.close() }
+            let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: SyncService.userName))
+            return try check(sync, remote: remote, progress: progress)
         }
     }
 

@@ -42,7 +42,7 @@ public enum StoreRequest {
         case .createContainer, .renameContainer, .deleteContainer:
             return try ContainerRequests.apply(request, filesystem: filesystem) { _ in }
         case .watch, .claims, .author, .rebuildIndex, .checkIndex, .mount, .bookmark, .resolveBookmark,
-             .remoteLink, .remoteStatus, .remoteUnlink, .query, .download, .pin, .unpin, .evict, .keyValuesChanged:
+             .remoteLink, .remoteStatus, .remoteCheck, .remoteUnlink, .query, .download, .pin, .unpin, .evict, .keyValuesChanged:
             throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request needs the daemon serving the store")
         }
     }

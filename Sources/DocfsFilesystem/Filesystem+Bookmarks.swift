@@ -17,7 +17,8 @@ extension Filesystem {
         }
         let key = try store.bookmarkKey()
         let bookmark = Bookmark(item: node.item, container: place.container.rawValue, scope: place.scope.rawValue,
-                                path: place.path, backing: st, storeID: key.storeID)
+                                path: place.path, backing: st, storeID: key.storeID,
+                                madeOn: StoreInstance.existingBytes(store.layout))
         return BookmarkToken.encode(bookmark, key: key)
     }
 }

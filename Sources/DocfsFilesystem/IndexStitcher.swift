@@ -403,7 +403,10 @@ final class IndexStitcher: Sendable {
             case .exchange(let a, let b):
                 note(try? index.record(at: a))
                 note(try? index.record(at: b))
-            case .touch, .removeEntries, .outbox: break
+            // A folder a name came into or left has a new modification time, which travels
+            // (DESIGN §9.0): it goes up too, once per round however many names came.
+            case .touch(let location, _, _): note(try? index.record(at: location))
+            case .removeEntries, .outbox: break
             }
         }
         // A container's item after what it holds: a deletion of what it held goes up first.

@@ -45,6 +45,8 @@ extension StoreSync {
         try makeContainerIfMissing(for: version, view: view)
         let target = try Located(folderOf: version, named: name, sync: self)
         defer { target.close() }
+        // Taken before the working file's name comes, set back once the change is made.
+        let times = FolderTimes(of: [target.folder] + (old.map { [$0.folder] } ?? []))
         // New content, written beside the target before any claim.
         var working: WorkingFile?
         // A document new here arrives promised when the store downloads on demand (issue 23):
@@ -103,6 +105,7 @@ extension StoreSync {
                 } else {
                     try moveAndDescribe(version, from: old!, to: target, view: view)
                 }
+                keepTimes(times, view: view)
                 return (.applied, [])
             }
         }
@@ -110,6 +113,19 @@ extension StoreSync {
             installThumbnail(digest, of: version, view: view, fetch: fetch)
         }
         return outcome
+    }
+
+    /// Sets the folders an apply changed back to the times they had (`FolderTimes`) and records
+    /// them so, inside the apply's claims (its change, not this machine's: nothing goes up); the
+    /// store watcher knows the change as docfs's.
+    private func keepTimes(_ times: FolderTimes, view: Filesystem) {
+        for fd in times.restore() {
+            shared.ownChanges.changedFile(at: fd)
+            guard let item = ItemAttributes.id(ofDescriptor: fd), let place = shared.paths.place(of: fd), !place.isScopeRoot,
+                  let located = try? Located(place: place, paths: shared.paths) else { continue }
+            defer { located.close() }
+            view.deliver(.name(.attributes, located.name, inFolder: located.folder, item: item))
+        }
     }
 
     public func moveAside(_ item: UInt64, to name: String) throws {
@@ -700,7 +716,9 @@ extension StoreSync {
                 let wasReference = ReferenceStub.isReference(old.name, in: old.folder, Self.attributes(of: old))
                 let promise = promiseNumber(of: old)
                 shared.ownChanges.changedName(old.name, in: old.folderKey)
+                let times = FolderTimes(of: [old.folder])
                 try Self.removeTree(old.name, in: old.folder)
+                keepTimes(times, view: view)
                 if let promise { shared.promises.content.forget(version.item, number: promise) }  // its record goes with it
                 return (.applied, [.name(.deleted(wasReference: wasReference), old.name, inFolder: old.folder, item: item)])
             }

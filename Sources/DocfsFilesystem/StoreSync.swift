@@ -85,6 +85,12 @@ public final class StoreSync: SyncedStore {
         return containerItems() + items + references
     }
 
+    /// The ids the store's files and folders carry (symbolic links' and containers' aside):
+    /// read only, none given.
+    public func ownItemIDs() throws -> [UInt64] {
+        try index.allItemIDs().map { UInt64(bitPattern: $0) }.filter { !ItemID(rawValue: $0).isDerived }
+    }
+
     // MARK: Ids of symbolic links and references
 
     /// The id the item `local` here has on every machine: its own, but for a symbolic link or a
@@ -101,6 +107,13 @@ public final class StoreSync: SyncedStore {
     /// The id here of the item every machine knows as `remote`.
     func localID(ofRemote remote: UInt64) throws -> UInt64 {
         try index.localLink(remote: Int64(bitPattern: remote)).map { UInt64(bitPattern: $0) } ?? remote
+    }
+
+    public func shownPath(of item: UInt64) -> String? {
+        guard let local = try? localID(ofRemote: item),
+              let place = try? index.places(id: Int64(bitPattern: local)).first?.location else { return nil }
+        let documents = place.container == ContainerID.userDefault.rawValue && place.scope == Scope.documents.rawValue
+        return documents ? place.path : "\(place.container)/\(place.scope)\(place.path)"
     }
 
     /// Puts `items` in the outbox (linking sends the store's items up).

@@ -42,8 +42,13 @@ public struct Bookmark: Sendable, Equatable {
     public var scope: String
     /// Where the item was within its scope when the bookmark was made (`/a/b.txt`).
     public var path: String
-    /// The backing file the item was then: another one later means the item was replaced.
+    /// The backing file the item was then: another one later, on the store the bookmark was
+    /// made on, means the item was replaced (a safe-save). Another machine's backing files are
+    /// its own, so there it says nothing.
     public var backingInode: UInt64
+    /// The store the bookmark was made on (`StoreInstance`, 16 bytes), when it was linked; nil:
+    /// made on the store that resolves it (one never linked has no other).
+    public var madeOn: [UInt8]?
     /// The content modification date then, in seconds since the epoch.
     public var contentModified: Double
     public var resourceType: ResourceType
@@ -55,7 +60,7 @@ public struct Bookmark: Sendable, Equatable {
 
     public init(storeID: [UInt8], item: ItemID, container: String, scope: String, path: String, backingInode: UInt64,
                 contentModified: Double, resourceType: ResourceType, localizedName: String, made: Double,
-                securityScope: SecurityScope? = nil) {
+                securityScope: SecurityScope? = nil, madeOn: [UInt8]? = nil) {
         self.storeID = storeID
         self.item = item
         self.container = container
@@ -67,12 +72,13 @@ public struct Bookmark: Sendable, Equatable {
         self.localizedName = localizedName
         self.made = made
         self.securityScope = securityScope
+        self.madeOn = madeOn
     }
 
     /// A bookmark made now of the item `item` at `path` in `container`'s `scope`, whose backing
     /// file has the attributes `st`.
     public init(item: ItemID, container: String, scope: String, path: String, backing st: stat, storeID: [UInt8],
-                securityScope: SecurityScope? = nil) {
+                securityScope: SecurityScope? = nil, madeOn: [UInt8]?) {
         let type: ResourceType = switch st.st_mode & S_IFMT {
         case S_IFREG: .file
         case S_IFDIR: .folder
@@ -86,7 +92,14 @@ public struct Bookmark: Sendable, Equatable {
                   backingInode: UInt64(st.st_ino),
                   contentModified: Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9,
                   resourceType: type, localizedName: name, made: Double(now.tv_sec) + Double(now.tv_nsec) / 1e9,
-                  securityScope: securityScope)
+                  securityScope: securityScope, madeOn: madeOn)
+    }
+
+    /// Whether the item the bookmark names was replaced by another backing file since, as the
+    /// store at `layout` can tell: only the store it was made on can.
+    public func wasReplaced(byBackingInode inode: UInt64, in layout: StoreLayout) -> Bool {
+        guard madeOn == nil || madeOn == StoreInstance.existingBytes(layout) else { return false }
+        return inode != backingInode
     }
 }
 

@@ -30,12 +30,12 @@ public enum BookmarkToken {
         writer.text(bookmark.scope)
         writer.text(bookmark.path)
         writer.text(bookmark.localizedName)
-        if let scope = bookmark.securityScope {
-            writer.byte(scope.readOnly ? 3 : 1)
-            writer.text(scope.issuedTo)
-        } else {
-            writer.byte(0)
-        }
+        // Flags: 1 a security scope follows, 2 it is read-only, 4 the store it was made on follows.
+        let madeOn = bookmark.madeOn.flatMap { $0.count == StoreKey.storeIDLength ? $0 : nil }
+        let scopeFlags: UInt8 = bookmark.securityScope.map { $0.readOnly ? 3 : 1 } ?? 0
+        writer.byte(scopeFlags | (madeOn != nil ? 4 : 0))
+        if let scope = bookmark.securityScope { writer.text(scope.issuedTo) }
+        if let madeOn { writer.bytes(madeOn) }
         let mac = HMAC<SHA256>.authenticationCode(for: writer.output, using: SymmetricKey(data: key.secret))
         return prefix + Base64URL.encode(writer.output + Array(mac))
     }
@@ -75,11 +75,16 @@ public enum BookmarkToken {
             guard let issuedTo = reader.text() else { throw .truncated }
             securityScope = Bookmark.SecurityScope(issuedTo: issuedTo, readOnly: flags & 2 != 0)
         }
+        var madeOn: [UInt8]?
+        if flags & 4 != 0 {
+            guard let store = reader.bytes(StoreKey.storeIDLength) else { throw .truncated }
+            madeOn = store
+        }
         guard reader.isAtEnd else { throw .altered }
         return Bookmark(storeID: storeID, item: ItemID(rawValue: item), container: container, scope: scope, path: path,
                         backingInode: inode, contentModified: Double(Int64(bitPattern: modified)) / 1e9,
                         resourceType: resourceType, localizedName: name, made: Double(Int64(bitPattern: made)) / 1e9,
-                        securityScope: securityScope)
+                        securityScope: securityScope, madeOn: madeOn)
     }
 }
 

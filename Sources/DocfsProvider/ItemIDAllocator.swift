@@ -38,23 +38,30 @@ public final class ItemIDAllocator: Sendable {
         state = Mutex(State(next: next, reservedEnd: next))
     }
 
-    /// How many ids one machine's space holds (issue 22: machines linked to one remote give
-    /// ids from spaces of their own, so an item has one id everywhere).
-    public static let spaceSize: UInt64 = 1 << 41
+    public static let spaceSize = ItemID.spaceSize
 
-    /// Moves to id space `space` (0 keeps the ids as they are): the next id is the space's
-    /// first, unless this store has given ids past it already.
-    public func enter(space: UInt64) throws(DocfsError) {
-        guard space > 0 else { return }
+    /// The space the next id lies in.
+    public var space: UInt64 { state.withLock { $0.next / Self.spaceSize } }
+
+    /// Moves to id space `space`, at `floor` or past it (no id below `floor` is given again:
+    /// the remote's or this store's items reach up to it): ids go on where they are when they
+    /// are in the space already, else from the space's first past `floor`. Durable before it
+    /// returns, so a store linked while served gives its next id from the space at once.
+    public func enter(space: UInt64, floor: UInt64 = 0) throws(DocfsError) {
         guard space < ItemID.derivedBase / Self.spaceSize else {
             throw DocfsError(.invalidArgument, "id space \(space) is past the last one (\(ItemID.derivedBase / Self.spaceSize - 1))")
         }
         try state.withLock { (state: inout State) throws(DocfsError) in
-            let first = space * Self.spaceSize
-            guard state.next < first else { return }
-            try StoreFiles.replace(path, with: Array("next=\(first)\n".utf8))
-            state.next = first
-            state.reservedEnd = first
+            let first = max(space * Self.spaceSize, Self.firstID), end = (space + 1) * Self.spaceSize
+            let within = state.next >= first && state.next < end
+            let next = max(within ? state.next : first, floor)
+            guard next < end else {
+                throw DocfsError(.invalidArgument, "id space \(space) is used up (its ids reach \(floor)): link this store to another database")
+            }
+            guard next != state.next else { return }
+            try StoreFiles.replace(path, with: Array("next=\(next)\n".utf8))
+            state.next = next
+            state.reservedEnd = next
         }
     }
 

@@ -8,6 +8,7 @@ import DocfsCore
 ///       daemon.lock                      held (flock) by the daemon serving the store
 ///       control.sock                     the serving daemon's control socket (see ControlServer)
 ///       item-ids                         the next unused item id (see ItemIDAllocator)
+///       instance-id                      the key the store joins remotes under (see StoreInstance)
 ///       settings.json                    optional settings (see VersionPolicy)
 ///       versions/<item>/<version>[.json] kept versions and their records (see VersionStore)
 ///       chunks/<xx>/<sha-256>           content-defined chunks versions are made of (see ChunkStore)
@@ -30,6 +31,7 @@ public struct StoreLayout: Sendable {
     public var lockFile: String { root + "/daemon.lock" }
     public var controlSocket: String { root + "/control.sock" }
     public var itemIDsFile: String { root + "/item-ids" }
+    public var instanceFile: String { root + "/instance-id" }
     public var settingsFile: String { root + "/settings.json" }
     /// The remote the store is linked to (issue 22), when it is.
     public var remoteFile: String { root + "/remote.json" }

@@ -90,26 +90,56 @@ public final class PostgresRemote: Remote {
         return (changes, changes.last.map { RemoteAnchor(sequence: $0.sequence) } ?? anchor)
     }
 
-    public func join(machine: String) throws(RemoteError) -> UInt64 {
+    public func join(_ machine: MachineRegistration) throws(RemoteError) -> MachineJoin {
         let logger = logger
-        let space = try perform("register machine \(machine)", transaction: true) { connection in
+        let (space, name, reached) = try perform("register machine \(machine.name)", transaction: true) { connection in
             // The log's head serializes joins with each other and with commits.
             try await connection.query("SELECT sequence FROM docfs.log_head WHERE id = 1 FOR UPDATE", logger: logger)
-            for try await space in try await connection.query(
-                "UPDATE docfs.machines SET last_seen = now() WHERE name = \(machine) RETURNING space", logger: logger).decode(Int64.self) {
-                return space
+            var registered: (space: Int64, name: String)?
+            for try await row in try await connection.query(
+                "UPDATE docfs.machines SET last_seen = now() WHERE store = \(machine.store) RETURNING space, name",
+                logger: logger).decode((Int64, String).self) {
+                registered = row
             }
-            var space: Int64 = 0
-            for try await next in try await connection.query("""
-                SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM docfs.items) AND NOT EXISTS (SELECT 1 FROM docfs.machines WHERE space = 0)
-                    THEN 0 ELSE COALESCE((SELECT max(space) FROM docfs.machines), 0) + 1 END
-                """, logger: logger).decode(Int64.self) {
-                space = next
+            if registered == nil {
+                var space: Int64 = 0
+                for try await next in try await connection.query("""
+                    SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM docfs.items) AND NOT EXISTS (SELECT 1 FROM docfs.machines WHERE space = 0)
+                        THEN 0 ELSE COALESCE((SELECT max(space) FROM docfs.machines), 0) + 1 END
+                    """, logger: logger).decode(Int64.self) {
+                    space = next
+                }
+                let stem = machine.name
+                var taken = Set<String>()
+                for try await name in try await connection.query(
+                    "SELECT name FROM docfs.machines WHERE name = \(stem) OR name LIKE \(Self.likePattern(stem) + "-%")",
+                    logger: logger).decode(String.self) {
+                    taken.insert(name)
+                }
+                let name = MachineJoin.freeName(stem) { taken.contains($0) }
+                try await connection.query(
+                    "INSERT INTO docfs.machines (name, space, store) VALUES (\(name), \(space), \(machine.store))", logger: logger)
+                registered = (space, name)
             }
-            try await connection.query("INSERT INTO docfs.machines (name, space) VALUES (\(machine), \(space))", logger: logger)
-            return space
+            let (space, name) = registered ?? (0, machine.name)
+            let ids = MachineJoin.ids(ofSpace: UInt64(space))
+            let reached = try await connection.query(
+                "SELECT max(item) FROM docfs.items WHERE item >= \(Int64(ids.lowerBound)) AND item < \(Int64(ids.upperBound))",
+                logger: logger).collect().first?.decode(Int64?.self) ?? nil
+            return (space, name, reached)
         }
-        return UInt64(space)
+        return MachineJoin(space: UInt64(space), name: name,
+                           nextItem: reached.map { UInt64($0) + 1 } ?? MachineJoin.ids(ofSpace: UInt64(space)).lowerBound)
+    }
+
+    /// `text` as a LIKE pattern matching itself alone (its wildcards and escapes escaped).
+    static func likePattern(_ text: String) -> String {
+        var pattern = ""
+        for character in text {
+            if character == "%" || character == "_" || character == "\\" { pattern.append("\\") }
+            pattern.append(character)
+        }
+        return pattern
     }
 
     public func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {

@@ -140,6 +140,13 @@ enum RemoteSchema {
             "ALTER TABLE docfs.kv ALTER COLUMN value DROP NOT NULL",
             "CREATE INDEX kv_sequence ON docfs.kv (sequence)",
         ],
+        [
+            // Each store registers under a key of its own (DESIGN §9.0 identity): a space and a
+            // name are one store's, never shared by two stores that asked for one name (stores
+            // on one host all ask for the host's). Rows from before have none and are no
+            // store's: their names stay taken, their spaces are never given again.
+            "ALTER TABLE docfs.machines ADD COLUMN store text UNIQUE",
+        ],
     ]
 
     /// Brings the database's docfs schema to `current`, creating it in a database with no

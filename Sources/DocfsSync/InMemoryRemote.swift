@@ -25,7 +25,8 @@ public final class InMemoryRemote: Remote {
         var operations: [String: RemoteCommitOutcome] = [:]
         /// Each container's keys: the value (nil once removed) and the sequence of its last change.
         var values: [String: [String: (value: [UInt8]?, sequence: UInt64)]] = [:]
-        var spaces: [String: UInt64] = [:]
+        /// Each registered store's space and name, by its registration key.
+        var machines: [String: (space: UInt64, name: String)] = [:]
         var sequence: UInt64 = 0
 
         mutating func nextSequence() -> UInt64 {
@@ -167,12 +168,21 @@ public final class InMemoryRemote: Remote {
         return RemoteWatch { [weak self] in _ = self?.watchers.withLock { $0.removeValue(forKey: number) } }
     }
 
-    public func join(machine: String) throws(RemoteError) -> UInt64 {
+    public func join(_ machine: MachineRegistration) throws(RemoteError) -> MachineJoin {
         state.withLock { state in
-            if let space = state.spaces[machine] { return space }
-            let space: UInt64 = state.current.isEmpty && !state.spaces.values.contains(0) ? 0 : (state.spaces.values.max() ?? 0) + 1
-            state.spaces[machine] = space
-            return space
+            let registered: (space: UInt64, name: String)
+            if let known = state.machines[machine.store] {
+                registered = known
+            } else {
+                let spaces = state.machines.values.map(\.space)
+                let space: UInt64 = state.current.isEmpty && !spaces.contains(0) ? 0 : (spaces.max() ?? 0) + 1
+                let names = Set(state.machines.values.map(\.name))
+                registered = (space, MachineJoin.freeName(machine.name) { names.contains($0) })
+                state.machines[machine.store] = registered
+            }
+            let ids = MachineJoin.ids(ofSpace: registered.space)
+            let reached = state.current.keys.filter { ids.contains($0) }.max()
+            return MachineJoin(space: registered.space, name: registered.name, nextItem: reached.map { $0 + 1 } ?? ids.lowerBound)
         }
     }
 

@@ -1,4 +1,5 @@
 import DocfsChunks
+import DocfsCore
 
 /// What a machine's sync engine needs of the place its store is linked to (DESIGN §9, issue 22
 /// §0): the change log read from an anchor, chunks put and fetched (each stored once, named by
@@ -55,11 +56,14 @@ public protocol Remote: Sendable {
     /// comes back to it, or that it takes a later version of at once.
     func versions(of item: UInt64, after number: UInt64, limit: Int) throws(RemoteError) -> [RemoteVersion]
 
-    /// Registers machine `machine` and answers its item id space (ids `space << 41` up, issue
-    /// 22 §3: one id per item on every machine): 0 for the first store to join a remote that
-    /// holds no items (it keeps the ids it has given), else a space of its own; the same space
-    /// for the same machine on every later join.
-    func join(machine: String) throws(RemoteError) -> UInt64
+    /// Registers the store `machine.store` (DESIGN §9.0 identity) and answers its item id space
+    /// (ids `space << 41` up), the name its versions are made under, and where its ids go on
+    /// from. A registration is one store's, never shared: the same store gets the same answer
+    /// on every later join; any other store gets a space of its own, and a name of its own
+    /// (`name-2`, `name-3`… when another store holds the one it asked for: several stores on
+    /// one host all ask for the host's name). Space 0 goes to the first store to join a remote
+    /// that holds no items (it keeps the ids it has given).
+    func join(_ machine: MachineRegistration) throws(RemoteError) -> MachineJoin
 
     /// Calls `wake` whenever the log may have grown (a wake-up only, DESIGN §9: the engine reads
     /// the log from its anchor), and after the watch reconnects (a wake-up lost meanwhile is
@@ -102,6 +106,48 @@ public protocol Remote: Sendable {
     /// The key-value stores' changes (sets and removals, of every container) after `sequence`,
     /// in the server's order, at most `limit`: what a machine catches up from (issue 24).
     func keyValueChanges(after sequence: UInt64, limit: Int) throws(RemoteError) -> [KeyValueChange]
+}
+
+/// What a store asks for when it joins a remote: its registration key (`StoreInstance`: made
+/// once per store, never shared) and the name it would like its versions made under.
+public struct MachineRegistration: Sendable, Equatable {
+    public var store: String
+    public var name: String
+
+    public init(store: String, name: String) {
+        self.store = store
+        self.name = name
+    }
+}
+
+/// What a remote answers a store that joins it: the store's id space, the name that is its
+/// alone on this remote, and the lowest id of the space that no item of the remote has reached
+/// (ids the store gave before a copy of it was restored are never given again).
+public struct MachineJoin: Sendable, Equatable {
+    public var space: UInt64
+    public var name: String
+    public var nextItem: UInt64
+
+    public init(space: UInt64, name: String, nextItem: UInt64) {
+        self.space = space
+        self.name = name
+        self.nextItem = nextItem
+    }
+
+    /// The ids of space `space` (`ItemID.spaceSize` of them).
+    public static func ids(ofSpace space: UInt64) -> Range<UInt64> {
+        space * ItemID.spaceSize..<(space + 1) * ItemID.spaceSize
+    }
+
+    /// `name`, or the first of `name-2`, `name-3`… that `taken` does not hold.
+    public static func freeName(_ name: String, taken: (String) -> Bool) -> String {
+        guard taken(name) else { return name }
+        // Room for the number within the 64 bytes a machine name may have.
+        let stem = name.utf8.count > 56 ? String(decoding: name.utf8.prefix(56), as: UTF8.self) : name
+        var n = 2
+        while taken("\(stem)-\(n)") { n += 1 }
+        return "\(stem)-\(n)"
+    }
 }
 
 /// A set (or, with no value, a removal) of a key in a container's key-value store, as the

@@ -164,11 +164,19 @@ public enum ApplyExpectation: Sendable, Equatable {
         self = .item(LocalItem(version))
     }
 
+    /// Whether the store holds what the engine expects. A folder's modification time is no
+    /// change of the folder's (DESIGN §9.0: receiving is not a change): names coming and going
+    /// in it move it, here by the applies of other machines' changes as much as by a user, so a
+    /// folder that differs only in it is still the folder expected (its time travels with its
+    /// own versions: the last one applied sets it).
     public func isMet(by local: LocalItem?) -> Bool {
         switch self {
-        case .anything: true
-        case .absent: local == nil
-        case .item(let expected): local == expected
+        case .anything: return true
+        case .absent: return local == nil
+        case .item(let expected):
+            guard var local, local.kind == .folder, expected.kind == .folder else { return local == expected }
+            local.modified = expected.modified
+            return local == expected
         }
     }
 }
@@ -244,6 +252,12 @@ public protocol SyncedStore: Sendable {
     func itemInStep(named name: String, in parent: UInt64, container: String, scope: String, other item: UInt64) throws -> UInt64?
     /// Every item with a sync state (a relisting finds those the remote no longer has).
     func syncedItems() throws -> [UInt64]
+    /// Every item the store holds now, by the ids every machine knows them by (what a check
+    /// compares with the remote's listing).
+    func allItems() throws -> [UInt64]
+    /// Where the item is here, as a person reads it (its path in its container; nil when it
+    /// is not here).
+    func shownPath(of item: UInt64) -> String?
     func setSyncState(_ state: ItemSyncState?, of item: UInt64) throws
     /// Where this machine is in the remote's log (persisted).
     func anchor() throws -> RemoteAnchor

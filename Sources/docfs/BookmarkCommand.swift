@@ -64,7 +64,8 @@ struct BookmarkCommand: ParsableCommand {
                     scope = Bookmark.SecurityScope(issuedTo: issuedTo ?? "uid:\(getuid())", readOnly: readOnly)
                 }
                 let bookmark = Bookmark(item: document.item, container: place.container.rawValue, scope: place.scope.rawValue,
-                                        path: place.path, backing: backing, storeID: key.storeID, securityScope: scope)
+                                        path: place.path, backing: backing, storeID: key.storeID, securityScope: scope,
+                                        madeOn: StoreInstance.existingBytes(document.store))
                 return BookmarkToken.encode(bookmark, key: key)
             }
             print(token)

@@ -8,6 +8,6 @@ enum ExitStatus {  // 0: the command did what it was asked
     static let failed: Int32 = 1
     /// The command line was wrong: an unknown option, a missing argument, a bad predicate.
     static let usage: Int32 = 2
-    /// `docfs index check` compared the index with the store and found differences.
+    /// `docfs index check` or `docfs remote check` compared and found differences.
     static let differences: Int32 = 3
 }

@@ -22,7 +22,7 @@ struct RemoteCommand: ParsableCommand {
             ~/.pgpass, PGPASSWORD, PGHOST…); a password given in the URI is kept in ~/.pgpass, \
             never in the store.
             """,
-        subcommands: [Link.self, Status.self, Unlink.self, Sweep.self]
+        subcommands: [Link.self, Status.self, Check.self, Unlink.self, Sweep.self]
     )
 
     struct Link: ParsableCommand {
@@ -94,6 +94,46 @@ struct RemoteCommand: ParsableCommand {
                 if onTerminal { printError("\r\u{1B}[K") }
                 return "linked to \(link.uri) as \(link.machine): \(round.uploaded) items sent, \(round.applied) received"
             }
+        }
+    }
+
+    struct Check: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Compare the store with its remote, item by item.",
+            discussion: """
+                Every item's place, kind, content (read from the file now), mode, modification \
+                time, attributes and version number against the remote's current version: one line \
+                per difference. Run it when no change is under way: one still travelling is a \
+                difference until it arrives. Exit status 0 when they agree, 3 when there are \
+                differences, 1 when the check could not be made.
+                """)
+
+        @Flag(name: .long, help: "Print JSON instead of text.")
+        var json = false
+
+        @OptionGroup var location: StoreLocation
+
+        func run() throws {
+            let (layout, _) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
+            let onTerminal = isatty(STDERR_FILENO) == 1 && !json
+            let differences = try reportingErrors { () throws(DocfsError) -> [RemoteDifference] in
+                if StoreLock.holder(of: layout) != nil {
+                    let reply = try ControlClient.send(ControlRequest(kind: .remoteCheck, path: ""), to: layout)
+                    guard reply.ok, let differences = reply.differences else { throw DocfsError(.invalidArgument, reply.message) }
+                    return differences
+                }
+                return try RemoteLinking.checkHere(layout) { compared in
+                    if onTerminal { printError("\rdocfs: \(compared) items compared…") }
+                }
+            }
+            if onTerminal { printError("\r\u{1B}[K") }
+            if json {
+                printJSON(differences)
+            } else {
+                for difference in differences { print(difference.description) }
+                if differences.isEmpty { print("in step: the store and the remote agree on every item") }
+            }
+            if !differences.isEmpty { throw ExitCode(ExitStatus.differences) }
         }
     }
 

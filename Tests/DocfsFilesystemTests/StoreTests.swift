@@ -48,12 +48,18 @@ import Glibc
             #expect(before.rawValue < ItemIDAllocator.spaceSize)
             try store.itemIDs.enter(space: 3)
             #expect(try store.itemIDs.allocate().rawValue == 3 * ItemIDAllocator.spaceSize)
-            try store.itemIDs.enter(space: 0)  // space 0 changes nothing
+            try store.itemIDs.enter(space: 3)  // in the space already: ids go on
             #expect(try store.itemIDs.allocate().rawValue == 3 * ItemIDAllocator.spaceSize + 1)
+            // Linked to another remote, as its first store (space 0): back in space 0, past what
+            // the store gave there (the floor), never below it.
+            try store.itemIDs.enter(space: 0, floor: before.rawValue + 1)
+            #expect(try store.itemIDs.allocate().rawValue == before.rawValue + 1)
+            try store.itemIDs.enter(space: 3, floor: 3 * ItemIDAllocator.spaceSize + 100)
+            #expect(try store.itemIDs.allocate().rawValue == 3 * ItemIDAllocator.spaceSize + 100)
         }
         let reopened = try LocalStore(path: path)
         let next = try reopened.itemIDs.allocate().rawValue
-        #expect(next > 3 * ItemIDAllocator.spaceSize + 1 && next < 4 * ItemIDAllocator.spaceSize)
+        #expect(next > 3 * ItemIDAllocator.spaceSize + 100 && next < 4 * ItemIDAllocator.spaceSize)
         #expect(throws: DocfsError.self) { try reopened.itemIDs.enter(space: 1 << 21) }
     }
 

@@ -21,7 +21,9 @@ import Glibc
     @Test func tokensCarryEveryValueBack() throws {
         for scope in [nil, Bookmark.SecurityScope(issuedTo: "com.example.Notes", readOnly: false),
                       Bookmark.SecurityScope(issuedTo: "uid:1000", readOnly: true)] {
-            let bookmark = Self.sample(scope: scope)
+          for madeOn in [nil, Array(UInt8(100)..<116)] {
+            var bookmark = Self.sample(scope: scope)
+            bookmark.madeOn = madeOn
             let token = BookmarkToken.encode(bookmark, key: Self.key)
             #expect(token.hasPrefix("docfs-bm1:"))
             #expect(token.utf8.allSatisfy { $0 > 32 && $0 < 127 }, "printable: \(token)")
@@ -29,13 +31,31 @@ import Glibc
             #expect(back.item == bookmark.item && back.path == bookmark.path && back.container == bookmark.container)
             #expect(back.securityScope == scope && back.resourceType == .file && back.localizedName == "q3 report.odt")
             #expect(abs(back.contentModified - bookmark.contentModified) < 1e-6 && abs(back.made - bookmark.made) < 1e-6)
-            #expect(back.backingInode == bookmark.backingInode && back.storeID == bookmark.storeID)
+            #expect(back.backingInode == bookmark.backingInode && back.storeID == bookmark.storeID && back.madeOn == madeOn)
+          }
         }
         for type in Bookmark.ResourceType.allCases {
             var bookmark = Self.sample()
             bookmark.resourceType = type
             #expect(try BookmarkToken.decode(BookmarkToken.encode(bookmark, key: Self.key), key: Self.key).resourceType == type)
         }
+    }
+
+    /// Only the store a bookmark was made on judges it replaced by its backing inode (another
+    /// machine's backing files are its own, issue 49 §1); one made before any link is this store's.
+    @Test func onlyTheStoreABookmarkWasMadeOnSaysItWasReplaced() throws {
+        let path = "/tmp/docfs-unit-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let layout = StoreLayout(root: path)
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        var bookmark = Self.sample()
+        #expect(bookmark.wasReplaced(byBackingInode: 1, in: layout) && !bookmark.wasReplaced(byBackingInode: 9_876_543, in: layout))
+        _ = try StoreInstance.key(layout)
+        bookmark.madeOn = StoreInstance.existingBytes(layout)
+        #expect(bookmark.madeOn?.count == 16 && bookmark.wasReplaced(byBackingInode: 1, in: layout))
+        bookmark.madeOn = Array(repeating: 9, count: 16)  // made on another machine
+        #expect(!bookmark.wasReplaced(byBackingInode: 1, in: layout))
+        #expect(try StoreInstance.key(layout) == StoreInstance.key(layout))
     }
 
     @Test func eachKindOfBadTokenIsRefusedWithItsReason() {

@@ -259,6 +259,8 @@ final class MemoryStore: SyncedStore, Sendable {
     func syncState(of item: UInt64) throws -> ItemSyncState? { state.withLock { $0.states[item] } }
 
     func syncedItems() throws -> [UInt64] { state.withLock { Array($0.states.keys) } }
+    func allItems() throws -> [UInt64] { state.withLock { Array($0.items.keys) } }
+    func shownPath(of item: UInt64) -> String? { state.withLock { $0.items[item].map { "\($0.container)/\($0.name)" } } }
 
     func itemInStep(named name: String, in parent: UInt64, container: String, scope: String, other item: UInt64) throws -> UInt64? {
         state.withLock { state in

@@ -397,20 +397,30 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(woken.load(ordering: .relaxed) > before)
     }
 
-    /// Machines join with id spaces of their own; the first to join a remote without items keeps
-    /// the ids it has (space 0); a machine joining again keeps its space.
+    /// Stores join with id spaces and names of their own (DESIGN §9.0 identity): the first to
+    /// join a remote without items keeps the ids it has (space 0); a store joining again gets
+    /// its space and name back; stores asking for one name (several on one host ask for the
+    /// host's) get names and spaces of their own; ids go on past what the remote holds.
     @Test(arguments: RemoteUnderTest.allCases)
-    func machinesJoinWithIdSpacesOfTheirOwn(_ kind: RemoteUnderTest) throws {
+    func storesJoinWithIdSpacesAndNamesOfTheirOwn(_ kind: RemoteUnderTest) throws {
         let remote = try kind.make()
-        #expect(try remote.join(machine: "first") == 0)
-        #expect(try remote.join(machine: "second") == 1)
-        #expect(try remote.join(machine: "first") == 0 && remote.join(machine: "second") == 1)
-        _ = try remote.commit(try Self.proposal(remote, item: 3, name: "x", text: "x", base: 0), operation: "x")
-        #expect(try remote.join(machine: "third") == 2)
+        let first = MachineRegistration(store: "s1", name: "host"), second = MachineRegistration(store: "s2", name: "host")
+        #expect(try remote.join(first) == MachineJoin(space: 0, name: "host", nextItem: 0))
+        #expect(try remote.join(second) == MachineJoin(space: 1, name: "host-2", nextItem: 1 << 41))
+        #expect(try remote.join(first).space == 0 && remote.join(second) == MachineJoin(space: 1, name: "host-2", nextItem: 1 << 41))
+        let third = try remote.join(MachineRegistration(store: "s3", name: "host"))
+        #expect(third.space == 2 && third.name == "host-3")
+        // Ids the remote holds in a space are never given again (a copy of the store restored).
+        _ = try remote.commit(try Self.proposal(remote, item: (1 << 41) + 7, name: "x", text: "x", base: 0), operation: "x")
+        #expect(try remote.join(second).nextItem == (1 << 41) + 8)
+        #expect(try remote.join(MachineRegistration(store: "s4", name: "other")) == MachineJoin(space: 3, name: "other", nextItem: 3 << 41))
+        // A name with LIKE's wildcards is matched as itself.
+        #expect(try remote.join(MachineRegistration(store: "s5", name: "h_st")).name == "h_st")
+        #expect(try remote.join(MachineRegistration(store: "s6", name: "h%")).name == "h%")
         // A remote that holds items gives space 0 to no newcomer.
         let other = try kind.make()
         _ = try other.commit(try Self.proposal(other, item: 3, name: "x", text: "x", base: 0), operation: "x")
-        #expect(try other.join(machine: "late") == 1)
+        #expect(try other.join(MachineRegistration(store: "late", name: "late")).space == 1)
     }
 
     /// Bad proposals are refused with a reason and change nothing.

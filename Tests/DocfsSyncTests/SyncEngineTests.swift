@@ -48,9 +48,9 @@ final class FlakyRemote: Remote {
     func watchChanges(_ wake: @escaping @Sendable () -> Void) -> RemoteWatch {
         base.watchChanges(wake)
     }
-    func join(machine: String) throws(RemoteError) -> UInt64 {
+    func join(_ machine: MachineRegistration) throws(RemoteError) -> MachineJoin {
         try check()
-        return try base.join(machine: machine)
+        return try base.join(machine)
     }
     func currentVersion(of item: UInt64) throws(RemoteError) -> RemoteVersion? {
         try check()

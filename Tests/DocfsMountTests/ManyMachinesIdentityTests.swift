@@ -1,0 +1,120 @@
+import DocfsTestSupport
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One id per item across every machine of a remote (DESIGN §9.0 identity, issue 49 §1), shown
+/// as a new user meets it: several stores on one host, each linked while mounted without a
+/// machine name (so each asks for the host's), make items at the same instant. No id is shared
+/// by two items anywhere, each store commits under a name of its own, and the reproduction of
+/// the issue (two folders that took one id, then a rename that lost a file) converges with
+/// every file where it was put.
+@Suite(.serialized) struct ManyMachinesIdentityTests {
+    typealias Machine = ManyMachinesTests.Machine
+
+    /// path → id for every item under the mount (folders and files), as the machine has it.
+    static func ids(_ machine: Machine) -> [String: String] {
+        var found: [String: String] = [:]
+        let root = machine.path("")
+        guard let walker = FileManager.default.enumerator(atPath: root) else { return found }
+        while let path = walker.nextObject() as? String {
+            if path.hasPrefix(".docfs") { walker.skipDescendants(); continue }
+            found[path] = machine.id(path) ?? "-"
+        }
+        return found
+    }
+
+    @Test func storesOnOneHostLinkedWithoutANameGiveIdsOfTheirOwn() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("identity")
+        let machines = try ["a", "b", "c"].map { try Machine($0, mounted: true) }
+        defer { for machine in machines { machine.fixture.tearDown() } }
+        // Linked as a new user links: no --machine, every store asks for this host's name.
+        for machine in machines {
+            let linked = try machine.docfs("remote link '\(uri)' --store '\(machine.fixture.store)'")
+            #expect(linked.status == 0, "\(linked.output)")
+        }
+        let names = try machines.map { try $0.status()["machine"] as? String ?? "?" }
+        #expect(Set(names).count == 3 && names.allSatisfy { $0.hasPrefix(RemoteHostName.name) }, "\(names)")
+        let spaces = try machines.map { try $0.status()["space"] as? Int ?? -1 }
+        #expect(Set(spaces).count == 3, "\(spaces)")
+
+        // The issue's reproduction: a folder and a file in it on each machine at the same instant.
+        let folders = ["fa", "gb", "hc"]
+        DispatchQueue.concurrentPerform(iterations: 3) { index in
+            let folder = folders[index]
+            _ = mkdir(machines[index].path(folder), 0o755)
+            try? "\(folder) from \(machines[index].name)\n".write(toFile: machines[index].path(folder + "/x"), atomically: false, encoding: .utf8)
+            // And a burst of files made at once everywhere.
+            for n in 0..<40 { try? "\(n)\n".write(toFile: machines[index].path("\(folder)/f\(n)"), atomically: false, encoding: .utf8) }
+        }
+        func converged() -> [[String: String]]? {
+            let trees = machines.map { Self.ids($0) }
+            guard trees[0].count == 3 * 42, trees[0] == trees[1], trees[1] == trees[2] else { return nil }
+            return trees
+        }
+        var trees: [[String: String]]?
+        #expect(ManyMachinesTests.within(30) { trees = converged(); return trees != nil } != nil,
+                "\(machines.map { Self.ids($0).count }) \(machines.map { (try? $0.status()) ?? [:] })")
+        let tree = trees?.first ?? Self.ids(machines[0])
+        // No id is shared by two items, and no item lacks one.
+        let ids = Array(tree.values)
+        #expect(!ids.contains("-") && Set(ids).count == ids.count, "\(tree.sorted { $0.key < $1.key }.prefix(12))")
+
+        // The rename that lost a file when two folders shared an id: everything stays where it was put.
+        #expect(rename(machines[0].path("fa"), machines[0].path("fa2")) == 0)
+        #expect(ManyMachinesTests.within(20) {
+            machines.allSatisfy { $0.content("fa2/x") == "fa from a\n" && $0.content("gb/x") == "gb from b\n" && $0.content("hc/x") == "hc from c\n"
+                && !FileManager.default.fileExists(atPath: $0.path("fa")) }
+        } != nil, "\(machines.map { Self.ids($0).keys.filter { !$0.contains("/f") }.sorted() })")
+        let after = machines.map { Self.ids($0) }
+        #expect(after[0] == after[1] && after[1] == after[2] && after[0]["fa2"] == tree["fa"], "\(after.map(\.count))")
+        // A bookmark made on any machine resolves on every other, not stale, until the item
+        // really changes (here: a rename on the machine it was made on).
+        for (maker, path) in [(0, "fa2/x"), (1, "gb/x"), (2, "hc/f3")] {
+            let token = try #require(attribute(machines[maker].path(path), "user.docfs.bookmark"))
+            for machine in machines {
+                let resolved = try BookmarkTests.resolve(token, "'\(machine.fixture.mountPoint)'")
+                #expect(resolved.resolved?.path == machine.path(path) && resolved.resolved?.stale == false,
+                        "made on \(machines[maker].name), resolved on \(machine.name): \(resolved.output)")
+            }
+        }
+        let token = try #require(attribute(machines[1].path("gb/f1"), "user.docfs.bookmark"))
+        #expect(rename(machines[1].path("gb/f1"), machines[1].path("gb/g1")) == 0)
+        #expect(ManyMachinesTests.within(20) { machines.allSatisfy { FileManager.default.fileExists(atPath: $0.path("gb/g1")) } } != nil)
+        for machine in machines {
+            let resolved = try BookmarkTests.resolve(token, "'\(machine.fixture.mountPoint)'")
+            #expect(resolved.resolved?.path == machine.path("gb/g1") && resolved.resolved?.staleBecause == ["renamed"],
+                    "resolved on \(machine.name): \(resolved.output)")
+        }
+
+        // The issue's second reproduction: a folder renamed, then removed with what it holds,
+        // on one machine is renamed, then removed, on every other.
+        #expect(mkdir(machines[0].path("r1"), 0o755) == 0)
+        try "1\n".write(toFile: machines[0].path("r1/a"), atomically: false, encoding: .utf8)
+        #expect(ManyMachinesTests.within(20) { machines.allSatisfy { $0.content("r1/a") == "1\n" } } != nil)
+        #expect(rename(machines[0].path("r1"), machines[0].path("r1b")) == 0)
+        #expect(ManyMachinesTests.within(20) {
+            machines.allSatisfy { $0.content("r1b/a") == "1\n" && !FileManager.default.fileExists(atPath: $0.path("r1")) }
+        } != nil, "\(machines.map { Self.ids($0).keys.filter { $0.hasPrefix("r1") }.sorted() })")
+        #expect(try shell("rm -rf '\(machines[0].path("r1b"))'").status == 0)
+        #expect(ManyMachinesTests.within(20) {
+            machines.allSatisfy { !FileManager.default.fileExists(atPath: $0.path("r1b")) && !FileManager.default.fileExists(atPath: $0.path("r1")) }
+        } != nil, "\(machines.map { Self.ids($0).keys.filter { $0.hasPrefix("r1") }.sorted() })")
+
+        // Each machine's versions are committed under its own name.
+        let authors = try server.sql("SELECT DISTINCT author_machine FROM docfs.versions ORDER BY 1", database: uri.databaseName)
+        #expect(authors.split(separator: "\n").map(String.init) == names.sorted(), "\(authors)")
+    }
+}
+
+/// This host's name, as `docfs remote link` asks for it by default.
+enum RemoteHostName {
+    static var name: String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        gethostname(&buffer, buffer.count)
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
