@@ -85,6 +85,9 @@ public enum IndexRebuild {
                            pendingIDs: IDLookup? = nil, separatingCopies: Bool = false,
                            progress: ((Int, Int) -> Void)? = nil) throws(DocfsError) -> Summary {
         var walk = Walk(store: store, index: index, mode: mode, fingerprints: try index.fingerprints())
+        // What changed while no daemon served a linked store goes up like any change (issue 49
+        // §2: an edit made in the store folder while the daemon was stopped).
+        walk.fillsOutbox = mode == .reconcile && (try? RemoteLink.load(store.layout)) != nil
         walk.pendingIDs = pendingIDs
         walk.total = progress == nil ? 0 : countNames(store.layout)
         walk.progress = progress
@@ -110,7 +113,8 @@ public enum IndexRebuild {
                     walk.summary.differences.append(Difference(location: record.location, kind: .stale, detail: ""))
                 }
             } else {
-                try index.apply([.removeEntries(gone)], built: true)
+                let goneItems = walk.fillsOutbox ? try index.records(entries: gone).compactMap(IndexStitcher.outboxItem) : []
+                try index.apply([.removeEntries(gone)] + goneItems.map { .outbox(item: $0) }, built: true)
                 walk.summary.removed = gone.count
             }
         }
@@ -175,6 +179,8 @@ public enum IndexRebuild {
         var total = 0
         var progress: ((Int, Int) -> Void)?
         var pendingIDs: IDLookup?
+        /// Whether each record written goes up too (a reconcile of a linked store).
+        var fillsOutbox = false
         private var reported = 0
 
         init(store: LocalStore, index: IndexDatabase, mode: Mode, fingerprints: IndexFingerprints) {
@@ -208,8 +214,9 @@ public enum IndexRebuild {
                 let record = builder.record(item: id, directoryFD: fd, name: name, path: path, st: st)
                 if mode == .reconcile, let indexed, indexed.print == IndexFingerprints.print(of: record) { continue }
                 changes.append(.put(record))
+                if fillsOutbox, let item = IndexStitcher.outboxItem(of: record) { changes.append(.outbox(item: item)) }
             }
-            summary.written += changes.count
+            summary.written += changes.filter { if case .put = $0 { true } else { false } }.count
             try index.apply(changes)
             if let progress, total > 0, summary.items - reported >= max(total / 100, 1) {
                 reported = summary.items

@@ -390,10 +390,7 @@ final class IndexStitcher: Sendable {
             container = id
         }
         func note(_ record: IndexRecord?) {
-            guard let record, record.id > 0 else { return }
-            let item = record.isExternal ? Int64(bitPattern: ItemID.derived(fromBackingInode: record.backingInode).rawValue) : record.id
-            guard record.isExternal || !ItemID(rawValue: UInt64(bitPattern: record.id)).isDerived || record.kind == "symlink",
-                  noted.insert(item).inserted else { return }
+            guard let item = record.flatMap(Self.outboxItem), noted.insert(item).inserted else { return }
             items.append(item)
         }
         for change in looked {
@@ -412,6 +409,16 @@ final class IndexStitcher: Sendable {
         // A container's item after what it holds: a deletion of what it held goes up first.
         if let container { items.append(Int64(bitPattern: StoreSync.containerItem(container))) }
         return changes + items.map { .outbox(item: $0) }
+    }
+
+    /// The item that goes up when the record `record` changes: its own, a reference's the one
+    /// derived from its own file; none for items without ids of their own but symbolic links
+    /// (the sync engine gives them one).
+    static func outboxItem(of record: IndexRecord) -> Int64? {
+        guard record.id > 0 else { return nil }
+        let item = record.isExternal ? Int64(bitPattern: ItemID.derived(fromBackingInode: record.backingInode).rawValue) : record.id
+        guard record.isExternal || !ItemID(rawValue: UInt64(bitPattern: record.id)).isDerived || record.kind == "symlink" else { return nil }
+        return item
     }
 
     /// `item` changed in a way its record does not show (a file's mode): on a linked store it

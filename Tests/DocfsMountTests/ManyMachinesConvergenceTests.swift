@@ -5,13 +5,17 @@ import Testing
 import Glibc
 #endif
 
-/// One id per item across every machine of a remote (DESIGN §9.0 identity, issue 49 §1), shown
-/// as a new user meets it: several stores on one host, each linked while mounted without a
-/// machine name (so each asks for the host's), make items at the same instant. No id is shared
-/// by two items anywhere, each store commits under a name of its own, and the reproduction of
-/// the issue (two folders that took one id, then a rename that lost a file) converges with
-/// every file where it was put.
-@Suite(.serialized) struct ManyMachinesIdentityTests {
+/// The reproductions of issue 49 (machines that silently ended up different), as a new user
+/// meets them, each converging now (DESIGN §9.0), with `docfs remote check` saying so:
+/// - one id per item: several stores on one host, each linked while mounted without a machine
+///   name (so each asks for the host's), make items at the same instant; no id is shared by two
+///   items anywhere, each store commits under a name of its own, and two folders that took one
+///   id, then a rename that lost a file, converge with every file where it was put; bookmarks
+///   made on one machine resolve on the others;
+/// - a folder renamed, then removed, on one machine is renamed, then removed, on the others;
+/// - edits made in the store folder while its daemon was stopped go up at the next mount, and
+///   the item goes on taking the other machines' saves.
+@Suite(.serialized) struct ManyMachinesConvergenceTests {
     typealias Machine = ManyMachinesTests.Machine
 
     /// path → id for every item under the mount (folders and files), as the machine has it.
@@ -107,6 +111,62 @@ import Glibc
         // Each machine's versions are committed under its own name.
         let authors = try server.sql("SELECT DISTINCT author_machine FROM docfs.versions ORDER BY 1", database: uri.databaseName)
         #expect(authors.split(separator: "\n").map(String.init) == names.sorted(), "\(authors)")
+        for machine in machines {
+            let checked = try Self.check(machine)
+            #expect(checked.status == 0, "\(machine.name): \(checked.output)")
+        }
+    }
+}
+
+extension ManyMachinesConvergenceTests {
+    /// `docfs remote check` on `machine` (served or not): its exit status and output.
+    static func check(_ machine: Machine, json: Bool = false) throws -> (status: Int32, output: String) {
+        try machine.docfs("remote check\(json ? " --json" : "") --store '\(machine.fixture.store)'")
+    }
+
+    @Test func editsMadeInTheStoreWhileStoppedGoUpAtTheNextMount() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("stopped")
+        let (a, b) = (try Machine("a", mounted: true), try Machine("b", mounted: true))
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0 && b.link(uri).status == 0)
+        try "orig\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
+        #expect(mkdir(a.path("dir"), 0o755) == 0)
+        try "in\n".write(toFile: a.path("dir/in.txt"), atomically: false, encoding: .utf8)
+        #expect(ManyMachinesTests.within(20) { b.content("doc.txt") == "orig\n" && b.content("dir/in.txt") == "in\n" } != nil)
+        for machine in [a, b] {
+            let checked = try Self.check(machine)
+            #expect(checked.status == 0 && checked.output.contains("in step"), "\(machine.name): \(checked.output)")
+        }
+
+        // b's daemon stopped: its store folder edited, a file removed, a folder renamed.
+        b.fixture.stop()
+        try "edited while stopped\n".write(toFile: b.fixture.documents + "/doc.txt", atomically: false, encoding: .utf8)
+        #expect(unlink(b.fixture.documents + "/dir/in.txt") == 0)
+        #expect(rename(b.fixture.documents + "/dir", b.fixture.documents + "/dir2") == 0)
+        // The check, with no daemon, says each difference; exit 3.
+        let differing = try Self.check(b)
+        #expect(differing.status == 3, "\(differing.output)")
+        #expect(differing.output.contains("/doc.txt (item") && differing.output.contains("content differs"), "\(differing.output)")
+        #expect(differing.output.contains("/dir2 (item") && differing.output.contains("place differs"), "\(differing.output)")
+        #expect(differing.output.contains("missing here"), "\(differing.output)")
+        let rows = (try? JSONSerialization.jsonObject(with: Data(try Self.check(b, json: true).output.utf8))) as? [[String: Any]] ?? []
+        #expect(Set(rows.compactMap { $0["field"] as? String }).isSuperset(of: ["content", "place", "missing here"]), "\(rows)")
+
+        // Mounted again: all of it goes up, and a has it.
+        try b.fixture.start()
+        #expect(ManyMachinesTests.within(20) {
+            a.content("doc.txt") == "edited while stopped\n" && a.content("dir2/in.txt") == nil
+                && FileManager.default.fileExists(atPath: a.path("dir2")) && !FileManager.default.fileExists(atPath: a.path("dir"))
+        } != nil, "\((try? a.status()) ?? [:]) \((try? b.status()) ?? [:])")
+        // And the item goes on taking a's saves.
+        try "from a again\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
+        #expect(ManyMachinesTests.within(20) { b.content("doc.txt") == "from a again\n" } != nil, "\(b.content("doc.txt") ?? "absent")")
+        let settled = ManyMachinesTests.within(20) { (try? Self.check(a).status) == 0 && (try? Self.check(b).status) == 0 }
+        let (lastA, lastB) = (try Self.check(a).output, try Self.check(b).output)
+        #expect(settled != nil, "\(lastA) \(lastB)")
+        let json = try Self.check(b, json: true).output
+        #expect((try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [Any] != nil && json.filter { !$0.isWhitespace } == "[]", "\(json)")
     }
 }
 
