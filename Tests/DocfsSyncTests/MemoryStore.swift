@@ -71,9 +71,14 @@ final class MemoryStore: SyncedStore, Sendable {
 
     let author: RemoteAuthor
     let state = Mutex(State())
+    /// Where this machine's new item ids come from: its own space (DESIGN §9.0), so ids are
+    /// unique by construction and a seeded run makes the same ones again.
+    private let nextID: Atomic<UInt64>
 
-    init(machine: String) {
+    /// A store whose ids come from space `space` (a random one when not given).
+    init(machine: String, space: UInt64? = nil) {
         author = RemoteAuthor(machine: machine, user: "alice")
+        nextID = Atomic((space ?? UInt64.random(in: 1..<(1 << 20))) << 41 + 1)
     }
 
     // MARK: What a user does here
@@ -85,7 +90,7 @@ final class MemoryStore: SyncedStore, Sendable {
             if existing.kind == .file && kind == .file { write(existing.item, text ?? "") }
             return existing.item
         }
-        let item = UInt64.random(in: 1...UInt64(Int64.max))
+        let item = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
         state.withLock { state in
             let (manifest, size) = Self.store(text ?? "", in: &state)
             let now = state.tick()
@@ -111,12 +116,16 @@ final class MemoryStore: SyncedStore, Sendable {
         }
     }
 
-    /// Renames as rename(2) does: an item the new name held is replaced (deleted).
+    /// Renames as rename(2) does: an item the new name held is replaced (deleted); a folder
+    /// over a file, a file over a folder, or anything over a folder that holds something, is
+    /// refused (nothing changes).
     func rename(_ item: UInt64, to name: String, in parent: UInt64? = nil) {
         state.withLock { state in
             guard let moving = state.items[item] else { return }
             let folder = parent ?? moving.parent
             if let replaced = state.items.values.first(where: { $0.name == name && $0.parent == folder && $0.item != item }) {
+                guard (replaced.kind == .folder) == (moving.kind == .folder),
+                      !state.items.values.contains(where: { $0.parent == replaced.item }) else { return }
                 state.items[replaced.item] = nil
                 state.enqueue(replaced.item)
             }
@@ -137,6 +146,53 @@ final class MemoryStore: SyncedStore, Sendable {
         state.withLock { state in
             state.items[item] = nil
             state.enqueue(item)
+        }
+    }
+
+    /// Removes the item and everything under it, as `rm -rf` does (innermost first).
+    func deleteTree(_ item: UInt64) {
+        state.withLock { state in
+            var seen: Set<UInt64> = []
+            func remove(_ item: UInt64) {
+                guard seen.insert(item).inserted else { return }  // a cycle (a sync that went wrong) ends here
+                for child in state.items.values.filter({ $0.parent == item }).map(\.item).sorted() { remove(child) }
+                state.items[item] = nil
+                state.enqueue(item)
+            }
+            remove(item)
+        }
+    }
+
+    /// The items of `kind` here, by id (a seeded run picks among them in a stable order).
+    func items(of kind: RemoteItemKind) -> [UInt64] {
+        state.withLock { $0.items.values.filter { $0.kind == kind }.map(\.item).sorted() }
+    }
+
+    /// Whether `item` is `folder` or lies under it.
+    func isWithin(_ item: UInt64, _ folder: UInt64) -> Bool {
+        state.withLock { state in
+            var at = item
+            for _ in 0..<1000 {
+                if at == folder { return true }
+                guard at != 0, let parent = state.items[at]?.parent else { return false }
+                at = parent
+            }
+            return true
+        }
+    }
+
+    /// Items whose folder is not here (a tree that lost its root), or that lie in a cycle.
+    func orphans() -> [UInt64] {
+        state.withLock { state in
+            state.items.values.filter { local in
+                var at = local.parent
+                var seen: Set<UInt64> = [local.item]
+                while at != 0 {
+                    guard let parent = state.items[at], seen.insert(at).inserted else { return true }
+                    at = parent.parent
+                }
+                return false
+            }.map(\.item).sorted()
         }
     }
 
@@ -169,7 +225,12 @@ final class MemoryStore: SyncedStore, Sendable {
             for local in state.items.values {
                 var path = local.name
                 var parent = local.parent
+                var seen: Set<UInt64> = [local.item]
                 while parent != 0, let folder = state.items[parent] {
+                    guard seen.insert(parent).inserted else {
+                        path = "(cycle)/" + path  // a sync that went wrong; `orphans` says so
+                        break
+                    }
                     path = folder.name + "/" + path
                     parent = folder.parent
                 }

@@ -11,6 +11,9 @@ import Testing
 final class FlakyRemote: Remote {
     let base: any Remote
     let down = Atomic<Bool>(false)
+    /// Calls left before the link is cut in the middle of what the engine is doing (a machine
+    /// that crashes mid-round, or loses the network then); negative: never.
+    let callsBeforeCut = Atomic<Int>(-1)
     let loseNextCommitAnswer = Atomic<Bool>(false)
     /// Run once, right after the next commit that made a conflict version (as a machine's user
     /// saving again while the sync engine is between its commit and taking the winner).
@@ -20,6 +23,10 @@ final class FlakyRemote: Remote {
 
     private func check() throws(RemoteError) {
         if down.load(ordering: .relaxed) { throw RemoteError(.unreachable, "the link is cut") }
+        if callsBeforeCut.load(ordering: .relaxed) >= 0, callsBeforeCut.wrappingSubtract(1, ordering: .relaxed).oldValue == 0 {
+            down.store(true, ordering: .relaxed)
+            throw RemoteError(.unreachable, "the link was cut in the middle of a round")
+        }
     }
 
     func changes(after anchor: RemoteAnchor, limit: Int) throws(RemoteError) -> (changes: [RemoteChange], next: RemoteAnchor) {
