@@ -164,19 +164,16 @@ public enum ApplyExpectation: Sendable, Equatable {
         self = .item(LocalItem(version))
     }
 
-    /// Whether the store holds what the engine expects. A folder's modification time is no
-    /// change of the folder's (DESIGN §9.0: receiving is not a change): names coming and going
-    /// in it move it, here by the applies of other machines' changes as much as by a user, so a
-    /// folder that differs only in it is still the folder expected (its time travels with its
-    /// own versions: the last one applied sets it).
+    /// Whether the store holds what the engine expects. A folder's modification time counts: a
+    /// name made in it here since it was in step is a change of the folder's (it goes up with
+    /// the folder's new time, and merges with the other machine's change), which keeps a folder
+    /// another machine removed from being removed here with what was just made in it. Receiving
+    /// is no change (`FolderTimes` keeps a folder's time across an apply).
     public func isMet(by local: LocalItem?) -> Bool {
         switch self {
-        case .anything: return true
-        case .absent: return local == nil
-        case .item(let expected):
-            guard var local, local.kind == .folder, expected.kind == .folder else { return local == expected }
-            local.modified = expected.modified
-            return local == expected
+        case .anything: true
+        case .absent: local == nil
+        case .item(let expected): local == expected
         }
     }
 }

@@ -124,6 +124,33 @@ extension ManyMachinesConvergenceTests {
         try machine.docfs("remote check\(json ? " --json" : "") --store '\(machine.fixture.store)'")
     }
 
+    /// A folder renamed on one machine while another makes a file in it ends renamed, with the
+    /// file, on both; a folder removed with what it holds on one machine while another makes a
+    /// file in it comes back on both with that file alone (nothing made is lost).
+    @Test func foldersRenamedOrRemovedWhileAnotherMachineFillsThemLoseNothing() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("filled")
+        let (a, b) = (try Machine("a", mounted: true), try Machine("b", mounted: true))
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0 && b.link(uri).status == 0)
+        #expect(mkdir(a.path("F"), 0o755) == 0)
+        try "1\n".write(toFile: a.path("F/a"), atomically: false, encoding: .utf8)
+        #expect(ManyMachinesTests.within(20) { b.content("F/a") == "1\n" } != nil)
+        DispatchQueue.concurrentPerform(iterations: 2) { index in
+            if index == 0 { _ = rename(a.path("F"), a.path("F2")) } else { try? "g\n".write(toFile: b.path("F/g"), atomically: false, encoding: .utf8) }
+        }
+        func names(_ machine: Machine) -> [String] { Self.ids(machine).keys.sorted() }
+        #expect(ManyMachinesTests.within(20) { [a, b].allSatisfy { names($0) == ["F2", "F2/a", "F2/g"] } } != nil, "\(names(a)) \(names(b))")
+        DispatchQueue.concurrentPerform(iterations: 2) { index in
+            if index == 0 { _ = try? shell("rm -rf '\(a.path("F2"))'") } else { try? "h\n".write(toFile: b.path("F2/h"), atomically: false, encoding: .utf8) }
+        }
+        #expect(ManyMachinesTests.within(20) { [a, b].allSatisfy { names($0) == ["F2", "F2/h"] && $0.content("F2/h") == "h\n" } } != nil,
+                "\(names(a)) \(names(b))")
+        let settled = ManyMachinesTests.within(20) { (try? Self.check(a).status) == 0 && (try? Self.check(b).status) == 0 }
+        let (lastA, lastB) = (try Self.check(a).output, try Self.check(b).output)
+        #expect(settled != nil, "\(lastA) \(lastB)")
+    }
+
     @Test func editsMadeInTheStoreWhileStoppedGoUpAtTheNextMount() throws {
         let server = try ThrowawayPostgres.shared()
         let uri = try server.makeDatabase("stopped")
