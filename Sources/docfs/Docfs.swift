@@ -20,7 +20,7 @@ struct Docfs: ParsableCommand {
             Stop with:   docfs unmount ~/Docs
 
             Exit status: 0 done, 1 the operation failed, 2 a wrong command line, 3 `docfs index \
-            check` found differences.
+            check` or `docfs remote check` found differences.
             """,
         version: "docfs \(DocfsVersion.number)",
         subcommands: [MountCommand.self, UnmountCommand.self, StatusCommand.self, VersionsCommand.self, WatchCommand.self,
