@@ -33,7 +33,7 @@ enum BookmarkRequests {
         let scope = request.bookmarkScope.map { Bookmark.SecurityScope(issuedTo: $0.issuedTo ?? "uid:\(caller.uid)", readOnly: $0.readOnly) }
         let bookmark = Bookmark(item: item, container: place.container.rawValue, scope: place.scope.rawValue, path: place.path,
                                 backing: st, storeID: key.storeID, securityScope: scope,
-                                madeOn: StoreInstance.existingBytes(store.layout))
+                                madeOn: try StoreInstance.bytes(store.layout))
         return BookmarkToken.encode(bookmark, key: key)
     }
 

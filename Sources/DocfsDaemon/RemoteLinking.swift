@@ -56,19 +56,24 @@ public enum RemoteLinking {
             throw DocfsError(.invalidArgument, "the remote has given ids to \(space) machines, as many as it can: link this store to another database")
         }
         do throws(DocfsError) {
-            // The space is entered before the store's items are read: an item made here meanwhile
-            // (the store may be served) has an id of the space, or is among those read.
+            // The space is entered (past the ids the store has in it) before the store's items
+            // are read for the link: an item made here meanwhile (the store may be served) has
+            // an id of the space, or is among those read.
             let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: joined.name, user: SyncService.userName))
             let ids = MachineJoin.ids(ofSpace: space)
             let own: [UInt64]
             do { own = try sync.ownItemIDs() } catch { throw DocfsError(.internalFailure, "reading the store's items failed: \(error)") }
             try shared.store.itemIDs.enter(space: space, floor: max(joined.nextItem, (own.filter { ids.contains($0) }.max() ?? 0) + 1))
             var items: [UInt64]
-            do { items = try sync.allItems() } catch { throw DocfsError(.internalFailure, "reading the store's items failed: \(error)") }
+            let ownNow: [UInt64]
+            do { (items, ownNow) = (try sync.allItems(), try sync.ownItemIDs()) } catch {
+                throw DocfsError(.internalFailure, "reading the store's items failed: \(error)")
+            }
             // Items whose ids are not of this store's space could be another machine's: they
             // take ids of the space first (none when this store is the first, space 0, and
-            // gave every id itself within it).
-            if own.contains(where: { !ids.contains($0) }) || (space != 0 && !items.isEmpty) {
+            // gave every id itself within it). Read after entering the space: an item made
+            // meanwhile is among them.
+            if ownNow.contains(where: { !ids.contains($0) }) || (space != 0 && !items.isEmpty) {
                 guard merging else {
                     throw DocfsError(.storeBusy, "this store holds \(items.count) items and the remote holds another store's: merging them renumbers this store's items, which a mount would not see; docfs unmount the store, then docfs remote link again",
                                      cause: MergeNeedsUnmountedStore())

@@ -18,7 +18,7 @@ extension Filesystem {
         let key = try store.bookmarkKey()
         let bookmark = Bookmark(item: node.item, container: place.container.rawValue, scope: place.scope.rawValue,
                                 path: place.path, backing: st, storeID: key.storeID,
-                                madeOn: StoreInstance.existingBytes(store.layout))
+                                madeOn: try StoreInstance.bytes(store.layout))
         return BookmarkToken.encode(bookmark, key: key)
     }
 }

@@ -113,7 +113,10 @@ public enum IndexRebuild {
                     walk.summary.differences.append(Difference(location: record.location, kind: .stale, detail: ""))
                 }
             } else {
-                let goneItems = walk.fillsOutbox ? try index.records(entries: gone).compactMap(IndexStitcher.outboxItem) : []
+                // Only what is surely gone goes up as gone: a folder the walk could not open
+                // (permissions, no descriptor left) leaves its records unseen, not removed.
+                let goneItems = walk.fillsOutbox
+                    ? try index.records(entries: gone).filter { Self.isSurelyGone($0, in: store.layout) }.compactMap(IndexStitcher.outboxItem) : []
                 try index.apply([.removeEntries(gone)] + goneItems.map { .outbox(item: $0) }, built: true)
                 walk.summary.removed = gone.count
             }
@@ -123,6 +126,20 @@ public enum IndexRebuild {
         }
         progress?(walk.total, walk.total)
         return walk.summary
+    }
+
+    /// Whether nothing is at `record`'s place in the store (its folder is there and says so),
+    /// rather than the place could not be looked at.
+    static func isSurelyGone(_ record: IndexRecord, in layout: StoreLayout) -> Bool {
+        guard let container = try? ContainerID(record.container) else { return false }
+        let scope: String
+        switch record.scope {
+        case Scope.documents.rawValue: scope = "/Documents"
+        case Scope.data.rawValue: scope = "/Data"
+        default: return false
+        }
+        var st = stat()
+        return lstat(FileName(layout.containerDirectory(container) + scope + record.path).cString, &st) != 0 && errno == ENOENT
     }
 
     /// Gives copies made while no daemon watched the store (see Filesystem+Copies) ids of their

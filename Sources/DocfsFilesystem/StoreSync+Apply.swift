@@ -46,7 +46,7 @@ extension StoreSync {
         let target = try Located(folderOf: version, named: name, sync: self)
         defer { target.close() }
         // Taken before the working file's name comes, set back once the change is made.
-        let times = FolderTimes(of: [target.folder] + (old.map { [$0.folder] } ?? []))
+        var times = FolderTimes(of: [target.folder] + (old.map { [$0.folder] } ?? []))
         // New content, written beside the target before any claim.
         var working: WorkingFile?
         // A document new here arrives promised when the store downloads on demand (issue 23):
@@ -80,6 +80,7 @@ extension StoreSync {
             }
             if let link { unlinkat(target.folder, link.cString, 0) }
         }
+        times.expectNow()
         var claims: [(ItemID, ClaimIntent)] = [(ItemID(rawValue: try localID(ofRemote: version.item)), .replace)]
         if let folder = ItemAttributes.id(ofDescriptor: target.folder) { claims.append((folder, .write)) }
         if let old, let folder = ItemAttributes.id(ofDescriptor: old.folder), !claims.contains(where: { $0.0 == folder }) {
@@ -95,6 +96,7 @@ extension StoreSync {
                 } catch {
                     throw DocfsError(.internalFailure, "reading item \(version.item) before applying a remote version failed")
                 }
+                times.keepOnlyUnchanged()
                 if let working {
                     try replaceContent(version, with: working, at: target, old: old, keepingOldAsConflict: keepingHereAsConflict,
                                        promising: promising, view: view)

@@ -1,5 +1,8 @@
 import DocfsCore
 import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The key a store registers under when it joins a remote (DESIGN §9.0 identity): made once,
 /// at the store's first link, kept across unlinks, in `STORE/instance-id`. The remote gives an
@@ -19,16 +22,33 @@ public enum StoreInstance {
             }
             return text.lowercased()
         }
+        // Written aside, then linked into place: link(2) refuses to replace, so of two processes
+        // making the key at once (two commands making bookmarks) the first wins and both use it.
         let made = UUID().uuidString.lowercased()
-        try StoreFiles.replace(layout.instanceFile, with: Array((made + "\n").utf8))
-        return made
+        let aside = layout.instanceFile + ".\(getpid()).new"
+        try StoreFiles.replace(aside, with: Array((made + "\n").utf8))
+        let linked = link(aside, layout.instanceFile) == 0 || errno == EEXIST
+        unlink(aside)
+        guard linked else { throw DocfsError.errno("making \(layout.instanceFile)") }
+        return try key(layout)
     }
 
-    /// The store's key as 16 bytes, when it has one (it was linked once); nil before. Made by
-    /// nobody here: bookmarks record it to tell the store they were made on.
+    /// The store's key as 16 bytes, when it has one; nil before it is made. Bookmarks record it
+    /// to tell the store they were made on.
     public static func existingBytes(_ layout: StoreLayout) -> [UInt8]? {
         guard let bytes = try? StoreFiles.read(layout.instanceFile),
               let uuid = UUID(uuidString: String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: "\n ")) else { return nil }
         return withUnsafeBytes(of: uuid.uuid) { Array($0) }
+    }
+
+    /// The store's key as 16 bytes, made now when it has none: a bookmark made before the
+    /// store's first link says where it was made too, so no other machine judges it by its own
+    /// files.
+    public static func bytes(_ layout: StoreLayout) throws(DocfsError) -> [UInt8] {
+        _ = try key(layout)
+        guard let bytes = existingBytes(layout) else {
+            throw DocfsError(.storeUnavailable, "\(layout.instanceFile) cannot be read back: check the store's permissions")
+        }
+        return bytes
     }
 }

@@ -109,14 +109,14 @@ public final class PostgresRemote: Remote {
                     """, logger: logger).decode(Int64.self) {
                     space = next
                 }
-                let stem = machine.name
+                let stem = MachineJoin.stem(of: machine.name)
                 var taken = Set<String>()
                 for try await name in try await connection.query(
-                    "SELECT name FROM docfs.machines WHERE name = \(stem) OR name LIKE \(Self.likePattern(stem) + "-%")",
+                    "SELECT name FROM docfs.machines WHERE name = \(machine.name) OR name LIKE \(Self.likePattern(stem) + "-%")",
                     logger: logger).decode(String.self) {
                     taken.insert(name)
                 }
-                let name = MachineJoin.freeName(stem) { taken.contains($0) }
+                let name = MachineJoin.freeName(machine.name) { taken.contains($0) }
                 try await connection.query(
                     "INSERT INTO docfs.machines (name, space, store) VALUES (\(name), \(space), \(machine.store))", logger: logger)
                 registered = (space, name)

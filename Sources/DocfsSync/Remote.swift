@@ -139,11 +139,21 @@ public struct MachineJoin: Sendable, Equatable {
         space * ItemID.spaceSize..<(space + 1) * ItemID.spaceSize
     }
 
+    /// What a taken name is numbered from: the name, cut to 56 bytes at a character's end (room
+    /// for the number within the 64 bytes a machine name may have).
+    public static func stem(of name: String) -> String {
+        var stem = ""
+        for character in name {
+            guard stem.utf8.count + character.utf8.count <= 56 else { break }
+            stem.append(character)
+        }
+        return stem.utf8.count == name.utf8.count ? name : stem
+    }
+
     /// `name`, or the first of `name-2`, `name-3`… that `taken` does not hold.
     public static func freeName(_ name: String, taken: (String) -> Bool) -> String {
         guard taken(name) else { return name }
-        // Room for the number within the 64 bytes a machine name may have.
-        let stem = name.utf8.count > 56 ? String(decoding: name.utf8.prefix(56), as: UTF8.self) : name
+        let stem = stem(of: name)
         var n = 2
         while taken("\(stem)-\(n)") { n += 1 }
         return "\(stem)-\(n)"

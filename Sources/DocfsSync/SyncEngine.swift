@@ -143,15 +143,7 @@ public final class SyncEngine: Sendable {
             if entries.isEmpty { return }
             for entry in try goneFilesFirst(entries) {
                 try checkStop()
-                do {
-                    try upload(entry, &round)
-                } catch where !error.isTransient && !stopRequested.load(ordering: .relaxed) {
-                    // One item that cannot go up now (what it needs here is not: a folder another
-                    // machine removed, say) holds back no other: said, and tried again next round.
-                    problems("sync: item \(entry.item) did not go up this round (tried again at the next): \(error)")
-                    note("up \(entry.item): failed, again next round: \(error)")
-                    round.again.insert(entry.item)
-                }
+                try upload(entry, &round)
                 try SyncError.local("acknowledge outbox entry \(entry.sequence)") { try store.acknowledge(entry) }
                 handled += 1
                 round.handled += 1

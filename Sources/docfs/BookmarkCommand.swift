@@ -65,7 +65,7 @@ struct BookmarkCommand: ParsableCommand {
                 }
                 let bookmark = Bookmark(item: document.item, container: place.container.rawValue, scope: place.scope.rawValue,
                                         path: place.path, backing: backing, storeID: key.storeID, securityScope: scope,
-                                        madeOn: StoreInstance.existingBytes(document.store))
+                                        madeOn: try StoreInstance.bytes(document.store))
                 return BookmarkToken.encode(bookmark, key: key)
             }
             print(token)

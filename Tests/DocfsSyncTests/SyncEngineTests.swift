@@ -187,28 +187,6 @@ final class HeardProblems: Sendable {
         }
     }
 
-    /// An item that cannot go up now (its content cannot be read here) holds back no other: the
-    /// round goes on, sends the rest and applies what came, says the problem, and the item stays
-    /// waiting for the next round (issue 49: a round failing on one item never synced anything).
-    @Test func anItemThatCannotGoUpHoldsBackNoOther() throws {
-        let machines = try Machines(.inMemory, count: 2)
-        let broken = machines[0].create("broken.txt", text: "its chunk is lost here")
-        machines[0].state.withLock { state in
-            for digest in state.items[broken]?.manifest ?? [] { state.chunks[digest] = nil }
-        }
-        let fine = machines[0].create("fine.txt", text: "fine")
-        let incoming = machines[1].create("from-b.txt", text: "from b")
-        try machines.sync(1)
-        let problems = Mutex<[String]>([])
-        machines.engines[0].onProblem { problem in problems.withLock { $0.append(problem) } }
-        let round = try machines.engines[0].syncOnce()
-        #expect(round.uploaded == 1 && round.applied == 1 && round.again == [broken], "\(round)")
-        #expect(problems.withLock { $0.contains { $0.contains("item \(broken) did not go up") } }, "\(problems.withLock { $0 })")
-        try machines.sync(1)
-        #expect(machines[1].text(of: fine) == "fine" && machines[0].text(of: incoming) == "from b")
-        #expect(machines[1].item(broken) == nil && machines[0].pending == 1)
-    }
-
     /// The key-value stores failing (a damaged database) is said, and the round's documents
     /// still go up and come down: the round does not fail, so the next is not held back.
     @Test func aKeyValueFailureIsSaidAndDocumentsStillTravel() throws {
