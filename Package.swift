@@ -65,7 +65,7 @@ let package = Package(
         .target(name: "DocfsThumbnails", dependencies: ["DocfsCore", "CLinux", "CVips", .product(name: "Crypto", package: "swift-crypto")]),
         // The sync engine's side of many machines (DESIGN §9): the Remote interface and its
         // in-memory implementation; the PostgreSQL remote will be a target of its own.
-        .target(name: "DocfsSync", dependencies: ["DocfsCore", "DocfsChunks"]),
+        .target(name: "DocfsSync", dependencies: ["DocfsCore", "DocfsChunks", .product(name: "Crypto", package: "swift-crypto")]),
         // The PostgreSQL remote (DESIGN §9): the only target that imports the PostgreSQL client.
         .target(name: "DocfsRemotePostgres", dependencies: [
             "DocfsSync", "DocfsChunks",

@@ -91,6 +91,9 @@ final class SyncService: Sendable {
         report.parked = parked.count
         report.parkedProblem = parked.problem
         report.downloadedBytes = sync.promisedBytesFetched
+        report.checked = status.audit?.checked
+        report.checkDifferences = status.audit?.differences
+        report.inStep = status.checkedInStep && report.waiting == 0 && report.incoming == 0 && parked.count == 0 && status.lastError == nil
         if let trimmer {
             report.cacheLimit = trimmer.limit
             report.cacheUsed = trimmer.lastTrim?.used
@@ -127,6 +130,12 @@ public struct RemoteStatusReport: Codable, Sendable {
     /// and why the oldest could not.
     public var parked: Int = 0
     public var parkedProblem: String?
+    /// When the daemon last checked the store against the remote (`SyncEngine.audit`), and how
+    /// many differences that check found; whether the store is in step: that check found none,
+    /// nothing moved since, nothing waits and the last round did not fail.
+    public var checked: Double?
+    public var checkDifferences: Int?
+    public var inStep: Bool?
     /// Bytes of promised files fetched since the daemon started (issue 23).
     public var downloadedBytes: Int64 = 0
     /// The cache limit, and the content here when it was last measured (issue 23).

@@ -131,15 +131,11 @@ public enum IndexRebuild {
     /// Whether nothing is at `record`'s place in the store (its folder is there and says so),
     /// rather than the place could not be looked at.
     static func isSurelyGone(_ record: IndexRecord, in layout: StoreLayout) -> Bool {
-        guard let container = try? ContainerID(record.container) else { return false }
-        let scope: String
-        switch record.scope {
-        case Scope.documents.rawValue: scope = "/Documents"
-        case Scope.data.rawValue: scope = "/Data"
-        default: return false
-        }
+        guard let container = try? ContainerID(record.container), let scope = Scope(rawValue: record.scope),
+              scope == .documents || scope == .data else { return false }
+        let backing = layout.containersDirectory + "/" + StorePaths.relativeBacking(StorePlace(container: container, scope: scope, path: record.path))
         var st = stat()
-        return lstat(FileName(layout.containerDirectory(container) + scope + record.path).cString, &st) != 0 && errno == ENOENT
+        return lstat(FileName(backing).cString, &st) != 0 && errno == ENOENT
     }
 
     /// Gives copies made while no daemon watched the store (see Filesystem+Copies) ids of their

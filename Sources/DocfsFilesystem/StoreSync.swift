@@ -198,12 +198,16 @@ public final class StoreSync: SyncedStore {
 
     public func current(_ item: UInt64) throws -> LocalItem? { try read(item, cut: nil) }
 
+    /// `current` without reading the content: a file's size is its length (a promised one's,
+    /// what it stands for), its manifest empty.
+    public func observed(_ item: UInt64) throws -> LocalItem? { try read(item, cut: nil, content: false) }
+
     public func current(_ item: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws -> LocalItem? {
         try withoutActuallyEscaping(cut) { cut in try read(item, cut: cut) }
     }
 
     /// The item as it is here; its content's chunks handed to `cut` as they are cut, if given.
-    private func read(_ item: UInt64, cut: ((_ batch: ChunkBatch) throws -> Void)?) throws -> LocalItem? {
+    private func read(_ item: UInt64, cut: ((_ batch: ChunkBatch) throws -> Void)?, content: Bool = true) throws -> LocalItem? {
         if Self.isContainerItem(item) { return currentContainer(item) }
         guard let place = try place(of: item), !place.isScopeRoot else {
             // Between a safe-save's new file taking the document over and its record: not gone.
@@ -254,6 +258,8 @@ public final class StoreSync: SyncedStore {
             if let promise = try promise(of: item, file: fd) {
                 // Promised: its content is the remote's, whose chunks it holds already.
                 (manifest, size, lengths) = (promise.manifest.compactMap { ChunkDigest(hex: $0) }, promise.size, promise.lengths)
+            } else if !content {
+                size = Int64(st.st_size)
             } else {
                 (manifest, size, lengths) = try chunks(ofFileAt: fd, item: item, length: Int64(st.st_size), cut: cut)
             }
@@ -267,6 +273,10 @@ public final class StoreSync: SyncedStore {
             }
         case .symlink, .reference:
             let target = try Self.inlineContent(fd, st)
+            guard content else {
+                size = Int64(target.count)
+                break
+            }
             manifest = target.isEmpty ? [] : [target.withUnsafeBytes { ChunkDigest(of: $0) }]
             size = Int64(target.count)
             remember(item, [:], inline: target)

@@ -40,9 +40,6 @@ public final class ItemIDAllocator: Sendable {
 
     public static let spaceSize = ItemID.spaceSize
 
-    /// The space the next id lies in.
-    public var space: UInt64 { state.withLock { $0.next / Self.spaceSize } }
-
     /// Moves to id space `space`, at `floor` or past it (no id below `floor` is given again:
     /// the remote's or this store's items reach up to it): ids go on where they are when they
     /// are in the space already, else from the space's first past `floor`. Durable before it

@@ -45,10 +45,9 @@ public enum StoreInstance {
     /// store's first link says where it was made too, so no other machine judges it by its own
     /// files.
     public static func bytes(_ layout: StoreLayout) throws(DocfsError) -> [UInt8] {
-        _ = try key(layout)
-        guard let bytes = existingBytes(layout) else {
+        guard let uuid = UUID(uuidString: try key(layout)) else {
             throw DocfsError(.storeUnavailable, "\(layout.instanceFile) cannot be read back: check the store's permissions")
         }
-        return bytes
+        return withUnsafeBytes(of: uuid.uuid) { Array($0) }
     }
 }

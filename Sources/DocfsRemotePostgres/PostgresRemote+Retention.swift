@@ -26,6 +26,27 @@ extension PostgresRemote {
         return try VersionPage(row).changes
     }
 
+    /// One query: the current versions not deleted, grouped by bucket, each term made as
+    /// `InStepDigest.term` makes it.
+    public func inStepDigest(buckets: Int) throws(RemoteError) -> InStepDigest {
+        guard buckets > 0 else { throw RemoteError(.refused, "a digest has at least one bucket") }
+        let logger = logger
+        let count = Int64(buckets)
+        let rows = try perform("sum the current versions") { connection in
+            try await connection.query("""
+                SELECT ((i.item % \(count)) + \(count)) % \(count), count(*),
+                       sum(('x' || substr(md5(i.item::text || ':' || i.current_number::text), 1, 8))::bit(32)::bigint & 2147483647)::bigint
+                FROM docfs.items i JOIN docfs.versions v ON v.item = i.item AND v.number = i.current_number
+                WHERE NOT v.deleted GROUP BY 1
+                """, logger: logger).collect().map { try $0.decode((Int64, Int64, Int64).self) }
+        }
+        var digest = InStepDigest(buckets: buckets)
+        for (bucket, items, sum) in rows where bucket >= 0 && bucket < count {
+            digest.set(Int(bucket), InStepDigest.Bucket(count: items, sum: sum))
+        }
+        return digest
+    }
+
     /// In one transaction, under the log's head (no commit interleaves): the versions to go
     /// are those a later version superseded before the cutoff (not when they were committed: a
     /// version current for a year and replaced today stays its whole retention, as machines

@@ -211,6 +211,15 @@ public final class InMemoryRemote: Remote {
         }
     }
 
+    public func inStepDigest(buckets: Int) throws(RemoteError) -> InStepDigest {
+        guard buckets > 0 else { throw RemoteError(.refused, "a digest has at least one bucket") }
+        return state.withLock { state in
+            var digest = InStepDigest(buckets: buckets)
+            for (item, version) in state.current where !version.deleted { digest.add(item: item, number: version.number) }
+            return digest
+        }
+    }
+
     public func prune(olderThan seconds: Double) throws(RemoteError) -> Int {
         let before = Self.now() - seconds
         return state.withLock { state in

@@ -77,6 +77,11 @@ public protocol Remote: Sendable {
     /// the sequence it was committed at, by item id after `item`, at most `limit`.
     func listing(after item: UInt64, limit: Int) throws(RemoteError) -> [RemoteChange]
 
+    /// Which version of each item is current, summed per bucket of ids (`InStepDigest`, of
+    /// `buckets` buckets; deleted items are not counted): what the daemon's own check compares
+    /// with the versions it last agreed on, in one call whatever the number of items.
+    func inStepDigest(buckets: Int) throws(RemoteError) -> InStepDigest
+
     /// Removes from the log what no machine in step needs (DESIGN §9: the log's retention):
     /// earlier versions and resolved conflict versions committed more than `seconds` ago, and
     /// items deleted that long ago. A machine whose anchor is older lists every item again.

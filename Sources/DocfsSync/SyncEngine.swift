@@ -49,6 +49,11 @@ public final class SyncEngine: Sendable {
     private let parkedTried = Atomic<Int64>(0)
     static let parkedRetryInterval: Int64 = 30
 
+    /// Items the engine's own check (`audit`) set right and has found different since: each is
+    /// set right once, then only reported until it is found in step (a repair that cannot take,
+    /// a change parked for its folder, is not tried at every check). Leaf lock.
+    let auditTried = Mutex<Set<UInt64>>([])
+
     /// The store's key-value stores, kept in step at the end of each round (issue 24); nil: none.
     let keyValues: (any SyncedKeyValues)?
 
@@ -75,7 +80,7 @@ public final class SyncEngine: Sendable {
         tracing.store(true, ordering: .relaxed)
     }
 
-    private func note(_ line: @autoclosure () -> String) {
+    func note(_ line: @autoclosure () -> String) {
         if tracing.load(ordering: .relaxed) { trace(line()) }
     }
 
@@ -516,13 +521,13 @@ public final class SyncEngine: Sendable {
         if !batch.chunks.isEmpty { try put() }
     }
 
-    private func syncState(of item: UInt64) throws(SyncError) -> ItemSyncState? {
+    func syncState(of item: UInt64) throws(SyncError) -> ItemSyncState? {
         try SyncError.local("read the sync state of item \(item)") { try store.syncState(of: item) }
     }
 
     /// Records that the item is in step with the remote's version `number` of `version`,
     /// committed at `sequence` of the log.
-    private func settle(_ version: RemoteVersion, number: UInt64, sequence: UInt64?, after state: ItemSyncState?) throws(SyncError) {
+    func settle(_ version: RemoteVersion, number: UInt64, sequence: UInt64?, after state: ItemSyncState?) throws(SyncError) {
         var version = version
         version.number = number
         // The item's first version (from no base) says when it was created; its number need
@@ -699,7 +704,7 @@ public final class SyncEngine: Sendable {
 
     /// Applies `change`; one that cannot be applied here for a reason of its own (not the
     /// network) is parked, so the changes after it are not held up behind it.
-    private func takeOrPark(_ change: RemoteChange, relisting: Bool = false, _ round: inout Round) throws(SyncError) {
+    func takeOrPark(_ change: RemoteChange, relisting: Bool = false, _ round: inout Round) throws(SyncError) {
         do {
             try take(change, relisting: relisting, &round)
         } catch where !error.isTransient && !stopRequested.load(ordering: .relaxed) {
@@ -1049,7 +1054,7 @@ public final class SyncEngine: Sendable {
         return try remote.fetchChunk(digest)
     }
 
-    private func checkStop() throws(SyncError) {
+    func checkStop() throws(SyncError) {
         if stopRequested.load(ordering: .relaxed) { throw SyncError(local: "stopped before the round was over") }
     }
 }

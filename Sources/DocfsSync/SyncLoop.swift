@@ -20,6 +20,16 @@ public final class SyncLoop: Sendable {
         public var nextTry: Double?
         public var rounds = 0
         public var last = SyncEngine.Round()
+        /// The last of the engine's own checks (`SyncEngine.audit`), and when a round last moved
+        /// something (seconds since the epoch): a check begun before that says nothing of now.
+        public var audit: SyncAudit?
+        public var lastMoved: Double?
+
+        /// Whether the last check found nothing and nothing moved since it began.
+        public var checkedInStep: Bool {
+            guard let audit, audit.inStep else { return false }
+            return lastMoved.map { $0 <= audit.checked } ?? true
+        }
     }
 
     private struct State {
@@ -62,13 +72,23 @@ public final class SyncLoop: Sendable {
     /// unlinked time beside a CPU hog).
     private let burstQuiet: Double
 
+    /// When the engine checks the store against the remote (`SyncEngine.audit`): once rounds
+    /// are idle after a round that moved something, and every `auditInterval` anyway; never
+    /// sooner than `auditGap` after the last check, nor than `auditCostFactor` times the last
+    /// check's duration (a big store's check takes a twentieth of the sync thread at most).
+    private let auditInterval: Double
+    private let auditGap: Double
+    static let auditCostFactor = 20.0
+
     /// Run first on the loop's thread (the daemon lowers its priority there).
     private let threadSetup: @Sendable () -> Void
 
     public init(engine: SyncEngine, pollInterval: Double = 5, gather: Double = 0.02, burstDeferral: Double = 10,
-                burstQuiet: Double = 0.15, sweepInterval: Double = 86400, sweepGrace: Double = 3600, threadSetup: @escaping @Sendable () -> Void = {},
-                log: @escaping @Sendable (String) -> Void) {
+                burstQuiet: Double = 0.15, sweepInterval: Double = 86400, sweepGrace: Double = 3600, auditInterval: Double = 600,
+                auditGap: Double = 2, threadSetup: @escaping @Sendable () -> Void = {}, log: @escaping @Sendable (String) -> Void) {
         self.engine = engine
+        self.auditInterval = auditInterval
+        self.auditGap = auditGap
         self.threadSetup = threadSetup
         self.gather = gather
         self.burstDeferral = burstDeferral
@@ -130,6 +150,37 @@ public final class SyncLoop: Sendable {
         }
     }
 
+    /// Runs the engine's check when it is due (see `auditInterval`); what it set right goes
+    /// up or was taken at once, and the next check confirms it.
+    private func checkIfDue(now: Double) {
+        let (last, lastMoved) = state.withLock { ($0.status.audit, $0.status.lastMoved) }
+        if let last {
+            // What it set right is confirmed by the next; what it could not waits for a change.
+            let stale = lastMoved.map { $0 > last.checked } ?? false || last.repaired > 0
+            let earliest = last.checked + max(auditGap, last.duration * Self.auditCostFactor)
+            guard now >= earliest, stale || now >= last.checked + auditInterval else { return }
+        }
+        do {
+            guard let audit = try engine.audit() else { return }
+            let before = state.withLock { status in
+                defer { status.status.audit = audit }
+                return status.status.audit
+            }
+            let sameAsBefore = before.map { ($0.remote, $0.here, $0.numbers) == (audit.remote, audit.here, audit.numbers) } ?? false
+            if !audit.inStep && !sameAsBefore {
+                log("sync: the check against the remote found differences: items not as the remote has them \(audit.remote.count), "
+                    + "items here not as last in step \(audit.here.count), version numbers \(audit.numbers.count); set right \(audit.repaired)"
+                    + " (docfs remote check lists them)")
+            }
+            if audit.repaired > 0 {
+                state.withLock { $0.status.lastMoved = Date().timeIntervalSince1970 }
+                wake()
+            }
+        } catch {
+            log("sync: the check against the remote did not finish (\(error.description)); it runs again later")
+        }
+    }
+
     private func run() {
         var pause = 0.0
         var roundEnded = 0.0
@@ -155,15 +206,18 @@ public final class SyncLoop: Sendable {
                     for problem in aging.problems { log("sync: \(problem)") }
                 }
                 let now = Date().timeIntervalSince1970
+                let moved = round != SyncEngine.Round()
                 state.withLock { state in
                     state.status.lastContact = now
                     state.status.lastError = nil
                     state.status.nextTry = nil
                     state.status.rounds += 1
                     state.status.last = round
+                    if moved { state.status.lastMoved = now }
                 }
                 if pause > 0 { log("sync: in step with the remote again") }
                 pause = 0
+                if !moved && !round.moreWaiting { checkIfDue(now: now) }
             } catch {
                 // Every failure is tried again, 1 s doubling to 60 s: most are passing (the server
                 // away, a file changed while it was being read for upload, which left a save

@@ -44,6 +44,14 @@ public struct LocalItem: Sendable, Equatable {
             && a.attributes == b.attributes
     }
 
+    /// Whether `other` is this item in every field but the content's chunks (its size still
+    /// counts): what `SyncedStore.observed` can tell without reading the content.
+    public func looksLike(_ other: LocalItem) -> Bool {
+        var mine = self, theirs = other
+        (mine.manifest, theirs.manifest) = ([], [])
+        return mine == theirs
+    }
+
     /// The item as `version` has it.
     public init(_ version: RemoteVersion) {
         self.init(item: version.item, container: version.container, scope: version.scope, parent: version.parent,
@@ -104,6 +112,11 @@ public struct ChunkBatch: Sendable {
 extension SyncedStore {
     /// A store that reads the content only when asked for a chunk hands none while reading.
     public func current(_ item: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws -> LocalItem? {
+        try current(item)
+    }
+
+    /// A store that cannot read an item without its content reads it whole.
+    public func observed(_ item: UInt64) throws -> LocalItem? {
         try current(item)
     }
 
@@ -211,6 +224,10 @@ public protocol SyncedStore: Sendable {
     /// whole file was read. A store may hand none (the engine then reads what it needs with
     /// `chunk`); an error `cut` throws ends the call with that error.
     func current(_ item: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws -> LocalItem?
+    /// The item as the store has it now without reading its content (its manifest empty; its
+    /// size, times, modes, place and attributes as `current` gives them): what the daemon's own
+    /// check compares with the version last in step, cheaply. Nil when it is gone.
+    func observed(_ item: UInt64) throws -> LocalItem?
     /// Whether the item is gone here (cheaper than `current`: nothing is read).
     func isGone(_ item: UInt64) throws -> Bool
     /// A container's display name and whether the user view shows it; nil for the default

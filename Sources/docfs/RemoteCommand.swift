@@ -175,10 +175,26 @@ struct RemoteCommand: ParsableCommand {
             if let limit = report.cacheLimit {
                 print("content here: \(report.cacheUsed.map { "\($0) bytes" } ?? "not measured yet") of a cache limit of \(limit) bytes")
             }
-            if let contact = report.lastContact { print("last in step: \(formatDate(contact))") }
+            print("in step: " + Self.inStepLine(report))
+            if let contact = report.lastContact { print("last contact: \(formatDate(contact))") }
             if let error = report.lastError {
                 print("last error: \(error)" + (report.nextTry.map { "; trying again at \(formatDate($0))" } ?? ""))
             }
+        }
+
+        /// Whether the store is in step, as the daemon's own check last found it: "yes" only when
+        /// that check found nothing, nothing moved since, and nothing waits or failed.
+        static func inStepLine(_ report: RemoteStatusReport) -> String {
+            guard report.served else { return "not known: no daemon serves the store (docfs remote check compares it now)" }
+            if report.inStep == true { return "yes (checked \(report.checked.map(formatDate) ?? "-"))" }
+            if let found = report.checkDifferences, found > 0, let checked = report.checked {
+                return "no: the check at \(formatDate(checked)) found \(found) difference\(found == 1 ? "" : "s")"
+                    + " (what it could, it set right; docfs remote check lists them)"
+            }
+            if report.waiting > 0 || (report.incoming ?? 0) > 0 || report.parked > 0 || report.lastError != nil {
+                return "no: changes wait (above)"
+            }
+            return "not known yet: the daemon checks once changes settle"
         }
     }
 

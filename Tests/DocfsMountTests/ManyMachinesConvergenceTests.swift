@@ -115,10 +115,18 @@ import Glibc
             let checked = try Self.check(machine)
             #expect(checked.status == 0, "\(machine.name): \(checked.output)")
         }
+        #expect(Self.saysInStep(machines), "\(machines.map { (try? $0.status()) ?? [:] })")
     }
 }
 
 extension ManyMachinesConvergenceTests {
+    /// Whether each machine's `remote status` comes to say it is in step (its daemon's own
+    /// check found nothing, nothing moved since) within `seconds`; `remote check` agrees then.
+    static func saysInStep(_ machines: [Machine], within seconds: Double = 30) -> Bool {
+        let said = ManyMachinesTests.within(seconds) { machines.allSatisfy { (try? $0.status()["inStep"] as? Bool) == true } } != nil
+        return said && machines.allSatisfy { (try? check($0).status) == 0 }
+    }
+
     /// `docfs remote check` on `machine` (served or not): its exit status and output.
     static func check(_ machine: Machine, json: Bool = false) throws -> (status: Int32, output: String) {
         try machine.docfs("remote check\(json ? " --json" : "") --store '\(machine.fixture.store)'")
@@ -149,6 +157,7 @@ extension ManyMachinesConvergenceTests {
         let settled = ManyMachinesTests.within(20) { (try? Self.check(a).status) == 0 && (try? Self.check(b).status) == 0 }
         let (lastA, lastB) = (try Self.check(a).output, try Self.check(b).output)
         #expect(settled != nil, "\(lastA) \(lastB)")
+        #expect(Self.saysInStep([a, b]), "\((try? a.status()) ?? [:]) \((try? b.status()) ?? [:])")
     }
 
     @Test func editsMadeInTheStoreWhileStoppedGoUpAtTheNextMount() throws {
@@ -194,6 +203,53 @@ extension ManyMachinesConvergenceTests {
         #expect(settled != nil, "\(lastA) \(lastB)")
         let json = try Self.check(b, json: true).output
         #expect((try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [Any] != nil && json.filter { !$0.isWhitespace } == "[]", "\(json)")
+        #expect(Self.saysInStep([a, b]), "\((try? a.status()) ?? [:]) \((try? b.status()) ?? [:])")
+    }
+}
+
+extension ManyMachinesConvergenceTests {
+    /// A change the log never gives a machine (its sequence behind every anchor, as a sequence
+    /// committed out of order would be) is found by the daemon's own check and taken; until
+    /// then `remote status` never says the machine is in step, and once it does, `remote check`
+    /// agrees (issue 49 §4).
+    @Test func aChangeTheLogSkippedIsFoundByTheDaemonsOwnCheck() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("audit")
+        let (a, b) = (try Machine("a", mounted: true), try Machine("b", mounted: true))
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0 && b.link(uri).status == 0)
+        try "one\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
+        #expect(ManyMachinesTests.within(20) { b.content("doc.txt") == "one\n" } != nil)
+        #expect(ManyMachinesTests.within(30) { (try? b.status()["inStep"] as? Bool) == true } != nil, "\((try? b.status()) ?? [:])")
+        let said = try b.docfs("remote status --store '\(b.fixture.store)'").output
+        #expect(said.contains("in step: yes"), "\(said)")
+
+        b.fixture.stop()
+        try "two\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
+        #expect(ManyMachinesTests.within(20) { (try? a.status()["waiting"] as? Int) == 0 && (try? a.status()["inStep"] as? Bool) == true } != nil)
+        let moved = try server.sql("""
+            UPDATE docfs.versions v SET sequence = -v.sequence FROM docfs.items i
+            WHERE i.item = v.item AND v.number = i.current_number AND v.name = 'doc.txt' RETURNING v.number
+            """, database: uri.databaseName)
+        #expect(moved.trimmingCharacters(in: .whitespacesAndNewlines) == "2", "\(moved)")
+
+        try b.fixture.start()
+        var saidInStepWhileDifferent: [String: Any]?
+        let found = ManyMachinesTests.within(30) {
+            let status = (try? b.status()) ?? [:]
+            let inStep = status["inStep"] as? Bool == true
+            if b.content("doc.txt") != "two\n" {
+                if inStep { saidInStepWhileDifferent = status }
+                return false
+            }
+            return inStep
+        }
+        #expect(found != nil, "\(b.content("doc.txt") ?? "absent") \((try? b.status()) ?? [:])")
+        #expect(saidInStepWhileDifferent == nil, "\(saidInStepWhileDifferent ?? [:])")
+        let checked = try Self.check(b)
+        #expect(checked.status == 0, "\(checked.output)")
+        let log = (try? String(contentsOfFile: b.fixture.daemonLog, encoding: .utf8)) ?? ""
+        #expect(log.contains("items not as the remote has them 1, items here not as last in step 0"), "\(log.suffix(2000))")
     }
 }
 

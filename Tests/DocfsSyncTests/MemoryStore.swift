@@ -135,6 +135,26 @@ final class MemoryStore: SyncedStore, Sendable {
         }
     }
 
+    /// Writes the file as a process working behind the store's back would, where no watcher
+    /// sees it: nothing enters the outbox.
+    func writeUnseen(_ item: UInt64, _ text: String) {
+        state.withLock { state in
+            let (manifest, size) = Self.store(text, in: &state)
+            let now = state.tick()
+            state.items[item]?.manifest = manifest
+            state.items[item]?.size = size
+            state.items[item]?.modified = now
+        }
+    }
+
+    /// Loses the item where no watcher sees it (an apply left half done): nothing enters the outbox.
+    func removeUnseen(_ item: UInt64) {
+        state.withLock { state in
+            state.items[item] = nil
+            state.numbers[item] = nil  // the file's number went with it
+        }
+    }
+
     func setAttribute(_ item: UInt64, _ name: String, _ value: String?) {
         state.withLock { state in
             state.items[item]?.attributes[name] = value.map { Array($0.utf8) }

@@ -423,6 +423,28 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         #expect(try other.join(MachineRegistration(store: "late", name: "late")).space == 1)
     }
 
+    /// The digest of current versions (`inStepDigest`) counts each item not deleted once, at its
+    /// current number, in its bucket, with the term `InStepDigest.term` makes: the PostgreSQL
+    /// remote's SQL and the engine's Swift agree term for term.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func theDigestOfCurrentVersionsIsTheOneAMachineMakes(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        #expect(try remote.inStepDigest(buckets: 8) == InStepDigest(buckets: 8))
+        var expected = InStepDigest(buckets: 8)
+        for item: UInt64 in [5, 13, 1 << 41 + 3, 40] {
+            _ = try remote.commit(try Self.proposal(remote, item: item, name: "f\(item)", text: "one", base: 0), operation: "a\(item)")
+        }
+        _ = try remote.commit(try Self.proposal(remote, item: 13, name: "f13", text: "two", base: 1), operation: "b13")
+        var gone = try Self.proposal(remote, item: 40, name: "f40", text: "", base: 1)
+        gone.deleted = true
+        _ = try remote.commit(gone, operation: "c40")
+        expected.add(item: 5, number: 1)
+        expected.add(item: 13, number: 2)
+        expected.add(item: 1 << 41 + 3, number: 1)
+        #expect(try remote.inStepDigest(buckets: 8) == expected)
+        #expect { try remote.inStepDigest(buckets: 0) } throws: { ($0 as? RemoteError)?.kind == .refused }
+    }
+
     /// Bad proposals are refused with a reason and change nothing.
     @Test(arguments: RemoteUnderTest.allCases)
     func badProposalsAreRefused(_ kind: RemoteUnderTest) throws {

@@ -75,6 +75,10 @@ final class FlakyRemote: Remote {
         try check()
         return try base.listing(after: item, limit: limit)
     }
+    func inStepDigest(buckets: Int) throws(RemoteError) -> InStepDigest {
+        try check()
+        return try base.inStepDigest(buckets: buckets)
+    }
     func prune(olderThan seconds: Double) throws(RemoteError) -> Int {
         try check()
         return try base.prune(olderThan: seconds)

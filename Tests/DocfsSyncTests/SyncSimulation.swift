@@ -29,6 +29,9 @@ struct SyncSimulation {
         var faults = true
         /// Folders made, renamed, moved and removed with what they hold.
         var folders = true
+        /// The engine's own check (`SyncEngine.audit`) runs when a machine's round moved nothing
+        /// while the machines settle, as the daemon runs it.
+        var audits = true
     }
 
     /// What a run found wrong, with the steps that led there.
@@ -175,7 +178,13 @@ struct SyncSimulation {
             var moved = false
             for (engine, store) in zip(engines, stores) {
                 do {
-                    if try engine.syncOnce() != SyncEngine.Round() { moved = true }
+                    if try engine.syncOnce() != SyncEngine.Round() {
+                        moved = true
+                    } else if options.audits, let audit = try engine.audit(), audit.repaired > 0 {
+                        // Idle: the engine's own check runs, as the daemon's loop runs it.
+                        step("\(store.author.machine)'s check set right \(audit.repaired): \(audit)")
+                        moved = true
+                    }
                 } catch {
                     moved = true
                     violations.append("\(store.author.machine): a round failed with every link up: \(error)")
@@ -187,19 +196,19 @@ struct SyncSimulation {
             }
         }
         if !rested { violations.append("the machines did not come to rest in 20 passes") }
-        violations += check(stores, remote: base)
+        violations += check(stores, engines: engines, remote: base)
         return Outcome(seed: seed, violations: violations, steps: steps)
     }
 
     /// The invariants, once the machines are at rest.
-    private func check(_ stores: [MemoryStore], remote: InMemoryRemote) -> [String] {
+    private func check(_ stores: [MemoryStore], engines: [SyncEngine], remote: InMemoryRemote) -> [String] {
         var violations: [String] = []
         let trees = stores.map { $0.tree() }
         for (store, tree) in zip(stores, trees).dropFirst() where tree != trees[0] {
             let differing = Set(tree.map { "\($0) → \($1)" }).symmetricDifference(trees[0].map { "\($0) → \($1)" }).sorted()
             violations.append("\(store.author.machine)'s tree differs from m0's: \(differing.prefix(6))")
         }
-        for store in stores {
+        for (store, engine) in zip(stores, engines) {
             let name = store.author.machine
             let count = store.state.withLock { $0.items.count }
             if let tree = trees.first, count != store.tree().count || tree.isEmpty && count > 0 {
@@ -214,6 +223,15 @@ struct SyncSimulation {
             do {
                 let differences = try RemoteCheck.run(store: store, remote: remote)
                 if !differences.isEmpty { violations.append("\(name) differs from the remote: \(differences.prefix(4))") }
+                // The engine's own check (what `remote status` says) never finds in step what
+                // `remote check` finds different, nor differences it does not.
+                if let audit = try engine.audit() {
+                    if audit.inStep && !differences.isEmpty {
+                        violations.append("\(name): the engine's check says in step, remote check finds \(differences.count) differences")
+                    } else if !audit.inStep && differences.isEmpty {
+                        violations.append("\(name): the engine's check finds differences remote check does not: \(audit)")
+                    }
+                }
             } catch {
                 violations.append("\(name): the check against the remote failed: \(error)")
             }

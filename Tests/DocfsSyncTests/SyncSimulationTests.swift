@@ -17,12 +17,13 @@ import Testing
     }
 
     /// The options the environment asks for (`DOCFS_SIMULATE_FAULTS=0`, `DOCFS_SIMULATE_FOLDERS=0`
-    /// leave those out, to tell which part a failure needs).
+    /// `DOCFS_SIMULATE_AUDITS=0` leave those out, to tell which part a failure needs).
     static var options: SyncSimulation.Options {
         let environment = ProcessInfo.processInfo.environment
         var options = SyncSimulation.Options()
         if environment["DOCFS_SIMULATE_FAULTS"] == "0" { options.faults = false }
         if environment["DOCFS_SIMULATE_FOLDERS"] == "0" { options.folders = false }
+        if environment["DOCFS_SIMULATE_AUDITS"] == "0" { options.audits = false }
         return options
     }
 

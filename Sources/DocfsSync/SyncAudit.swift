@@ -1,0 +1,178 @@
+import Foundation
+
+/// What the daemon's own check of a linked store found (DESIGN §9.0 "Checked", issue 49 §4):
+/// the cheap form of `docfs remote check`, run between rounds, that sets right what it finds.
+/// `remote status` says a store is in step only after such a check found nothing, and nothing
+/// moved since.
+public struct SyncAudit: Sendable, Equatable, Codable {
+    /// When it began (seconds since the epoch) and how long it took (seconds).
+    public var checked: Double
+    public var duration: Double = 0
+    /// Items whose current version on the remote is not the one this machine last agreed on
+    /// (a change of the log it never took, or one it believes went up that the remote lacks).
+    public var remote: [UInt64] = []
+    /// Items here that are not what they were when last in step though nothing waits to go up
+    /// (changed where no watcher saw it, an apply left half done), or that are missing here.
+    public var here: [UInt64] = []
+    /// Files whose version number here is not the remote's (counted, not set right: issue 49 §3).
+    public var numbers: [UInt64] = []
+    /// How many of the items found were set right (applied again, sent up again).
+    public var repaired = 0
+
+    public init(checked: Double) { self.checked = checked }
+
+    public var differences: Int { remote.count + here.count + numbers.count }
+    public var inStep: Bool { differences == 0 }
+}
+
+extension SyncEngine {
+    /// Checks the store against the remote cheaply and sets right what differs:
+    /// 1. The remote's `InStepDigest` against one made from this machine's sync states: the items
+    ///    of each bucket that differs are listed again; a version this machine never took is
+    ///    taken now (as a listing's would be), an item the remote lacks goes up again.
+    /// 2. Each item here, read without its content (`SyncedStore.observed`), against the version
+    ///    last in step: one that differs (confirmed by reading it whole) goes up, one missing
+    ///    here is fetched again (its removal was never seen here, so nothing is lost by that).
+    /// An item is set right once; while it stays different it is only reported.
+    /// Answers nil without checking while changes wait to go up (they are differences the
+    /// next round settles, not faults). Runs on the engine's thread, between rounds.
+    public func audit(buckets: Int = InStepDigest.defaultBuckets) throws(SyncError) -> SyncAudit? {
+        guard try SyncError.local("read the outbox", { try store.pendingChanges(limit: 1).isEmpty }) else { return nil }
+        let started = Date().timeIntervalSince1970
+        var audit = SyncAudit(checked: started)
+        var round = Round()
+        let synced = try SyncError.local("read the items in step") { try store.syncedItems() }
+        let tried = auditTried.withLock { $0 }
+        try auditRemote(synced: synced, buckets: buckets, tried: tried, &audit, &round)
+        try auditHere(synced: synced, tried: tried, &audit, &round)
+        let found = Set(audit.remote + audit.here)
+        auditTried.withLock { $0 = found }
+        audit.duration = Date().timeIntervalSince1970 - started
+        if !audit.inStep {
+            note("check: \(audit.remote.count) items differ from the remote, \(audit.here.count) here, \(audit.numbers.count) numbers; \(audit.repaired) set right")
+        }
+        return audit
+    }
+
+    private func auditRemote(synced: [UInt64], buckets: Int, tried: Set<UInt64>, _ audit: inout SyncAudit, _ round: inout Round) throws(SyncError) {
+        let theirs = try SyncError.remote { () throws(RemoteError) in try remote.inStepDigest(buckets: buckets) }
+        var mine = InStepDigest(buckets: buckets)
+        for item in synced {
+            try checkStop()
+            if let state = try syncState(of: item), !state.version.deleted { mine.add(item: item, number: state.number) }
+        }
+        let differing = mine.differingBuckets(from: theirs)
+        guard !differing.isEmpty else { return }
+        var listed = Set<UInt64>()
+        var after: UInt64 = 0
+        while true {
+            let from = after
+            let page = try SyncError.remote { () throws(RemoteError) in try remote.listing(after: from, limit: pageSize) }
+            // Folders first, as a relisting takes them.
+            for change in page.sorted(by: { ($0.version.kind == .folder ? 0 : 1) < ($1.version.kind == .folder ? 0 : 1) })
+            where differing.contains(mine.bucket(of: change.version.item)) {
+                try checkStop()
+                let version = change.version, item = version.item
+                listed.insert(item)
+                let state = try syncState(of: item)
+                let agreed = state.map { $0.number == version.number || ($0.version.deleted && version.deleted) } ?? version.deleted
+                guard !agreed else { continue }
+                audit.remote.append(item)
+                guard !tried.contains(item) else { continue }
+                if let state, state.number > version.number {
+                    // This machine took a version for in step that the remote does not hold as
+                    // current: what is here goes up again, and the remote's order decides.
+                    note("check: item \(item) is v\(state.number) here, v\(version.number) on the remote: sent again")
+                    try SyncError.local("queue item \(item)") { try store.requeue(item) }
+                } else {
+                    note("check: item \(item) v\(version.number) was never taken here (in step with \(state.map { "v\($0.number)" } ?? "nothing")): taken now")
+                    try takeOrPark(change, relisting: true, &round)
+                }
+                audit.repaired += 1
+            }
+            guard let last = page.last?.version.item, page.count == pageSize else { break }
+            after = last
+        }
+        for item in synced where differing.contains(mine.bucket(of: item)) && !listed.contains(item) {
+            guard let state = try syncState(of: item), !state.version.deleted else { continue }
+            // In step with a version the remote no longer lists at all: what is here goes up as
+            // new (a remote restored from an older copy loses nothing of this machine's).
+            audit.remote.append(item)
+            guard !tried.contains(item) else { continue }
+            note("check: item \(item) is in step with v\(state.number), which the remote does not list: sent again")
+            try SyncError.local("queue item \(item)") {
+                try store.setSyncState(nil, of: item)
+                try store.requeue(item)
+            }
+            audit.repaired += 1
+        }
+    }
+
+    private func auditHere(synced: [UInt64], tried: Set<UInt64>, _ audit: inout SyncAudit, _ round: inout Round) throws(SyncError) {
+        let here = try SyncError.local("list the store's items") { try store.allItems() }
+        let remoteFound = Set(audit.remote)
+        var seen = Set<UInt64>()
+        for item in here + synced where seen.insert(item).inserted && !remoteFound.contains(item) {
+            try checkStop()
+            let state = try syncState(of: item)
+            let expected = state.flatMap { $0.version.deleted ? nil : LocalItem($0.version) }
+            let observed: LocalItem?
+            do {
+                observed = try store.observed(item)
+            } catch is LocalItemUnsettled {
+                continue  // being moved or removed: the outbox has it
+            } catch {
+                throw SyncError(local: "could not read item \(item): \(error)")
+            }
+            switch (observed, expected) {
+            case (nil, nil):
+                continue
+            case (.some, nil):
+                audit.here.append(item)
+                guard !tried.contains(item) else { continue }
+                note("check: item \(item) is here but never went up: sent now")
+                try SyncError.local("queue item \(item)") { try store.requeue(item) }
+                audit.repaired += 1
+            case (nil, .some):
+                guard let state else { continue }
+                audit.here.append(item)
+                guard !tried.contains(item) else { continue }
+                note("check: item \(item) is missing here, in step with v\(state.number): fetched again")
+                try fetchAgain(item, &round)
+                audit.repaired += 1
+            case (let observed?, let expected?):
+                if observed.looksLike(expected) {
+                    if observed.kind == .file, let state, observed.number ?? store.versionNumber(of: item) != state.number {
+                        audit.numbers.append(item)
+                    }
+                    continue
+                }
+                // Read whole before it counts: the cheap read may only differ in what it leaves out.
+                let whole: LocalItem?
+                do {
+                    whole = try store.current(item)
+                } catch is LocalItemUnsettled {
+                    continue
+                } catch {
+                    throw SyncError(local: "could not read item \(item): \(error)")
+                }
+                guard whole != expected else { continue }
+                audit.here.append(item)
+                guard !tried.contains(item) else { continue }
+                note("check: item \(item) differs here from the version last in step, with nothing waiting to go up: sent now")
+                try SyncError.local("queue item \(item)") { try store.requeue(item) }
+                audit.repaired += 1
+            }
+        }
+    }
+
+    /// Takes the remote's current version of `item` again, as if new here.
+    private func fetchAgain(_ item: UInt64, _ round: inout Round) throws(SyncError) {
+        // The listing gives it with the sequence it was committed at (which of two items
+        // claiming one name came first).
+        let listed = try SyncError.remote { () throws(RemoteError) in try remote.listing(after: item - 1, limit: 1) }
+        guard let current = listed.first, current.version.item == item else { return }
+        try SyncError.local("forget the sync state of item \(item)") { try store.setSyncState(nil, of: item) }
+        try takeOrPark(current, relisting: true, &round)
+    }
+}
