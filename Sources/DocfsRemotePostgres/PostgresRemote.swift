@@ -320,7 +320,8 @@ public final class PostgresRemote: Remote {
     /// Commits `proposal` in one call of `docfs.commit_version` (one round trip, one
     /// transaction): an operation already done answers what it did; chunks the remote does not
     /// hold refuse it (`missingChunks`); a proposal on another base than the current version
-    /// is refused (`whenStale` `.refuse`) or kept as a conflict version; otherwise the version
+    /// is refused (`whenStale` `.refuse`) or kept as a conflict version; one that would break
+    /// the tree is refused (`misplaced`, checked under the log's head); otherwise the version
     /// takes the log's next sequence (the one `log_head` row serializes the commits that take
     /// one, so sequences are taken in commit order) and the number after the item's last, and
     /// machines are woken.
@@ -356,6 +357,13 @@ public final class PostgresRemote: Remote {
         case "stale":
             guard let current else { break }
             return .stale(current: UInt64(bitPattern: current))
+        case "folder-gone":
+            guard let current else { break }
+            return .misplaced(.folderGone(UInt64(bitPattern: current)))
+        case "folder-not-empty":
+            return .misplaced(.folderNotEmpty)
+        case "cycle":
+            return .misplaced(.cycle)
         case "missing":
             let absent = Set(missing ?? [])
             let chunks = digests.filter { absent.contains($0.hex) }

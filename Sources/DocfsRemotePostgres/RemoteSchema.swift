@@ -147,6 +147,83 @@ enum RemoteSchema {
             // store's: their names stay taken, their spaces are never given again.
             "ALTER TABLE docfs.machines ADD COLUMN store text UNIQUE",
         ],
+        [
+            // The remote's tree is whole by construction (DESIGN §9.0, issue 49 §2): a version
+            // becomes current only in a folder that is there, a folder is deleted only once
+            // nothing is in it, and no folder goes inside itself; else nothing is committed
+            // ('folder-gone' with the folder, 'folder-not-empty', 'cycle'). The index finds a
+            // folder's items among the versions.
+            "CREATE INDEX versions_parent ON docfs.versions (parent)",
+            """
+            CREATE OR REPLACE FUNCTION docfs.commit_version(
+                p_operation text, p_item bigint, p_refuse_stale boolean, p_base bigint, p_number bigint, p_previous boolean,
+                p_digests text[], p_container text, p_scope text, p_parent bigint, p_name text, p_kind text, p_manifest text,
+                p_size bigint, p_mode bigint, p_modified double precision, p_attributes bytea, p_author_machine text,
+                p_author_user text, p_deleted boolean, p_resolves boolean, p_container_name text, p_container_public boolean,
+                p_thumbnail text, p_lengths bytea,
+                OUT o_outcome text, OUT o_conflict boolean, OUT o_number bigint, OUT o_sequence bigint, OUT o_current bigint,
+                OUT o_missing text[])
+            LANGUAGE plpgsql AS $commit$
+            DECLARE
+                v_last bigint := 0;
+            BEGIN
+                SELECT 'done', o.conflict, o.number, o.sequence INTO o_outcome, o_conflict, o_number, o_sequence
+                    FROM docfs.operations o WHERE o.operation = p_operation;
+                IF FOUND THEN RETURN; END IF;
+                SELECT array_agg(d) INTO o_missing FROM unnest(p_digests) AS d
+                    WHERE NOT EXISTS (SELECT 1 FROM docfs.chunks c WHERE c.digest = d);
+                IF o_missing IS NOT NULL THEN o_outcome := 'missing'; RETURN; END IF;
+                INSERT INTO docfs.items (item, current_number, last_number) VALUES (p_item, 0, 0) ON CONFLICT (item) DO NOTHING;
+                SELECT i.current_number, i.last_number INTO o_current, v_last FROM docfs.items i WHERE i.item = p_item FOR UPDATE;
+                IF p_refuse_stale AND p_base <> o_current AND NOT p_previous THEN o_outcome := 'stale'; RETURN; END IF;
+                IF p_base = o_current AND NOT p_previous THEN
+                    -- Checked under the log's head, which every commit that moves a current
+                    -- version holds to its end: what is read here stays true until this commits.
+                    PERFORM 1 FROM docfs.log_head h WHERE h.id = 1 FOR UPDATE;
+                    IF p_deleted THEN
+                        IF p_kind = 'folder' AND EXISTS (
+                            SELECT 1 FROM docfs.versions v JOIN docfs.items i ON i.item = v.item AND i.current_number = v.number
+                            WHERE v.parent = p_item AND NOT v.deleted) THEN
+                            o_outcome := 'folder-not-empty'; RETURN;
+                        END IF;
+                    ELSIF p_parent <> 0 THEN
+                        IF NOT EXISTS (
+                            SELECT 1 FROM docfs.items i JOIN docfs.versions v ON v.item = i.item AND v.number = i.current_number
+                            WHERE i.item = p_parent AND NOT v.deleted AND v.kind IN ('folder', 'container')) THEN
+                            o_outcome := 'folder-gone'; o_current := p_parent; RETURN;
+                        END IF;
+                        IF p_kind = 'folder' AND EXISTS (
+                            WITH RECURSIVE above(item, steps) AS (
+                                SELECT p_parent, 0
+                                UNION ALL
+                                SELECT v.parent, a.steps + 1 FROM above a
+                                JOIN docfs.items i ON i.item = a.item
+                                JOIN docfs.versions v ON v.item = i.item AND v.number = i.current_number
+                                WHERE v.parent <> 0 AND a.steps < 10000)
+                            SELECT 1 FROM above WHERE above.item = p_item) THEN
+                            o_outcome := 'cycle'; RETURN;
+                        END IF;
+                    END IF;
+                END IF;
+                UPDATE docfs.log_head h SET sequence = h.sequence + 1 WHERE h.id = 1 RETURNING h.sequence INTO o_sequence;
+                o_number := greatest(v_last + 1, p_number);
+                o_conflict := p_base <> o_current AND NOT p_previous;
+                INSERT INTO docfs.versions (item, number, base, container, scope, parent, name, kind, manifest, size, mode, modified,
+                    attributes, author_machine, author_user, conflict, deleted, sequence, resolves, container_name, container_public,
+                    thumbnail, previous, lengths)
+                VALUES (p_item, o_number, p_base, p_container, p_scope, p_parent, p_name, p_kind, p_manifest, p_size, p_mode,
+                    p_modified, p_attributes, p_author_machine, p_author_user, o_conflict, p_deleted, o_sequence, p_resolves,
+                    p_container_name, p_container_public, p_thumbnail, p_previous, p_lengths);
+                UPDATE docfs.items i SET last_number = o_number,
+                    current_number = CASE WHEN o_conflict OR p_previous THEN o_current ELSE o_number END WHERE i.item = p_item;
+                INSERT INTO docfs.operations VALUES (p_operation, p_item, o_number, o_conflict, o_sequence);
+                -- A wake-up only (DESIGN §9): machines read the log from their anchors.
+                PERFORM pg_notify('docfs_changes', p_container || ':' || o_sequence);
+                o_outcome := 'done';
+            END
+            $commit$
+            """,
+        ],
     ]
 
     /// Brings the database's docfs schema to `current`, creating it in a database with no

@@ -29,6 +29,27 @@ public final class InMemoryRemote: Remote {
         var machines: [String: (space: UInt64, name: String)] = [:]
         var sequence: UInt64 = 0
 
+        /// What keeps `proposal` from being its item's current version (see `TreeProblem`).
+        func treeProblem(of proposal: RemoteVersion) -> TreeProblem? {
+            if proposal.deleted {
+                guard proposal.kind == .folder else { return nil }
+                let filled = current.values.contains { $0.parent == proposal.item && !$0.deleted }
+                return filled ? .folderNotEmpty : nil
+            }
+            guard proposal.parent != 0 else { return nil }
+            guard let folder = current[proposal.parent], !folder.deleted, folder.kind == .folder || folder.kind == .container else {
+                return .folderGone(proposal.parent)
+            }
+            guard proposal.kind == .folder else { return nil }
+            var above = proposal.parent, steps = 0
+            while above != 0, steps < 10_000 {
+                if above == proposal.item { return .cycle }
+                above = current[above]?.parent ?? 0
+                steps += 1
+            }
+            return nil
+        }
+
         mutating func nextSequence() -> UInt64 {
             sequence += 1
             return sequence
@@ -146,6 +167,7 @@ public final class InMemoryRemote: Remote {
             let current = state.current[proposal.item]?.number ?? 0
             let previous = proposal.previous == true
             if whenStale == .refuse && proposal.base != current && !previous { return .stale(current: current) }
+            if proposal.base == current && !previous, let problem = state.treeProblem(of: proposal) { return .misplaced(problem) }
             version.number = max((state.numbers[proposal.item] ?? 0) + 1, proposal.number)
             state.numbers[proposal.item] = version.number
             version.conflict = proposal.base != current && !previous
@@ -158,7 +180,10 @@ public final class InMemoryRemote: Remote {
             state.operations[operation] = outcome
             return outcome
         }
-        if case .stale = outcome {} else { for wake in watchers.withLock({ Array($0.values) }) { wake() } }
+        switch outcome {
+        case .stale, .misplaced: break
+        case .current, .conflict: for wake in watchers.withLock({ Array($0.values) }) { wake() }
+        }
         return outcome
     }
 

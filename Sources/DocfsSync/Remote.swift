@@ -46,6 +46,9 @@ public protocol Remote: Sendable {
     /// (`.stale`, nothing logged, the operation id still free): the engine merges first.
     /// A `previous` proposal is neither: whatever its base, it commits beside the current
     /// version (`.current` answers its number), which stays as it was.
+    /// A proposal that would become current but break the remote's tree is not committed
+    /// (`.misplaced`, `TreeProblem`): its folder is deleted, it deletes a folder that holds
+    /// items, or it moves a folder inside itself.
     func commit(_ proposal: RemoteVersion, operation: String, whenStale: StaleBase) throws(RemoteError) -> RemoteCommitOutcome
 
     /// The item's current version (a tombstone when it was deleted); nil when it never was.

@@ -150,10 +150,36 @@ public struct RemoteChange: Codable, Hashable, Sendable {
 
 /// What became of a proposed version: the item's current version, or a conflict version (its
 /// base was no longer current: another machine committed first), either way in the log; or,
-/// when asked, nothing (its base was stale).
+/// when asked, nothing (its base was stale); or nothing because it would break the remote's
+/// tree (`misplaced`).
 public enum RemoteCommitOutcome: Codable, Hashable, Sendable {
     case current(version: UInt64, sequence: UInt64)
     case conflict(version: UInt64, sequence: UInt64)
     /// Not committed (asked to refuse a stale base): `current` is the item's current version.
     case stale(current: UInt64)
+    /// Not committed: as the item's current version it would break the remote's tree. Nothing
+    /// logged, the operation id still free.
+    case misplaced(TreeProblem)
+}
+
+/// Why a version cannot become its item's current one (DESIGN §9.0: the remote's tree is whole
+/// by construction, so no machine ever applies an item into a folder that is gone, or a folder
+/// into itself). The remote checks it at each commit, in the commits' order.
+public enum TreeProblem: Codable, Hashable, Sendable, CustomStringConvertible {
+    /// The folder the version puts the item in is deleted on the remote (or is no folder).
+    case folderGone(UInt64)
+    /// A folder's deletion while the remote has items in it that the deleting machine did not
+    /// remove (made or moved there by another machine meanwhile).
+    case folderNotEmpty
+    /// A folder moved into itself or into a folder inside it (two machines moved two folders
+    /// into each other).
+    case cycle
+
+    public var description: String {
+        switch self {
+        case .folderGone(let folder): "its folder \(folder) is deleted on the remote"
+        case .folderNotEmpty: "the folder holds items on the remote that were not removed with it"
+        case .cycle: "the folder would be inside itself"
+        }
+    }
 }

@@ -292,9 +292,7 @@ public final class SyncEngine: Sendable {
         // after a lost answer is applied once, and never answered for another proposal (the
         // item may have changed here since an attempt that committed but did not settle).
         let operation = "\(store.author.machine)/\(item)/\(entry.sequence)/\(Self.digest(of: proposal))"
-        let outcome = try SyncError.remote { () throws(RemoteError) in
-            try remote.commit(proposal, operation: operation, whenStale: .refuse)
-        }
+        let outcome = try commitPlaced(proposal, operation: operation, &round)
         note("up \(item): \(outcome) for \(proposed)")
         switch outcome {
         case .current(let number, let sequence):
@@ -304,6 +302,8 @@ public final class SyncEngine: Sendable {
             try takeCurrent(over: proposal, keepingOurs: proposal.deleted ? nil : number, after: state, &round)
         case .stale:
             try resolve(proposal, lostFrom: state, operation: operation, &round)
+        case .misplaced(let problem):
+            try placeAgain(proposal, problem, here: proposal, operation: operation, after: state, &round)
         }
     }
 
@@ -369,10 +369,11 @@ public final class SyncEngine: Sendable {
                 continue
             }
             let operation = "\(store.author.machine)/\(item)/save-\(number)/\(Self.digest(of: proposal))"
-            let outcome = try SyncError.remote { () throws(RemoteError) in
-                try remote.commit(proposal, operation: operation, whenStale: .refuse)
-            }
+            let outcome = try commitPlaced(proposal, operation: operation, &round)
             note("up \(item): \(outcome) for save \(number) made here before the current content")
+            // Not in its place (a folder moved inside itself here): the current content's commit
+            // settles the place; the saves wait for it.
+            if case .misplaced = outcome { break }
             guard case .current(let given, let sequence) = outcome else {
                 // It lost its race before it went up (another machine committed first): it and
                 // the saves after it are set aside, to go up beside the current version.
@@ -456,7 +457,7 @@ public final class SyncEngine: Sendable {
     }
 
     /// `proposal` is the item's current version `number` now: in step, under that number here too.
-    private func committed(_ proposal: RemoteVersion, number: UInt64, sequence: UInt64, after state: ItemSyncState?,
+    func committed(_ proposal: RemoteVersion, number: UInt64, sequence: UInt64, after state: ItemSyncState?,
                            _ round: inout Round) throws(SyncError) {
         if proposal.kind == .file && !proposal.deleted && number > proposal.number {
             try SyncError.local("number version \(number) of item \(proposal.item)") {
@@ -569,8 +570,9 @@ public final class SyncEngine: Sendable {
             if SyncMerge.same(ours, current) { return try takeCurrent(current, over: ours, keepingOurs: nil, after: state, &round) }
             var proposal = ours
             proposal.base = current.number
-            let outcome = try SyncError.remote { () throws(RemoteError) in
-                try remote.commit(proposal, operation: operation + "/after-\(current.number)", whenStale: .refuse)
+            let outcome = try commitPlaced(proposal, operation: operation + "/after-\(current.number)", &round)
+            if case .misplaced(let problem) = outcome {
+                return try placeAgain(proposal, problem, here: ours, operation: operation + "/after-\(current.number)", after: state, &round)
             }
             guard case .current(let number, let sequence) = outcome else {
                 throw SyncError(remote: RemoteError(.unreachable, "item \(ours.item) changed on the remote again while sending it; trying again"))
@@ -582,8 +584,9 @@ public final class SyncEngine: Sendable {
             guard !ours.deleted else { return }
             var fresh = ours
             fresh.base = 0
-            let outcome = try SyncError.remote { () throws(RemoteError) in
-                try remote.commit(fresh, operation: operation + "/afresh", whenStale: .refuse)
+            let outcome = try commitPlaced(fresh, operation: operation + "/afresh", &round)
+            if case .misplaced(let problem) = outcome {
+                return try placeAgain(fresh, problem, here: ours, operation: operation + "/afresh", after: nil, &round)
             }
             guard case .current(let number, let sequence) = outcome else {
                 throw SyncError(remote: RemoteError(.unreachable, "item \(ours.item) changed on the remote again while sending it afresh; trying again"))
@@ -604,7 +607,7 @@ public final class SyncEngine: Sendable {
                 case .current(let number, let sequence):
                     // The other change went meanwhile (its machine took it back): ours is current.
                     return try committed(ours, number: number, sequence: sequence, after: state, &round)
-                case .stale:
+                case .stale, .misplaced:
                     break
                 }
             }
@@ -621,8 +624,9 @@ public final class SyncEngine: Sendable {
         proposal.author = store.author
         proposal.resolves = ours.resolves
         proposal.number = ours.number  // the save's number here, as for any proposal
-        let outcome = try SyncError.remote { () throws(RemoteError) in
-            try remote.commit(proposal, operation: operation + "/onto-\(current.number)", whenStale: .refuse)
+        let outcome = try commitPlaced(proposal, operation: operation + "/onto-\(current.number)", &round)
+        if case .misplaced(let problem) = outcome {
+            return try placeAgain(proposal, problem, here: ours, operation: operation + "/onto-\(current.number)", after: state, &round)
         }
         guard case .current(let number, let sequence) = outcome else {
             // Changed again meanwhile (a third machine was quicker): the next round tries again.
@@ -642,7 +646,7 @@ public final class SyncEngine: Sendable {
     /// The remote's current version becomes the item here (ours, if asked, kept as a conflict
     /// version under the number the remote gave it), unless the item changed here again
     /// meanwhile: that goes up next, from the old base, and is settled the same way.
-    private func takeCurrent(_ known: RemoteVersion? = nil, over ours: RemoteVersion, keepingOurs: UInt64?,
+    func takeCurrent(_ known: RemoteVersion? = nil, over ours: RemoteVersion, keepingOurs: UInt64?,
                              after state: ItemSyncState?, _ round: inout Round) throws(SyncError) {
         var fetched = known
         if fetched == nil {
@@ -986,12 +990,24 @@ public final class SyncEngine: Sendable {
 
     /// Applies `version` (committed at `sequence` of the log, when known) through the store,
     /// under the name the naming rule gives it here.
-    private func apply(_ version: RemoteVersion, committedAt sequence: UInt64? = nil, expecting expected: ApplyExpectation,
+    func apply(_ version: RemoteVersion, committedAt sequence: UInt64? = nil, expecting expected: ApplyExpectation,
                        keepingHereAsConflict: UInt64?, depth: Int = 0) throws(SyncError) -> ApplyOutcome {
         let name = try placement(of: version, committedAt: sequence, depth: depth)
-        let outcome = try SyncError.local("apply version \(version.number) of item \(version.item)") {
-            try store.apply(version, placedAs: name, expecting: expected,
-                            keepingHereAsConflict: keepingHereAsConflict) { digest in try self.fetch(digest) }
+        let outcome: ApplyOutcome
+        do {
+            outcome = try SyncError.local("apply version \(version.number) of item \(version.item)") {
+                try store.apply(version, placedAs: name, expecting: expected,
+                                keepingHereAsConflict: keepingHereAsConflict) { digest in try self.fetch(digest) }
+            }
+        } catch where error.remote == nil && !version.deleted && version.parent != 0 && depth < 64
+                        && (try? store.isGone(version.parent)) == true {
+            // Its folder is not here (removed here, the removal not gone up yet): the folder
+            // comes as the remote has it (`SyncEngine+Tree`), then the item.
+            try bringFolderHere(version.parent, depth: depth)
+            outcome = try SyncError.local("apply version \(version.number) of item \(version.item)") {
+                try store.apply(version, placedAs: name, expecting: expected,
+                                keepingHereAsConflict: keepingHereAsConflict) { digest in try self.fetch(digest) }
+            }
         }
         // Placed under another name (it came later to a name taken here): that rename is a
         // change of this machine's, and goes up; until it has, the item differs here from the

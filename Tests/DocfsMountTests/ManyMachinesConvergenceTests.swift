@@ -160,6 +160,34 @@ extension ManyMachinesConvergenceTests {
         #expect(Self.saysInStep([a, b]), "\((try? a.status()) ?? [:]) \((try? b.status()) ?? [:])")
     }
 
+    /// Two folders moved into each other at once on two machines (`mv A B/` on one, `mv B A/`
+    /// on the other): the remote takes the first move and refuses the second (it would put a
+    /// folder inside itself), so both machines end with one inside the other, the same way,
+    /// every file kept, and both say they are in step.
+    @Test func foldersMovedIntoEachOtherAtOnceEndTheSameWithoutACycle() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("crossed")
+        let (a, b) = (try Machine("a", mounted: true), try Machine("b", mounted: true))
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0 && b.link(uri).status == 0)
+        for folder in ["A", "B"] {
+            #expect(mkdir(a.path(folder), 0o755) == 0)
+            try "in \(folder)\n".write(toFile: a.path("\(folder)/\(folder.lowercased()).txt"), atomically: false, encoding: .utf8)
+        }
+        #expect(ManyMachinesTests.within(20) { b.content("A/a.txt") == "in A\n" && b.content("B/b.txt") == "in B\n" } != nil)
+        DispatchQueue.concurrentPerform(iterations: 2) { index in
+            if index == 0 { _ = rename(a.path("A"), a.path("B/A")) } else { _ = rename(b.path("B"), b.path("A/B")) }
+        }
+        func names(_ machine: Machine) -> [String] { Self.ids(machine).keys.sorted() }
+        let oneWay = ["B", "B/A", "B/A/a.txt", "B/b.txt"], otherWay = ["A", "A/B", "A/B/b.txt", "A/a.txt"]
+        #expect(ManyMachinesTests.within(30) {
+            let (onA, onB) = (names(a), names(b))
+            return onA == onB && (onA == oneWay || onA == otherWay)
+        } != nil, "\(names(a)) \(names(b))")
+        #expect(Self.ids(a) == Self.ids(b))
+        #expect(Self.saysInStep([a, b]), "\((try? a.status()) ?? [:]) \((try? b.status()) ?? [:]) \((try? Self.check(a).output) ?? "") \((try? Self.check(b).output) ?? "")")
+    }
+
     @Test func editsMadeInTheStoreWhileStoppedGoUpAtTheNextMount() throws {
         let server = try ThrowawayPostgres.shared()
         let uri = try server.makeDatabase("stopped")

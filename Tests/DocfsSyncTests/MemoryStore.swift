@@ -19,6 +19,9 @@ final class MemoryStore: SyncedStore, Sendable {
         var conflicts: [UInt64: [String]] = [:]
         /// Items a writer has open here.
         var writing: Set<UInt64> = []
+        /// Names this store refuses (as a filesystem refuses a name too long for it): applying an
+        /// item under one fails.
+        var refusedNames: Set<String> = []
         /// Items the store cannot tell about right now (a rename under way, as a real store's
         /// index can be a moment behind): reading them throws `LocalItemUnsettled`.
         var unsettled: Set<UInt64> = []
@@ -384,6 +387,7 @@ final class MemoryStore: SyncedStore, Sendable {
         }
         return try state.withLock { state in
             guard expected.isMet(by: state.items[version.item]) else { return .changedHere }
+            if !version.deleted, state.refusedNames.contains(name) { throw MemoryStoreError.nameRefused(name) }
             // As a real store: an item goes in a folder that is here.
             if !version.deleted, version.parent != 0, state.items[version.parent] == nil {
                 throw MemoryStoreError.noParent(version.parent)
@@ -526,6 +530,7 @@ final class MemoryStore: SyncedStore, Sendable {
 
 enum MemoryStoreError: Error {
     case noChunk
+    case nameRefused(String)
     case nameTaken(String)
     case noParent(UInt64)
 }

@@ -88,20 +88,21 @@ import Testing
         let name = String(uri.split(separator: "/").last!.split(separator: "?")[0])
         let first = try Self.link(uri)
         first.close()
-        #expect(try server.sql("SELECT value FROM docfs.meta WHERE key = 'schema_version'", database: name) == "10\n")
+        #expect(try server.sql("SELECT value FROM docfs.meta WHERE key = 'schema_version'", database: name) == "11\n")
         // Linking again finds the schema current and changes nothing.
         let again = try Self.link(uri)
         let m = MachineRegistration(store: "store-m", name: "m")
         #expect(try again.join(m).space == 0 && again.join(m).space == 0)
         again.close()
         #expect(try server.sql("SELECT count(*) FROM docfs.machines", database: name) == "1\n")
-        // A remote of schema 1 (before chunks knew when they were last used, before references travelled, before commits took one round trip, before key-value removals were kept) is migrated.
+        // A remote of schema 1 (before chunks knew when they were last used, before references travelled, before commits took one round trip, before key-value removals were kept, before commits kept the tree whole) is migrated.
         try server.sql("""
             ALTER TABLE docfs.chunks DROP COLUMN used;
             ALTER TABLE docfs.versions DROP COLUMN resolves, DROP COLUMN container_name, DROP COLUMN container_public,
                 DROP COLUMN committed, DROP COLUMN thumbnail, DROP COLUMN previous, DROP COLUMN lengths;
             DROP FUNCTION docfs.commit_version;
             DROP INDEX docfs.kv_sequence;
+            DROP INDEX docfs.versions_parent;
             ALTER TABLE docfs.machines DROP COLUMN store;
             ALTER TABLE docfs.kv ALTER COLUMN value SET NOT NULL;
             DELETE FROM docfs.meta WHERE key = 'log_horizon';
@@ -110,7 +111,7 @@ import Testing
         let older = try Self.link(uri)
         #expect(try older.sweepChunks(unusedFor: 0) == ChunkSweep(chunks: 0, bytes: 0))
         older.close()
-        #expect(try server.sql("SELECT value FROM docfs.meta WHERE key = 'schema_version'", database: name) == "10\n")
+        #expect(try server.sql("SELECT value FROM docfs.meta WHERE key = 'schema_version'", database: name) == "11\n")
         #expect(try server.sql("SELECT count(*) FROM information_schema.columns WHERE table_schema = 'docfs' AND column_name IN ('used', 'resolves', 'previous', 'lengths', 'store')",
                                database: name) == "5\n")
         #expect(try server.sql("SELECT count(*) FROM information_schema.routines WHERE routine_schema = 'docfs' AND routine_name = 'commit_version'",
@@ -136,7 +137,7 @@ import Testing
         defer { lazy.close() }
         #expect(try server.sql("SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'docfs'", database: name) == "0\n")
         #expect(try lazy.changes(after: .start, limit: 1).changes.isEmpty)
-        #expect(try server.sql("SELECT value FROM docfs.meta WHERE key = 'schema_version'", database: name) == "10\n")
+        #expect(try server.sql("SELECT value FROM docfs.meta WHERE key = 'schema_version'", database: name) == "11\n")
     }
 
     /// A commit whose transaction is slow to finish holds the log's head: a later commit waits

@@ -239,31 +239,59 @@ final class HeardProblems: Sendable {
         #expect(machines.stores.allSatisfy { $0.pending == 0 })
     }
 
-    /// A change that cannot be applied on a machine (here: its folder never came) is parked,
-    /// so the changes after it are not held up; it is applied once its folder arrives.
+    /// A change that cannot be applied on a machine (here: a name its store refuses) is parked,
+    /// so the changes after it are not held up; it is applied once the store can take it.
     @Test(arguments: RemoteUnderTest.allCases)
     func aChangeThatCannotBeAppliedIsParkedAndTheLogGoesOn(_ kind: RemoteUnderTest) throws {
         let machines = try Machines(kind)
         let b = machines[1]
-        let remote = machines.remote
-        let folder: UInt64 = 9_000_001, orphan: UInt64 = 9_000_002
-        let author = RemoteAuthor(machine: "x", user: "xavier")
-        let text = Array("in a folder that is late".utf8)
-        let digest = text.withUnsafeBytes { ChunkDigest(of: $0) }
-        try remote.putChunk(digest, bytes: text)
-        _ = try remote.commit(RemoteVersion(item: orphan, container: "docfs.default", parent: folder, name: "orphan.txt", kind: .file,
-                                            base: 0, manifest: [digest], size: Int64(text.count), modified: 1, author: author),
-                              operation: "orphan")
-        let after = machines[0].create("after.txt", text: "made after the orphan")
+        b.state.withLock { _ = $0.refusedNames.insert("refused.txt") }
+        let refused = machines[0].create("refused.txt", text: "a name b refuses")
+        let after = machines[0].create("after.txt", text: "made after it")
         try machines.sync(0)
         try machines.sync(1)
-        #expect(b.text(of: after) == "made after the orphan" && b.item(orphan) == nil && b.parkedCount == 1)
-        // The folder arrives: the parked change goes in.
-        _ = try remote.commit(RemoteVersion(item: folder, container: "docfs.default", name: "Late", kind: .folder, base: 0,
-                                            manifest: [], size: 0, mode: 0o755, modified: 1, author: author),
-                              operation: "folder")
+        #expect(b.text(of: after) == "made after it" && b.item(refused) == nil && b.parkedCount == 1)
+        // The store takes the name now: the parked change goes in with the next change applied.
+        b.state.withLock { _ = $0.refusedNames.remove("refused.txt") }
+        machines[0].create("later.txt", text: "later")
+        try machines.sync(0)
         try machines.sync(1)
-        #expect(b.text(of: orphan) == "in a folder that is late" && b.item(orphan)?.parent == folder && b.parkedCount == 0)
+        #expect(b.text(of: refused) == "a name b refuses" && b.parkedCount == 0)
+    }
+
+    /// The remote keeps its tree whole (`TreeProblem`): an item is never current in a folder
+    /// that is gone, a folder is never deleted while it holds items, and no folder goes inside
+    /// itself; nothing is committed then.
+    @Test(arguments: RemoteUnderTest.allCases)
+    func theRemoteRefusesVersionsThatBreakItsTree(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        let author = RemoteAuthor(machine: "x", user: "xavier")
+        func folder(_ item: UInt64, in parent: UInt64 = 0, base: UInt64 = 0, deleted: Bool = false) -> RemoteVersion {
+            var version = RemoteVersion(item: item, container: "docfs.default", parent: parent, name: "f\(item)", kind: .folder, base: base,
+                                        manifest: [], size: 0, mode: 0o755, modified: 1, author: author)
+            version.deleted = deleted
+            return version
+        }
+        #expect(try remote.commit(folder(2, in: 1), operation: "a") == .misplaced(.folderGone(1)))
+        #expect(try remote.commit(folder(1), operation: "b") == .current(version: 1, sequence: 1))
+        #expect(try remote.commit(folder(2, in: 1), operation: "a") == .current(version: 1, sequence: 2))
+        // A folder holding an item is not deleted; once the item is gone, it is.
+        #expect(try remote.commit(folder(1, base: 1, deleted: true), operation: "c", whenStale: .refuse) == .misplaced(.folderNotEmpty))
+        // No folder goes inside itself or inside one in it.
+        #expect(try remote.commit(folder(1, in: 2, base: 1), operation: "d", whenStale: .refuse) == .misplaced(.cycle))
+        #expect { try remote.commit(folder(1, in: 1, base: 1), operation: "d2", whenStale: .refuse) } throws: {
+            ($0 as? RemoteError)?.kind == .refused
+        }
+        #expect(try remote.commit(folder(2, base: 1, deleted: true), operation: "e", whenStale: .refuse) == .current(version: 2, sequence: 3))
+        #expect(try remote.commit(folder(1, base: 1, deleted: true), operation: "c", whenStale: .refuse) == .current(version: 2, sequence: 4))
+        // Nothing refused reached the log, and an item in a deleted folder is refused.
+        #expect(try remote.changes(after: .start, limit: 10).changes.map(\.sequence) == [1, 2, 3, 4])
+        #expect(try remote.commit(folder(3, in: 1), operation: "f") == .misplaced(.folderGone(1)))
+        // Conflict versions and saves set aside are never current: no tree to keep.
+        var aside = folder(2, in: 1, base: 2)
+        aside.previous = true
+        let kept = try remote.commit(aside, operation: "g")
+        #expect(kept == .current(version: 3, sequence: 5), "\(kept)")
     }
 
     /// A file renamed over another on one machine can reach the log before the other's
