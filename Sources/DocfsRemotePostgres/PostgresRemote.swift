@@ -364,6 +364,8 @@ public final class PostgresRemote: Remote {
             return .misplaced(.folderNotEmpty)
         case "cycle":
             return .misplaced(.cycle)
+        case "name-taken":
+            return .misplaced(.nameTaken)
         case "missing":
             let absent = Set(missing ?? [])
             let chunks = digests.filter { absent.contains($0.hex) }

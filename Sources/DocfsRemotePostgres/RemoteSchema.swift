@@ -151,9 +151,10 @@ enum RemoteSchema {
             // The remote's tree is whole by construction (DESIGN §9.0, issue 49 §2): a version
             // becomes current only in a folder that is there, a folder is deleted only once
             // nothing is in it, and no folder goes inside itself; else nothing is committed
-            // ('folder-gone' with the folder, 'folder-not-empty', 'cycle'). The index finds a
-            // folder's items among the versions.
-            "CREATE INDEX versions_parent ON docfs.versions (parent)",
+            // ('folder-gone' with the folder, 'folder-not-empty', 'cycle'); and a name is one
+            // item's in its folder ('name-taken'). The index finds a folder's items, and a name
+            // in it, among the versions.
+            "CREATE INDEX versions_place ON docfs.versions (parent, name)",
             """
             CREATE OR REPLACE FUNCTION docfs.commit_version(
                 p_operation text, p_item bigint, p_refuse_stale boolean, p_base bigint, p_number bigint, p_previous boolean,
@@ -186,7 +187,15 @@ enum RemoteSchema {
                             WHERE v.parent = p_item AND NOT v.deleted) THEN
                             o_outcome := 'folder-not-empty'; RETURN;
                         END IF;
-                    ELSIF p_parent <> 0 THEN
+                    ELSE
+                        IF p_kind <> 'container' AND EXISTS (
+                            SELECT 1 FROM docfs.versions v JOIN docfs.items i ON i.item = v.item AND i.current_number = v.number
+                            WHERE v.parent = p_parent AND v.name = p_name AND v.container = p_container AND v.scope = p_scope
+                              AND NOT v.deleted AND v.item <> p_item) THEN
+                            o_outcome := 'name-taken'; RETURN;
+                        END IF;
+                    END IF;
+                    IF NOT p_deleted AND p_parent <> 0 THEN
                         IF NOT EXISTS (
                             SELECT 1 FROM docfs.items i JOIN docfs.versions v ON v.item = i.item AND v.number = i.current_number
                             WHERE i.item = p_parent AND NOT v.deleted AND v.kind IN ('folder', 'container')) THEN

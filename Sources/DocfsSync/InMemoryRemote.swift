@@ -4,6 +4,15 @@ import Synchronization
 import Glibc
 #endif
 
+/// Where a version puts its item: its folder and name, in a container's scope.
+struct NamePlace: Hashable {
+    var container: String, scope: String, parent: UInt64, name: String
+
+    init(_ version: RemoteVersion) {
+        (container, scope, parent, name) = (version.container, version.scope, version.parent, version.name)
+    }
+}
+
 /// A remote held in memory (issue 22 §0): what the PostgreSQL remote keeps, with the same
 /// answers, for fast tests of the sync engine without a kernel or a server. Several engines
 /// (several "machines") share one instance.
@@ -21,6 +30,8 @@ public final class InMemoryRemote: Remote {
         var log: [RemoteChange] = []
         /// Each item's current version, and the highest number it has given.
         var current: [UInt64: RemoteVersion] = [:]
+        /// Which item holds each name (a current version not deleted), for the tree's checks.
+        var names: [NamePlace: UInt64] = [:]
         var numbers: [UInt64: UInt64] = [:]
         var operations: [String: RemoteCommitOutcome] = [:]
         /// Each container's keys: the value (nil once removed) and the sequence of its last change.
@@ -29,6 +40,13 @@ public final class InMemoryRemote: Remote {
         var machines: [String: (space: UInt64, name: String)] = [:]
         var sequence: UInt64 = 0
 
+        /// Makes `version` its item's current one, and keeps `names` with it.
+        mutating func setCurrent(_ version: RemoteVersion) {
+            if let old = current[version.item], !old.deleted, names[NamePlace(old)] == version.item { names[NamePlace(old)] = nil }
+            current[version.item] = version
+            if !version.deleted && version.kind != .container { names[NamePlace(version)] = version.item }
+        }
+
         /// What keeps `proposal` from being its item's current version (see `TreeProblem`).
         func treeProblem(of proposal: RemoteVersion) -> TreeProblem? {
             if proposal.deleted {
@@ -36,6 +54,7 @@ public final class InMemoryRemote: Remote {
                 let filled = current.values.contains { $0.parent == proposal.item && !$0.deleted }
                 return filled ? .folderNotEmpty : nil
             }
+            if proposal.kind != .container, let holder = names[NamePlace(proposal)], holder != proposal.item { return .nameTaken }
             guard proposal.parent != 0 else { return nil }
             guard let folder = current[proposal.parent], !folder.deleted, folder.kind == .folder || folder.kind == .container else {
                 return .folderGone(proposal.parent)
@@ -173,7 +192,7 @@ public final class InMemoryRemote: Remote {
             version.conflict = proposal.base != current && !previous
             let sequence = state.nextSequence()
             state.committed[sequence] = Self.now()
-            if !version.conflict && !previous { state.current[proposal.item] = version }
+            if !version.conflict && !previous { state.setCurrent(version) }
             state.log.append(RemoteChange(sequence: sequence, version: version))
             let outcome: RemoteCommitOutcome = version.conflict
                 ? .conflict(version: version.number, sequence: sequence) : .current(version: version.number, sequence: sequence)

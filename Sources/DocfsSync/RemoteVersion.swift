@@ -174,12 +174,16 @@ public enum TreeProblem: Codable, Hashable, Sendable, CustomStringConvertible {
     /// A folder moved into itself or into a folder inside it (two machines moved two folders
     /// into each other).
     case cycle
+    /// Another item holds the name in the folder on the remote (two machines made or moved
+    /// items there while apart): the later commit takes another name.
+    case nameTaken
 
     public var description: String {
         switch self {
         case .folderGone(let folder): "its folder \(folder) is deleted on the remote"
         case .folderNotEmpty: "the folder holds items on the remote that were not removed with it"
         case .cycle: "the folder would be inside itself"
+        case .nameTaken: "another item holds its name in its folder on the remote"
         }
     }
 }

@@ -8,7 +8,9 @@
 /// - a folder moved here into a folder that another machine moved into it keeps the place the
 ///   remote has (the later move loses; what else changed of it goes up);
 /// - applying an item whose folder is not here (removed here, its removal not gone up yet)
-///   brings the folder here first, as the remote has it.
+///   brings the folder here first, as the remote has it;
+/// - an item whose name another item committed first in its folder takes another name
+///   (`SyncNames`); a receiver moves aside a holder of the name that claimed it only here.
 extension SyncEngine {
     /// Commits `proposal`; when its folder is deleted on the remote, brings the folder back
     /// first (`restoreFolder`) and commits again.
@@ -39,11 +41,16 @@ extension SyncEngine {
         let proposal = local.proposal(base: current?.number ?? 0, by: store.author)
         note("up \(folder): brought back over its deletion on the remote (an item went into it here)")
         let operation = "\(store.author.machine)/\(folder)/restore-\(current?.number ?? 0)/\(Self.digest(of: proposal))"
-        guard case .current(let number, let sequence) = try commitPlaced(proposal, operation: operation, &round, depth: depth + 1) else {
+        switch try commitPlaced(proposal, operation: operation, &round, depth: depth + 1) {
+        case .current(let number, let sequence):
+            try committed(proposal, number: number, sequence: sequence, after: state, &round)
+            return true
+        case .misplaced(.nameTaken):
+            // Another item took its name since: it comes back under another.
+            return try takeAnotherName(proposal, here: proposal, operation: operation, after: state, &round)
+        default:
             return false
         }
-        try committed(proposal, number: number, sequence: sequence, after: state, &round)
-        return true
     }
 
     /// `proposal` (made from `here`, the item as this machine has it; last in step at `state`)
@@ -79,11 +86,53 @@ extension SyncEngine {
                 try settle(placed, number: number, sequence: sequence, after: state)
             }
             round.merged += 1
+        case .nameTaken:
+            if try !takeAnotherName(proposal, here: here, operation: operation, after: state, &round) { round.again.insert(item) }
         case .folderGone(let folder):
             // Its folder could not be brought back (it is no folder here either): tried again.
             note("up \(item): its folder \(folder) is deleted on the remote and cannot be brought back from here; again next round")
             round.again.insert(item)
         }
+    }
+
+    /// Another item committed the name first: `proposal`'s item takes the first name free here
+    /// and on the remote (`SyncNames`), and is renamed here to it. Answers whether it went up.
+    private func takeAnotherName(_ proposal: RemoteVersion, here: RemoteVersion, operation: String, after state: ItemSyncState?,
+                                 _ round: inout Round) throws(SyncError) -> Bool {
+        let item = proposal.item
+        var refused: Set<String> = [proposal.name]
+        for _ in 0..<64 {
+            let candidate = try SyncNames.free(proposal.name) { (name: String) throws(SyncError) -> Bool in
+                if refused.contains(name) { return true }
+                return try SyncError.local("look up a name") {
+                    try store.item(named: name, in: proposal.parent, container: proposal.container, scope: proposal.scope) != nil
+                }
+            }
+            var renamed = proposal
+            renamed.name = candidate
+            switch try commitPlaced(renamed, operation: operation + "/as-\(candidate)", &round) {
+            case .misplaced(.nameTaken):
+                refused.insert(candidate)
+            case .current(let number, let sequence):
+                note("up \(item): \(proposal.name) is another item's on the remote; it goes as \(candidate)")
+                // Made what the remote has here (renamed; a merge's other fields too), as a merge
+                // that went up is, with the versions it passed over kept.
+                var applied = renamed
+                applied.number = number
+                if try apply(applied, expecting: ApplyExpectation(here), keepingHereAsConflict: nil) == .applied {
+                    try settle(renamed, number: number, sequence: sequence, after: state)
+                    if let state, renamed.base > state.number {
+                        keepingEarlierVersions(of: item) { () throws(SyncError) in try keepSkipped(of: item, after: state.number, before: applied) }
+                    }
+                } else {
+                    round.again.insert(item)  // changed here meanwhile: it goes up from where it was
+                }
+                return true
+            default:
+                return false
+            }
+        }
+        return false
     }
 
     /// Brings `folder` here as the remote has it, when it is not here and the remote has it

@@ -892,7 +892,7 @@ public final class SyncEngine: Sendable {
     /// Runs `keep`, which keeps earlier versions of `item` here after a version was applied and
     /// settled: a failure (the network, a full disk) costs only those kept versions, reported,
     /// and does not end the round (the change itself is applied and in step).
-    private func keepingEarlierVersions(of item: UInt64, _ keep: () throws(SyncError) -> Void) {
+    func keepingEarlierVersions(of item: UInt64, _ keep: () throws(SyncError) -> Void) {
         do {
             try keep()
         } catch {
@@ -920,7 +920,7 @@ public final class SyncEngine: Sendable {
     /// before it (`renamedLookBack`), are looked at for that.
     static let renamedLookBack: UInt64 = 8
 
-    private func keepSkipped(of item: UInt64, after low: UInt64, before applied: RemoteVersion) throws(SyncError) {
+    func keepSkipped(of item: UInt64, after low: UInt64, before applied: RemoteVersion) throws(SyncError) {
         let high = applied.number
         guard applied.kind == .file, high > low + 1 else { return }
         let from = max(max(low, 1), high > 64 ? high - 64 : 1)
@@ -1033,15 +1033,27 @@ public final class SyncEngine: Sendable {
             }
         }
         guard let holder, holder != version.item else { return version.name }
-        let state = try syncState(of: version.item)
-        let incoming = (version.base == 0 ? sequence : state?.created) ?? sequence ?? UInt64.max - 1
-        let held = try syncState(of: holder).flatMap(\.created) ?? UInt64.max
         let freeName = try SyncNames.free(version.name) { candidate throws(SyncError) in
             try SyncError.local("look up a name") {
                 try store.item(named: candidate, in: version.parent, container: version.container, scope: version.scope) != nil
             }
         }
-        if incoming > held || (incoming == held && version.item > holder) { return freeName }
+        // The remote gives a name in a folder to one item at a time (`TreeProblem.nameTaken`):
+        // a holder here that claimed it without the remote (never gone up, or moved here since it
+        // was last in step) gives way, and goes up under its new name.
+        let holderState = try syncState(of: holder)
+        let claimedHere = holderState.map { state in
+            state.version.deleted || state.version.parent != version.parent || state.version.name != version.name
+                || state.version.container != version.container || state.version.scope != version.scope
+        } ?? true
+        if !claimedHere {
+            // Both hold it on the remote (a remote from before it kept names whole): the item
+            // whose creation committed later takes the new name.
+            let state = try syncState(of: version.item)
+            let incoming = (version.base == 0 ? sequence : state?.created) ?? sequence ?? UInt64.max - 1
+            let held = holderState?.created ?? UInt64.max
+            if incoming > held || (incoming == held && version.item > holder) { return freeName }
+        }
         try SyncError.local("move item \(holder) aside for item \(version.item)") { try store.moveAside(holder, to: freeName) }
         return version.name
     }

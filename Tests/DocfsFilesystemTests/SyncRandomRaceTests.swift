@@ -132,6 +132,8 @@ import Glibc
     /// that come and go: once every writer let go and the stores synced, all three hold the
     /// same documents (names, ids, numbers, content) and list the same versions of each.
     @Test(arguments: 0..<32) func randomEditsRenamesAndDeletionsConvergeOnEveryStore(seed: UInt64) throws {
+        // `DOCFS_RACE_SEED=N` replays seed N alone (with `DOCFS_SYNC_TRACE=1`, every step).
+        if let only = ProcessInfo.processInfo.environment["DOCFS_RACE_SEED"].flatMap({ UInt64($0) }), only != seed { return }
         let fixture = TwoStoresInStepTests()
         let (remote, a, b, c, _) = try fixture.threeMachinesInStep(on: "plan.txt", "base")
         defer { for machine in [a, b, c] { machine.cleanUp() } }

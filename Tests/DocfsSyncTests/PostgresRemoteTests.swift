@@ -102,7 +102,7 @@ import Testing
                 DROP COLUMN committed, DROP COLUMN thumbnail, DROP COLUMN previous, DROP COLUMN lengths;
             DROP FUNCTION docfs.commit_version;
             DROP INDEX docfs.kv_sequence;
-            DROP INDEX docfs.versions_parent;
+            DROP INDEX docfs.versions_place;
             ALTER TABLE docfs.machines DROP COLUMN store;
             ALTER TABLE docfs.kv ALTER COLUMN value SET NOT NULL;
             DELETE FROM docfs.meta WHERE key = 'log_horizon';

@@ -294,9 +294,10 @@ final class HeardProblems: Sendable {
         #expect(kept == .current(version: 3, sequence: 5), "\(kept)")
     }
 
-    /// A file renamed over another on one machine can reach the log before the other's
-    /// tombstone (`ln -sf`, `mv new old`): another machine frees the name by taking the old
-    /// item's later version out of turn, instead of renaming the new item aside.
+    /// A file renamed over another (`ln -sf`, `mv new old`) cannot reach the remote before the
+    /// old item's tombstone: the remote gives a name to one item at a time
+    /// (`TreeProblem.nameTaken`). Once the tombstone is in, the new item takes the name, and
+    /// another machine applies both in turn: the new item has the name, nothing aside.
     @Test(arguments: RemoteUnderTest.allCases)
     func aNameTakenOverBeforeItsOldItemsTombstoneStaysTheNewItems(_ kind: RemoteUnderTest) throws {
         let machines = try Machines(kind)
@@ -307,12 +308,17 @@ final class HeardProblems: Sendable {
         let text = Array("new".utf8)
         let digest = text.withUnsafeBytes { ChunkDigest(of: $0) }
         try machines.remote.putChunk(digest, bytes: text)
-        _ = try machines.remote.commit(RemoteVersion(item: replacement, container: "docfs.default", name: "x.txt", kind: .file, base: 0,
-                                                     manifest: [digest], size: 3, modified: 5, author: a.author), operation: "new")
+        let proposal = RemoteVersion(item: replacement, container: "docfs.default", name: "x.txt", kind: .file, base: 0,
+                                     manifest: [digest], size: 3, modified: 5, author: a.author)
+        #expect(try machines.remote.commit(proposal, operation: "new") == .misplaced(.nameTaken))
         var tombstone = try #require(try machines.remote.currentVersion(of: old))
         tombstone.base = tombstone.number
         tombstone.deleted = true
         _ = try machines.remote.commit(tombstone, operation: "gone")
+        guard case .current = try machines.remote.commit(proposal, operation: "new") else {
+            Issue.record("the name is free once the old item's tombstone is in")
+            return
+        }
         try machines.sync(1)
         #expect(b.item(replacement)?.name == "x.txt" && b.text(of: replacement) == "new" && b.item(old) == nil)
         #expect(b.pending == 0 && b.parkedCount == 0)

@@ -68,20 +68,21 @@ struct SyncSimulation {
         let base = InMemoryRemote()
         let links = (0..<options.machines).map { _ in FlakyRemote(base) }
         let stores = (0..<options.machines).map { MemoryStore(machine: "m\($0)", space: UInt64($0) + 1) }
-        var engines = zip(stores, links).map { SyncEngine(store: $0, remote: $1, pageSize: 7) }
+        let tracing = ProcessInfo.processInfo.environment["DOCFS_SIMULATE_TRACE"] != nil
+        /// A machine's engine (made again when it crashes), telling its decisions when tracing.
+        func engine(_ index: Int) -> SyncEngine {
+            let engine = SyncEngine(store: stores[index], remote: links[index], pageSize: 7)
+            let name = stores[index].author.machine
+            if tracing { engine.onTrace { print("  TRACE \(name) \($0)") } }
+            return engine
+        }
+        var engines = stores.indices.map(engine)
         var steps: [String] = []
         var violations: [String] = []
         var written = 0
-        let tracing = ProcessInfo.processInfo.environment["DOCFS_SIMULATE_TRACE"] != nil
         func step(_ line: String) {
             steps.append(line)
             if tracing { print("STEP \(steps.count): \(line)") }
-        }
-        if tracing {
-            for (engine, store) in zip(engines, stores) {
-                let name = store.author.machine
-                engine.onTrace { print("  TRACE \(name) \($0)") }
-            }
         }
         func pick(_ items: [UInt64]) -> UInt64? { items.isEmpty ? nil : items[random.next(below: items.count)] }
 
@@ -159,7 +160,7 @@ struct SyncSimulation {
                 _ = try? engines[index].syncOnce()
                 links[index].callsBeforeCut.store(-1, ordering: .relaxed)
                 links[index].down.store(false, ordering: .relaxed)
-                engines[index] = SyncEngine(store: store, remote: links[index], pageSize: 7)
+                engines[index] = engine(index)
                 step("\(name) crashes after \(calls) calls of a round and starts again")
             default:
                 continue
