@@ -212,8 +212,10 @@ public struct ControlReply: Codable {
     /// For `remoteLink`: the store must be merged into the remote's items, which renumbers
     /// them, so it must be linked unmounted (`docfs remote link` unmounts and remounts it).
     public var mergeNeedsUnmountedStore: Bool? = nil
-    /// For `remoteCheck`: every difference between the store and its remote.
+    /// For `remoteCheck`: every difference between the store and its remote, and what the
+    /// store holds that does not travel.
     public var differences: [RemoteDifference]? = nil
+    public var keptHereOnly: [KeptHereOnly]? = nil
 }
 
 /// What the daemon's coordinator holds (`docfs status` shows it): whether the item asked about

@@ -341,6 +341,7 @@ public final class Daemon: Sendable {
             guard let service = syncService.withLock({ $0 }) else { throw DocfsError(.invalidArgument, "the store is not linked to a remote") }
             var reply = ControlReply(ok: true, message: "checked")
             reply.differences = try RemoteLinking.check(service.sync, remote: service.remote)
+            reply.keptHereOnly = try RemoteLinking.keptHereOnly(service.sync)
             return reply
         case .remoteUnlink:
             let service = syncService.withLock { service in defer { service = nil }; return service }

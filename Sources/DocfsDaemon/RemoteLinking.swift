@@ -200,8 +200,17 @@ public enum RemoteLinking {
         }
     }
 
-    /// `check` of the store at `layout`, which no daemon serves: its link's remote reached from here.
-    public static func checkHere(_ layout: StoreLayout, progress: ((Int) -> Void)? = nil) throws(DocfsError) -> [RemoteDifference] {
+    /// What the store `sync` serves holds that does not travel (every one of it).
+    public static func keptHereOnly(_ sync: StoreSync) throws(DocfsError) -> [KeptHereOnly] {
+        do { return try sync.keptHereOnly(limit: .max).found } catch {
+            throw DocfsError(.internalFailure, "listing what does not travel failed: \(error)")
+        }
+    }
+
+    /// `check` of the store at `layout`, which no daemon serves: its link's remote reached from
+    /// here; with what the store holds that does not travel.
+    public static func checkHere(_ layout: StoreLayout, progress: ((Int) -> Void)? = nil) throws(DocfsError)
+        -> (differences: [RemoteDifference], keptHereOnly: [KeptHereOnly]) {
         try servingHere(layout, purpose: "remote check") { shared throws(DocfsError) in
             guard let link = try RemoteLink.load(layout) else {
                 throw DocfsError(.invalidArgument, "the store is not linked to a remote: docfs remote link URI links it")
@@ -214,7 +223,7 @@ public enum RemoteLinking {
             }
             defer { remote.close() }
             let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: SyncService.userName))
-            return try check(sync, remote: remote, progress: progress)
+            return (try check(sync, remote: remote, progress: progress), try keptHereOnly(sync))
         }
     }
 

@@ -93,6 +93,8 @@ final class SyncService: Sendable {
         report.downloadedBytes = sync.promisedBytesFetched
         report.checked = status.audit?.checked
         report.checkDifferences = status.audit?.differences
+        report.keptHereOnly = status.audit?.keptHereOnly
+        report.keptHereOnlyCount = status.audit?.keptHereOnlyCount
         report.inStep = status.checkedInStep && report.waiting == 0 && report.incoming == 0 && parked.count == 0 && status.lastError == nil
         if let trimmer {
             report.cacheLimit = trimmer.limit
@@ -136,6 +138,10 @@ public struct RemoteStatusReport: Codable, Sendable {
     public var checked: Double?
     public var checkDifferences: Int?
     public var inStep: Bool?
+    /// What the store holds that does not travel, as the daemon's last check found it (the
+    /// first few), and how many in all (`KeptHereOnly`).
+    public var keptHereOnly: [KeptHereOnly]?
+    public var keptHereOnlyCount: Int?
     /// Bytes of promised files fetched since the daemon started (issue 23).
     public var downloadedBytes: Int64 = 0
     /// The cache limit, and the content here when it was last measured (issue 23).

@@ -112,8 +112,32 @@ public final class StoreSync: SyncedStore {
     public func shownPath(of item: UInt64) -> String? {
         guard let local = try? localID(ofRemote: item),
               let place = try? index.places(id: Int64(bitPattern: local)).first?.location else { return nil }
+        return Self.shown(place)
+    }
+
+    /// A place as a person reads it: its path in the user's documents, else with its container
+    /// and scope before it.
+    static func shown(_ place: IndexLocation) -> String {
         let documents = place.container == ContainerID.userDefault.rawValue && place.scope == Scope.documents.rawValue
         return documents ? place.path : "\(place.container)/\(place.scope)\(place.path)"
+    }
+
+    /// Special files (the remote keeps no such kind) and every name of a hard-linked file but
+    /// the one it travels under (`place(of:)`'s).
+    public func keptHereOnly(limit: Int) throws -> (found: [KeptHereOnly], count: Int) {
+        let special = try index.specialFilePlaces(limit: limit)
+        var found = special.places.map { KeptHereOnly(path: Self.shown($0), reason: .specialFile) }
+        let linked = try index.hardLinkedIDs(limit: limit)
+        for id in linked.ids where found.count < limit {
+            let travelling = try place(of: UInt64(bitPattern: id))
+            for (location, _) in try index.places(id: id) where found.count < limit {
+                guard let container = try? ContainerID(location.container), let scope = Scope(rawValue: location.scope),
+                      scope == .documents || scope == .data,
+                      StorePlace(container: container, scope: scope, path: location.path) != travelling else { continue }
+                found.append(KeptHereOnly(path: Self.shown(location), reason: .hardLink))
+            }
+        }
+        return (found, special.count + linked.extraNames)
     }
 
     /// Puts `items` in the outbox (linking sends the store's items up).

@@ -59,6 +59,35 @@ extension IndexDatabase {
         }
     }
 
+    /// Where the special files (fifos, sockets, devices: records of kind `other`) of every
+    /// container's documents and data are, at most `limit`, and how many there are.
+    public func specialFilePlaces(limit: Int) throws(DocfsError) -> (places: [IndexLocation], count: Int) {
+        try flush()
+        return try readSync { db in
+            let rows = try Row.fetchAll(db, sql: """
+                SELECT container, scope, path FROM items WHERE kind = 'other' AND scope IN ('documents', 'data')
+                ORDER BY container, scope, path LIMIT ?
+                """, arguments: [limit])
+            let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM items WHERE kind = 'other' AND scope IN ('documents', 'data')") ?? 0
+            return (rows.map { IndexLocation(container: $0["container"], scope: $0["scope"], path: $0["path"]) }, count)
+        }
+    }
+
+    /// The ids of files with more than one name in documents and data (hard links), at most
+    /// `limit`, and how many such names there are beyond each file's first.
+    public func hardLinkedIDs(limit: Int) throws(DocfsError) -> (ids: [Int64], extraNames: Int) {
+        try flush()
+        return try readSync { db in
+            let linked = """
+                SELECT id, count(*) AS names FROM items WHERE kind = 'file' AND scope IN ('documents', 'data') AND id > 0
+                GROUP BY id HAVING count(*) > 1
+                """
+            let ids = try Int64.fetchAll(db, sql: "SELECT id FROM (\(linked)) ORDER BY id LIMIT ?", arguments: [limit])
+            let extra = try Int.fetchOne(db, sql: "SELECT COALESCE(sum(names - 1), 0) FROM (\(linked))") ?? 0
+            return (ids, extra)
+        }
+    }
+
     /// The inodes of every reference's own file (committed records: callers flush first).
     public func referenceInodes() throws(DocfsError) -> [UInt64] {
         try readSync { db in

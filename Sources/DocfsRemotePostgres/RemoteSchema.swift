@@ -155,6 +155,7 @@ enum RemoteSchema {
             // item's in its folder ('name-taken'). The index finds a folder's items, and a name
             // in it, among the versions.
             "CREATE INDEX versions_place ON docfs.versions (parent, name)",
+            "CREATE INDEX versions_containers ON docfs.versions (container) WHERE kind = 'container'",
             """
             CREATE OR REPLACE FUNCTION docfs.commit_version(
                 p_operation text, p_item bigint, p_refuse_stale boolean, p_base bigint, p_number bigint, p_previous boolean,
@@ -167,6 +168,7 @@ enum RemoteSchema {
             LANGUAGE plpgsql AS $commit$
             DECLARE
                 v_last bigint := 0;
+                v_container bigint;
             BEGIN
                 SELECT 'done', o.conflict, o.number, o.sequence INTO o_outcome, o_conflict, o_number, o_sequence
                     FROM docfs.operations o WHERE o.operation = p_operation;
@@ -187,7 +189,17 @@ enum RemoteSchema {
                             WHERE v.parent = p_item AND NOT v.deleted) THEN
                             o_outcome := 'folder-not-empty'; RETURN;
                         END IF;
-                    ELSE
+                        -- A container's deletion (rare): its documents are found among all versions.
+                        IF p_kind = 'container' AND EXISTS (
+                            SELECT 1 FROM docfs.versions v JOIN docfs.items i ON i.item = v.item AND i.current_number = v.number
+                            WHERE v.container = p_container AND v.kind <> 'container' AND NOT v.deleted) THEN
+                            o_outcome := 'folder-not-empty'; RETURN;
+                        END IF;
+                    ELSIF p_kind <> 'container' THEN
+                        -- A container whose item is deleted holds nothing.
+                        SELECT v.item INTO v_container FROM docfs.versions v JOIN docfs.items i ON i.item = v.item AND i.current_number = v.number
+                            WHERE v.kind = 'container' AND v.container = p_container AND v.deleted LIMIT 1;
+                        IF FOUND THEN o_outcome := 'folder-gone'; o_current := v_container; RETURN; END IF;
                         IF p_kind <> 'container' AND EXISTS (
                             SELECT 1 FROM docfs.versions v JOIN docfs.items i ON i.item = v.item AND i.current_number = v.number
                             WHERE v.parent = p_parent AND v.name = p_name AND v.container = p_container AND v.scope = p_scope

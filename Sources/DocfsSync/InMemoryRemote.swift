@@ -30,8 +30,10 @@ public final class InMemoryRemote: Remote {
         var log: [RemoteChange] = []
         /// Each item's current version, and the highest number it has given.
         var current: [UInt64: RemoteVersion] = [:]
-        /// Which item holds each name (a current version not deleted), for the tree's checks.
+        /// Which item holds each name (a current version not deleted), and each container's
+        /// item, for the tree's checks.
         var names: [NamePlace: UInt64] = [:]
+        var containers: [String: UInt64] = [:]
         var numbers: [UInt64: UInt64] = [:]
         var operations: [String: RemoteCommitOutcome] = [:]
         /// Each container's keys: the value (nil once removed) and the sequence of its last change.
@@ -45,16 +47,29 @@ public final class InMemoryRemote: Remote {
             if let old = current[version.item], !old.deleted, names[NamePlace(old)] == version.item { names[NamePlace(old)] = nil }
             current[version.item] = version
             if !version.deleted && version.kind != .container { names[NamePlace(version)] = version.item }
+            if version.kind == .container { containers[version.container] = version.item }
         }
 
         /// What keeps `proposal` from being its item's current version (see `TreeProblem`).
         func treeProblem(of proposal: RemoteVersion) -> TreeProblem? {
             if proposal.deleted {
-                guard proposal.kind == .folder else { return nil }
-                let filled = current.values.contains { $0.parent == proposal.item && !$0.deleted }
-                return filled ? .folderNotEmpty : nil
+                switch proposal.kind {
+                case .folder:
+                    return current.values.contains { $0.parent == proposal.item && !$0.deleted } ? .folderNotEmpty : nil
+                case .container:
+                    let filled = current.values.contains { $0.container == proposal.container && $0.kind != .container && !$0.deleted }
+                    return filled ? .folderNotEmpty : nil
+                default:
+                    return nil
+                }
             }
-            if proposal.kind != .container, let holder = names[NamePlace(proposal)], holder != proposal.item { return .nameTaken }
+            guard proposal.kind != .container else { return nil }
+            if let holder = names[NamePlace(proposal)], holder != proposal.item { return .nameTaken }
+            // A container whose item the remote has deleted holds nothing (the default container,
+            // and one whose item has not gone up yet, have none).
+            if let item = containers[proposal.container], let container = current[item], container.deleted {
+                return .folderGone(item)
+            }
             guard proposal.parent != 0 else { return nil }
             guard let folder = current[proposal.parent], !folder.deleted, folder.kind == .folder || folder.kind == .container else {
                 return .folderGone(proposal.parent)

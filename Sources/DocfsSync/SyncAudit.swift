@@ -18,8 +18,20 @@ public struct SyncAudit: Sendable, Equatable, Codable {
     public var numbers: [UInt64] = []
     /// How many of the items found were set right (applied again, sent up again).
     public var repaired = 0
+    /// A change was made here while it ran: it answers nothing.
+    var abandoned = false
+    /// How many items it put in the outbox itself.
+    var requeued = 0
+    /// What the store holds that does not travel (the first few), and how many in all: no
+    /// difference (the machines agree on everything that travels), said so nothing is
+    /// half-synced silently.
+    public var keptHereOnly: [KeptHereOnly] = []
+    public var keptHereOnlyCount = 0
 
     public init(checked: Double) { self.checked = checked }
+
+    /// How many of what does not travel a check keeps to show.
+    public static let keptHereOnlyShown = 20
 
     public var differences: Int { remote.count + here.count + numbers.count }
     public var inStep: Bool { differences == 0 }
@@ -37,16 +49,30 @@ extension SyncEngine {
     /// Answers nil without checking while changes wait to go up (they are differences the
     /// next round settles, not faults). Runs on the engine's thread, between rounds.
     public func audit(buckets: Int = InStepDigest.defaultBuckets) throws(SyncError) -> SyncAudit? {
-        guard try SyncError.local("read the outbox", { try store.pendingChanges(limit: 1).isEmpty }) else { return nil }
+        guard try isQuiet() else { return nil }
+        // Changes of the log past the anchor are the next round's, not differences.
+        let anchor = try SyncError.local("read the anchor") { try store.anchor() }
+        do {
+            guard try remote.changes(after: anchor, limit: 1).changes.isEmpty else { return nil }
+        } catch where error.kind == .pastRetention {
+            return nil  // the next round lists every item again
+        } catch {
+            throw SyncError(remote: error)
+        }
         let started = Date().timeIntervalSince1970
         var audit = SyncAudit(checked: started)
         var round = Round()
         let synced = try SyncError.local("read the items in step") { try store.syncedItems() }
         let tried = auditTried.withLock { $0 }
-        try auditRemote(synced: synced, buckets: buckets, tried: tried, &audit, &round)
-        try auditHere(synced: synced, tried: tried, &audit, &round)
+        try auditRemote(synced: synced, buckets: buckets, anchor: anchor, tried: tried, &audit, &round)
+        if !audit.abandoned { try auditHere(synced: synced, tried: tried, &audit, &round) }
+        // A change made here while it ran: what it found may be that change; the next check says.
+        if audit.abandoned { return nil }
         let found = Set(audit.remote + audit.here)
         auditTried.withLock { $0 = found }
+        (audit.keptHereOnly, audit.keptHereOnlyCount) = try SyncError.local("list what does not travel") {
+            try store.keptHereOnly(limit: SyncAudit.keptHereOnlyShown)
+        }
         audit.duration = Date().timeIntervalSince1970 - started
         if !audit.inStep {
             note("check: \(audit.remote.count) items differ from the remote, \(audit.here.count) here, \(audit.numbers.count) numbers; \(audit.repaired) set right")
@@ -54,7 +80,14 @@ extension SyncEngine {
         return audit
     }
 
-    private func auditRemote(synced: [UInt64], buckets: Int, tried: Set<UInt64>, _ audit: inout SyncAudit, _ round: inout Round) throws(SyncError) {
+    /// Whether nothing waits to go up but the `requeued` entries the check put there itself (a
+    /// user's change made since would be taken for a difference).
+    private func isQuiet(requeued: Int = 0) throws(SyncError) -> Bool {
+        try SyncError.local("read the outbox") { try store.pendingChanges(limit: requeued + 1).count <= requeued }
+    }
+
+    private func auditRemote(synced: [UInt64], buckets: Int, anchor: RemoteAnchor, tried: Set<UInt64>, _ audit: inout SyncAudit,
+                             _ round: inout Round) throws(SyncError) {
         let theirs = try SyncError.remote { () throws(RemoteError) in try remote.inStepDigest(buckets: buckets) }
         var mine = InStepDigest(buckets: buckets)
         for item in synced {
@@ -76,14 +109,20 @@ extension SyncEngine {
                 listed.insert(item)
                 let state = try syncState(of: item)
                 let agreed = state.map { $0.number == version.number || ($0.version.deleted && version.deleted) } ?? version.deleted
-                guard !agreed else { continue }
+                // Committed after the anchor (since the last round read the log): the next round's.
+                guard !agreed, change.sequence <= anchor.sequence else { continue }
                 audit.remote.append(item)
                 guard !tried.contains(item) else { continue }
+                guard try isQuiet(requeued: audit.requeued) else {
+                    audit.abandoned = true
+                    return
+                }
                 if let state, state.number > version.number {
                     // This machine took a version for in step that the remote does not hold as
                     // current: what is here goes up again, and the remote's order decides.
                     note("check: item \(item) is v\(state.number) here, v\(version.number) on the remote: sent again")
                     try SyncError.local("queue item \(item)") { try store.requeue(item) }
+                    audit.requeued += 1
                 } else {
                     note("check: item \(item) v\(version.number) was never taken here (in step with \(state.map { "v\($0.number)" } ?? "nothing")): taken now")
                     try takeOrPark(change, relisting: true, &round)
@@ -99,11 +138,16 @@ extension SyncEngine {
             // new (a remote restored from an older copy loses nothing of this machine's).
             audit.remote.append(item)
             guard !tried.contains(item) else { continue }
+            guard try isQuiet(requeued: audit.requeued) else {
+                audit.abandoned = true
+                return
+            }
             note("check: item \(item) is in step with v\(state.number), which the remote does not list: sent again")
             try SyncError.local("queue item \(item)") {
                 try store.setSyncState(nil, of: item)
                 try store.requeue(item)
             }
+            audit.requeued += 1
             audit.repaired += 1
         }
     }
@@ -130,13 +174,22 @@ extension SyncEngine {
             case (.some, nil):
                 audit.here.append(item)
                 guard !tried.contains(item) else { continue }
+                guard try isQuiet(requeued: audit.requeued) else {
+                    audit.abandoned = true
+                    return
+                }
                 note("check: item \(item) is here but never went up: sent now")
                 try SyncError.local("queue item \(item)") { try store.requeue(item) }
+                audit.requeued += 1
                 audit.repaired += 1
             case (nil, .some):
                 guard let state else { continue }
                 audit.here.append(item)
                 guard !tried.contains(item) else { continue }
+                guard try isQuiet(requeued: audit.requeued) else {
+                    audit.abandoned = true
+                    return
+                }
                 note("check: item \(item) is missing here, in step with v\(state.number): fetched again")
                 try fetchAgain(item, &round)
                 audit.repaired += 1
@@ -159,20 +212,31 @@ extension SyncEngine {
                 guard whole != expected else { continue }
                 audit.here.append(item)
                 guard !tried.contains(item) else { continue }
+                guard try isQuiet(requeued: audit.requeued) else {
+                    audit.abandoned = true
+                    return
+                }
                 note("check: item \(item) differs here from the version last in step, with nothing waiting to go up: sent now")
                 try SyncError.local("queue item \(item)") { try store.requeue(item) }
+                audit.requeued += 1
                 audit.repaired += 1
             }
         }
     }
 
-    /// Takes the remote's current version of `item` again, as if new here.
+    /// Applies the remote's current version of `item`, missing here, again; its sync state is
+    /// only replaced once it is here.
     private func fetchAgain(_ item: UInt64, _ round: inout Round) throws(SyncError) {
-        // The listing gives it with the sequence it was committed at (which of two items
-        // claiming one name came first).
         let listed = try SyncError.remote { () throws(RemoteError) in try remote.listing(after: item - 1, limit: 1) }
-        guard let current = listed.first, current.version.item == item else { return }
-        try SyncError.local("forget the sync state of item \(item)") { try store.setSyncState(nil, of: item) }
-        try takeOrPark(current, relisting: true, &round)
+        guard let current = listed.first, current.version.item == item, !current.version.deleted else { return }
+        let state = try syncState(of: item)
+        do {
+            if try apply(current.version, committedAt: current.sequence, expecting: .absent, keepingHereAsConflict: nil) == .applied {
+                try settle(current.version, number: current.version.number, sequence: current.sequence, after: state)
+                round.applied += 1
+            }
+        } catch where !error.isTransient {
+            note("check: item \(item) could not be fetched again: \(error)")
+        }
     }
 }

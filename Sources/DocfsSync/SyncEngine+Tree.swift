@@ -24,8 +24,8 @@ extension SyncEngine {
         return try commitPlaced(proposal, operation: operation, &round, depth: depth + 1)
     }
 
-    /// Commits `folder` as it is here over its deletion on the remote (its own folder brought
-    /// back first, the same way); answers whether it is current there now.
+    /// Commits `folder` (or a container's item) as it is here over its deletion on the remote
+    /// (its own folder brought back first, the same way); answers whether it is current there now.
     private func restoreFolder(_ folder: UInt64, _ round: inout Round, depth: Int) throws(SyncError) -> Bool {
         let local: LocalItem?
         do {
@@ -35,10 +35,13 @@ extension SyncEngine {
         } catch {
             throw SyncError(local: "could not read folder \(folder): \(error)")
         }
-        guard let local, local.kind == .folder else { return false }
+        guard let local, local.kind == .folder || local.kind == .container else { return false }
         let current = try SyncError.remote { () throws(RemoteError) in try remote.currentVersion(of: folder) }
         let state = try syncState(of: folder)
-        let proposal = local.proposal(base: current?.number ?? 0, by: store.author)
+        var proposal = local.proposal(base: current?.number ?? 0, by: store.author)
+        if let container = store.describeContainer(local.container) {
+            (proposal.containerName, proposal.containerPublic) = (container.name, container.isPublic)
+        }
         note("up \(folder): brought back over its deletion on the remote (an item went into it here)")
         let operation = "\(store.author.machine)/\(folder)/restore-\(current?.number ?? 0)/\(Self.digest(of: proposal))"
         switch try commitPlaced(proposal, operation: operation, &round, depth: depth + 1) {
@@ -71,11 +74,13 @@ extension SyncEngine {
             note("up \(item): moving it here would put it inside itself on the remote; it keeps the remote's place")
             var placed = proposal
             (placed.container, placed.scope, placed.parent, placed.name) = (current.container, current.scope, current.parent, current.name)
-            placed.base = current.number
+            // On the base it was refused on: a version committed since comes back stale, and
+            // the next round merges with it.
+            placed.base = proposal.base
             if SyncMerge.same(placed, current) {
                 return try takeCurrent(current, over: here, keepingOurs: nil, after: state, &round)
             }
-            let outcome = try commitPlaced(placed, operation: operation + "/in-place-of-\(current.number)", &round)
+            let outcome = try commitPlaced(placed, operation: operation + "/in-place", &round)
             guard case .current(let number, let sequence) = outcome else {
                 round.again.insert(item)
                 return

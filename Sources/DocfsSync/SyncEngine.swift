@@ -217,10 +217,14 @@ public final class SyncEngine: Sendable {
         if let local, local.parent != 0, depth < 64, try syncState(of: local.parent) == nil {
             try upload(OutboxEntry(sequence: entry.sequence, item: local.parent), &round, depth: depth + 1)
         }
-        // A new item at a name an item gone here held on the remote (`ln -sf`, `mv new old`):
-        // the old one's tombstone goes first, or other machines would see the name taken and
-        // rename the new one aside.
-        if state == nil, let local, local.kind != .container, depth < 64, let previous = try SyncError.local("look up a name", {
+        // An item new at a name, or moved to it, that an item gone here held on the remote
+        // (`ln -sf`, `mv new old`, a folder renamed over an empty one): the old one's tombstone
+        // goes first, or the remote would find the name taken (`TreeProblem.nameTaken`).
+        let placeChanged = state.map { known in
+            local.map { $0.parent != known.version.parent || $0.name != known.version.name || $0.container != known.version.container
+                || $0.scope != known.version.scope } ?? false
+        } ?? true
+        if placeChanged, let local, local.kind != .container, depth < 64, let previous = try SyncError.local("look up a name", {
             try store.itemInStep(named: local.name, in: local.parent, container: local.container, scope: local.scope, other: item)
         }), try SyncError.local("look for item \(previous)", { try store.isGone(previous) }) {
             try upload(OutboxEntry(sequence: entry.sequence, item: previous), &round, depth: depth + 1)
@@ -371,9 +375,6 @@ public final class SyncEngine: Sendable {
             let operation = "\(store.author.machine)/\(item)/save-\(number)/\(Self.digest(of: proposal))"
             let outcome = try commitPlaced(proposal, operation: operation, &round)
             note("up \(item): \(outcome) for save \(number) made here before the current content")
-            // Not in its place (a folder moved inside itself here): the current content's commit
-            // settles the place; the saves wait for it.
-            if case .misplaced = outcome { break }
             guard case .current(let given, let sequence) = outcome else {
                 // It lost its race before it went up (another machine committed first): it and
                 // the saves after it are set aside, to go up beside the current version.

@@ -20,11 +20,11 @@ enum SyncNames {
         }
     }
 
-    /// `stem (N)` taken apart, N from 2 up.
+    /// `stem (N)` taken apart, N from 2 up (below a billion: what goes on from it never overflows).
     private static func numbered(_ stem: String) -> (stem: String, number: Int)? {
         guard stem.hasSuffix(")"), let open = stem.lastIndex(of: "("), open > stem.startIndex,
               stem[stem.index(before: open)] == " ",
-              let number = Int(stem[stem.index(after: open)..<stem.index(before: stem.endIndex)]), number >= 2,
+              let number = Int(stem[stem.index(after: open)..<stem.index(before: stem.endIndex)]), number >= 2, number < 1_000_000_000,
               String(number) == stem[stem.index(after: open)..<stem.index(before: stem.endIndex)] else { return nil }
         return (String(stem[..<stem.index(before: open)]), number)
     }

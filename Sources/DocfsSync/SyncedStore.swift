@@ -115,6 +115,9 @@ extension SyncedStore {
         try current(item)
     }
 
+    /// A store whose every item travels.
+    public func keptHereOnly(limit: Int) throws -> (found: [KeptHereOnly], count: Int) { ([], 0) }
+
     /// A store that cannot read an item without its content reads it whole.
     public func observed(_ item: UInt64) throws -> LocalItem? {
         try current(item)
@@ -125,6 +128,33 @@ extension SyncedStore {
     /// how many it fetched and the problems it met. A store that keeps none fetches nothing.
     public func fetchAgingPromisedVersions(keptBefore cutoff: Double) -> (fetched: Int, problems: [String]) {
         (0, [])
+    }
+}
+
+/// Something in a linked store that does not travel to other machines, and why (issue 49 §2:
+/// never silently half-synced): `remote status` and `remote check` say so.
+public struct KeptHereOnly: Sendable, Equatable, Codable, CustomStringConvertible {
+    public enum Reason: String, Sendable, Codable {
+        /// A fifo, socket or device: the remote keeps no such kind.
+        case specialFile = "special file"
+        /// A hard-linked file's other name: the file travels under one name.
+        case hardLink = "hard link"
+    }
+
+    /// Where it is, as a person reads it (`SyncedStore.shownPath`).
+    public var path: String
+    public var reason: Reason
+
+    public init(path: String, reason: Reason) {
+        self.path = path
+        self.reason = reason
+    }
+
+    public var description: String {
+        switch reason {
+        case .specialFile: "\(path): a special file (fifo, socket or device): kept here only, it does not travel"
+        case .hardLink: "\(path): another name of a hard-linked file: kept here only, the file travels under one name"
+        }
     }
 }
 
@@ -228,6 +258,8 @@ public protocol SyncedStore: Sendable {
     /// size, times, modes, place and attributes as `current` gives them): what the daemon's own
     /// check compares with the version last in step, cheaply. Nil when it is gone.
     func observed(_ item: UInt64) throws -> LocalItem?
+    /// What the store holds that does not travel (at most `limit`), and how many in all.
+    func keptHereOnly(limit: Int) throws -> (found: [KeptHereOnly], count: Int)
     /// Whether the item is gone here (cheaper than `current`: nothing is read).
     func isGone(_ item: UInt64) throws -> Bool
     /// A container's display name and whether the user view shows it; nil for the default

@@ -104,8 +104,9 @@ struct RemoteCommand: ParsableCommand {
                 Every item's place, kind, content (read from the file now), mode, modification \
                 time, attributes and version number against the remote's current version: one line \
                 per difference. Run it when no change is under way: one still travelling is a \
-                difference until it arrives. Exit status 0 when they agree, 3 when there are \
-                differences, 1 when the check could not be made.
+                difference until it arrives. What does not travel (special files, a hard-linked \
+                file's other names) is listed as a note, not a difference. Exit status 0 when they \
+                agree, 3 when there are differences, 1 when the check could not be made.
                 """)
 
         @Flag(name: .long, help: "Print JSON instead of text.")
@@ -116,11 +117,11 @@ struct RemoteCommand: ParsableCommand {
         func run() throws {
             let (layout, _) = try reportingErrors { () throws(DocfsError) in try location.resolve() }
             let onTerminal = isatty(STDERR_FILENO) == 1 && !json
-            let differences = try reportingErrors { () throws(DocfsError) -> [RemoteDifference] in
+            let (differences, keptHereOnly) = try reportingErrors { () throws(DocfsError) -> ([RemoteDifference], [KeptHereOnly]) in
                 if StoreLock.holder(of: layout) != nil {
                     let reply = try ControlClient.send(ControlRequest(kind: .remoteCheck, path: ""), to: layout)
                     guard reply.ok, let differences = reply.differences else { throw DocfsError(.invalidArgument, reply.message) }
-                    return differences
+                    return (differences, reply.keptHereOnly ?? [])
                 }
                 return try RemoteLinking.checkHere(layout) { compared in
                     if onTerminal { printError("\rdocfs: \(compared) items compared…") }
@@ -131,7 +132,8 @@ struct RemoteCommand: ParsableCommand {
                 printJSON(differences)
             } else {
                 for difference in differences { print(difference.description) }
-                if differences.isEmpty { print("in step: the store and the remote agree on every item") }
+                if differences.isEmpty { print("in step: the store and the remote agree on every item that travels") }
+                for kept in keptHereOnly { print("note: \(kept.description)") }
             }
             if !differences.isEmpty { throw ExitCode(ExitStatus.differences) }
         }
@@ -176,6 +178,10 @@ struct RemoteCommand: ParsableCommand {
                 print("content here: \(report.cacheUsed.map { "\($0) bytes" } ?? "not measured yet") of a cache limit of \(limit) bytes")
             }
             print("in step: " + Self.inStepLine(report))
+            if let count = report.keptHereOnlyCount, count > 0 {
+                print("kept here only (does not travel): \(count) item\(count == 1 ? "" : "s")"
+                      + (report.keptHereOnly?.first.map { "; the first: \($0.description)" } ?? "") + " (docfs remote check lists them)")
+            }
             if let contact = report.lastContact { print("last contact: \(formatDate(contact))") }
             if let error = report.lastError {
                 print("last error: \(error)" + (report.nextTry.map { "; trying again at \(formatDate($0))" } ?? ""))

@@ -188,6 +188,33 @@ extension ManyMachinesConvergenceTests {
         #expect(Self.saysInStep([a, b]), "\((try? a.status()) ?? [:]) \((try? b.status()) ?? [:]) \((try? Self.check(a).output) ?? "") \((try? Self.check(b).output) ?? "")")
     }
 
+    /// What does not travel is said, never silently half-synced (issue 49 §2): a fifo and a
+    /// hard-linked file's second name stay on the machine they were made on, the file travels
+    /// under its first name; `remote status` says how many are kept here only and `remote check`
+    /// lists each as a note (no difference: exit 0), and both machines still say in step.
+    @Test func whatDoesNotTravelIsSaid() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("untravelled")
+        let (a, b) = (try Machine("a", mounted: true), try Machine("b", mounted: true))
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        #expect(try a.link(uri).status == 0 && b.link(uri).status == 0)
+        try "linked\n".write(toFile: a.path("first.txt"), atomically: false, encoding: .utf8)
+        #expect(link(a.path("first.txt"), a.path("second.txt")) == 0)
+        #expect(mkfifo(a.path("pipe"), 0o644) == 0)
+        #expect(ManyMachinesTests.within(20) { b.content("first.txt") == "linked\n" } != nil)
+        #expect(Self.saysInStep([a, b]), "\((try? a.status()) ?? [:]) \((try? b.status()) ?? [:])")
+        #expect(!FileManager.default.fileExists(atPath: b.path("second.txt")) && !FileManager.default.fileExists(atPath: b.path("pipe")))
+        let status = try a.status()
+        #expect(status["keptHereOnlyCount"] as? Int == 2, "\(status)")
+        let said = try a.docfs("remote status --store '\(a.fixture.store)'").output
+        #expect(said.contains("kept here only (does not travel): 2 items"), "\(said)")
+        let checked = try Self.check(a)
+        #expect(checked.status == 0, "\(checked.output)")
+        #expect(checked.output.contains("note: /pipe: a special file") && checked.output.contains("note: /second.txt: another name of a hard-linked file"),
+                "\(checked.output)")
+        #expect((try b.status())["keptHereOnlyCount"] as? Int == 0)
+    }
+
     @Test func editsMadeInTheStoreWhileStoppedGoUpAtTheNextMount() throws {
         let server = try ThrowawayPostgres.shared()
         let uri = try server.makeDatabase("stopped")
@@ -236,8 +263,8 @@ extension ManyMachinesConvergenceTests {
 }
 
 extension ManyMachinesConvergenceTests {
-    /// A change the log never gives a machine (its sequence behind every anchor, as a sequence
-    /// committed out of order would be) is found by the daemon's own check and taken; until
+    /// A change the log never gives a machine (its sequence moved to 0, behind every anchor, as
+    /// a sequence committed out of order would be) is found by the daemon's own check and taken; until
     /// then `remote status` never says the machine is in step, and once it does, `remote check`
     /// agrees (issue 49 §4).
     @Test func aChangeTheLogSkippedIsFoundByTheDaemonsOwnCheck() throws {
@@ -256,7 +283,7 @@ extension ManyMachinesConvergenceTests {
         try "two\n".write(toFile: a.path("doc.txt"), atomically: false, encoding: .utf8)
         #expect(ManyMachinesTests.within(20) { (try? a.status()["waiting"] as? Int) == 0 && (try? a.status()["inStep"] as? Bool) == true } != nil)
         let moved = try server.sql("""
-            UPDATE docfs.versions v SET sequence = -v.sequence FROM docfs.items i
+            UPDATE docfs.versions v SET sequence = 0 FROM docfs.items i
             WHERE i.item = v.item AND v.number = i.current_number AND v.name = 'doc.txt' RETURNING v.number
             """, database: uri.databaseName)
         #expect(moved.trimmingCharacters(in: .whitespacesAndNewlines) == "2", "\(moved)")

@@ -103,6 +103,7 @@ import Testing
             DROP FUNCTION docfs.commit_version;
             DROP INDEX docfs.kv_sequence;
             DROP INDEX docfs.versions_place;
+            DROP INDEX docfs.versions_containers;
             ALTER TABLE docfs.machines DROP COLUMN store;
             ALTER TABLE docfs.kv ALTER COLUMN value SET NOT NULL;
             DELETE FROM docfs.meta WHERE key = 'log_horizon';

@@ -292,6 +292,27 @@ final class HeardProblems: Sendable {
         aside.previous = true
         let kept = try remote.commit(aside, operation: "g")
         #expect(kept == .current(version: 3, sequence: 5), "\(kept)")
+        // Two items at one name in one folder: the second is refused until the first leaves it.
+        var twin = folder(5)
+        twin.name = "f4"
+        #expect(try remote.commit(folder(4), operation: "h") == .current(version: 1, sequence: 6))
+        #expect(try remote.commit(twin, operation: "i") == .misplaced(.nameTaken))
+        // A container is deleted only once its documents are, and holds none once deleted.
+        var container = RemoteVersion(item: 90, container: "com.example.app", scope: "", name: "App", kind: .container, base: 0,
+                                      manifest: [], size: 0, mode: 0, modified: 0, author: author)
+        var document = folder(91)
+        document.container = "com.example.app"
+        #expect(try remote.commit(container, operation: "j") == .current(version: 1, sequence: 7))
+        #expect(try remote.commit(document, operation: "k") == .current(version: 1, sequence: 8))
+        (container.base, container.deleted) = (1, true)
+        #expect(try remote.commit(container, operation: "l", whenStale: .refuse) == .misplaced(.folderNotEmpty))
+        (document.base, document.deleted) = (1, true)
+        #expect(try remote.commit(document, operation: "m", whenStale: .refuse) == .current(version: 2, sequence: 9))
+        #expect(try remote.commit(container, operation: "l", whenStale: .refuse) == .current(version: 2, sequence: 10))
+        #expect(try remote.commit(folder(92), operation: "n") == .current(version: 1, sequence: 11))
+        var late = folder(93)
+        late.container = "com.example.app"
+        #expect(try remote.commit(late, operation: "o") == .misplaced(.folderGone(90)))
     }
 
     /// A file renamed over another (`ln -sf`, `mv new old`) cannot reach the remote before the
