@@ -92,6 +92,7 @@ final class SyncService: Sendable {
         report.parkedProblem = parked.problem
         report.downloadedBytes = sync.promisedBytesFetched
         report.checked = status.audit?.checked
+        report.checkDuration = status.audit?.duration
         report.checkDifferences = status.audit?.differences
         report.keptHereOnly = status.audit?.keptHereOnly
         report.keptHereOnlyCount = status.audit?.keptHereOnlyCount
@@ -136,6 +137,8 @@ public struct RemoteStatusReport: Codable, Sendable {
     /// many differences that check found; whether the store is in step: that check found none,
     /// nothing moved since, nothing waits and the last round did not fail.
     public var checked: Double?
+    /// How long that check took (seconds).
+    public var checkDuration: Double?
     public var checkDifferences: Int?
     public var inStep: Bool?
     /// What the store holds that does not travel, as the daemon's last check found it (the

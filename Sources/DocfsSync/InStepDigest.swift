@@ -39,6 +39,13 @@ public struct InStepDigest: Sendable, Equatable {
         buckets[index].sum += Int64(Self.term(item: item, number: number))
     }
 
+    /// Takes back `add(item:number:)`.
+    public mutating func remove(item: UInt64, number: UInt64) {
+        let index = bucket(of: item)
+        buckets[index].count -= 1
+        buckets[index].sum -= Int64(Self.term(item: item, number: number))
+    }
+
     /// Sets what the remote answered for bucket `index`.
     public mutating func set(_ index: Int, _ bucket: Bucket) {
         buckets[index] = bucket
@@ -59,5 +66,22 @@ public struct InStepDigest: Sendable, Equatable {
         let digest = Array(Insecure.MD5.hash(data: Array(text.utf8)))
         let first = UInt32(digest[0]) << 24 | UInt32(digest[1]) << 16 | UInt32(digest[2]) << 8 | UInt32(digest[3])
         return first & 0x7fff_ffff
+    }
+}
+
+/// This machine's `InStepDigest` of its sync states, with the number each item counts at: kept
+/// between the engine's checks, so a check of the changed items updates it for those alone
+/// (`SyncAudit.Scope.changed`); a check of everything makes it again.
+struct SyncedDigest: Sendable {
+    var digest: InStepDigest
+    var numbers: [UInt64: UInt64] = [:]
+
+    init(buckets: Int) { digest = InStepDigest(buckets: buckets) }
+
+    /// Counts `item` at `number` (nil: not at all, as a deleted or unknown item).
+    mutating func set(_ item: UInt64, _ number: UInt64?) {
+        if let old = numbers[item] { digest.remove(item: item, number: old) }
+        numbers[item] = number
+        if let number { digest.add(item: item, number: number) }
     }
 }

@@ -28,7 +28,18 @@ public struct SyncAudit: Sendable, Equatable, Codable {
     public var keptHereOnly: [KeptHereOnly] = []
     public var keptHereOnlyCount = 0
 
-    public init(checked: Double) { self.checked = checked }
+    /// Which items a check reads here: every one (`everything`), or those that went up or
+    /// came down since the last check (`changed`: the remote's digest is compared whole either way).
+    public enum Scope: String, Sendable, Codable {
+        case everything, changed
+    }
+
+    public var scope: Scope = .everything
+
+    public init(checked: Double, scope: Scope = .everything) {
+        self.checked = checked
+        self.scope = scope
+    }
 
     /// How many of what does not travel a check keeps to show.
     public static let keptHereOnlyShown = 20
@@ -42,13 +53,13 @@ extension SyncEngine {
     /// 1. The remote's `InStepDigest` against one made from this machine's sync states: the items
     ///    of each bucket that differs are listed again; a version this machine never took is
     ///    taken now (as a listing's would be), an item the remote lacks goes up again.
-    /// 2. Each item here, read without its content (`SyncedStore.observed`), against the version
-    ///    last in step: one that differs (confirmed by reading it whole) goes up, one missing
+    /// 2. Each item here (`scope`: every one, or those that went up or came down since the last
+    ///    check), read without its content (`SyncedStore.observed`), against the version last in step: one that differs (confirmed by reading it whole) goes up, one missing
     ///    here is fetched again (its removal was never seen here, so nothing is lost by that).
     /// An item is set right once; while it stays different it is only reported.
     /// Answers nil without checking while changes wait to go up (they are differences the
     /// next round settles, not faults). Runs on the engine's thread, between rounds.
-    public func audit(buckets: Int = InStepDigest.defaultBuckets) throws(SyncError) -> SyncAudit? {
+    public func audit(_ scope: SyncAudit.Scope = .everything, buckets: Int = InStepDigest.defaultBuckets) throws(SyncError) -> SyncAudit? {
         guard try isQuiet() else { return nil }
         // Changes of the log past the anchor are the next round's, not differences.
         let anchor = try SyncError.local("read the anchor") { try store.anchor() }
@@ -60,16 +71,44 @@ extension SyncEngine {
             throw SyncError(remote: error)
         }
         let started = Date().timeIntervalSince1970
-        var audit = SyncAudit(checked: started)
+        var audit = SyncAudit(checked: started, scope: scope)
         var round = Round()
-        let synced = try SyncError.local("read the items in step") { try store.syncedItems() }
         let tried = auditTried.withLock { $0 }
-        try auditRemote(synced: synced, buckets: buckets, anchor: anchor, tried: tried, &audit, &round)
-        if !audit.abandoned { try auditHere(synced: synced, tried: tried, &audit, &round) }
+        let touched = touchedSinceAudit.withLock { touched in
+            defer { touched = [] }
+            return touched
+        }
+        // This machine's digest: made again from every sync state, or the last one's with the
+        // items that moved since.
+        var mine: SyncedDigest
+        var synced: [UInt64] = []
+        if scope == .changed, let cached = syncedDigest.withLock({ $0 }), cached.digest.buckets.count == buckets {
+            mine = cached
+            for item in touched {
+                try checkStop()
+                mine.set(item, try syncState(of: item).flatMap { $0.version.deleted ? nil : $0.number })
+            }
+        } else {
+            synced = try SyncError.local("read the items in step") { try store.syncedItems() }
+            mine = SyncedDigest(buckets: buckets)
+            for item in synced {
+                try checkStop()
+                mine.set(item, try syncState(of: item).flatMap { $0.version.deleted ? nil : $0.number })
+            }
+        }
+        syncedDigest.withLock { $0 = mine }
+        try auditRemote(mine, anchor: anchor, tried: tried, &audit, &round)
+        if !audit.abandoned {
+            try auditHere(synced: synced, only: scope == .everything ? nil : Array(touched), tried: tried, &audit, &round)
+        }
         // A change made here while it ran: what it found may be that change; the next check says.
-        if audit.abandoned { return nil }
+        if audit.abandoned {
+            touchedSinceAudit.withLock { $0.formUnion(touched) }
+            return nil
+        }
         let found = Set(audit.remote + audit.here)
         auditTried.withLock { $0 = found }
+        // Two queries of the index, whatever the scope (a fifo made here moves nothing).
         (audit.keptHereOnly, audit.keptHereOnlyCount) = try SyncError.local("list what does not travel") {
             try store.keptHereOnly(limit: SyncAudit.keptHereOnlyShown)
         }
@@ -86,14 +125,10 @@ extension SyncEngine {
         try SyncError.local("read the outbox") { try store.pendingChanges(limit: requeued + 1).count <= requeued }
     }
 
-    private func auditRemote(synced: [UInt64], buckets: Int, anchor: RemoteAnchor, tried: Set<UInt64>, _ audit: inout SyncAudit,
+    private func auditRemote(_ synced: SyncedDigest, anchor: RemoteAnchor, tried: Set<UInt64>, _ audit: inout SyncAudit,
                              _ round: inout Round) throws(SyncError) {
-        let theirs = try SyncError.remote { () throws(RemoteError) in try remote.inStepDigest(buckets: buckets) }
-        var mine = InStepDigest(buckets: buckets)
-        for item in synced {
-            try checkStop()
-            if let state = try syncState(of: item), !state.version.deleted { mine.add(item: item, number: state.number) }
-        }
+        let mine = synced.digest
+        let theirs = try SyncError.remote { () throws(RemoteError) in try remote.inStepDigest(buckets: mine.buckets.count) }
         let differing = mine.differingBuckets(from: theirs)
         guard !differing.isEmpty else { return }
         var listed = Set<UInt64>()
@@ -111,52 +146,37 @@ extension SyncEngine {
                 let agreed = state.map { $0.number == version.number || ($0.version.deleted && version.deleted) } ?? version.deleted
                 // Committed after the anchor (since the last round read the log): the next round's.
                 guard !agreed, change.sequence <= anchor.sequence else { continue }
-                audit.remote.append(item)
-                guard !tried.contains(item) else { continue }
-                guard try isQuiet(requeued: audit.requeued) else {
-                    audit.abandoned = true
-                    return
-                }
-                if let state, state.number > version.number {
-                    // This machine took a version for in step that the remote does not hold as
-                    // current: what is here goes up again, and the remote's order decides.
-                    note("check: item \(item) is v\(state.number) here, v\(version.number) on the remote: sent again")
-                    try SyncError.local("queue item \(item)") { try store.requeue(item) }
-                    audit.requeued += 1
-                } else {
-                    note("check: item \(item) v\(version.number) was never taken here (in step with \(state.map { "v\($0.number)" } ?? "nothing")): taken now")
-                    try takeOrPark(change, relisting: true, &round)
-                }
-                audit.repaired += 1
+                // Ahead of the remote: this machine took a version for in step that the remote
+                // does not hold as current; what is here goes up again, the remote's order decides.
+                let repair: AuditRepair = state.map { $0.number > version.number } == true ? .sendUp : .take(change)
+                let why = repair == .sendUp ? "is v\(state?.number ?? 0) here, v\(version.number) on the remote: sent again"
+                    : "v\(version.number) was never taken here (in step with \(state.map { "v\($0.number)" } ?? "nothing")): taken now"
+                guard try setRight(item, repair, why, in: \.remote, tried: tried, &audit, &round) else { return }
             }
             guard let last = page.last?.version.item, page.count == pageSize else { break }
             after = last
         }
-        for item in synced where differing.contains(mine.bucket(of: item)) && !listed.contains(item) {
+        for item in synced.numbers.keys.sorted() where differing.contains(mine.bucket(of: item)) && !listed.contains(item) {
             guard let state = try syncState(of: item), !state.version.deleted else { continue }
             // In step with a version the remote no longer lists at all: what is here goes up as
             // new (a remote restored from an older copy loses nothing of this machine's).
-            audit.remote.append(item)
-            guard !tried.contains(item) else { continue }
-            guard try isQuiet(requeued: audit.requeued) else {
-                audit.abandoned = true
-                return
-            }
-            note("check: item \(item) is in step with v\(state.number), which the remote does not list: sent again")
-            try SyncError.local("queue item \(item)") {
-                try store.setSyncState(nil, of: item)
-                try store.requeue(item)
-            }
-            audit.requeued += 1
-            audit.repaired += 1
+            let why = "is in step with v\(state.number), which the remote does not list: sent again"
+            guard try setRight(item, .sendAfresh, why, in: \.remote, tried: tried, &audit, &round) else { return }
         }
     }
 
-    private func auditHere(synced: [UInt64], tried: Set<UInt64>, _ audit: inout SyncAudit, _ round: inout Round) throws(SyncError) {
-        let here = try SyncError.local("list the store's items") { try store.allItems() }
+    /// `only`: the items to read (nil: every item here and every item in step).
+    private func auditHere(synced: [UInt64], only: [UInt64]?, tried: Set<UInt64>, _ audit: inout SyncAudit,
+                           _ round: inout Round) throws(SyncError) {
+        let items: [UInt64]
+        if let only {
+            items = only
+        } else {
+            items = try SyncError.local("list the store's items") { try store.allItems() } + synced
+        }
         let remoteFound = Set(audit.remote)
         var seen = Set<UInt64>()
-        for item in here + synced where seen.insert(item).inserted && !remoteFound.contains(item) {
+        for item in items where seen.insert(item).inserted && !remoteFound.contains(item) {
             try checkStop()
             let state = try syncState(of: item)
             let expected = state.flatMap { $0.version.deleted ? nil : LocalItem($0.version) }
@@ -172,27 +192,10 @@ extension SyncEngine {
             case (nil, nil):
                 continue
             case (.some, nil):
-                audit.here.append(item)
-                guard !tried.contains(item) else { continue }
-                guard try isQuiet(requeued: audit.requeued) else {
-                    audit.abandoned = true
-                    return
-                }
-                note("check: item \(item) is here but never went up: sent now")
-                try SyncError.local("queue item \(item)") { try store.requeue(item) }
-                audit.requeued += 1
-                audit.repaired += 1
+                guard try setRight(item, .sendUp, "is here but never went up: sent now", in: \.here, tried: tried, &audit, &round) else { return }
             case (nil, .some):
-                guard let state else { continue }
-                audit.here.append(item)
-                guard !tried.contains(item) else { continue }
-                guard try isQuiet(requeued: audit.requeued) else {
-                    audit.abandoned = true
-                    return
-                }
-                note("check: item \(item) is missing here, in step with v\(state.number): fetched again")
-                try fetchAgain(item, &round)
-                audit.repaired += 1
+                let why = "is missing here, in step with v\(state?.number ?? 0): fetched again"
+                guard try setRight(item, .fetchAgain, why, in: \.here, tried: tried, &audit, &round) else { return }
             case (let observed?, let expected?):
                 if observed.looksLike(expected) {
                     if observed.kind == .file, let state, observed.number ?? store.versionNumber(of: item) != state.number {
@@ -210,18 +213,50 @@ extension SyncEngine {
                     throw SyncError(local: "could not read item \(item): \(error)")
                 }
                 guard whole != expected else { continue }
-                audit.here.append(item)
-                guard !tried.contains(item) else { continue }
-                guard try isQuiet(requeued: audit.requeued) else {
-                    audit.abandoned = true
-                    return
-                }
-                note("check: item \(item) differs here from the version last in step, with nothing waiting to go up: sent now")
-                try SyncError.local("queue item \(item)") { try store.requeue(item) }
-                audit.requeued += 1
-                audit.repaired += 1
+                let why = "differs here from the version last in step, with nothing waiting to go up: sent now"
+                guard try setRight(item, .sendUp, why, in: \.here, tried: tried, &audit, &round) else { return }
             }
         }
+    }
+
+    /// How the check sets an item right.
+    private enum AuditRepair: Equatable {
+        /// What is here goes up (from the version last in step).
+        case sendUp
+        /// What is here goes up as new (the remote does not list the item).
+        case sendAfresh
+        /// The remote's current version comes here again (the item is missing here).
+        case fetchAgain
+        /// A change of the log this machine never took is taken now.
+        case take(RemoteChange)
+    }
+
+    /// Records `item` as found (in `list`) and sets it right with `repair` (`why` says what was
+    /// found), unless it was set right before (`tried`); answers false, ending the check, when
+    /// a change was made here meanwhile (what was found may be that change).
+    private func setRight(_ item: UInt64, _ repair: AuditRepair, _ why: String, in list: WritableKeyPath<SyncAudit, [UInt64]>,
+                          tried: Set<UInt64>, _ audit: inout SyncAudit, _ round: inout Round) throws(SyncError) -> Bool {
+        audit[keyPath: list].append(item)
+        guard !tried.contains(item) else { return true }
+        guard try isQuiet(requeued: audit.requeued) else {
+            audit.abandoned = true
+            return false
+        }
+        note("check: item \(item) \(why)")
+        switch repair {
+        case .sendUp, .sendAfresh:
+            try SyncError.local("queue item \(item)") {
+                if repair == .sendAfresh { try store.setSyncState(nil, of: item) }
+                try store.requeue(item)
+            }
+            audit.requeued += 1
+        case .fetchAgain:
+            try fetchAgain(item, &round)
+        case .take(let change):
+            try takeOrPark(change, relisting: true, &round)
+        }
+        audit.repaired += 1
+        return true
     }
 
     /// Applies the remote's current version of `item`, missing here, again; its sync state is

@@ -53,6 +53,11 @@ public final class SyncEngine: Sendable {
     /// set right once, then only reported until it is found in step (a repair that cannot take,
     /// a change parked for its folder, is not tried at every check). Leaf lock.
     let auditTried = Mutex<Set<UInt64>>([])
+    /// Items that went up or came down since the engine's last check: what a check of the
+    /// changed items only (`SyncAudit.Scope.changed`) reads here. Leaf lock.
+    let touchedSinceAudit = Mutex<Set<UInt64>>([])
+    /// The digest of the sync states as the last check left it (leaf lock).
+    let syncedDigest = Mutex<SyncedDigest?>(nil)
 
     /// The store's key-value stores, kept in step at the end of each round (issue 24); nil: none.
     let keyValues: (any SyncedKeyValues)?
@@ -148,6 +153,7 @@ public final class SyncEngine: Sendable {
             if entries.isEmpty { return }
             for entry in try goneFilesFirst(entries) {
                 try checkStop()
+                touchedSinceAudit.withLock { _ = $0.insert(entry.item) }
                 try upload(entry, &round)
                 try SyncError.local("acknowledge outbox entry \(entry.sequence)") { try store.acknowledge(entry) }
                 handled += 1
@@ -831,6 +837,7 @@ public final class SyncEngine: Sendable {
     /// earlier versions, when the item is new here, are not fetched.
     private func take(_ change: RemoteChange, relisting: Bool = false, _ round: inout Round) throws(SyncError) {
         let version = change.version
+        touchedSinceAudit.withLock { _ = $0.insert(version.item) }
         if version.previous == true {
             // A save set aside on another machine: kept here too, beside the content (ours was
             // kept here, numbered as the remote numbered it, when it went up).

@@ -24,6 +24,8 @@ public final class SyncLoop: Sendable {
         /// something (seconds since the epoch): a check begun before that says nothing of now.
         public var audit: SyncAudit?
         public var lastMoved: Double?
+        /// The last check of every item here (`SyncAudit.Scope.everything`).
+        public var lastFullAudit: SyncAudit?
 
         /// Whether the last check found nothing and nothing moved since it began.
         public var checkedInStep: Bool {
@@ -153,15 +155,21 @@ public final class SyncLoop: Sendable {
     /// Runs the engine's check when it is due (see `auditInterval`); what it set right goes
     /// up or was taken at once, and the next check confirms it.
     private func checkIfDue(now: Double) {
-        let (last, lastMoved) = state.withLock { ($0.status.audit, $0.status.lastMoved) }
-        if let last {
+        let (last, lastFull, lastMoved) = state.withLock { ($0.status.audit, $0.status.lastFullAudit, $0.status.lastMoved) }
+        // Every item here: at the start and every `auditInterval` (never sooner than its cost
+        // allows); else, after changes, the items they touched (and the remote's digest whole).
+        let fullDue = lastFull.map { now >= $0.checked + max(auditInterval, $0.duration * Self.auditCostFactor) } ?? true
+        let scope: SyncAudit.Scope = fullDue ? .everything : .changed
+        if let last, !fullDue {
             // What it set right is confirmed by the next; what it could not waits for a change.
             let stale = lastMoved.map { $0 > last.checked } ?? false || last.repaired > 0
-            let earliest = last.checked + max(auditGap, last.duration * Self.auditCostFactor)
-            guard now >= earliest, stale || now >= last.checked + auditInterval else { return }
+            // Spaced by what a check of the changed items costs (not a check of everything).
+            let cost = last.scope == .changed ? last.duration * Self.auditCostFactor : 0
+            guard stale, now >= last.checked + max(auditGap, cost) else { return }
         }
         do {
-            guard let audit = try engine.audit() else { return }
+            guard let audit = try engine.audit(scope) else { return }
+            if scope == .everything { state.withLock { $0.status.lastFullAudit = audit } }
             let before = state.withLock { status in
                 defer { status.status.audit = audit }
                 return status.status.audit

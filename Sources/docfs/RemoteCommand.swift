@@ -192,7 +192,10 @@ struct RemoteCommand: ParsableCommand {
         /// that check found nothing, nothing moved since, and nothing waits or failed.
         static func inStepLine(_ report: RemoteStatusReport) -> String {
             guard report.served else { return "not known: no daemon serves the store (docfs remote check compares it now)" }
-            if report.inStep == true { return "yes (checked \(report.checked.map(formatDate) ?? "-"))" }
+            if report.inStep == true {
+                return "yes (checked \(report.checked.map(formatDate) ?? "-")"
+                    + (report.checkDuration.map { String(format: " in %.2f s", $0) } ?? "") + ")"
+            }
             if let found = report.checkDifferences, found > 0, let checked = report.checked {
                 return "no: the check at \(formatDate(checked)) found \(found) difference\(found == 1 ? "" : "s")"
                     + " (what it could, it set right; docfs remote check lists them)"

@@ -107,6 +107,23 @@ import Testing
         #expect(c.text(of: lonely) == "only here")
     }
 
+    /// A check of the changed items reads here only what went up or came down since the last
+    /// check (the remote's digest whole); a check of everything reads every item.
+    @Test func aCheckOfTheChangedItemsReadsOnlyThose() throws {
+        let pair = Pair()
+        let untouched = pair.a.create("a.txt", text: "one")
+        let saved = pair.a.create("b.txt", text: "two")
+        try pair.syncBoth()
+        #expect(try pair.engineB.audit(.everything)?.inStep == true)
+        pair.b.writeUnseen(untouched, "behind the store's back")
+        pair.a.write(saved, "three")
+        try pair.syncBoth()
+        let changed = try #require(try pair.engineB.audit(.changed))
+        #expect(changed.scope == .changed && changed.here.isEmpty && changed.inStep)
+        let everything = try #require(try pair.engineB.audit(.everything))
+        #expect(everything.here == [untouched])
+    }
+
     @Test func nothingIsCheckedWhileChangesWaitToGoUp() throws {
         let pair = Pair()
         pair.a.create("a.txt", text: "one")
