@@ -219,8 +219,9 @@ import Glibc
             let status = try machine.status()
             #expect(status["parked"] as? Int == 0 && status["lastError"] == nil, "\(machine.name): \(status)")
         }
-        // Each machine's own check comes to say it is in step, and `remote check` finds nothing.
-        #expect(ManyMachinesConvergenceTests.saysInStep(machines),
+        // Each machine's own check comes to say it is in step, and `remote check` finds nothing
+        // (a loaded machine's checks of a thousand documents are spaced by what they cost).
+        #expect(ManyMachinesConvergenceTests.saysInStep(machines, within: 120),
                 "\(machines.map { (try? $0.status()) ?? [:] }) \(machines.map { (try? ManyMachinesConvergenceTests.check($0).output) ?? "" })")
         // The indexes agree: every document at the same path with the same id.
         let queries = try machines.map { machine in
