@@ -105,7 +105,7 @@ let package = Package(
         .testTarget(name: "DocfsThumbnailsTests", dependencies: ["DocfsThumbnails"]),
         // The tests' own PostgreSQL server (scripts/throwaway-postgres), shared by the suites that need one.
         .target(name: "DocfsTestSupport", path: "Tests/DocfsTestSupport"),
-        .testTarget(name: "DocfsSyncTests", dependencies: ["DocfsSync", "DocfsChunks", "DocfsRemotePostgres", "DocfsIndex", "DocfsFilesystem", "DocfsTestSupport"]),
+        .testTarget(name: "DocfsSyncTests", dependencies: ["DocfsCore", "DocfsSync", "DocfsChunks", "DocfsRemotePostgres", "DocfsIndex", "DocfsFilesystem", "DocfsTestSupport"]),
         .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex", "DocfsProvider", "DocfsThumbnails", "DocfsTestSupport", .product(name: "Crypto", package: "swift-crypto")], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]

@@ -14,11 +14,11 @@ enum DocumentChange {
         case .restore:
             guard let version = request.version else { throw DocfsError(.invalidArgument, "which version to restore?") }
             invalidate(try DocumentRestorer(view: filesystem).restore(path: request.path, place: try request.place?.place(), item: item, version: version, caller: caller))
-            return "restored version \(version) of \(request.path)"
+            return "restored version \(VersionNumber.shown(version)) of \(request.path)"
         case .resolve:
             invalidate(try DocumentRestorer(view: filesystem).resolveConflict(path: request.path, place: try request.place?.place(), item: item,
                                                       keep: request.version, caller: caller))
-            return "resolved the conflict of \(request.path)" + (request.version.map { ", keeping version \($0)" } ?? "")
+            return "resolved the conflict of \(request.path)" + (request.version.map { ", keeping version \(VersionNumber.shown($0))" } ?? "")
         case .watch, .claims, .author, .rebuildIndex, .checkIndex, .createContainer, .renameContainer, .deleteContainer, .mount, .pick,
              .bookmark, .resolveBookmark, .remoteLink, .remoteStatus, .remoteCheck, .remoteUnlink, .query, .download, .pin, .unpin, .evict, .keyValuesChanged:
             throw DocfsError(.invalidArgument, "a \(request.kind.rawValue) request changes nothing")

@@ -73,7 +73,7 @@ public struct DocumentRestorer: Sendable {
             unlinkat(directory, temporary.cString, 0)
             throw error
         }
-        let version = view.store.versions.firstFreeNumber(of: item, above: max(ItemAttributes.version(ofDescriptor: document.fd), 1))
+        let version = view.store.versions.nextSaveNumber(of: item, after: max(ItemAttributes.version(ofDescriptor: document.fd), 1))
         var restored = ChangeRecord.name(.newVersion(version, conflict: false), name, inFolder: directory, item: item)
         restored.version = version
         var invalidations = KernelInvalidations()

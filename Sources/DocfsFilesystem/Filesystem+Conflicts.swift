@@ -35,7 +35,7 @@ extension Filesystem {
                          caller: Caller) throws(DocfsError) -> (KernelInvalidations, [ChangeRecord]) {
         let item = ours.item
         sessions.keptElsewhere(item)
-        var version = store.versions.firstFreeNumber(of: item, above: max(ItemAttributes.version(ofDescriptor: ours.fd), 1))
+        var version = store.versions.nextSaveNumber(of: item, after: max(ItemAttributes.version(ofDescriptor: ours.fd), 1))
         let theirs = replaceSide(in: folder, name: name)
         defer { if let theirs { close(theirs.fd) } }
         if let theirs {
@@ -43,7 +43,7 @@ extension Filesystem {
                                        kept: WriteSessions.now(), size: Int64(theirs.st.st_size), author: nil)
             try store.versions.keepFile(theirs.fd, item: item, record: record)
             nodes.known(key: BackingKey(theirs.st))?.markSuperseded()
-            version = store.versions.firstFreeNumber(of: item, above: version)
+            version = store.versions.nextSaveNumber(of: item, after: version)
         }
         var st = stat()
         try check(fstatat(ours.fd, "", &st, DOCFS_AT_EMPTY_PATH))

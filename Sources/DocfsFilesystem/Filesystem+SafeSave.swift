@@ -163,7 +163,7 @@ extension Filesystem {
             || ExtendedAttributePolicy.userWritableDocfsNames.contains(name) {
             ExtendedAttributeCopy.copyIfMissing(name, from: oldContent.fd, to: newContent.fd)
         }
-        let next = store.versions.firstFreeNumber(of: document, above: version)
+        let next = store.versions.nextSaveNumber(of: document, after: version)
         try ItemAttributes.setID(document, onDescriptor: newContent.fd)
         try ItemAttributes.setVersion(next, onDescriptor: newContent.fd)
         sessions.noteAuthor(of: document, version: next, caller: caller)

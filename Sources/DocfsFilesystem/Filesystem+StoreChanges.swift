@@ -192,7 +192,7 @@ extension Filesystem {
         guard fstat(fd, &st) == 0, let item = identity.existingID(of: fd, st) else { return nil }  // new: it gets an id when looked up
         return reporting("move the version of \(path) on after an uncoordinated change") { () throws(DocfsError) in
             try coordinator.withClaims([(item, .write)]) { () throws(DocfsError) -> String in
-                let version = store.versions.firstFreeNumber(of: item, above: max(ItemAttributes.version(ofDescriptor: fd), 1))
+                let version = store.versions.nextSaveNumber(of: item, after: max(ItemAttributes.version(ofDescriptor: fd), 1))
                 try ItemAttributes.setVersion(version, onDescriptor: fd)
                 if fstat(fd, &st) == 0 { ownChanges.changedFile(st, permissionsToo: false) }
                 return "uncoordinated change to \(path) (item \(item)): now version \(version)"

@@ -125,7 +125,7 @@ struct IndexRecordBuilder: Sendable {
             }
         }
         // Files docfs has versioned carry user.docfs.version; others are at version 1.
-        let stored = text(ItemAttributes.version).flatMap { Int64($0) } ?? 1
+        let stored = text(ItemAttributes.version).flatMap { VersionNumber.parse($0).map { Int64(bitPattern: $0) } } ?? 1
         let version = type == S_IFREG && !item.isDerived ? max(stored, 1) : 0
         var hasThumbnail = false
         if type == S_IFREG && !item.isDerived {

@@ -93,6 +93,9 @@ public final class ServedStore: Sendable {
         self.storeRechecks = storeRechecks
         identity = ItemIdentity(allocator: store.itemIDs, ownChanges: ownChanges)
         sessions = WriteSessions(versions: store.versions)
+        // Linked: saves are pending until the remote numbers them (`VersionNumber`).
+        let linked: RemoteLink?? = try? RemoteLink.load(store.layout)
+        store.versions.numbersPending.store(linked??.uri != nil, ordering: .relaxed)
         sessions.restoreAuthors(VersionMakers.load(store.layout))
         downloadPolicy = try DownloadPolicy.load(from: store.layout.settingsFile)
         promises = PromisedDownloads(content: PromisedContent(directory: store.layout.promisedDirectory),

@@ -157,24 +157,22 @@ extension StoreSync {
     }
 
     public func keepAside(_ version: RemoteVersion, fetch: (ChunkDigest) throws -> [UInt8]) throws {
-        try keep(version, as: .previous, aside: true, fetch: fetch)
+        try keep(version, as: .previous, fetch: fetch)
     }
 
     /// Keeps another machine's `version` of an item here as a kept version of `kind`, beside
-    /// the content here (which stays). `aside`: a save set aside on another machine, whose
-    /// number a save of this machine's that never went up gives way to, as for a conflict.
+    /// the content here (which stays).
     /// The document moved meanwhile (its content is fetched before the claim): looked for
     /// again, a few times. On a store that downloads on demand the version is kept promised
     /// (issue 23: nothing fetched until it is read), unless a version kept here holds its
     /// number (which needs its content to tell whether they are one).
-    private func keep(_ version: RemoteVersion, as kind: VersionRecord.Kind, aside: Bool = false,
+    private func keep(_ version: RemoteVersion, as kind: VersionRecord.Kind,
                       fetch: (ChunkDigest) throws -> [UInt8]) throws {
-        var promising = keepsRemoteVersionsPromised && version.size > 0
+        let promising = keepsRemoteVersionsPromised && version.size > 0
         for _ in 0..<Self.keepAttempts {
-            switch try keepBeside(version, as: kind, aside: aside, promising: promising, fetch: fetch) {
+            switch try keepBeside(version, as: kind, promising: promising, fetch: fetch) {
             case .kept: return
             case .moved: continue
-            case .needsContent: promising = false
             }
         }
         throw StoreSyncError("item \(version.item) kept moving while its version \(version.number) was kept: it is kept at the next look")
@@ -192,25 +190,17 @@ extension StoreSync {
         case kept
         /// The document moved before the claim: looked for again.
         case moved
-        /// Kept promised, it would need its content after all (a version here holds its number).
-        case needsContent
     }
 
     /// `keep`, beside the document where it is now.
-    private func keepBeside(_ version: RemoteVersion, as kind: VersionRecord.Kind, aside: Bool, promising: Bool,
+    private func keepBeside(_ version: RemoteVersion, as kind: VersionRecord.Kind, promising: Bool,
                             fetch: (ChunkDigest) throws -> [UInt8]) throws -> KeepOutcome {
         guard version.kind == .file else { return .kept }
-        let yields = kind == .previous && !aside
         let item = ItemID(rawValue: version.item)
         let versions = shared.store.versions
-        // A previous version never moves one kept here: nothing to fetch when its number is taken.
-        if yields && versions.isTaken(item, version.number) { return .kept }
-        // Kept already (a machine that looks at an item's versions again): nothing to fetch.
-        if let kept = versions.record(of: item, version: version.number),
-           kept.kind == kind, kept.size == version.size, kept.modified == version.modified {
-            return .kept
-        }
-        if promising && versions.isTaken(item, version.number) { return .needsContent }
+        // Kept already under the remote's number, which no save here holds (`VersionNumber`):
+        // nothing to fetch.
+        if versions.isTaken(item, version.number) { return .kept }
         guard let place = try place(of: version.item) else {
             try keepWhileGone(version, as: kind, fetch: fetch)
             return .kept
@@ -243,37 +233,14 @@ extension StoreSync {
             defer { close(fd) }
             // Another file took its name meanwhile.
             if let found = ItemAttributes.id(ofDescriptor: fd), found != item { return .moved }
-            // Under the remote's number: kept already when a version kept here with it has this
-            // content (a round cut short); a save made here that never went up and holds it
-            // gives way (`giveWay`), and so does the content here (a number above every kept
-            // one); else, as a last resort, the next free number.
-            try takeRemoteNumbers(of: item, content: fd)  // kept earlier under another number, it may have the remote's now
+            // Under the remote's number, which no save here holds (`VersionNumber`): a version
+            // kept here with it, or the content here numbered so, is that version already.
+            try takeRemoteNumbers(of: item, content: fd)  // a store from before kept some under other numbers
             let here = ItemAttributes.version(ofDescriptor: fd)
-            if promising && (versions.isTaken(item, version.number) || here == version.number) { return .needsContent }
-            var number = version.number
-            if versions.isTaken(item, number), versions.sameContent(item, version: number, as: "/proc/self/fd/\(working.fd)") {
-                // A save of this machine's that never went up holding our own conflict version
-                // (it lost its race, and the document changed here before the winner was
-                // taken) is that version: it becomes it, and goes up no second time.
-                guard kind == .conflict, try versions.becomeConflict(item, version: number, current: "/proc/self/fd/\(fd)") else { return .kept }
-                try flagConflict(on: fd, of: item, named: document, by: version.author.machine)
-                return .kept
-            }
-            // A previous version: never moves a version kept here, nor the content here.
-            if yields && (versions.isTaken(item, number) || here == number) { return .kept }
-            giveWay(number, of: item, to: "/proc/self/fd/\(working.fd)", past: max(number, here), current: "/proc/self/fd/\(fd)")
-            if here == number, let floor = (try? syncState(of: version.item))?.number, here > floor {
-                // The content here is a save that never went up: it goes above every kept number.
-                try ItemAttributes.setVersion(max(number, versions.versions(of: item).last?.version ?? 0) + 1, onDescriptor: fd)
-                shared.ownChanges.changedFile(at: fd)
-            }
-            if versions.isTaken(item, number) { number = versions.firstFreeNumber(of: item, above: number) }
-            // Nor the number of the content here, a save of this machine's not gone up yet: kept
-            // under it later, that save would find the number taken and be lost.
-            if number == ItemAttributes.version(ofDescriptor: fd) { number = versions.firstFreeNumber(of: item, above: number) }
+            let number = version.number
+            if versions.isTaken(item, number) || here == number { return .kept }
             var record = VersionRecord(version: number, kind: kind, modified: version.modified,
                                        kept: WriteSessions.now(), size: version.size, author: nil)
-            if number != version.number { record.remoteNumber = version.number }  // it takes it once free
             // Out of the chain deltas are made up from: a delta kept here below it is made up from
             // the content that followed it here, not from this one.
             if kind == .previous { record.detached = true }
@@ -287,9 +254,22 @@ extension StoreSync {
         }
     }
 
+    /// Saves made here that never went up (pending, `VersionNumber`) leave the chain of
+    /// previous versions before another machine's version takes the place they came before
+    /// (the content `current` is about to be replaced or renumbered): each is made whole and
+    /// goes up beside the current version (`setAside`, `unsentAside`).
+    private func setPendingSavesAside(of item: ItemID, current: Int32) throws(DocfsError) {
+        let versions = shared.store.versions
+        let pending = versions.versions(of: item).filter { $0.isInChain && VersionNumber.isPending($0.version) }
+        for save in pending.reversed() {
+            _ = try versions.detach(item, version: save.version, past: 0, current: "/proc/self/fd/\(current)")
+        }
+        if !pending.isEmpty { try? requeue(item.rawValue) }
+    }
+
     /// Flags the document `fd` (at `document`) as having a conflict version kept, and tells
     /// presenters (the document's content stays; its record is made again).
-    private func flagConflict(on fd: Int32, of item: ItemID, named document: Located, by machine: String) throws(DocfsError) {
+    func flagConflict(on fd: Int32, of item: ItemID, named document: Located, by machine: String) throws(DocfsError) {
         try check(docfs_fd_setxattr(fd, Filesystem.conflictAttribute, "1", 1, 0))
         RemoteApplication.$machine.withValue(machine) {
             shared.servedViews().first?.deliverUncached(.name(.newVersion(ItemAttributes.version(ofDescriptor: fd), conflict: true),
@@ -313,14 +293,10 @@ extension StoreSync {
         try Self.write(version, to: fd, fetch: fetch)
         try shared.coordinator.withClaims([(item, .metadata)]) { () throws(DocfsError) in
             try takeRemoteNumbers(of: item, content: nil)
-            var number = version.number
-            if versions.isTaken(item, number) {
-                if kind == .previous || versions.sameContent(item, version: number, as: "/proc/self/fd/\(fd)") { return }
-                number = versions.firstFreeNumber(of: item, above: number)
-            }
-            var record = VersionRecord(version: number, kind: kind, modified: version.modified,
+            // Kept already: no save here holds a remote's number (`VersionNumber`).
+            if versions.isTaken(item, version.number) { return }
+            var record = VersionRecord(version: version.number, kind: kind, modified: version.modified,
                                        kept: WriteSessions.now(), size: version.size, author: nil)
-            if number != version.number { record.remoteNumber = version.number }
             if kind == .previous { record.detached = true }
             try versions.keepFile(fd, item: item, record: record)
         }
@@ -434,11 +410,19 @@ extension StoreSync {
         // A version kept under another number than the remote's (it waited for a save here to
         // go up) takes its own now, if free: else it could hold the number the winner takes.
         try takeRemoteNumbers(of: item, content: replacing ? oldFD : nil)
-        let oldVersion = replacing ? max(ItemAttributes.version(ofDescriptor: oldFD), 1) : 0
+        var oldVersion = replacing ? max(ItemAttributes.version(ofDescriptor: oldFD), 1) : 0
+        if replacing { try setPendingSavesAside(of: item, current: oldFD) }
+        // The content here pending, yet taken over without a race: it repeats the version last in
+        // step (the apply found it so), and is kept under that number, once.
+        var repeatsKept = false
+        if replacing && conflict == nil && VersionNumber.isPending(oldVersion), let synced = (try? syncState(of: version.item))?.number {
+            oldVersion = synced
+            repeatsKept = versions.isTaken(item, synced)
+        }
         // Kept as a conflict version, the content it replaces leaves the chain of previous
         // versions, whose newest may be a delta of it (an append session's): that one is made
         // whole from it first, or it would be read from the new content.
-        if replacing && conflict != nil {
+        if replacing && (conflict != nil || repeatsKept) {
             let readable = open("/proc/self/fd/\(oldFD)", O_RDONLY | O_CLOEXEC)
             guard readable >= 0 else { throw DocfsError.errno("reading item \(version.item) to keep it as a conflict version") }
             defer { close(readable) }
@@ -446,9 +430,6 @@ extension StoreSync {
         }
         // The winner's number and ours as a conflict version are the remote's.
         let current = replacing ? "/proc/self/fd/\(oldFD)" : nil
-        let highest = max(version.number, conflict ?? 0, oldVersion)
-        giveWay(version.number, of: item, to: "/proc/self/fd/\(working.fd)", past: highest, current: current)
-        if let conflict, let current { giveWay(conflict, of: item, to: current, past: highest, current: current) }
         // A number taken still (a version kept here has it) would drop the content it replaces.
         let wanted = conflict ?? oldVersion
         let keptAs = versions.isTaken(item, wanted) ? versions.firstFreeNumber(of: item, above: wanted) : wanted
@@ -456,7 +437,7 @@ extension StoreSync {
         // changed here again before the winner could be taken (the remote commits one conflict
         // version for a content from a base, and the apply checked the content here is it).
         let keptBefore = conflict.map { versions.record(of: item, version: $0)?.kind == .conflict } ?? false
-        if replacing && keptBefore {
+        if replacing && (keptBefore || repeatsKept) {
             view.nodes.known(key: BackingKey(oldStat))?.markSuperseded()
         } else if replacing {
             // The content it replaces stays recoverable (C4): a previous version, or a conflict
@@ -469,8 +450,19 @@ extension StoreSync {
             try shared.store.versions.keepFile(oldFD, item: item, record: record, promised: promised)
             view.nodes.known(key: BackingKey(oldStat))?.markSuperseded()
         }
-        let lowest = conflict != nil ? version.number : max(version.number, oldVersion + 1)
-        let newVersion = versions.isTaken(item, lowest) ? versions.firstFreeNumber(of: item, above: lowest) : lowest
+        let lowest = conflict != nil || VersionNumber.isPending(oldVersion) ? version.number : max(version.number, oldVersion + 1)
+        // A version kept here under the remote's number is that version (the remote gives a
+        // number once; no pending save holds one): the content takes the number, and the kept
+        // copy goes (a version of a document deleted here, say, that the remote brings back).
+        var newVersion = lowest
+        if versions.isTaken(item, lowest) {
+            if versions.sameContent(item, version: lowest, as: "/proc/self/fd/\(working.fd)") {
+                try versions.removeRepeated(item, version: lowest, current: current ?? "/nonexistent")
+            } else {
+                newVersion = versions.firstFreeNumber(of: item, above: lowest)
+                shared.problemSink("sync: item \(item) keeps a version \(lowest) here that is not the remote's; the remote's takes \(newVersion) here")
+            }
+        }
         try check(fchmod(working.fd, mode_t(version.mode & 0o7777)))
         _ = try ItemAttributes.setID(item, onDescriptor: working.fd)
         try ItemAttributes.setVersion(newVersion, onDescriptor: working.fd)
@@ -548,32 +540,6 @@ extension StoreSync {
             guard fd >= 0 else { throw DocfsError.errno("opening item \(item) to number its kept versions") }
             defer { close(fd) }
             try takeRemoteNumbers(of: id, content: fd)
-        }
-    }
-
-    /// A number the remote gave a version (`content`: its content's path) is held here by a
-    /// previous version with other content: a save of this machine's that never went up. It
-    /// moves past `minimum` and every kept number, detached from the chain of deltas
-    /// (`VersionStore.detach`; `current`: the content here, which deltas are made up from), so
-    /// the remote's version has its number here as everywhere. Not while a write session of the
-    /// item relies on its kept versions (`WriteSessions.reliesOnKept`); other open sessions
-    /// leave them as they are, and the save gives way under them (the claim this runs under
-    /// excludes a session starting or ending).
-    /// A failure leaves it where it is (the remote's version then takes the next free number):
-    /// reported, not thrown.
-    func giveWay(_ number: UInt64, of item: ItemID, to content: String, past minimum: UInt64, current: String?) {
-        let versions = shared.store.versions
-        guard versions.record(of: item, version: number)?.kind == .previous,
-              !versions.sameContent(item, version: number, as: content) else { return }
-        guard !shared.sessions.reliesOnKept(item, version: number) else {
-            shared.problemSink("sync: the save of item \(item) kept as version \(number), which never went up, cannot give way to the remote's version \(number) while a write session relies on it (it saves into the item's newest delta, or kept that version when it began); that takes the next free number here")
-            return
-        }
-        do {
-            _ = try versions.detach(item, version: number, past: minimum, current: current, sendFrom: linkedSince)
-            try requeue(item.rawValue)  // a save of this machine's goes up set aside
-        } catch {
-            shared.problemSink("sync: the save of item \(item) kept as version \(number), which never went up, could not give way to the remote's version \(number) (\(error)); that takes the next free number here")
         }
     }
 
@@ -691,10 +657,18 @@ extension StoreSync {
         try Self.describe(fd, as: version)
         // The same content under the remote's newer number (a rename, attributes, a resolution):
         // one number for the current version on every machine.
+        // A pending save here holding the content (a merge of ours committed, or a save that
+        // wrote the version last in step again) is that version now.
         let here = ItemAttributes.version(ofDescriptor: fd)
-        if version.kind == .file && here < version.number {
-            giveWay(version.number, of: item, to: "/proc/self/fd/\(fd)", past: version.number, current: "/proc/self/fd/\(fd)")
-            if !shared.store.versions.isTaken(item, version.number) { try ItemAttributes.setVersion(version.number, onDescriptor: fd) }
+        if version.kind == .file && VersionNumber.isPending(here) {
+            let versions = shared.store.versions
+            try setPendingSavesAside(of: item, current: fd)
+            if versions.isTaken(item, version.number) {
+                try versions.removeRepeated(item, version: version.number, current: "/proc/self/fd/\(fd)")
+            }
+            try ItemAttributes.setVersion(version.number, onDescriptor: fd)
+        } else if version.kind == .file && here < version.number && !shared.store.versions.isTaken(item, version.number) {
+            try ItemAttributes.setVersion(version.number, onDescriptor: fd)
         }
         // The attributes just set where the file stands are docfs's: the store watcher would
         // otherwise take them for a change behind its back, made here, and record the file

@@ -47,6 +47,7 @@ public final class StoreSync: SyncedStore {
     /// Starts (or stops) putting every local change in the outbox.
     public func fillOutbox(_ on: Bool) {
         shared.stitcher?.fillsOutbox.store(on, ordering: .relaxed)
+        shared.store.versions.numbersPending.store(on, ordering: .relaxed)
         if on {
             shared.stitcher?.writerReleased.set { [weak self] item in self?.writerReleased(item) }
             shared.conflictResolved.set { [weak self] item in self?.resolvedHere(item) }
@@ -355,31 +356,55 @@ public final class StoreSync: SyncedStore {
         return ItemAttributes.version(ofDescriptor: fd)
     }
 
-    /// Under the item's write claim, and with its write session held still (`WriteSessions.renumber`),
-    /// so no save here numbers itself meanwhile.
-    public func numberAsTheRemote(_ item: UInt64, read: UInt64, given: UInt64) throws {
-        _ = try renumberHere(item, read: read, given: given)
-    }
-
-    /// `numberAsTheRemote`; answers the file's new number, nil when it kept its own.
-    func renumberHere(_ item: UInt64, read: UInt64, given: UInt64) throws -> UInt64? {
-        guard let view = shared.servedViews().first, let place = try place(of: item) else { return nil }
+    /// Under the item's write claim, and with its write session held still
+    /// (`WriteSessions.takeNumber`), so no save here numbers itself meanwhile. An item gone here
+    /// (saves made before its deletion go up before its tombstone) has only kept versions.
+    public func takeNumber(_ item: UInt64, key: UInt64, given: UInt64) throws {
+        let id = ItemID(rawValue: item)
+        guard let view = shared.servedViews().first, let place = try place(of: item) else {
+            try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) in
+                _ = try shared.store.versions.takeNumber(id, key: key, number: given)
+            }
+            return
+        }
         let document = try Located(place: place, paths: shared.paths)
         defer { document.close() }
-        let id = ItemID(rawValue: item)
-        return try view.coordinator.withClaims([(id, .write)]) { () throws(DocfsError) -> UInt64? in
+        try view.coordinator.withClaims([(id, .write)]) { () throws(DocfsError) in
             let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { throw DocfsError.errno("opening item \(item) to number its version") }
             defer { close(fd) }
-            guard ItemAttributes.id(ofDescriptor: fd) == id,
-                  let number = try shared.sessions.renumber(id, file: fd, read: read, given: given) else { return nil }
+            guard ItemAttributes.id(ofDescriptor: fd) == id else {
+                _ = try shared.store.versions.takeNumber(id, key: key, number: given)
+                return
+            }
+            guard let number = try shared.sessions.takeNumber(id, file: fd, key: key, given: given) else { return }
             shared.ownChanges.changedFile(at: fd)
             RemoteApplication.$machine.withValue(RemoteApplication.ownBookkeeping) {
                 var change = ChangeRecord.name(.attributes, document.name, inFolder: document.folder, item: id)
                 change.version = number
                 view.deliverUncached(change)  // a version number: no kernel caches it
             }
-            return number
+        }
+    }
+
+    public func becameConflict(_ item: UInt64, key: UInt64, given: UInt64) throws -> Bool {
+        let id = ItemID(rawValue: item)
+        let versions = shared.store.versions
+        guard versions.record(of: id, version: key)?.kind == .previous, !versions.isTaken(id, given),
+              let place = try place(of: item) else { return false }
+        let document = try Located(place: place, paths: shared.paths)
+        defer { document.close() }
+        return try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) -> Bool in
+            let fd = openat(document.folder, document.name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0, ItemAttributes.id(ofDescriptor: fd) == id else {
+                if fd >= 0 { close(fd) }
+                return false
+            }
+            defer { close(fd) }
+            guard try versions.becomeConflict(id, version: key, current: "/proc/self/fd/\(fd)"),
+                  try versions.takeNumber(id, key: key, number: given) else { return false }
+            try flagConflict(on: fd, of: id, named: document, by: author.machine)
+            return true
         }
     }
 

@@ -448,51 +448,49 @@ final class WriteSessions: Sendable {
         }
     }
 
-    /// The sync engine read `item`'s content (its file `fd`) numbered `read`, and the remote
-    /// numbered that content `given`, higher (other machines took the numbers between): the
-    /// file takes `given`. When sessions began here since the read (the file's number is past
-    /// `read`), what they kept from `read` on, an open one's numbers and the file's move up by
-    /// the same step: the content read is `given` here as on every machine, and the saves
-    /// after it follow in their order. The file is held busy meanwhile (no session starts, ends
-    /// or saves into its delta). Answers the file's new number; nil when it keeps its own
-    /// (nothing to move, or a number the move needs is held: all stay as they are).
-    func renumber(_ item: ItemID, file fd: Int32, read: UInt64, given: UInt64) throws(DocfsError) -> UInt64? {
-        let read = max(read, 1)  // no number yet counts as 1, as for a session
-        guard given > read else { return nil }
+    /// The item's save `key` (pending, `VersionNumber`) went up, and the remote numbered it
+    /// `given`: the file `fd` takes it when `key` is its content's (a kept version the content
+    /// repeats, holding `given`, goes), else kept version `key` does; sessions, the newest delta
+    /// and the maker follow. The file is held busy meanwhile (no session starts, ends or saves
+    /// into its delta). Answers the file's number when it took `given`, nil when the number
+    /// went to a kept version (or to nothing: `key` is neither).
+    func takeNumber(_ item: ItemID, file fd: Int32, key: UInt64, given: UInt64) throws(DocfsError) -> UInt64? {
+        guard key != given else { return nil }
         var st = stat()
         try check(fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH))
-        let key = BackingKey(st)
+        let busyKey = BackingKey(st)
         while let done = state.withLock({ state -> ThreadSemaphore? in
-            if state.busy.contains(key) { return state.busy.waiter(for: key) }
-            state.busy.insert(key)
+            if state.busy.contains(busyKey) { return state.busy.waiter(for: busyKey) }
+            state.busy.insert(busyKey)
             return nil
         }) {
             done.wait()
         }
-        defer { notBusy(key) }
-        let current = max(ItemAttributes.version(ofDescriptor: fd), 1)
-        guard current > read else {
-            guard current < given else { return nil }
+        defer { notBusy(busyKey) }
+        let current = max(ItemAttributes.version(ofDescriptor: fd), 1)  // none yet counts as 1, as for a session
+        let ofFile = current == key
+        if ofFile {
+            if versions.isTaken(item, given) {
+                try versions.removeRepeated(item, version: given, current: "/proc/self/fd/\(fd)")
+            }
             try ItemAttributes.setVersion(given, onDescriptor: fd)
-            return given
+        } else {
+            guard try versions.takeNumber(item, key: key, number: given) else { return nil }
         }
-        let shift = given - read
-        guard try versions.shiftChain(item, from: read, below: current, by: shift) else { return nil }
-        try ItemAttributes.setVersion(current + shift, onDescriptor: fd)
         state.withLock { state in
-            for (key, session) in state.sessions where session.item == item {
-                if session.base >= read { state.sessions[key]!.base += shift }
-                if session.number >= read { state.sessions[key]!.number += shift }
+            for (sessionKey, session) in state.sessions where session.item == item {
+                if session.base == key { state.sessions[sessionKey]!.base = given }
+                if session.number == key { state.sessions[sessionKey]!.number = given }
             }
-            if let delta = state.lastKept[item]?.delta, delta.version >= read {
-                state.lastKept[item]!.delta = Delta(version: delta.version + shift, size: delta.size, saved: delta.saved)
+            if let delta = state.lastKept[item]?.delta, delta.version == key {
+                state.lastKept[item]!.delta = Delta(version: given, size: delta.size, saved: delta.saved)
             }
-            if let known = state.authors[item], known.version == current {
-                state.authors[item] = (current + shift, known.author)
+            if let known = state.authors[item], known.version == key {
+                state.authors[item] = (given, known.author)
                 state.authorsChanged = true
             }
         }
-        return current + shift
+        return ofFile ? given : nil
     }
 
     /// Records who made `version` of `item` (a replace, which is no session).
@@ -557,7 +555,7 @@ final class WriteSessions: Sendable {
         let base = max(ItemAttributes.version(ofDescriptor: fd), 1)
         let (kept, guardsPrefix, sees) = try keep(node, content: content >= 0 ? content : nil, base: base, st,
                                                   appending: appending, canSee: canSee)
-        let number = versions.firstFreeNumber(of: node.item, above: base)
+        let number = versions.nextSaveNumber(of: node.item, after: base)
         do throws(DocfsError) {
             try ItemAttributes.setVersion(number, onDescriptor: fd)
         } catch {

@@ -10,7 +10,8 @@ import Glibc
 public enum ItemAttributes {
     /// The persistent item id, in decimal.
     public static let id = "user.docfs.id"
-    /// The current version number, in decimal.
+    /// The current version number, in decimal; `p1`, `p2`, … while it is a save not gone up
+    /// yet to the remote the store is linked to (`VersionNumber`).
     public static let version = "user.docfs.version"
     /// A bookmark token for the item (made when read; see `BookmarkToken`).
     public static let bookmark = "user.docfs.bookmark"
@@ -47,8 +48,12 @@ public enum ItemAttributes {
     }
 
     /// The version stored on the file; 0 when it has none (content docfs never saw committed).
+    /// The number (or pending key, `VersionNumber`) of the file's content; 0 when it has none.
     public static func version(ofDescriptor fd: Int32) -> UInt64 {
-        readNumber(fd: fd, name: version) ?? 0
+        var buffer = [UInt8](repeating: 0, count: 24)
+        let n = buffer.withUnsafeMutableBytes { docfs_fd_getxattr(fd, version, $0.baseAddress, $0.count) }
+        guard n > 0, n <= 20 else { return 0 }
+        return VersionNumber.parse(String(decoding: buffer[0..<n], as: UTF8.self)) ?? 0
     }
 
     /// Stores `id` on the file. With `onlyIfAbsent`, an id already there is kept (and returned):
@@ -66,8 +71,9 @@ public enum ItemAttributes {
         return item
     }
 
+    /// Stores the content's number as people read it: `7`, or `p2` for a pending save.
     public static func setVersion(_ value: UInt64, onDescriptor fd: Int32) throws(DocfsError) {
-        let text = Array(String(value).utf8)
+        let text = Array(VersionNumber.shown(value).utf8)
         let r = text.withUnsafeBytes { docfs_fd_setxattr(fd, version, $0.baseAddress, $0.count, 0) }
         if r != 0 { throw DocfsError.errno("storing \(version)") }
     }

@@ -126,6 +126,10 @@ public final class VersionStore: Sendable {
     let settling = Mutex<SettleQueue>(SettleQueue())
     let settleSignal = ThreadSemaphore()
 
+    /// Whether new saves are *pending* (`VersionNumber`): the store is linked to a remote, which
+    /// numbers them when they go up. Set by whoever serves the store.
+    public let numbersPending = Atomic<Bool>(false)
+
     public init(directory: String, policy: VersionPolicy, chunks: ChunkStore? = nil) {
         self.directory = directory
         self.policy = policy
@@ -259,6 +263,38 @@ public final class VersionStore: Sendable {
         return next
     }
 
+    /// The number (or, linked, the pending key) a new save made on top of the content numbered
+    /// `current` takes: the first one above it that no kept version of `item` holds.
+    public func nextSaveNumber(of item: ItemID, after current: UInt64) -> UInt64 {
+        firstFreeNumber(of: item, above: VersionNumber.after(current, pending: numbersPending.load(ordering: .relaxed)))
+    }
+
+    /// Kept version `key` of `item` (a pending save, `VersionNumber`) went up and the remote
+    /// numbered it `number`: it takes that number (its record, content and saved ranges are
+    /// renamed; it is no longer unsent). No version here holds a number the remote gives but
+    /// the one it is: a holder is an error. Answers whether `key` was kept.
+    @discardableResult
+    public func takeNumber(_ item: ItemID, key: UInt64, number: UInt64) throws(DocfsError) -> Bool {
+        guard key != number, var record = try? readRecord(item, key) else { return false }
+        guard !isTaken(item, number) else {
+            throw failure("version \(VersionNumber.shown(key)) of item \(item) cannot take number \(number): another version holds it", errno: EEXIST)
+        }
+        record.unsent = nil
+        _ = try renumber(item, record, to: number)
+        return true
+    }
+
+    /// Removes kept version `version` of `item` (the current content, `current`, holds the same
+    /// bytes under its number now); the delta kept right below it in the chain, made up from
+    /// it, is made whole first.
+    public func removeRepeated(_ item: ItemID, version: UInt64, current: String) throws(DocfsError) {
+        guard let record = try? readRecord(item, version) else { return }
+        if record.isInChain, let below = versions(of: item).filter(\.isInChain).last(where: { $0.version < version }), below.isPrefix {
+            try makeWhole(item, version: below.version, current: current)
+        }
+        remove(item, version: version)
+    }
+
     /// Moves previous version `version` of `item` (a save made here that never went up,
     /// whose number a remote gave another machine's version) past `minimum` and every number
     /// kept, *detached*: made whole first, and out of the chain deltas are made up from, so a
@@ -271,7 +307,7 @@ public final class VersionStore: Sendable {
     public func detach(_ item: ItemID, version: UInt64, past minimum: UInt64, current: String?,
                        sendFrom linked: Double = .infinity) throws(DocfsError) -> UInt64? {
         guard var record = try? readRecord(item, version), record.kind == .previous else { return nil }
-        let ours = record.isInChain && record.kept >= linked
+        let ours = record.isInChain && (record.kept >= linked || VersionNumber.isPending(version))
         let kept = versions(of: item)
         let chain = kept.filter(\.isInChain)
         let source = current ?? "/nonexistent"
@@ -283,7 +319,8 @@ public final class VersionStore: Sendable {
             guard let whole = try? readRecord(item, version) else { return nil }
             record = whole
         }
-        let new = max(minimum, kept.last?.version ?? 0) + 1
+        // A pending save keeps its key (no remote number can be held by it).
+        let new = VersionNumber.isPending(version) ? version : max(minimum, kept.last?.version ?? 0) + 1
         record.version = new
         record.detached = true
         if ours { record.unsent = true }
@@ -291,6 +328,7 @@ public final class VersionStore: Sendable {
         // content, which the next start removes (`removeLeftovers`), never content without one.
         try writeRecord(record, of: item)
         if ours { try markUnsent(item) }
+        guard new != version else { return new }
         for (from, to) in [(contentPath(item, version), contentPath(item, new)), (chunksPath(item, version), chunksPath(item, new))] {
             _ = docfs_renameat2(AT_FDCWD, from, AT_FDCWD, to, DOCFS_RENAME_NOREPLACE)
         }

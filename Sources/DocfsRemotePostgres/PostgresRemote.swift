@@ -340,7 +340,7 @@ public final class PostgresRemote: Remote {
         let answer = try perform("commit item \(proposal.item)") { connection in
             try await connection.query("""
                 SELECT * FROM docfs.commit_version(\(operation), \(item), \(whenStale == .refuse), \(Int64(bitPattern: proposal.base)),
-                    \(Int64(bitPattern: proposal.number)), \(proposal.previous == true), \(hexes), \(proposal.container),
+                    \(Int64(bitPattern: proposal.askedNumber)), \(proposal.previous == true), \(hexes), \(proposal.container),
                     \(proposal.scope), \(Int64(bitPattern: proposal.parent)), \(proposal.name), \(proposal.kind.rawValue), \(manifest),
                     \(proposal.size), \(Int64(proposal.mode)), \(proposal.modified), \(attributes), \(proposal.author.machine),
                     \(proposal.author.user), \(proposal.deleted), \(proposal.resolves == true), \(proposal.containerName),

@@ -202,7 +202,7 @@ public final class InMemoryRemote: Remote {
             let previous = proposal.previous == true
             if whenStale == .refuse && proposal.base != current && !previous { return .stale(current: current) }
             if proposal.base == current && !previous, let problem = state.treeProblem(of: proposal) { return .misplaced(problem) }
-            version.number = max((state.numbers[proposal.item] ?? 0) + 1, proposal.number)
+            version.number = max((state.numbers[proposal.item] ?? 0) + 1, proposal.askedNumber)
             state.numbers[proposal.item] = version.number
             version.conflict = proposal.base != current && !previous
             let sequence = state.nextSequence()

@@ -1,4 +1,5 @@
 import DocfsChunks
+import DocfsCore
 
 /// Where a machine is in a remote's change log: the changes after it are the ones it has yet to
 /// apply. Persisted by each machine; a change that commits late still comes after every anchor
@@ -53,9 +54,9 @@ public struct RemoteVersion: Codable, Hashable, Sendable {
     /// The item's name in its parent (NameText).
     public var name: String
     public var kind: RemoteItemKind
-    /// Given by the remote when the version commits: the item's next number, or the one a
-    /// proposal asks for when that is higher (the number the save has on the machine that made
-    /// it, so every machine lists one version under one number).
+    /// Given by the remote when the version commits, in its commit order: the item's next
+    /// number (DESIGN §9.0). In a proposal, the number or pending key (`VersionNumber`) the
+    /// save has on the machine that made it: the remote takes it only as `askedNumber` says.
     public var number: UInt64
     /// The version this one was made from (0 for a new item): the remote's compare-and-swap.
     public var base: UInt64
@@ -110,6 +111,15 @@ public struct RemoteVersion: Codable, Hashable, Sendable {
         self.author = author
         self.conflict = conflict
         self.deleted = deleted
+    }
+
+    /// The number a proposal asks the remote for (it takes the item's next one when that is
+    /// higher): only an item's first version (from no base) asks, for the number it has on the
+    /// one machine that knows it (history kept before the store was linked numbers it past 1).
+    /// Every later version is numbered by the remote's commit order alone, and a pending save
+    /// asks for nothing.
+    public var askedNumber: UInt64 {
+        base == 0 && !VersionNumber.isPending(number) ? number : 0
     }
 
     /// Why the version cannot be committed as it stands; nil when it can.

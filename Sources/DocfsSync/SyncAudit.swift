@@ -179,6 +179,10 @@ extension SyncEngine {
         for item in items where seen.insert(item).inserted && !remoteFound.contains(item) {
             try checkStop()
             let state = try syncState(of: item)
+            // Versions kept here not yet made the ones every machine keeps (a crash came first).
+            if let state, state.versionsBehind == true {
+                keepingEarlierVersions(of: item) { () throws(SyncError) in try keepSkipped(of: item, after: 0, before: state.version) }
+            }
             let expected = state.flatMap { $0.version.deleted ? nil : LocalItem($0.version) }
             let observed: LocalItem?
             do {

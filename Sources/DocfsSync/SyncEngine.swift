@@ -244,16 +244,24 @@ public final class SyncEngine: Sendable {
         let thumbnailDigest = thumbnail.map { bytes in bytes.withUnsafeBytes { ChunkDigest(of: $0) } }
         if let local {
             // The save's number here: the remote gives it when it can, so numbers agree.
-            var number = local.kind == .file ? local.number ?? store.versionNumber(of: item) : 0
-            if local.kind == .file, state != nil { try sendSavesSetAside(of: local, numbered: &number, after: state, &round) }
+            let number = local.kind == .file ? local.number ?? store.versionNumber(of: item) : 0
+            if local.kind == .file, state != nil { try sendSavesSetAside(of: local, after: state, &round) }
             if let state, LocalItem(state.version) == local, !resolving,
-               thumbnailDigest == nil || state.version.thumbnail == thumbnailDigest?.hex || state.version.author != store.author {
+               thumbnailDigest == nil || state.version.thumbnail == thumbnailDigest?.hex || state.version.author != store.author,
+               try !stranded(of: item, after: state.number, before: number) {
+                // A save that wrote the content last in step again is that version: its pending
+                // key goes, and it holds the number every machine knows it by.
+                if local.kind == .file, number != state.number, VersionNumber.isPending(number) {
+                    try SyncError.local("number the content of item \(item) as v\(state.number)") {
+                        try store.takeNumber(item, key: number, given: state.number)
+                    }
+                }
                 note("up \(item): in step already (number \(state.number))")
                 return  // in step already
             }
             if local.kind == .file && !resolving && number > (state?.number ?? 0) + 1 {
-                state = try sendUnsentSaves(of: local, numbered: &number, after: state, &round)
-                try sendSavesSetAside(of: local, numbered: &number, after: state, &round)  // those that lost their race just now
+                state = try sendUnsentSaves(of: local, numbered: number, after: state, &round)
+                try sendSavesSetAside(of: local, after: state, &round)  // those that lost their race just now
             }
             try uploadChunks(of: local, except: sent)
             var made = local.proposal(base: state?.number ?? 0, by: store.author)
@@ -276,9 +284,8 @@ public final class SyncEngine: Sendable {
                 // Saves made here before the deletion that never went up go first, as versions of
                 // their own (at the place it was last in step), so every machine keeps them.
                 let last = LocalItem(known.version)
-                var gone = UInt64.max
-                state = try sendUnsentSaves(of: last, numbered: &gone, after: known, &round) ?? known
-                try sendSavesSetAside(of: last, numbered: &gone, after: state, &round)
+                state = try sendUnsentSaves(of: last, numbered: .max, after: known, &round) ?? known
+                try sendSavesSetAside(of: last, after: state, &round)
             }
             guard let state else { return }
             var tombstone = state.version
@@ -331,9 +338,9 @@ public final class SyncEngine: Sendable {
     /// first, each on the one before; answers the state they leave the item in. A save whose
     /// base is no longer current (another machine committed first) and those after it are set
     /// aside (`sendSavesSetAside`), and so are saves from before a conflict version kept here:
-    /// the current content then goes up, and races, as ever. `current` moves when a save took
-    /// the content's number (the content moves past it here).
-    private func sendUnsentSaves(of local: LocalItem, numbered current: inout UInt64, after state: ItemSyncState?,
+    /// the current content then goes up, and races, as ever. Each takes the number the remote
+    /// gave it here (it was pending, `VersionNumber`).
+    private func sendUnsentSaves(of local: LocalItem, numbered current: UInt64, after state: ItemSyncState?,
                                  _ round: inout Round) throws(SyncError) -> ItemSyncState? {
         var state = state
         let item = local.item
@@ -391,15 +398,11 @@ public final class SyncEngine: Sendable {
             try settle(proposal, number: given, sequence: sequence, after: state)
             state = try syncState(of: item)
             round.uploaded += 1
-            // Numbered otherwise by the remote (another machine's version took its number
-            // meanwhile): it takes that number here too, when nothing kept lies between; else
-            // the saves after it would be numbered otherwise too, and stay here.
+            // Pending here: it takes the number the remote gave it.
             if given != number {
-                let (moved, content) = try SyncError.local("number save \(number) of item \(item) as the remote did") {
-                    try store.renumberSave(number, of: item, as: given, contentRead: current)
+                try SyncError.local("number save \(VersionNumber.shown(number)) of item \(item) as the remote did") {
+                    try store.takeNumber(item, key: number, given: given)
                 }
-                if let content, current != .max { current = content }
-                if !moved { break }
             }
         }
         return state
@@ -410,9 +413,7 @@ public final class SyncEngine: Sendable {
     /// beside it, and every machine keeps it as a previous version. `local` gives the place and
     /// attributes. One that cannot be read stays here, set aside, and is tried again with the
     /// item's next change.
-    /// `current`: the number of the content here, which moves when the remote gave a save set
-    /// aside that number.
-    private func sendSavesSetAside(of local: LocalItem, numbered current: inout UInt64, after state: ItemSyncState?,
+    private func sendSavesSetAside(of local: LocalItem, after state: ItemSyncState?,
                                    _ round: inout Round) throws(SyncError) {
         let item = local.item
         // Looked for again after each: one sent may move another that held its new number.
@@ -438,8 +439,9 @@ public final class SyncEngine: Sendable {
             }
             note("up \(item): \(outcome) for save \(number) set aside here")
             guard case .current(let given, _) = outcome else { continue }
-            let moved = try SyncError.local("number save \(number) of item \(item) set aside") { try store.sentAside(number, of: item, as: given) }
-            if let moved, current != .max { current = moved }
+            try SyncError.local("number save \(VersionNumber.shown(number)) of item \(item) set aside") {
+                try store.takeNumber(item, key: number, given: given)
+            }
             round.uploaded += 1
         }
     }
@@ -466,9 +468,9 @@ public final class SyncEngine: Sendable {
     /// `proposal` is the item's current version `number` now: in step, under that number here too.
     func committed(_ proposal: RemoteVersion, number: UInt64, sequence: UInt64, after state: ItemSyncState?,
                            _ round: inout Round) throws(SyncError) {
-        if proposal.kind == .file && !proposal.deleted && number > proposal.number {
+        if proposal.kind == .file && !proposal.deleted && number != proposal.number {
             try SyncError.local("number version \(number) of item \(proposal.item)") {
-                try store.numberAsTheRemote(proposal.item, read: proposal.number, given: number)
+                try store.takeNumber(proposal.item, key: proposal.number, given: number)
             }
         }
         try settle(proposal, number: number, sequence: sequence, after: state)
@@ -481,6 +483,15 @@ public final class SyncEngine: Sendable {
                 try store.forgetPrevious(kept, of: proposal.item, holding: proposal.chunks ?? [], keptAs: nil)
             }
             if forgot { note("up \(proposal.item): v\(kept) kept here holds v\(number)'s content; no longer kept") }
+        }
+        // Other machines' versions (or saves of ours set aside) came between: the versions kept
+        // here become the ones every machine keeps.
+        if proposal.kind == .file, number != (state?.number ?? 0) + 1 {
+            var applied = proposal
+            applied.number = number
+            keepingEarlierVersions(of: proposal.item) { () throws(SyncError) in
+                try keepSkipped(of: proposal.item, after: state?.number ?? 0, before: applied)
+            }
         }
         round.uploaded += 1
         progress((round.uploaded, round.applied))
@@ -534,15 +545,21 @@ public final class SyncEngine: Sendable {
     }
 
     /// Records that the item is in step with the remote's version `number` of `version`,
-    /// committed at `sequence` of the log.
-    func settle(_ version: RemoteVersion, number: UInt64, sequence: UInt64?, after state: ItemSyncState?) throws(SyncError) {
+    /// committed at `sequence` of the log. `raced`: taken over a change of this machine's that
+    /// lost (the versions kept here are made the ones every machine keeps next).
+    func settle(_ version: RemoteVersion, number: UInt64, sequence: UInt64?, after state: ItemSyncState?,
+                raced: Bool = false) throws(SyncError) {
         var version = version
         version.number = number
         // The item's first version (from no base) says when it was created; its number need
         // not be 1 (saves made here before it first went up took the numbers below).
         let created = version.base == 0 ? (sequence ?? state?.created) : state?.created
+        var settled = ItemSyncState(version: version, created: created)
+        // Versions between the one in step here before and this one: those kept here become the
+        // ones every machine keeps next (`keepSkipped`), a crash before then notwithstanding.
+        if version.kind == .file, raced || number > (state?.number ?? 0) + 1 || state?.versionsBehind == true { settled.versionsBehind = true }
         try SyncError.local("save the sync state of item \(version.item)") {
-            try store.setSyncState(ItemSyncState(version: version, created: created), of: version.item)
+            try store.setSyncState(settled, of: version.item)
         }
         do {
             try store.takeRemoteNumbers(of: version.item)
@@ -672,7 +689,7 @@ public final class SyncEngine: Sendable {
         }
         if outcome == .applied {
             note("up \(ours.item): took the remote's v\(current.number)" + (keepingOurs.map { ", ours kept as conflict v\($0)" } ?? ""))
-            try settle(current, number: current.number, sequence: nil, after: state)
+            try settle(current, number: current.number, sequence: nil, after: state, raced: true)
             // Our deletion lost: the content it removed here is kept, as every machine keeps it.
             let low = ours.deleted ? max(state?.number ?? 1, 1) - 1 : state?.number ?? 0
             keepingEarlierVersions(of: current.item) { () throws(SyncError) in try keepSkipped(of: current.item, after: low, before: current) }
@@ -697,6 +714,8 @@ public final class SyncEngine: Sendable {
         (lost.number, lost.conflict) = (number, true)
         keepingEarlierVersions(of: ours.item) { () throws(SyncError) in
             try SyncError.local("keep conflict version \(number) of item \(ours.item)") {
+                // Kept here still as the save it was: it becomes that conflict version.
+                if VersionNumber.isPending(ours.number), try store.becameConflict(ours.item, key: ours.number, given: number) { return }
                 try store.keepConflict(lost) { digest in try self.fetch(digest) }
             }
         }
@@ -908,93 +927,53 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// The item's versions committed after `low` and before `applied` (the version just applied
-    /// here) that this machine does not keep, as every machine keeps them, fetched from the log
-    /// under their numbers:
-    /// - those it never applied, taking a later one at once (its own change raced them) and
-    ///   whose content the next version replaced (a version that only renamed keeps nothing);
-    /// - the one a deletion removed, when `applied` brought the item back (an edit won over the
-    ///   deletion: `low` is below the version the deletion was made on), so nothing committed is
-    ///   lost to a deletion that lost;
-    /// - when `applied` is a deletion this machine takes at once (its own deletion raced it), those
-    ///   before the one it removed, as the machines that applied them in turn keep them.
-    /// Conflict versions and saves set aside another machine made while the item was gone here
-    /// are kept too (but conflicts a version resolved, or resolved here); a number a version
-    /// kept here holds already is left alone; at most the last 64 are looked for.
-    ///
-    /// A version whose next one only renamed it is kept nowhere (the next holds its content):
-    /// one this machine kept of its own under its number (a save here that started from it)
-    /// goes, so every machine lists the same versions; `low` itself, and the few versions
-    /// before it (`renamedLookBack`), are looked at for that.
-    static let renamedLookBack: UInt64 = 8
-
+    /// Makes the versions kept here of `item`, now in step with `applied`, the ones every
+    /// machine keeps (`VersionList`): those missing here come from the remote under their
+    /// numbers (promised on a store that downloads on demand), and previous versions kept here
+    /// that the list leaves out go, when they hold what the remote's version of that number
+    /// holds. Only the last `versionWindow` numbers are looked at: what the version policy
+    /// pruned here before stays pruned. Conflict versions resolved here (not gone up yet) are
+    /// not fetched again. `low`: the version this machine was in step with before.
     func keepSkipped(of item: UInt64, after low: UInt64, before applied: RemoteVersion) throws(SyncError) {
         let high = applied.number
-        guard applied.kind == .file, high > low + 1 else { return }
-        let from = max(max(low, 1), high > 64 ? high - 64 : 1)
-        // A few before `from` too: one this machine kept of its own there, whose next only
-        // renamed it, goes once that next is kept here (it may come only now: an edit back over
-        // a deletion brings the version the deletion removed).
-        let earlier = from > Self.renamedLookBack ? from - Self.renamedLookBack : 1
-        let all = try SyncError.remote { () throws(RemoteError) in try remote.versions(of: item, after: earlier - 1, limit: 256) }
-        let listed = all.filter { $0.number >= from }
-        let skipped = listed.filter { $0.number < high && !$0.conflict && $0.previous != true }
-        let before = all.filter { $0.number < from && !$0.conflict && $0.previous != true }
-        // Conflict versions and saves set aside that came while the item was gone here (its
-        // deletion applied, or made here) were not kept then: they are now, but for conflicts a
-        // version resolved.
-        let resolved = (listed + [applied]).filter { $0.resolves == true }.map(\.number).max() ?? 0
-        let resolvedHere = try syncState(of: item)?.resolvedHere == true  // not gone up yet: they stay resolved
-        for version in listed where version.author != store.author && version.kind == .file && !version.deleted {
-            if version.previous == true {
-                try SyncError.local("keep version \(version.number) of item \(item)") {
-                    try store.keepAside(version) { digest in try self.fetch(digest) }
-                }
-            } else if version.conflict && version.number > resolved && !resolvedHere {
-                try SyncError.local("keep conflict version \(version.number) of item \(item)") {
-                    try store.keepConflict(version) { digest in try self.fetch(digest) }
+        guard applied.kind == .file || applied.deleted, high > 1 else { return }
+        // In turn (the one before it was in step here): kept here as every machine keeps it.
+        let behind = try syncState(of: item)?.versionsBehind == true
+        guard high > low + 1 || behind else { return }
+        let from = high > Self.versionWindow ? high - Self.versionWindow : 0
+        var listed = try SyncError.remote { () throws(RemoteError) in try remote.versions(of: item, after: from, limit: 256) }
+            .filter { $0.number <= high }
+        if !listed.contains(where: { $0.number == high }) { listed.append(applied) }
+        let kept = VersionList.kept(listed, current: high)
+        let here = try SyncError.local("list the versions of item \(item) kept here") { try store.keptVersions(of: item) }
+        let resolvedHere = try syncState(of: item)?.resolvedHere == true
+        for version in listed.sorted(by: { $0.number < $1.number }) where here[version.number] == nil {
+            guard let how = kept[version.number], how != .conflict || !resolvedHere else { continue }
+            note("down \(item): v\(version.number) kept here as every machine keeps it (\(how))")
+            try SyncError.local("keep version \(version.number) of item \(item)") {
+                switch how {
+                case .previous: try store.keepPrevious(version) { digest in try self.fetch(digest) }
+                case .aside: try store.keepAside(version) { digest in try self.fetch(digest) }
+                case .conflict: try store.keepConflict(version) { digest in try self.fetch(digest) }
                 }
             }
         }
-        var renamedOnly: [RemoteVersion] = []
-        for (version, next) in zip(skipped, skipped.dropFirst() + [applied]) where version.kind == .file && !version.deleted {
-            if next.number == high && applied.deleted {
-                // What the deletion taken removed: no machine keeps it while the item is gone
-                // (applying a deletion keeps nothing); it is kept if the item comes back.
-                continue
-            } else if !next.deleted && next.manifest == version.manifest {
-                renamedOnly.append(version)
-            } else {
-                // `low` too: the version this machine was in step with is kept here already when a
-                // save here superseded it, not when this machine only renamed it.
-                note("down \(item): v\(version.number) was skipped here; kept as a previous version")
-                try SyncError.local("keep version \(version.number) of item \(item)") {
-                    try store.keepPrevious(version) { digest in try self.fetch(digest) }
+        for (number, isConflict) in here.sorted(by: { $0.key < $1.key }) where !isConflict && number > from && number < high && kept[number] == nil {
+            guard let version = listed.first(where: { $0.number == number }), !version.deleted else { continue }
+            try SyncError.local("look at version \(number) of item \(item)") {
+                if try store.forgetPrevious(number, of: item, holding: version.chunks ?? [], keptAs: nil) {
+                    note("down \(item): v\(number) kept here is kept by no machine (its next holds its content); no longer kept")
                 }
             }
         }
-        // After the keeps, and only where the content stays here under the next's number (the
-        // version applied, or one kept above): a failed keep loses nothing.
-        // Its content is kept under the number of the first version after it that did more than
-        // rename it (renames in a row pass it on): the one an edit then replaced, or the applied.
-        // Before `from`: those whose next (also before, or the first listed) only renamed them.
-        let chain = before + skipped + [applied]
-        for (version, next) in zip(before, chain.dropFirst())
-        where version.kind == .file && !version.deleted && !next.deleted && next.manifest == version.manifest {
-            renamedOnly.insert(version, at: renamedOnly.firstIndex { $0.number > version.number } ?? renamedOnly.endIndex)
-        }
-        let renamedNumbers = Set(renamedOnly.map(\.number))
-        for version in renamedOnly {
-            guard let next = chain.first(where: { $0.number > version.number && !renamedNumbers.contains($0.number) })
-            else { continue }
-            try SyncError.local("look at version \(version.number) of item \(item)") {
-                if try store.forgetPrevious(version.number, of: item, holding: version.chunks ?? [],
-                                            keptAs: next.number == high ? nil : next.number) {
-                    note("down \(item): v\(version.number) kept here is v\(next.number)'s content, which only renamed it; no longer kept")
-                }
-            }
+        if var state = try syncState(of: item), state.number == high, state.versionsBehind == true {
+            state.versionsBehind = nil
+            try SyncError.local("save the sync state of item \(item)") { try store.setSyncState(state, of: item) }
         }
     }
+
+    /// How many numbers before the version in step `keepSkipped` looks at.
+    static let versionWindow: UInt64 = 64
 
     /// Applies `version` (committed at `sequence` of the log, when known) through the store,
     /// under the name the naming rule gives it here.

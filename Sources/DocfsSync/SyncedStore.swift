@@ -81,6 +81,10 @@ public struct ItemSyncState: Codable, Sendable, Equatable {
     /// The item's conflict was resolved here since: it goes up as a version that resolves it
     /// everywhere (nil: no).
     public var resolvedHere: Bool?
+    /// Other machines' versions came between this one and the one before it here, and the
+    /// versions kept here are not yet the ones every machine keeps (`SyncEngine.keepSkipped`
+    /// clears it; the daemon's check tries again, after a crash too). Nil: no.
+    public var versionsBehind: Bool?
 
     public init(version: RemoteVersion, created: UInt64?, resolvedHere: Bool? = nil) {
         self.version = version
@@ -272,11 +276,18 @@ public protocol SyncedStore: Sendable {
 
     /// The number of the item's current version here (its last save's; 0 when it has none).
     func versionNumber(of item: UInt64) -> UInt64
-    /// The remote numbered `given` the item's content read here as number `read`, above it
-    /// (other machines took the numbers between): it takes that number here too. Saves begun
-    /// here since the read (numbered past `read` already) move up with it: what they kept,
-    /// their own numbers, the current one, so the content read is `given` here as everywhere.
-    func numberAsTheRemote(_ item: UInt64, read: UInt64, given: UInt64) throws
+    /// The item's save `key` (a pending key, `VersionNumber`: the current content, or a save it
+    /// superseded) went up, and the remote numbered it `given`: it takes that number here too,
+    /// as on every machine. `given` may also be the number of the version last in step, for a
+    /// save that wrote that version's content again: then it is that version.
+    func takeNumber(_ item: UInt64, key: UInt64, given: UInt64) throws
+
+    /// The item's save `key` (pending) went up as conflict version `given` (it lost its race),
+    /// and the document changed here again since, so the save is kept here as a previous
+    /// version: it becomes conflict version `given` (out of the chain, never sent again).
+    /// Answers whether it did; false when no such save is kept (then the conflict version is
+    /// kept from the remote, `keepConflict`).
+    func becameConflict(_ item: UInt64, key: UInt64, given: UInt64) throws -> Bool
 
     /// The item was settled: a version of another machine's kept here under another number
     /// than the remote's (one of this machine's held it then) takes the remote's, if it is
@@ -370,18 +381,9 @@ public protocol SyncedStore: Sendable {
     /// Never a conflict version; a delta kept below it, made up from it, is made whole first.
     func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest], keptAs: UInt64?) throws -> Bool
 
-    /// Save `number` of the item (see `unsentSaves`) went up numbered `given` by the remote: it
-    /// takes that number here too; when later saves not gone up lie between, they and the
-    /// content here move up with it by the same step (the chain keeps its order), unless a
-    /// version out of the chain holds a number they take. Answers whether it moved, and the new
-    /// number of the content the engine read (numbered `read` here; `.max` when the item is
-    /// gone) when that moved too.
-    func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64, contentRead read: UInt64) throws -> (moved: Bool, content: UInt64?)
-
     /// Sets saves `numbers` of the item (see `unsentSaves`) aside: they lost their race before
-    /// they went up (their base is no longer current). Each moves past `current` (the number of
-    /// the content here) and every kept number, out of the chain, to go up as a version kept
-    /// beside the current one (`unsentAside`).
+    /// they went up (their base is no longer current). Each leaves the chain (made whole, still
+    /// pending), to go up as a version kept beside the current one (`unsentAside`).
     func setAside(_ numbers: [UInt64], of item: UInt64, above current: UInt64) throws
 
     /// The numbers of the item's saves made here and set aside (they lost their number or
@@ -389,11 +391,9 @@ public protocol SyncedStore: Sendable {
     /// as a `previous` version, so every machine keeps it.
     func unsentAside(of item: UInt64) throws -> [UInt64]
 
-    /// Save `number` set aside went up, numbered `given` by the remote: it takes that number
-    /// here too when it is free.
-    /// Answers the content's new number when the remote gave the save the number the content
-    /// here had (a save not gone up yet): the content moves past it.
-    func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> UInt64?
+    /// The numbers of the versions of the item kept here that the remote gave (pending saves
+    /// left out), each with whether it is a conflict version.
+    func keptVersions(of item: UInt64) throws -> [UInt64: Bool]
 
     /// Keeps another machine's save set aside (`RemoteVersion.previous`) as a previous version
     /// of its item under its number; a save of this machine's that never went up and holds

@@ -30,6 +30,9 @@ struct StatusCommand: ParsableCommand {
         var item: UInt64
         var kind: String
         var version: UInt64?
+        /// The content's pending key (`p1`: a save not gone up yet to the remote, which numbers
+        /// it when it does); `version` is absent then.
+        var pendingVersion: String?
         var size: Int64
         var created: Double?
         var modified: Double
@@ -57,7 +60,9 @@ struct StatusCommand: ParsableCommand {
         let conflict = kept.contains { $0.kind == .conflict }
         let containerName = ContainerCatalog(registry: ContainerRegistry(layout: document.store)).displayName(of: place.container)
         let report = Report(path: document.path, store: document.store.root, item: document.item.rawValue,
-                            kind: st.st_mode & S_IFMT == S_IFDIR ? "folder" : "file", version: document.version,
+                            kind: st.st_mode & S_IFMT == S_IFDIR ? "folder" : "file",
+                            version: document.version.flatMap { VersionNumber.isPending($0) ? nil : $0 },
+                            pendingVersion: document.version.flatMap { VersionNumber.isPending($0) ? VersionNumber.shown($0) : nil },
                             size: Int64(st.st_size), created: birthTime(document.backingPath),
                             modified: seconds(st.st_mtim), keptVersions: kept.count,
                             keptBytes: kept.reduce(0) { $0 + $1.storedSize },
@@ -68,6 +73,7 @@ struct StatusCommand: ParsableCommand {
         if json { return printJSON(report) }
         var lines = [("path", PlainOutput.name(report.path)), ("item id", String(report.item)), ("kind", report.kind)]
         if let version = report.version { lines.append(("version", String(version))) }
+        if let pending = report.pendingVersion { lines.append(("version", "\(pending) (pending: the remote numbers it when it goes up)")) }
         lines.append(("size", "\(report.size) bytes"))
         if let created = report.created { lines.append(("created", formatDate(created))) }
         lines.append(("modified", formatDate(report.modified)))
@@ -143,30 +149,30 @@ struct VersionsCommand: ParsableCommand {
         @Flag(name: .long, help: "Print JSON instead of a table.")
         var json = false
 
-        @Option(name: .long, help: ArgumentHelp("Write kept version V's content to standard output.", valueName: "V"))
-        var show: UInt64?
+        @Option(name: .long, help: ArgumentHelp("Write kept version V's content to standard output (V: a number, or pN for a pending save).", valueName: "V"))
+        var show: ShownVersion?
     }
 
     /// Options that change the document (a new version), each alone.
     struct Changing: ParsableArguments {
         @Option(name: .long, help: ArgumentHelp("Make kept version V the current content again (itself a new version).", valueName: "V"))
-        var restore: UInt64?
+        var restore: ShownVersion?
 
         @Flag(name: .long, help: "Resolve a conflict: drop the conflict versions and clear user.docfs.conflict.")
         var resolve = false
 
         @Option(name: .long, help: ArgumentHelp("With --resolve: make version V current first.", valueName: "V"))
-        var keep: UInt64?
+        var keep: ShownVersion?
     }
 
     @OptionGroup(title: "Reading") var reading: Reading
     @OptionGroup(title: "Changing the document") var changing: Changing
 
     private var json: Bool { reading.json }
-    private var show: UInt64? { reading.show }
-    private var restore: UInt64? { changing.restore }
+    private var show: UInt64? { reading.show?.number }
+    private var restore: UInt64? { changing.restore?.number }
     private var resolve: Bool { changing.resolve }
-    private var keep: UInt64? { changing.keep }
+    private var keep: UInt64? { changing.keep?.number }
 
     @Argument(help: ArgumentHelp("The document.", valueName: "file"))
     var file: String
@@ -178,7 +184,10 @@ struct VersionsCommand: ParsableCommand {
     }
 
     struct Row: Encodable {
-        var version: UInt64
+        /// The remote's number (or this store's, with no remote); absent for a pending save.
+        var version: UInt64?
+        /// A save not gone up yet (`p1`, `p2`, …): the remote numbers it when it does.
+        var pending: String?
         var kind: String
         var modified: Double
         var size: Int64
@@ -211,24 +220,28 @@ struct VersionsCommand: ParsableCommand {
         let kept = store.versions(of: document.item)
         var rows = kept.map {
             let promised = store.isPromised(document.item, version: $0.version)
-            return Row(version: $0.version, kind: $0.kind.rawValue, modified: $0.modified, size: $0.size, stored: promised ? 0 : $0.storedSize,
+            return Row(version: Self.number($0.version), pending: Self.pending($0.version), kind: $0.kind.rawValue, modified: $0.modified, size: $0.size, stored: promised ? 0 : $0.storedSize,
                        pid: $0.author?.pid, uid: $0.author?.uid, command: $0.author?.command, promised: promised ? true : nil)
         }
         let author = currentAuthor(of: document, version: current)
-        rows.append(Row(version: current, kind: "current", modified: seconds(document.attributes.st_mtim),
+        rows.append(Row(version: Self.number(current), pending: Self.pending(current), kind: "current", modified: seconds(document.attributes.st_mtim),
                         size: Int64(document.attributes.st_size), stored: 0, pid: author?.pid, uid: author?.uid, command: author?.command))
-        rows.sort { $0.version > $1.version }
+        rows.sort { ($0.pending.flatMap(VersionNumber.parse) ?? $0.version ?? 0) > ($1.pending.flatMap(VersionNumber.parse) ?? $1.version ?? 0) }
         if json { return printJSON(rows) }
         print("VERSION  KIND      MODIFIED             SIZE        STORED      WHO")
         for row in rows {
             let who = row.pid.map { "pid \($0), uid \(row.uid ?? 0), \(row.command ?? "")" } ?? ""
             let kind = row.promised == true ? row.kind + "*" : row.kind
-            print("\(String(row.version).padding(8)) \(kind.padding(9)) \(formatDate(row.modified).padding(20)) "
+            print("\((row.pending ?? row.version.map(String.init) ?? "").padding(8)) \(kind.padding(9)) \(formatDate(row.modified).padding(20)) "
                   + "\(String(row.size).padding(11)) \(String(row.stored).padding(11)) \(who)")
         }
         print("kept versions of this document take \(rows.reduce(0) { $0 + $1.stored }) bytes; of the store, \(store.storedSize()) bytes")
         if rows.contains(where: { $0.promised == true }) { print("* still on the remote: fetched when shown or restored") }
+        if rows.contains(where: { $0.pending != nil }) { print("pN: a save not gone up yet; the remote numbers it when it goes up") }
     }
+
+    private static func number(_ version: UInt64) -> UInt64? { VersionNumber.isPending(version) ? nil : version }
+    private static func pending(_ version: UInt64) -> String? { VersionNumber.isPending(version) ? VersionNumber.shown(version) : nil }
 
     /// `--restore` and `--resolve`: through the daemon when the store is served (the control
     /// socket), else on the store directly, holding its lock so no daemon starts meanwhile.
@@ -338,5 +351,16 @@ struct ReferenceReport: Encodable {
         guard read(ItemAttributes.external) == "1" || read(ReferenceStub.attribute) != nil else { return nil }
         original = read(ItemAttributes.original)
         originalContainer = read(ItemAttributes.container)
+    }
+}
+
+/// A version as people name it on the command line: its number, or `pN` for a pending save
+/// (`VersionNumber`).
+struct ShownVersion: ExpressibleByArgument {
+    let number: UInt64
+
+    init?(argument: String) {
+        guard let number = VersionNumber.parse(argument) else { return nil }
+        self.number = number
     }
 }

@@ -71,7 +71,7 @@ struct WatchCommand: ParsableCommand {
     static func describe(_ change: PresentedChange) -> String {
         var text = "\(change.kind.rawValue.padding(9))\(PlainOutput.name(change.path))"
         if let newPath = change.newPath { text += " -> \(PlainOutput.name(newPath))" }
-        if let version = change.version { text += " (version \(version))" }
+        if let version = change.version { text += " (version \(VersionNumber.shown(version)))" }
         if change.uncoordinated { text += " [uncoordinated]" }
         if let machine = change.machine { text += " [from \(PlainOutput.name(machine))]" }
         return text

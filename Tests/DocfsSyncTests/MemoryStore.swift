@@ -1,4 +1,5 @@
 import DocfsChunks
+import DocfsCore
 import DocfsSync
 import Foundation
 import Synchronization
@@ -37,6 +38,8 @@ final class MemoryStore: SyncedStore, Sendable {
         /// The content an applied version replaced here, kept as a previous version (no save of
         /// this machine's: it never goes up), per item and number.
         var replaced: [UInt64: [UInt64: String]] = [:]
+        /// Saves made here set aside (they lost their race before they went up), per item.
+        var aside: [UInt64: Set<UInt64>] = [:]
 
         func text(of item: UInt64) -> String? {
             items[item].map { local in String(decoding: local.manifest.flatMap { chunks[$0] ?? [] }, as: UTF8.self) }
@@ -57,7 +60,31 @@ final class MemoryStore: SyncedStore, Sendable {
                 keptTexts[item, default: []].insert(old)
                 if current > 0 { saves[item, default: [:]][current] = old }
             }
-            numbers[item] = free(item, above: current)
+            // Linked: a save is pending until the remote numbers it (`VersionNumber`).
+            numbers[item] = free(item, above: VersionNumber.after(current, pending: true))
+        }
+
+        /// Save `key` (the content here or a kept one) takes the number the remote gave it.
+        mutating func take(_ item: UInt64, key: UInt64, given: UInt64) {
+            guard key != given else { return }
+            if numbers[item] == key {
+                // A save that repeats the version kept under `given` is that version.
+                if kept[item]?[given] != nil { forget(item, given) }
+                numbers[item] = given
+            } else if let kind = kept[item]?[key] {
+                kept[item]?[key] = nil
+                kept[item, default: [:]][given] = kind
+                if let text = saves[item]?.removeValue(forKey: key) { saves[item, default: [:]][given] = text }
+                if let text = replaced[item]?.removeValue(forKey: key) { replaced[item, default: [:]][given] = text }
+                aside[item]?.remove(key)
+            }
+        }
+
+        mutating func forget(_ item: UInt64, _ number: UInt64) {
+            kept[item]?[number] = nil
+            saves[item]?[number] = nil
+            replaced[item]?[number] = nil
+            aside[item]?.remove(number)
         }
         var clock: Double = 1_700_000_000
 
@@ -312,10 +339,18 @@ final class MemoryStore: SyncedStore, Sendable {
     /// This store keeps another machine's version under the remote's number or not at all.
     func takeRemoteNumbers(of item: UInt64) throws {}
 
-    func numberAsTheRemote(_ item: UInt64, read: UInt64, given number: UInt64) throws {
+    func becameConflict(_ item: UInt64, key: UInt64, given: UInt64) throws -> Bool {
         state.withLock { state in
-            if let current = state.numbers[item], current < number { state.numbers[item] = number }
+            guard state.kept[item]?[key] == "previous", state.kept[item]?[given] == nil, let text = state.saves[item]?[key] else { return false }
+            state.forget(item, key)
+            state.kept[item, default: [:]][given] = "conflict"
+            state.conflicts[item, default: []].append(text)
+            return true
         }
+    }
+
+    func takeNumber(_ item: UInt64, key: UInt64, given: UInt64) throws {
+        state.withLock { $0.take(item, key: key, given: given) }
     }
 
     /// A writer opens the item (its changes are not saves until `closeWriter`).
@@ -400,8 +435,22 @@ final class MemoryStore: SyncedStore, Sendable {
                 throw MemoryStoreError.nameTaken(name)
             }
             // Numbered as the real store numbers (StoreSync+Apply).
-            let old = state.numbers[version.item] ?? 0
+            // A file's number goes with it (a real store keeps it on the file).
+            var old = state.items[version.item] == nil ? 0 : state.numbers[version.item] ?? 0
             if let here = state.items[version.item], here.kind == .file {
+                // Saves that never went up leave the chain before another machine's content
+                // comes after them: they go up set aside.
+                let chain = (state.saves[version.item] ?? [:]).keys.filter {
+                    VersionNumber.isPending($0) && state.aside[version.item]?.contains($0) != true
+                }
+                if !chain.isEmpty {
+                    state.aside[version.item, default: []].formUnion(chain)
+                    state.enqueue(version.item)
+                }
+                // Pending yet taken over without a race: it repeats the version last in step.
+                if conflict == nil && VersionNumber.isPending(old), let synced = state.states[version.item]?.number {
+                    old = state.kept[version.item]?[synced] != nil ? 0 : synced
+                }
                 if conflict != nil || version.kind == .file && version.chunks != here.manifest, let text = state.text(of: version.item) {
                     state.keptTexts[version.item, default: []].insert(text)
                 }
@@ -410,17 +459,24 @@ final class MemoryStore: SyncedStore, Sendable {
                         String(decoding: here.manifest.flatMap { state.chunks[$0] ?? [] }, as: UTF8.self))
                     let number = state.kept[version.item]?[conflict] != nil ? state.free(version.item, above: conflict) : conflict
                     state.kept[version.item, default: [:]][number] = "conflict"
-                } else if version.kind == .file && version.chunks != here.manifest {
+                } else if version.kind == .file && version.chunks != here.manifest && (old > 0 || state.numbers[version.item] == nil) {
                     state.kept[version.item, default: [:]][max(old, 1)] = "previous"
                     state.replaced[version.item, default: [:]][max(old, 1)] = state.text(of: version.item)
                 }
             }
             if version.kind == .file && !version.deleted && (state.items[version.item]?.manifest != version.chunks || state.numbers[version.item] == nil) {
-                let lowest = conflict != nil ? version.number : max(version.number, old + 1)
-                state.numbers[version.item] = state.kept[version.item]?[lowest] != nil ? state.free(version.item, above: lowest) : lowest
+                let lowest = conflict != nil || VersionNumber.isPending(old) ? version.number : max(version.number, old + 1)
+                // A version kept here under the remote's number is that version: it goes.
+                if state.kept[version.item]?[lowest] != nil { state.forget(version.item, lowest) }
+                state.numbers[version.item] = lowest
+            } else if version.kind == .file && !version.deleted && VersionNumber.isPending(old) {
+                // A pending save holding the content (a merge of ours committed) is that version.
+                if state.kept[version.item]?[version.number] != nil { state.forget(version.item, version.number) }
+                state.numbers[version.item] = version.number
             } else if version.kind == .file && !version.deleted && old < version.number && state.kept[version.item]?[version.number] == nil {
                 state.numbers[version.item] = version.number  // the same content, the remote's newer number
             }
+            if ProcessInfo.processInfo.environment["DOCFS_MEMDEBUG"] != nil { print("MEMDEBUG \(author.machine) apply \(version.item) v\(version.number) old \(old) now \(state.numbers[version.item] ?? 0) kept \(state.kept[version.item] ?? [:])") }
             state.chunks.merge(fetched) { old, _ in old }
             if version.deleted {
                 state.items[version.item] = nil
@@ -465,7 +521,7 @@ final class MemoryStore: SyncedStore, Sendable {
             // As a real store: after every conflict version kept here.
             let floor = max(number, (state.kept[item] ?? [:]).filter { $0.value == "conflict" }.keys.max() ?? 0)
             return (state.saves[item] ?? [:]).keys.filter { kept in
-                kept > floor && kept < current && state.kept[item]?[kept] == "previous"
+                kept > floor && kept < current && state.kept[item]?[kept] == "previous" && state.aside[item]?.contains(kept) != true
             }.sorted()
         }
     }
@@ -488,24 +544,31 @@ final class MemoryStore: SyncedStore, Sendable {
         try keep(version, as: "previous", fetch: fetch)
     }
 
-    // Saves set aside: this store numbers a remote's version past a save of its own that holds
-    // its number instead of moving the save (the real store's `giveWay`), and sets none aside.
-    func setAside(_ numbers: [UInt64], of item: UInt64, above current: UInt64) throws {}
+    func setAside(_ numbers: [UInt64], of item: UInt64, above current: UInt64) throws {
+        state.withLock { state in
+            guard !state.writing.contains(item) else { return }  // as a real store: not under a writer
+            state.aside[item, default: []].formUnion(numbers.filter { state.saves[item]?[$0] != nil })
+        }
+    }
 
     func unsentSavesBeforeConflicts(of item: UInt64, after number: UInt64, before current: UInt64) throws -> [UInt64] { [] }
 
-    func renumberSave(_ number: UInt64, of item: UInt64, as given: UInt64, contentRead read: UInt64) throws -> (moved: Bool, content: UInt64?) { (false, nil) }
+    func keptVersions(of item: UInt64) throws -> [UInt64: Bool] {
+        state.withLock { state in
+            (state.kept[item] ?? [:]).filter { !VersionNumber.isPending($0.key) }.mapValues { $0 == "conflict" }
+        }
+    }
 
-    func unsentAside(of item: UInt64) throws -> [UInt64] { [] }
-
-    func sentAside(_ number: UInt64, of item: UInt64, as given: UInt64) throws -> UInt64? { nil }
+    func unsentAside(of item: UInt64) throws -> [UInt64] {
+        state.withLock { ($0.aside[item] ?? []).filter(VersionNumber.isPending).sorted() }
+    }
 
     func forgetPrevious(_ number: UInt64, of item: UInt64, holding manifest: [ChunkDigest], keptAs: UInt64?) throws -> Bool {
         state.withLock { state in
             if let keptAs, state.kept[item]?[keptAs] == nil { return false }
             guard state.kept[item]?[number] == "previous", let text = state.saves[item]?[number] ?? state.replaced[item]?[number],
                   Self.store(text, in: &state).0 == manifest else { return false }
-            state.kept[item]?[number] = nil
+            state.forget(item, number)
             return true
         }
     }
@@ -522,8 +585,10 @@ final class MemoryStore: SyncedStore, Sendable {
             let text = String(decoding: bytes, as: UTF8.self)
             state.keptTexts[version.item, default: []].insert(text)
             if kind == "conflict" { state.conflicts[version.item, default: []].append(text) }
-            let number = state.kept[version.item]?[version.number] != nil ? state.free(version.item, above: version.number) : version.number
-            state.kept[version.item, default: [:]][number] = kind
+            // Kept already under the remote's number (which no save here holds): that version.
+            if state.kept[version.item]?[version.number] != nil { return }
+            state.kept[version.item, default: [:]][version.number] = kind
+            if kind == "previous" { state.replaced[version.item, default: [:]][version.number] = text }
         }
     }
 }

@@ -1,4 +1,5 @@
 import DocfsChunks
+import DocfsCore
 import DocfsRemotePostgres
 import DocfsSync
 import DocfsTestSupport
@@ -82,8 +83,9 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
     }
 
     /// A save set aside (`previous`) commits whatever its base, beside the current version:
-    /// numbered as asked or past the item's last number, listed in the log as such, and the
-    /// current version and the next save's compare-and-swap stay as they were.
+    /// numbered in commit order like every version (what it asks for counts only for an item's
+    /// first version), listed in the log as such, and the current version and the next save's
+    /// compare-and-swap stay as they were.
     @Test(arguments: RemoteUnderTest.allCases)
     func aSaveSetAsideCommitsBesideTheCurrentVersion(_ kind: RemoteUnderTest) throws {
         let remote = try kind.make()
@@ -94,29 +96,61 @@ enum RemoteUnderTest: String, CaseIterable, CustomStringConvertible, Sendable {
         var aside = try Self.proposal(remote, item: 9, name: "doc.txt", text: "b's, set aside", base: 1, by: Self.machineB)
         aside.previous = true
         aside.number = 5
-        guard case .current(5, _) = try remote.commit(aside, operation: "aside", whenStale: .refuse) else {
-            Issue.record("a save set aside was not committed as asked")
+        guard case .current(3, _) = try remote.commit(aside, operation: "aside", whenStale: .refuse) else {
+            Issue.record("a save set aside was not committed in commit order")
             return
         }
-        aside.number = 4  // asked below the last number: the next one
-        guard case .current(6, _) = try remote.commit(aside, operation: "aside-again", whenStale: .refuse) else {
-            Issue.record("a save set aside was not numbered past the last")
+        aside.number = VersionNumber.pendingBase + 1  // a pending save asks for nothing
+        guard case .current(4, _) = try remote.commit(aside, operation: "aside-again", whenStale: .refuse) else {
+            Issue.record("a pending save set aside was not numbered in commit order")
             return
         }
         #expect(try remote.currentVersion(of: 9)?.number == 2)
         let log = try remote.changes(after: .start, limit: 10).changes.map(\.version)
-        #expect(log.map(\.number) == [1, 2, 5, 6] && log.map { $0.previous == true } == [false, false, true, true])
-        #expect(try remote.version(of: 9, number: 5)?.previous == true)
+        #expect(log.map(\.number) == [1, 2, 3, 4] && log.map { $0.previous == true } == [false, false, true, true])
+        #expect(try remote.version(of: 9, number: 3)?.previous == true)
         // The next save on the current version is current, numbered past the saves set aside.
         let third = try Self.proposal(remote, item: 9, name: "doc.txt", text: "three", base: 2)
-        guard case .current(7, _) = try remote.commit(third, operation: "three", whenStale: .refuse) else {
+        guard case .current(5, _) = try remote.commit(third, operation: "three", whenStale: .refuse) else {
             Issue.record("the save after the ones set aside was not current")
             return
         }
         // An item's versions above a number, whatever they are, lowest first.
-        #expect(try remote.versions(of: 9, after: 1, limit: 10).map(\.number) == [2, 5, 6, 7])
-        #expect(try remote.versions(of: 9, after: 5, limit: 1).map(\.number) == [6])
+        #expect(try remote.versions(of: 9, after: 1, limit: 10).map(\.number) == [2, 3, 4, 5])
+        #expect(try remote.versions(of: 9, after: 3, limit: 1).map(\.number) == [4])
         #expect(try remote.versions(of: 10, after: 0, limit: 10).isEmpty)
+    }
+
+    /// Numbers come from the remote's commit order (DESIGN §9.0): a later version's number is
+    /// the item's next whatever the proposal says, conflict versions included; only an item's
+    /// first version takes the number it asks (its history from before the store was linked).
+    @Test(arguments: RemoteUnderTest.allCases)
+    func numbersComeFromCommitOrderOnly(_ kind: RemoteUnderTest) throws {
+        let remote = try kind.make()
+        var first = try Self.proposal(remote, item: 11, name: "old.txt", text: "seventh save", base: 0)
+        first.number = 7
+        guard case .current(7, _) = try remote.commit(first, operation: "first") else {
+            Issue.record("an item's first version did not take the number it asked")
+            return
+        }
+        var next = try Self.proposal(remote, item: 11, name: "old.txt", text: "next", base: 7)
+        next.number = 30
+        guard case .current(8, _) = try remote.commit(next, operation: "next") else {
+            Issue.record("a later version was not numbered in commit order")
+            return
+        }
+        var racing = try Self.proposal(remote, item: 11, name: "old.txt", text: "racing", base: 7, by: Self.machineB)
+        racing.number = VersionNumber.pendingBase + 3
+        guard case .conflict(9, _) = try remote.commit(racing, operation: "racing") else {
+            Issue.record("a conflict version was not numbered in commit order")
+            return
+        }
+        var fresh = try Self.proposal(remote, item: 12, name: "new.txt", text: "pending first", base: 0)
+        fresh.number = VersionNumber.pendingBase + 1
+        guard case .current(1, _) = try remote.commit(fresh, operation: "fresh") else {
+            Issue.record("a pending first save was not numbered 1")
+            return
+        }
     }
 
     @Test(arguments: RemoteUnderTest.allCases)

@@ -1,4 +1,5 @@
 import DocfsChunks
+import DocfsCore
 import DocfsSync
 import DocfsTestSupport
 import Foundation
@@ -235,6 +236,19 @@ struct SyncSimulation {
                 }
             } catch {
                 violations.append("\(name): the check against the remote failed: \(error)")
+            }
+        }
+        // One number, one version, everywhere (DESIGN §9.0): every machine lists the same
+        // numbers of each file, of the same kinds, and none pending.
+        let files = stores[0].state.withLock { $0.items.values.filter { $0.kind == .file }.map(\.item) }.sorted()
+        for item in files {
+            let lists = stores.map { $0.versionList(of: item) }
+            if let pending = lists.first(where: { $0.keys.contains(where: VersionNumber.isPending) }) {
+                violations.append("item \(item) has saves still pending: \(pending.keys.filter(VersionNumber.isPending).map(VersionNumber.shown))")
+            }
+            for (store, list) in zip(stores, lists).dropFirst() where list != lists[0] {
+                let shown = { (list: [UInt64: String]) in list.sorted { $0.key < $1.key }.map { "\(VersionNumber.shown($0.key)) \($0.value)" } }
+                violations.append("item \(item)'s versions differ: m0 \(shown(lists[0])), \(store.author.machine) \(shown(list))")
             }
         }
         // Nothing saved is lost: what was committed of an item that exists is somewhere.
