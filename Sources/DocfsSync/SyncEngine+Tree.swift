@@ -16,6 +16,7 @@ extension SyncEngine {
     /// first (`restoreFolder`) and commits again.
     func commitPlaced(_ proposal: RemoteVersion, operation: String, _ round: inout Round, depth: Int = 0) throws(SyncError)
         -> RemoteCommitOutcome {
+        if proposal.base == 0 { unheard.withLock { _ = $0.insert(proposal.item) } }  // until it settles
         let outcome = try SyncError.remote { () throws(RemoteError) in
             try remote.commit(proposal, operation: operation, whenStale: .refuse)
         }

@@ -56,6 +56,12 @@ public final class SyncEngine: Sendable {
     /// Items that went up or came down since the engine's last check: what a check of the
     /// changed items only (`SyncAudit.Scope.changed`) reads here. Leaf lock.
     let touchedSinceAudit = Mutex<Set<UInt64>>([])
+    /// Items whose first version this engine proposed without hearing whether it committed (a
+    /// lost answer). Gone here before it settled, such an item asks the remote whether it knows
+    /// it, so its deletion goes up; until a round has run whole since the start, every item
+    /// gone here without a sync state asks (a crash forgets this set).
+    let unheard = Mutex<Set<UInt64>>([])
+    let roundRunWhole = Atomic<Bool>(false)
     /// The digest of the sync states as the last check left it (leaf lock).
     let syncedDigest = Mutex<SyncedDigest?>(nil)
 
@@ -126,6 +132,7 @@ public final class SyncEngine: Sendable {
         }
         try push(&round, pages: pages)
         try pull(&round)
+        roundRunWhole.store(true, ordering: .relaxed)
         if let keyValues {
             // The key-value stores' failure is said, not the round's: documents went up and
             // came down, and a round that failed would hold the next back (backoff).
@@ -278,7 +285,9 @@ public final class SyncEngine: Sendable {
             }
             proposal = made
         } else {
-            // Gone here: a tombstone, if the remote knows the item at all.
+            // Gone here: a tombstone, if the remote knows the item at all (its first version
+            // may have committed unheard: then it is settled first).
+            if state == nil { state = try firstVersionCommittedUnheard(of: item) }
             guard let known = state, !known.version.deleted else { return }
             if known.version.kind == .file {
                 // Saves made here before the deletion that never went up go first, as versions of
@@ -322,6 +331,17 @@ public final class SyncEngine: Sendable {
         case .misplaced(let problem):
             try placeAgain(proposal, problem, here: proposal, operation: operation, after: state, &round)
         }
+    }
+
+    /// The sync state of `item`, gone here and never settled, when its first version is on the
+    /// remote by this machine after all (committed, the answer lost): settled now.
+    private func firstVersionCommittedUnheard(of item: UInt64) throws(SyncError) -> ItemSyncState? {
+        guard unheard.withLock({ $0.contains(item) }) || !roundRunWhole.load(ordering: .relaxed) else { return nil }
+        guard let current = try SyncError.remote({ () throws(RemoteError) in try remote.currentVersion(of: item) }),
+              current.author.machine == store.author.machine, !current.deleted else { return nil }
+        note("up \(item): its first version committed unheard (v\(current.number)); its deletion goes on it")
+        try settle(current, number: current.number, sequence: nil, after: nil)
+        return try syncState(of: item)
     }
 
     /// Whether saves of `item` made here between `number` and `current` have not gone up.
@@ -545,8 +565,10 @@ public final class SyncEngine: Sendable {
     }
 
     /// Records that the item is in step with the remote's version `number` of `version`,
-    /// committed at `sequence` of the log. `raced`: taken over a change of this machine's that
-    /// lost (the versions kept here are made the ones every machine keeps next).
+    /// committed at `sequence` of the log. After versions this machine did not take in turn
+    /// (later than the next, back over a deletion, or `raced`: taken over a change of this
+    /// machine's that lost), the state says the versions kept here are to be made the ones every
+    /// machine keeps (`keepSkipped` does next; the daemon's check if that fails).
     func settle(_ version: RemoteVersion, number: UInt64, sequence: UInt64?, after state: ItemSyncState?,
                 raced: Bool = false) throws(SyncError) {
         var version = version
@@ -554,10 +576,14 @@ public final class SyncEngine: Sendable {
         // The item's first version (from no base) says when it was created; its number need
         // not be 1 (saves made here before it first went up took the numbers below).
         let created = version.base == 0 ? (sequence ?? state?.created) : state?.created
+        unheard.withLock { _ = $0.remove(version.item) }
         var settled = ItemSyncState(version: version, created: created)
         // Versions between the one in step here before and this one: those kept here become the
         // ones every machine keeps next (`keepSkipped`), a crash before then notwithstanding.
-        if version.kind == .file, raced || number > (state?.number ?? 0) + 1 || state?.versionsBehind == true { settled.versionsBehind = true }
+        if version.kind == .file, raced || number > (state?.number ?? 0) + 1 || state?.version.deleted == true
+            || state?.versionsBehind == true {
+            settled.versionsBehind = true
+        }
         try SyncError.local("save the sync state of item \(version.item)") {
             try store.setSyncState(settled, of: version.item)
         }

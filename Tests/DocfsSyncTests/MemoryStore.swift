@@ -476,7 +476,6 @@ final class MemoryStore: SyncedStore, Sendable {
             } else if version.kind == .file && !version.deleted && old < version.number && state.kept[version.item]?[version.number] == nil {
                 state.numbers[version.item] = version.number  // the same content, the remote's newer number
             }
-            if ProcessInfo.processInfo.environment["DOCFS_MEMDEBUG"] != nil { print("MEMDEBUG \(author.machine) apply \(version.item) v\(version.number) old \(old) now \(state.numbers[version.item] ?? 0) kept \(state.kept[version.item] ?? [:])") }
             state.chunks.merge(fetched) { old, _ in old }
             if version.deleted {
                 state.items[version.item] = nil
