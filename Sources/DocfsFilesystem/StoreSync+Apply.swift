@@ -262,7 +262,12 @@ extension StoreSync {
         let versions = shared.store.versions
         let pending = versions.versions(of: item).filter { $0.isInChain && VersionNumber.isPending($0.version) }
         for save in pending.reversed() {
-            _ = try versions.detach(item, version: save.version, past: 0, current: "/proc/self/fd/\(current)")
+            if current >= 0 {
+                _ = try versions.detach(item, version: save.version, past: 0, current: "/proc/self/fd/\(current)")
+            } else {
+                // No content here to make a delta up from: one that is a delta stays in the chain.
+                _ = try? versions.detach(item, version: save.version, past: 0, current: nil)
+            }
         }
         if !pending.isEmpty { try? requeue(item.rawValue) }
     }
@@ -411,7 +416,8 @@ extension StoreSync {
         // go up) takes its own now, if free: else it could hold the number the winner takes.
         try takeRemoteNumbers(of: item, content: replacing ? oldFD : nil)
         var oldVersion = replacing ? max(ItemAttributes.version(ofDescriptor: oldFD), 1) : 0
-        if replacing { try setPendingSavesAside(of: item, current: oldFD) }
+        // (Gone here, the item comes back: saves made before its deletion go up so too.)
+        try setPendingSavesAside(of: item, current: replacing ? oldFD : -1)
         // The content here pending, yet taken over without a race: it repeats the version last in
         // step (the apply found it so), and is kept under that number, once.
         var repeatsKept = false

@@ -288,7 +288,13 @@ public final class SyncEngine: Sendable {
             // Gone here: a tombstone, if the remote knows the item at all (its first version
             // may have committed unheard: then it is settled first).
             if state == nil { state = try firstVersionCommittedUnheard(of: item) }
-            guard let known = state, !known.version.deleted else { return }
+            guard let known = state else { return }
+            if known.version.deleted {
+                // Deleted everywhere already: saves of this machine's set aside still go up, kept
+                // beside by every machine (listed if the item comes back).
+                if known.version.kind == .file { try sendSavesSetAside(of: LocalItem(known.version), after: known, &round) }
+                return
+            }
             if known.version.kind == .file {
                 // Saves made here before the deletion that never went up go first, as versions of
                 // their own (at the place it was last in step), so every machine keeps them.
@@ -968,7 +974,7 @@ public final class SyncEngine: Sendable {
         guard high > low + 1 || behind else { return }
         let from = high > Self.versionWindow ? high - Self.versionWindow : 0
         var listed = try SyncError.remote { () throws(RemoteError) in try remote.versions(of: item, after: from, limit: 256) }
-            .filter { $0.number <= high }
+            .filter { $0.number <= high || $0.conflict || $0.previous == true }
         if !listed.contains(where: { $0.number == high }) { listed.append(applied) }
         let kept = VersionList.kept(listed, current: high)
         let here = try SyncError.local("list the versions of item \(item) kept here") { try store.keptVersions(of: item) }

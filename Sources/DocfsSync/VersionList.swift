@@ -17,13 +17,15 @@ public enum VersionList {
     }
 
     /// The kept versions (number to how) of an item whose current version is `current`, from
-    /// `versions` (the remote's, any order; those numbered above `current` are left out, as
-    /// not taken yet).
+    /// `versions` (the remote's, any order). Versions of the line numbered above `current` are
+    /// not taken yet and left out; conflict versions and saves set aside above it are kept
+    /// (they never become current).
     public static func kept(_ versions: [RemoteVersion], current: UInt64) -> [UInt64: Kept] {
-        let upTo = versions.filter { $0.number <= current }.sorted { $0.number < $1.number }
+        let sorted = versions.sorted { $0.number < $1.number }
+        let upTo = sorted.filter { $0.number <= current }
         let resolved = upTo.filter { $0.resolves == true }.map(\.number).max() ?? 0
         var kept: [UInt64: Kept] = [:]
-        for version in upTo where version.kind == .file && !version.deleted && version.number != current {
+        for version in sorted where version.kind == .file && !version.deleted && version.number != current {
             if version.conflict {
                 if version.number > resolved { kept[version.number] = .conflict }
             } else if version.previous == true {

@@ -437,16 +437,16 @@ final class MemoryStore: SyncedStore, Sendable {
             // Numbered as the real store numbers (StoreSync+Apply).
             // A file's number goes with it (a real store keeps it on the file).
             var old = state.items[version.item] == nil ? 0 : state.numbers[version.item] ?? 0
+            // Saves that never went up leave the chain before another machine's content comes
+            // after them (back over a deletion too): they go up set aside.
+            let chain = (state.saves[version.item] ?? [:]).keys.filter {
+                VersionNumber.isPending($0) && state.kept[version.item]?[$0] != nil && state.aside[version.item]?.contains($0) != true
+            }
+            if version.kind == .file && !version.deleted && !chain.isEmpty {
+                state.aside[version.item, default: []].formUnion(chain)
+                state.enqueue(version.item)
+            }
             if let here = state.items[version.item], here.kind == .file {
-                // Saves that never went up leave the chain before another machine's content
-                // comes after them: they go up set aside.
-                let chain = (state.saves[version.item] ?? [:]).keys.filter {
-                    VersionNumber.isPending($0) && state.aside[version.item]?.contains($0) != true
-                }
-                if !chain.isEmpty {
-                    state.aside[version.item, default: []].formUnion(chain)
-                    state.enqueue(version.item)
-                }
                 // Pending yet taken over without a race: it repeats the version last in step.
                 if conflict == nil && VersionNumber.isPending(old), let synced = state.states[version.item]?.number {
                     old = state.kept[version.item]?[synced] != nil ? 0 : synced
