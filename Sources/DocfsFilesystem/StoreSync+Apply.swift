@@ -695,6 +695,10 @@ extension StoreSync {
         return try RemoteApplication.$machine.withValue(version.author.machine) { () throws -> ApplyOutcome in
             try view.changing(claims, touching: TouchedPlaces(names: [(old.folderKey, old.name)]), telling: .everyView) { () throws(DocfsError) in
                 guard (try? expected.isMet(by: current(version.item))) == true else { return (.changedHere, []) }
+                // A folder the remote removed holds nothing there (`TreeProblem.folderNotEmpty`):
+                // one that holds something here holds what was made or moved in here since, and
+                // stays (what is in it goes up, and brings it back everywhere).
+                guard !Self.holdsAnything(old) else { return (.changedHere, []) }
                 let wasReference = ReferenceStub.isReference(old.name, in: old.folder, Self.attributes(of: old))
                 let promise = promiseNumber(of: old)
                 shared.ownChanges.changedName(old.name, in: old.folderKey)
@@ -705,6 +709,22 @@ extension StoreSync {
                 return (.applied, [.name(.deleted(wasReference: wasReference), old.name, inFolder: old.folder, item: item)])
             }
         }
+    }
+
+    /// Whether `place` is a folder with something in it.
+    private static func holdsAnything(_ place: Located) -> Bool {
+        let fd = openat(place.folder, place.name.cString, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        guard let listing = fdopendir(fd) else {
+            close(fd)
+            return false
+        }
+        defer { closedir(listing) }
+        while let entry = readdir(listing) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix { $0 != 0 }) }
+            if name != [46] && name != [46, 46] { return true }
+        }
+        return false
     }
 
     /// The attributes of what is at `place` now (none read: zeroes).

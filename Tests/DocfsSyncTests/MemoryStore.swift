@@ -88,6 +88,16 @@ final class MemoryStore: SyncedStore, Sendable {
         }
         var clock: Double = 1_700_000_000
 
+        /// A name came or went in `folder`: its modification time moves, as a filesystem moves
+        /// it, and that change of the folder's goes up (a removal another machine made of the
+        /// folder then finds it changed here, and does not take the name with it).
+        mutating func touch(_ folder: UInt64) {
+            guard folder != 0, items[folder]?.kind == .folder else { return }
+            let now = tick()
+            items[folder]?.modified = now
+            enqueue(folder)
+        }
+
         mutating func enqueue(_ item: UInt64) {
             outbox.append(OutboxEntry(sequence: nextEntry, item: item))
             nextEntry += 1
@@ -129,6 +139,7 @@ final class MemoryStore: SyncedStore, Sendable {
                                           mode: kind == .folder ? 0o755 : 0o644, modified: now)
             if kind == .file { state.numbers[item] = 1 }
             state.enqueue(item)
+            state.touch(parent)
         }
         return item
     }
@@ -162,6 +173,8 @@ final class MemoryStore: SyncedStore, Sendable {
             state.items[item]?.name = name
             if let parent { state.items[item]?.parent = parent }
             state.enqueue(item)
+            state.touch(moving.parent)
+            if folder != moving.parent { state.touch(folder) }
         }
     }
 
@@ -194,8 +207,10 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func delete(_ item: UInt64) {
         state.withLock { state in
+            let parent = state.items[item]?.parent ?? 0
             state.items[item] = nil
             state.enqueue(item)
+            state.touch(parent)
         }
     }
 
@@ -209,7 +224,9 @@ final class MemoryStore: SyncedStore, Sendable {
                 state.items[item] = nil
                 state.enqueue(item)
             }
+            let parent = state.items[item]?.parent ?? 0
             remove(item)
+            state.touch(parent)
         }
     }
 
@@ -422,6 +439,8 @@ final class MemoryStore: SyncedStore, Sendable {
         }
         return try state.withLock { state in
             guard expected.isMet(by: state.items[version.item]) else { return .changedHere }
+            // As a real store: a folder that holds something here stays (what is in it goes up).
+            if version.deleted, state.items.values.contains(where: { $0.parent == version.item }) { return .changedHere }
             if !version.deleted, state.refusedNames.contains(name) { throw MemoryStoreError.nameRefused(name) }
             // As a real store: an item goes in a folder that is here.
             if !version.deleted, version.parent != 0, state.items[version.parent] == nil {
