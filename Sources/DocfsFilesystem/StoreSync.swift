@@ -390,8 +390,10 @@ public final class StoreSync: SyncedStore {
     public func becameConflict(_ item: UInt64, key: UInt64, given: UInt64) throws -> Bool {
         let id = ItemID(rawValue: item)
         let versions = shared.store.versions
-        guard versions.record(of: id, version: key)?.kind == .previous, !versions.isTaken(id, given),
-              let place = try place(of: item) else { return false }
+        guard versions.record(of: id, version: key)?.kind == .previous, let place = try place(of: item) else { return false }
+        // Kept already from the log: the save is that version, and goes.
+        let keptAlready = versions.isTaken(id, given)
+        guard !keptAlready || versions.record(of: id, version: given)?.kind == .conflict else { return false }
         let document = try Located(place: place, paths: shared.paths)
         defer { document.close() }
         return try shared.coordinator.withClaims([(id, .metadata)]) { () throws(DocfsError) -> Bool in
@@ -401,6 +403,10 @@ public final class StoreSync: SyncedStore {
                 return false
             }
             defer { close(fd) }
+            if keptAlready {
+                try versions.removeRepeated(id, version: key, current: "/proc/self/fd/\(fd)")
+                return true
+            }
             guard try versions.becomeConflict(id, version: key, current: "/proc/self/fd/\(fd)"),
                   try versions.takeNumber(id, key: key, number: given) else { return false }
             try flagConflict(on: fd, of: id, named: document, by: author.machine)

@@ -409,68 +409,6 @@ public final class VersionStore: Sendable {
         return taken
     }
 
-    /// Detached save `version` of `item` went up, numbered `number` by the remote: it takes that
-    /// number here too when no kept version holds it and it is not `current` (the number of the
-    /// content here), else once it is free; it is no longer unsent. Answers the number it has here.
-    @discardableResult
-    public func sent(_ item: ItemID, version: UInt64, as number: UInt64, current: UInt64) throws(DocfsError) -> UInt64 {
-        guard var record = try? readRecord(item, version) else { return version }
-        record.unsent = nil
-        // Another save that has not gone up yet holds the number: its number matters to no
-        // machine yet, so it moves past every kept one.
-        if number != version, let holder = try? readRecord(item, number), holder.unsent == true {
-            _ = try renumber(item, holder, to: firstFreeNumber(of: item, above: max(number, current, versions(of: item).last?.version ?? 0)))
-        }
-        guard number != version, number != current, !isTaken(item, number) else {
-            // The number is held here still (the content's, a writer's session holding it): the
-            // save takes it once free (`takeRemoteNumbers`), as every machine lists it there.
-            if number != version {
-                record.remoteNumber = number
-                try mark(item, remoteNumbersMark(item), "as holding versions under another number than the remote's")
-            }
-            try writeRecord(record, of: item)
-            return version
-        }
-        return try renumber(item, record, to: number)
-    }
-
-    /// Moves previous version `version` of `item` (in the chain, a delta or whole) to `number`
-    /// above it, when nothing holds `number` and no version of the chain and not `current` (the
-    /// content's number here) lies between: the chain keeps its order (versions out of it, a
-    /// save set aside or a conflict version, may lie between). Answers whether it moved.
-    public func moveUp(_ item: ItemID, version: UInt64, to number: UInt64, current: UInt64) throws(DocfsError) -> Bool {
-        guard number > version, !(version < current && current <= number), !isTaken(item, number),
-              let record = try? readRecord(item, version), record.kind == .previous,
-              !versions(of: item).contains(where: { $0.isInChain && $0.version > version && $0.version <= number }) else { return false }
-        _ = try renumber(item, record, to: number)
-        return true
-    }
-
-    /// Moves the previous versions of `item` in the chain numbered from `first` to below `end`
-    /// up by `shift` (highest first: each takes a number the one above it left), when no other
-    /// kept version holds a number they, or `end` moved up (the content's number then), take
-    /// (a save set aside that has not gone up moves out of their way first).
-    /// Answers whether they moved.
-    public func shiftChain(_ item: ItemID, from first: UInt64, below end: UInt64, by shift: UInt64) throws(DocfsError) -> Bool {
-        var kept = versions(of: item)
-        let moving = kept.filter { $0.isInChain && $0.version >= first && $0.version < end }
-        guard shift > 0, end <= UInt64.max - shift else { return false }
-        let targets = Set(moving.map { $0.version + shift } + [end + shift])
-        // A save set aside that has not gone up yet holds a number they take: its number
-        // matters to no machine yet, so it moves past every number, out of their way.
-        let movingNumbers = Set(moving.map(\.version))
-        var past = max(end + shift, kept.last?.version ?? 0)
-        for blocker in kept where blocker.unsent == true && targets.contains(blocker.version) && !movingNumbers.contains(blocker.version) {
-            past += 1
-            _ = try renumber(item, blocker, to: past)
-            kept = versions(of: item)
-        }
-        let staying = Set(kept.map(\.version)).subtracting(movingNumbers)
-        guard !targets.contains(where: staying.contains) else { return false }
-        for record in moving.reversed() { _ = try renumber(item, record, to: record.version + shift) }
-        return true
-    }
-
     /// Moves version `record` (its record as it is to be written) of `item` to number `number`,
     /// which nothing holds. As `detach`: the new record first, the old one last.
     private func renumber(_ item: ItemID, _ record: VersionRecord, to number: UInt64) throws(DocfsError) -> UInt64 {

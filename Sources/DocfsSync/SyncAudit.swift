@@ -106,8 +106,12 @@ extension SyncEngine {
             touchedSinceAudit.withLock { $0.formUnion(touched) }
             return nil
         }
+        // What was set right and is still found is only reported from now on; a check of the
+        // changed items keeps what it did not look at.
         let found = Set(audit.remote + audit.here)
-        auditTried.withLock { $0 = found }
+        auditTried.withLock { tried in
+            tried = scope == .everything ? found : tried.subtracting(touched).union(found)
+        }
         // Two queries of the index, whatever the scope (a fifo made here moves nothing).
         (audit.keptHereOnly, audit.keptHereOnlyCount) = try SyncError.local("list what does not travel") {
             try store.keptHereOnly(limit: SyncAudit.keptHereOnlyShown)

@@ -901,10 +901,10 @@ public final class SyncEngine: Sendable {
         }
         let state = try syncState(of: version.item)
         if version.conflict {
-            // Our own lost commits were settled when they lost; others' are kept here too, as
-            // on every machine (even one that holds the same content: what a machine holds when
-            // it reads the log differs from machine to machine, the log does not).
-            guard version.author != store.author else { return }
+            // Kept here as on every machine (even one that holds the same content: what a
+            // machine holds when it reads the log differs from machine to machine, the log does
+            // not); ours too, which its loss kept here already, unless the document changed here
+            // again before it could be (a number kept already is that version).
             note("down \(version.item) v\(version.number): kept as a conflict version")
             try SyncError.local("keep a conflict version of item \(version.item)") {
                 try store.keepConflict(version) { digest in try self.fetch(digest) }

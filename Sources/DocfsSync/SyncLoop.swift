@@ -74,10 +74,11 @@ public final class SyncLoop: Sendable {
     /// unlinked time beside a CPU hog).
     private let burstQuiet: Double
 
-    /// When the engine checks the store against the remote (`SyncEngine.audit`): once rounds
-    /// are idle after a round that moved something, and every `auditInterval` anyway; never
-    /// sooner than `auditGap` after the last check, nor than `auditCostFactor` times the last
-    /// check's duration (a big store's check takes a twentieth of the sync thread at most).
+    /// When the engine checks the store against the remote (`SyncEngine.audit`): every item at
+    /// the start and every `auditInterval` (never sooner than `auditCostFactor` times the last
+    /// such check's duration: a big store's check takes a twentieth of the sync thread at most);
+    /// the items that moved once rounds are idle after a round that moved something (never
+    /// sooner than `auditGap` after the last check, nor than `auditCostFactor` times its duration).
     private let auditInterval: Double
     private let auditGap: Double
     static let auditCostFactor = 20.0

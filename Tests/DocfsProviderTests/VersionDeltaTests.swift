@@ -94,36 +94,6 @@ import Testing
         #expect(ranges.missing(in: 40..<40) == [])
     }
 
-    /// A save of the chain moves up to the number the remote gave it past a version out of the
-    /// chain (a save set aside, numbered past the content when it was set aside), never past
-    /// one of the chain or the content's number, nor onto a number held; it reads as it was.
-    @Test func aSaveMovesUpPastAVersionOutOfTheChainOnly() throws {
-        let store = try makeStore()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let item = ItemID(rawValue: 9)
-        let current = directory + "/current"
-        for (version, text) in [(UInt64(1), "one"), (2, "two"), (3, "three")] {
-            try Data(text.utf8).write(to: URL(fileURLWithPath: current))
-            let fd = open(current, O_RDONLY)
-            defer { close(fd) }
-            try store.keepCopy(of: fd, item: item, record: record(version, size: text.utf8.count))
-        }
-        try Data("four".utf8).write(to: URL(fileURLWithPath: current))
-        // 2 is set aside: out of the chain, past the content's number (4).
-        #expect(try store.detach(item, version: 2, past: 4, current: current) == 5)
-        #expect(store.versions(of: item).map(\.version) == [1, 3, 5])
-        // 3 cannot pass the content (4); 1 cannot pass 3 (of the chain); nothing moves onto 5.
-        #expect(try store.moveUp(item, version: 3, to: 6, current: 4) == false)
-        #expect(try store.moveUp(item, version: 1, to: 4, current: 7) == false)
-        #expect(try store.moveUp(item, version: 3, to: 5, current: 7) == false)
-        // With the content numbered past it, 3 moves past 5 (out of the chain) to 6.
-        #expect(try store.moveUp(item, version: 3, to: 6, current: 7) == true)
-        #expect(store.versions(of: item).map(\.version) == [1, 5, 6])
-        #expect(try content(store, item, 6, current: current) == Array("three".utf8))
-        #expect(try content(store, item, 5, current: current) == Array("two".utf8))
-    }
-
-
     /// A scratch file a daemon left (it died while keeping a version of an item gone here) goes
     /// at the next start; the versions stay.
     @Test func aScratchFileLeftBehindGoesAtTheNextStart() throws {
@@ -137,4 +107,40 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: directory + "/versions"))
     }
 
+    /// Pending saves (a linked store's, DESIGN §9.0): numbered from keys no remote number
+    /// reaches, shown `p1`, `p2`; a delta among them takes the remote's number with its saved
+    /// ranges and reads as it was, in the chain's order; a number held is refused, never taken
+    /// over; a save the content repeats goes with the delta below it made whole first.
+    @Test func pendingSavesTakeTheRemotesNumbersAndReadAsTheyWere() throws {
+        let store = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let item = ItemID(rawValue: 7)
+        let current = directory + "/current"
+        var model = Array("version three, the one in step".utf8)
+        try Data(model).write(to: URL(fileURLWithPath: current))
+        store.numbersPending.store(true, ordering: .relaxed)
+        #expect(store.nextSaveNumber(of: item, after: 3) == VersionNumber.pendingBase + 1)
+        #expect(VersionNumber.shown(VersionNumber.pendingBase + 2) == "p2" && VersionNumber.parse("p2") == VersionNumber.pendingBase + 2)
+        #expect(VersionNumber.parse("p0") == nil && VersionNumber.parse("x") == nil && VersionNumber.parse("12") == 12)
+        // v3 kept as a delta of the first pending save, which is kept as a delta of the second.
+        var expected: [UInt64: [UInt8]] = [:]
+        for version in [UInt64(3), VersionNumber.pendingBase + 1] {
+            expected[version] = model
+            try store.keepPrefix(item: item, record: record(version, size: model.count))
+            var saved = ByteRanges()
+            try overwrite(current, &model, 0..<7, with: UInt8(48 + version % 10), saving: store, into: version, item: item, saved: &saved)
+        }
+        #expect(store.nextSaveNumber(of: item, after: VersionNumber.pendingBase + 2) == VersionNumber.pendingBase + 3)
+        #expect(try store.takeNumber(item, key: VersionNumber.pendingBase + 1, number: 9))
+        #expect(store.versions(of: item).map(\.version) == [3, 9] && store.versions(of: item).allSatisfy(\.isPrefix))
+        #expect(try content(store, item, 3, current: current) == expected[3])
+        #expect(try content(store, item, 9, current: current) == expected[VersionNumber.pendingBase + 1])
+        #expect(throws: DocfsError.self) { try store.takeNumber(item, key: 9, number: 3) }
+        #expect(try !store.takeNumber(item, key: VersionNumber.pendingBase + 5, number: 10))
+        // The content repeats v9 (a save wrote it again): v9 goes, v3 (a delta of it) made whole.
+        try Data(expected[VersionNumber.pendingBase + 1]!).write(to: URL(fileURLWithPath: current))
+        try store.removeRepeated(item, version: 9, current: current)
+        #expect(store.versions(of: item).map(\.version) == [3] && !store.versions(of: item)[0].isPrefix)
+        #expect(try content(store, item, 3, current: current) == expected[3])
+    }
 }

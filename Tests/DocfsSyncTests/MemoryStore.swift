@@ -358,7 +358,13 @@ final class MemoryStore: SyncedStore, Sendable {
 
     func becameConflict(_ item: UInt64, key: UInt64, given: UInt64) throws -> Bool {
         state.withLock { state in
-            guard state.kept[item]?[key] == "previous", state.kept[item]?[given] == nil, let text = state.saves[item]?[key] else { return false }
+            guard state.kept[item]?[key] == "previous", let text = state.saves[item]?[key] else { return false }
+            if let kept = state.kept[item]?[given] {
+                // Kept already from the log: the save is that version, and goes.
+                guard kept == "conflict" else { return false }
+                state.forget(item, key)
+                return true
+            }
             state.forget(item, key)
             state.kept[item, default: [:]][given] = "conflict"
             state.conflicts[item, default: []].append(text)
@@ -473,11 +479,13 @@ final class MemoryStore: SyncedStore, Sendable {
                 if conflict != nil || version.kind == .file && version.chunks != here.manifest, let text = state.text(of: version.item) {
                     state.keptTexts[version.item, default: []].insert(text)
                 }
+                // Kept already (from the log, or when the document changed here first): that version.
                 if let conflict {
-                    state.conflicts[version.item, default: []].append(
-                        String(decoding: here.manifest.flatMap { state.chunks[$0] ?? [] }, as: UTF8.self))
-                    let number = state.kept[version.item]?[conflict] != nil ? state.free(version.item, above: conflict) : conflict
-                    state.kept[version.item, default: [:]][number] = "conflict"
+                    if state.kept[version.item]?[conflict] == nil {
+                        state.conflicts[version.item, default: []].append(
+                            String(decoding: here.manifest.flatMap { state.chunks[$0] ?? [] }, as: UTF8.self))
+                        state.kept[version.item, default: [:]][conflict] = "conflict"
+                    }
                 } else if version.kind == .file && version.chunks != here.manifest && (old > 0 || state.numbers[version.item] == nil) {
                     state.kept[version.item, default: [:]][max(old, 1)] = "previous"
                     state.replaced[version.item, default: [:]][max(old, 1)] = state.text(of: version.item)
@@ -602,9 +610,9 @@ final class MemoryStore: SyncedStore, Sendable {
             if kind == "previous" && (state.kept[version.item]?[version.number] != nil || state.numbers[version.item] == version.number) { return }
             let text = String(decoding: bytes, as: UTF8.self)
             state.keptTexts[version.item, default: []].insert(text)
-            if kind == "conflict" { state.conflicts[version.item, default: []].append(text) }
             // Kept already under the remote's number (which no save here holds): that version.
             if state.kept[version.item]?[version.number] != nil { return }
+            if kind == "conflict" { state.conflicts[version.item, default: []].append(text) }
             state.kept[version.item, default: [:]][version.number] = kind
             if kind == "previous" { state.replaced[version.item, default: [:]][version.number] = text }
         }
