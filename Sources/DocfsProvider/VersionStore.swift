@@ -42,17 +42,17 @@ public struct VersionRecord: Codable, Sendable, Equatable {
     /// the bytes saved in `<version>.saved`'s ranges laid over them (none for an append-only
     /// session: a prefix). See `VersionStore`.
     public var prefix: Bool?
-    /// Set for a save of this machine's that never went up and was moved past the numbers a
-    /// remote gave other machines' versions (`VersionStore.detach`): whole, and out
-    /// of the chain deltas are made up from, whatever its number.
+    /// Set for a save of this machine's set aside (`VersionStore.detach`), and for versions
+    /// kept from other machines beside the content: whole, and out of the chain deltas are
+    /// made up from, whatever its number.
     public var detached: Bool?
     /// Set while a detached save (see `detached`) has not gone up yet as a version kept beside
     /// the current one (`RemoteVersion.previous`): every machine lists it once it has.
     public var unsent: Bool?
-    /// Set for a version kept from another machine under another number than the remote gave
-    /// it (a version of this machine's held that one, and could not give way then): it takes
-    /// the remote's number once that is free (`VersionStore.takeRemoteNumbers`), so every
-    /// machine lists it under the same number.
+    /// Set by docfs before 2026-12 for a version kept from another machine under another number
+    /// than the remote gave it (a save of this machine's held that one then; since saves are
+    /// pending until the remote numbers them, none does): it takes the remote's number once that
+    /// is free (`VersionStore.takeRemoteNumbers`). Read from stores made then; never written.
     public var remoteNumber: UInt64?
     /// For a delta, the bytes saved so far (filled in when listed, not stored).
     public var savedBytes: Int64?
@@ -295,13 +295,14 @@ public final class VersionStore: Sendable {
         remove(item, version: version)
     }
 
-    /// Moves previous version `version` of `item` (a save made here that never went up,
-    /// whose number a remote gave another machine's version) past `minimum` and every number
-    /// kept, *detached*: made whole first, and out of the chain deltas are made up from, so a
-    /// version numbered above the current content never becomes what a later delta is made
-    /// from. The previous version right below it, when a delta of it, is made whole first too.
-    /// `current`: the current content's path, for deltas made up from it. Answers the new
-    /// number; nil when the number holds no previous version.
+    /// Takes previous version `version` of `item` (a save made here that never went up and
+    /// lost its race, or that another machine's content comes after) out of the chain deltas
+    /// are made up from, *detached*: made whole first, so a version numbered above the current
+    /// content never becomes what a later delta is made from. The previous version right below
+    /// it, when a delta of it, is made whole first too. A pending save (`VersionNumber`) keeps
+    /// its key; a numbered one (a store from before pending saves) moves past `minimum` and
+    /// every number kept. `current`: the current content's path, for deltas made up from it.
+    /// Answers the number it has then; nil when the number holds no previous version.
     /// `sendFrom`: a save kept at or after this time, in the chain, is marked to go up set aside
     /// (`unsent`); one kept from another machine, or from before the store was linked, is not.
     public func detach(_ item: ItemID, version: UInt64, past minimum: UInt64, current: String?,

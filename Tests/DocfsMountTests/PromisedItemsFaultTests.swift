@@ -238,7 +238,7 @@ struct CuttablePair {
 
     /// `offset`: where the namespaces' subnet lies from this process's, apart from other
     /// tests' (ManyMachinesFaultTests takes 20).
-    init(_ label: String, subnet offset: Int, settings: String) throws {
+    init(_ label: String, subnet offset: Int, settings: String, aSettings: String? = nil) throws {
         let network = try TestNetwork(subnet: (Int(getpid() % 200) + offset) % 250 + 2)
         self.network = network
         var started: [() -> Void] = [{ network.remove() }]
@@ -249,7 +249,7 @@ struct CuttablePair {
             self.server = server
             started.append { try? server.stop() }
             uri = try server.makeDatabase(label, host: serverSpace.address)
-            let a = try Machine("a", mounted: false)
+            let a = try Machine("a", mounted: false, settings: aSettings)
             self.a = a
             started.append { a.fixture.tearDown() }
             let b = try Machine("b", mounted: false, settings: settings)
