@@ -94,6 +94,8 @@ extension StoreSync {
         return kept
     }
 
+    public var largestVersionKept: Int64 { shared.store.versions.policy.maximumFileSize }
+
     public func unsentAside(of item: UInt64) throws -> [UInt64] {
         shared.store.versions.unsentDetached(of: ItemID(rawValue: item))
     }

@@ -33,7 +33,8 @@ import Glibc
 /// - a session starting within the policy's thinning window of the last version kept of the
 ///   item keeps nothing (a burst of saves costs one version, the state before the burst),
 ///   though a rewrite docfs sees goes on saving into that version if it is a delta, and one it
-///   does not see keeps a copy then (which the delta reads from);
+///   does not see keeps a copy then (which the delta reads from); in a linked store only a
+///   pending save (not gone up) is thinned, as every machine keeps a version gone up;
 /// - any other session keeps a copy; one of a file over the policy's size limit nothing.
 /// Before anything docfs does not see reaches bytes the newest delta relies on (a passed-through
 /// writer, an O_TRUNC open, a truncate by path), that delta is made whole first.
@@ -471,7 +472,14 @@ final class WriteSessions: Sendable {
         let ofFile = current == key
         if ofFile {
             if versions.isTaken(item, given) {
-                try versions.removeRepeated(item, version: given, current: "/proc/self/fd/\(fd)")
+                // Only a version the file's content repeats gives way (the engine wrote the
+                // version last in step again); one holding other bytes (a store's records from
+                // before pending saves) is never removed: the number stays unchanged here.
+                let path = "/proc/self/fd/\(fd)"
+                guard versions.sameContent(item, version: given, as: path) else {
+                    throw DocfsError(.system(.fileExists), "item \(item): version \(given) is kept with other content than the file's; the file keeps \(VersionNumber.shown(key))")
+                }
+                try versions.removeRepeated(item, version: given, current: path)
             }
             try ItemAttributes.setVersion(given, onDescriptor: fd)
         } else {
@@ -581,7 +589,11 @@ final class WriteSessions: Sendable {
             if !appending { try copyNewestPrefix(of: node) }
             return (.nothing, appending, false)  // an append to a file that outgrew the limit may follow a prefix
         }
-        let recent = state.withLock { state in
+        // In a linked store a numbered base went up: every machine keeps it once a save with
+        // other content follows (`VersionList.kept`), so it is never thinned here; only saves
+        // that have not gone up (pending) thin among themselves.
+        let thinnable = !versions.numbersPending.load(ordering: .relaxed) || VersionNumber.isPending(base)
+        let recent = !thinnable ? nil : state.withLock { state in
             state.lastKept[node.item].flatMap { now - $0.time < versions.policy.thinningWindow && now >= $0.time ? $0 : nil }
         }
         // A rewrite of a file this big saves what it overwrites rather than copying the file.

@@ -509,6 +509,20 @@ public final class SyncEngine: Sendable {
                 try store.forgetPrevious(kept, of: proposal.item, holding: proposal.chunks ?? [], keptAs: nil)
             }
             if forgot { note("up \(proposal.item): v\(kept) kept here holds v\(number)'s content; no longer kept") }
+        } else if proposal.kind == .file, !proposal.deleted, let base = state?.version, base.kind == .file, !base.deleted,
+                  number == base.number + 1, base.size <= store.largestVersionKept {
+            // The version it follows holds other content, so every machine keeps it
+            // (`VersionList.kept`); here too, though the save that made it was still pending when
+            // the next began (and thinned then): fetched from the remote when not kept.
+            let here = try SyncError.local("list the versions of item \(proposal.item) kept here") { try store.keptVersions(of: proposal.item) }
+            if here[base.number] == nil {
+                note("up \(proposal.item): v\(base.number), which v\(number) follows, kept here as every machine keeps it")
+                keepingEarlierVersions(of: proposal.item) { () throws(SyncError) in
+                    try SyncError.local("keep version \(base.number) of item \(proposal.item)") {
+                        try store.keepPrevious(base) { digest in try self.fetch(digest) }
+                    }
+                }
+            }
         }
         // Other machines' versions (or saves of ours set aside) came between: the versions kept
         // here become the ones every machine keeps.

@@ -114,6 +114,8 @@ public struct ChunkBatch: Sendable {
 }
 
 extension SyncedStore {
+    public var largestVersionKept: Int64 { .max }
+
     /// A store that reads the content only when asked for a chunk hands none while reading.
     public func current(_ item: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws -> LocalItem? {
         try current(item)
@@ -394,6 +396,10 @@ public protocol SyncedStore: Sendable {
     /// The numbers of the versions of the item kept here that the remote gave (pending saves
     /// left out), each with whether it is a conflict version.
     func keptVersions(of item: UInt64) throws -> [UInt64: Bool]
+
+    /// The largest content the store keeps a version of when a save replaces it (its version
+    /// policy); a save's base above it is not fetched to be kept.
+    var largestVersionKept: Int64 { get }
 
     /// Keeps another machine's save set aside (`RemoteVersion.previous`) as a previous version
     /// of its item under its number; a save of this machine's that never went up and holds

@@ -214,6 +214,42 @@ import Glibc
         #expect(try remote.currentVersion(of: item)?.deleted == true)
     }
 
+    /// A number the remote gives the file's pending save is taken over a kept version only
+    /// when that version repeats the file's bytes; one holding other bytes (records a store made
+    /// before saves were pending) stays as it was, and the file keeps its pending key.
+    @Test func aSaveTakesANumberOverAKeptVersionOnlyWhenItRepeatsTheSave() throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (filesystem, sync, _, _) = try linkedStore()
+        let node = try write(filesystem, parent: 1, name: "notes.txt", Array("first\n".utf8))
+        let item = try filesystem.nodes.node(node).item
+        let file = try filesystem.open(node, flags: O_WRONLY | O_TRUNC, caller: .daemon)
+        _ = try filesystem.write(file.handle, bytes: Array("mine\n".utf8), offset: 0)
+        try filesystem.flush(file.handle)
+        filesystem.release(file.handle)
+        let key = try #require(try sync.current(item.rawValue)?.number)
+        #expect(VersionNumber.isPending(key))
+        let versions = filesystem.shared.store.versions
+        func keep(_ text: String, as number: UInt64) throws {
+            let (fd, path) = try versions.scratchFile("test")
+            defer { close(fd); unlink(path) }
+            _ = text.utf8CString.withUnsafeBufferPointer { Glibc.write(fd, $0.baseAddress, $0.count - 1) }
+            try versions.keepCopy(of: fd, item: item, record: VersionRecord(version: number, kind: .previous, modified: 0, kept: 0,
+                                                                           size: Int64(text.utf8.count), author: nil))
+        }
+        try keep("legacy\n", as: 5)
+        #expect(throws: DocfsError.self) { try sync.takeNumber(item.rawValue, key: key, given: 5) }
+        let expected = directory + "-legacy"
+        defer { unlink(expected) }
+        try Data("legacy\n".utf8).write(to: URL(fileURLWithPath: expected))
+        #expect(versions.sameContent(item, version: 5, as: expected), "a kept version with other bytes was removed or changed")
+        #expect(try sync.current(item.rawValue)?.number == key)
+        // The same bytes kept under number 6: that version gives way and the file takes 6.
+        try keep("mine\n", as: 6)
+        try sync.takeNumber(item.rawValue, key: key, given: 6)
+        #expect(try sync.current(item.rawValue)?.number == 6)
+        #expect(!versions.isTaken(item, 6) && versions.isTaken(item, 5))
+    }
+
     @Test func anEditOfABigFileSendsOnlyTheChunksItChanged() throws {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let (filesystem, sync, remote, engine) = try linkedStore()
@@ -441,6 +477,40 @@ final class HeldWriter: Sendable {
     /// `everyVersion` on a store that downloads everything: another machine's versions kept
     /// here are fetched as they come (on demand they are kept promised, fetched when read).
     static let everyVersionDownloaded = #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000, "thinningWindowSeconds": 0}, "sync": {"downloads": "everything"}}"#
+
+    /// The default policy: versions thinned within a minute of the last one kept.
+    static let thinning = #"{"versions": {"keep": 1000000, "maximumTotalMiB": 100000}}"#
+
+    /// With the default thinning window on both machines, saves a few seconds apart: a version
+    /// that went up is kept by the machine that made it as by the others (they keep every
+    /// version a save with other content follows), also when the next save began while it was
+    /// still going up (thinned then, it is fetched back once the next one commits).
+    @Test func savesInsideTheThinningWindowListTheSameVersionsEverywhere() throws {
+        let remote = InMemoryRemote()
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.thinning)
+        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.thinning)
+        defer { a.cleanUp(); b.cleanUp() }
+        try a.save("plan.txt", "one")
+        for machine in [a, b] { try machine.engine.syncOnce() }
+        let item = try #require(a.id("plan.txt"))
+        try a.save("plan.txt", "two")
+        for machine in [a, b] { try machine.engine.syncOnce() }
+        #expect(try a.keptContents(of: item, at: "plan.txt") == [1: "one"], "a thinned away v1, which b keeps")
+        // "three" is saved while "four" goes up (from a pending base: thinned, nothing kept).
+        try a.save("plan.txt", "three")
+        let letGo = a.saveDuringNextCommit(of: remote, "plan.txt", "four", keepOpen: false)
+        try a.engine.syncOnce()
+        letGo()
+        for _ in 0..<2 { for machine in [a, b] { try machine.engine.syncOnce() } }
+        let current = try #require(try remote.currentVersion(of: item))
+        #expect(current.number == 4)
+        for machine in [a, b] {
+            let name = machine.sync.author.machine
+            #expect(machine.content("plan.txt") == "four" && machine.versionNumber("plan.txt") == 4, "\(name)")
+            #expect(try machine.keptContents(of: item, at: "plan.txt") == [1: "one", 2: "two", 3: "three"], "\(name)")
+        }
+        #expect(a.versionList(of: item) == b.versionList(of: item))
+    }
 
     @Test func whatOneStoreSavesRenamesAndDeletesTheOtherApplies() throws {
         let remote = InMemoryRemote()
