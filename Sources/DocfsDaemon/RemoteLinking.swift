@@ -59,7 +59,7 @@ public enum RemoteLinking {
             // The space is entered (past the ids the store has in it) before the store's items
             // are read for the link: an item made here meanwhile (the store may be served) has
             // an id of the space, or is among those read.
-            let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: joined.name, user: SyncService.userName))
+            let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: joined.name, user: RemoteLink.currentUser))
             let ids = MachineJoin.ids(ofSpace: space)
             let own: [UInt64]
             do { own = try sync.ownItemIDs() } catch { throw DocfsError(.internalFailure, "reading the store's items failed: \(error)") }
@@ -156,7 +156,7 @@ public enum RemoteLinking {
     /// `progress` how many items went up and came down so far.
     public static func syncUntilSettled(_ shared: ServedStore, link: RemoteLink, remote: PostgresRemote,
                                         progress: @escaping @Sendable (_ up: Int, _ down: Int) -> Void) throws(DocfsError) -> SyncEngine.Round {
-        let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: SyncService.userName))
+        let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: link.maker))
         sync.fillOutbox(true)
         let engine = SyncEngine(store: sync, remote: remote,
                                 keyValues: StoreKeyValues(database: try KeyValueDatabase(path: shared.store.layout.keyValuesFile)))
@@ -222,7 +222,7 @@ public enum RemoteLinking {
                 throw DocfsError(.storeUnavailable, "\(error)")
             }
             defer { remote.close() }
-            let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: SyncService.userName))
+            let sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: link.maker))
             return (try check(sync, remote: remote, progress: progress), try keptHereOnly(sync))
         }
     }

@@ -37,7 +37,7 @@ final class SyncService: Sendable {
                 throw DocfsError(.storeUnavailable, error.message)
             }
         }
-        sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: Self.userName))
+        sync = try StoreSync(serving: shared, author: RemoteAuthor(machine: link.machine, user: link.maker))
         let log = logger
         let engine = SyncEngine(store: sync, remote: self.remote,
                                 keyValues: StoreKeyValues(database: try KeyValueDatabase(path: shared.store.layout.keyValuesFile)))
@@ -102,10 +102,6 @@ final class SyncService: Sendable {
             report.cacheUsed = trimmer.lastTrim?.used
         }
         return report
-    }
-
-    static var userName: String {
-        ProcessInfo.processInfo.environment["USER"] ?? String(getuid())
     }
 }
 

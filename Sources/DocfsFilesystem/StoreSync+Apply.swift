@@ -240,7 +240,7 @@ extension StoreSync {
             let number = version.number
             if versions.isTaken(item, number) || here == number { return .kept }
             var record = VersionRecord(version: number, kind: kind, modified: version.modified,
-                                       kept: WriteSessions.now(), size: version.size, author: nil)
+                                       kept: WriteSessions.now(), size: version.size, author: maker(of: version))
             // Out of the chain deltas are made up from: a delta kept here below it is made up from
             // the content that followed it here, not from this one.
             if kind == .previous { record.detached = true }
@@ -301,7 +301,7 @@ extension StoreSync {
             // Kept already: no save here holds a remote's number (`VersionNumber`).
             if versions.isTaken(item, version.number) { return }
             var record = VersionRecord(version: version.number, kind: kind, modified: version.modified,
-                                       kept: WriteSessions.now(), size: version.size, author: nil)
+                                       kept: WriteSessions.now(), size: version.size, author: maker(of: version))
             if kind == .previous { record.detached = true }
             try versions.keepFile(fd, item: item, record: record)
         }
@@ -451,7 +451,7 @@ extension StoreSync {
             // (fetched when the version is read), as long as its promise is on record.
             let record = VersionRecord(version: keptAs, kind: conflict != nil ? .conflict : .previous,
                                        modified: WriteSessions.seconds(oldStat.st_mtim), kept: WriteSessions.now(),
-                                       size: Int64(oldStat.st_size), author: nil)
+                                       size: Int64(oldStat.st_size), author: shared.sessions.author(of: item, version: oldVersion))
             let promised = conflict == nil && keepsPromised(oldFD)
             try shared.store.versions.keepFile(oldFD, item: item, record: record, promised: promised)
             view.nodes.known(key: BackingKey(oldStat))?.markSuperseded()
@@ -472,6 +472,7 @@ extension StoreSync {
         try check(fchmod(working.fd, mode_t(version.mode & 0o7777)))
         _ = try ItemAttributes.setID(item, onDescriptor: working.fd)
         try ItemAttributes.setVersion(newVersion, onDescriptor: working.fd)
+        shared.sessions.noteMaker(of: item, version: newVersion, maker(of: version))
         if conflict != nil { try check(docfs_fd_setxattr(working.fd, Filesystem.conflictAttribute, "1", 1, 0)) }
         try Self.describe(working.fd, as: version)
         if promising {
@@ -493,6 +494,12 @@ extension StoreSync {
         } else {
             view.deliver(.name(.created, target.name, inFolder: target.folder, item: item))
         }
+    }
+
+    /// Who made `version`, as a version kept here records it: the machine and user the remote
+    /// names, or nobody for one of this machine's own (`docfs versions` names this one then).
+    func maker(of version: RemoteVersion) -> Author? {
+        version.author.machine == author.machine ? nil : Author(machine: version.author.machine, user: version.author.user)
     }
 
     /// What a file standing for `version` (promised under `number`) fetches when read.
@@ -673,8 +680,10 @@ extension StoreSync {
                 try versions.removeRepeated(item, version: version.number, current: "/proc/self/fd/\(fd)")
             }
             try ItemAttributes.setVersion(version.number, onDescriptor: fd)
+            shared.sessions.noteMaker(of: item, version: version.number, maker(of: version))
         } else if version.kind == .file && here < version.number && !shared.store.versions.isTaken(item, version.number) {
             try ItemAttributes.setVersion(version.number, onDescriptor: fd)
+            shared.sessions.noteMaker(of: item, version: version.number, maker(of: version))
         }
         // The attributes just set where the file stands are docfs's: the store watcher would
         // otherwise take them for a change behind its back, made here, and record the file

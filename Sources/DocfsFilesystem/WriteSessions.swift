@@ -511,6 +511,22 @@ final class WriteSessions: Sendable {
         }
     }
 
+    /// Records who made `version` of `item`, applied from the remote: another machine (`author`),
+    /// or this one (nil: a maker known for that version stays, another is forgotten).
+    func noteMaker(of item: ItemID, version: UInt64, _ author: Author?) {
+        state.withLock { state in
+            if let author {
+                if state.authors.count > 65536 { state.authors.removeAll(keepingCapacity: true) }
+                state.authors[item] = (version, author)
+            } else if let known = state.authors[item], known.version != version {
+                state.authors.removeValue(forKey: item)
+            } else {
+                return
+            }
+            state.authorsChanged = true
+        }
+    }
+
     /// Every maker known, when they changed since the last call (nil otherwise).
     func takeAuthorsIfChanged() -> [VersionMakers.Entry]? {
         state.withLock { state in

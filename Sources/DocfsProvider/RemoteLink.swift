@@ -11,12 +11,24 @@ public struct RemoteLink: Codable, Sendable, Equatable {
     public var space: UInt64
     /// When the link was made (seconds since the epoch).
     public var linked: Double
+    /// The user this machine's versions are made by on the remote (every machine lists them
+    /// so): who linked the store; nil in a link made before it was recorded (then who serves it).
+    public var user: String?
 
-    public init(uri: String, machine: String, space: UInt64, linked: Double) {
+    public init(uri: String, machine: String, space: UInt64, linked: Double, user: String? = RemoteLink.currentUser) {
         self.uri = uri
         self.machine = machine
         self.space = space
         self.linked = linked
+        self.user = user
+    }
+
+    /// The user versions made here are recorded by.
+    public var maker: String { user ?? Self.currentUser }
+
+    /// The user running this process: `USER`, else the user id.
+    public static var currentUser: String {
+        ProcessInfo.processInfo.environment["USER"] ?? String(getuid())
     }
 
     /// The store's link; nil when it has none.

@@ -7,16 +7,29 @@ import Synchronization
 import Glibc
 #endif
 
-/// Who made a version, as far as docfs knows: the process that opened the item for writing.
+/// Who made a version, as far as docfs knows: the process that opened the item for writing
+/// (on the machine that saved it), and for a version that came from another machine linked to
+/// the same remote, that machine and the user the remote says made it. A version made here has
+/// no machine: it is this store's (`docfs versions` names the machine the store is linked as).
 public struct Author: Codable, Sendable, Equatable {
-    public var pid: Int32
-    public var uid: UInt32
-    public var command: String
+    public var pid: Int32?
+    public var uid: UInt32?
+    public var command: String?
+    /// The machine that made it, when another did.
+    public var machine: String?
+    /// The user there, as the remote records it.
+    public var user: String?
 
     public init(pid: Int32, uid: UInt32, command: String) {
         self.pid = pid
         self.uid = uid
         self.command = command
+    }
+
+    /// A version made on `machine` by `user` (another machine linked to the same remote).
+    public init(machine: String, user: String) {
+        self.machine = machine
+        self.user = user
     }
 }
 

@@ -194,6 +194,11 @@ struct VersionsCommand: ParsableCommand {
         /// Bytes the version takes in the store (0 for the current content, and for a version
         /// kept as a prefix of a later one).
         var stored: Int64
+        /// The machine that made it and the user there, as every machine linked to the remote
+        /// lists them (nil in a store not linked).
+        var machine: String?
+        var user: String?
+        /// The process that made it, on the machine that made it (when docfs saw it write).
         var pid: Int32?
         var uid: UInt32?
         var command: String?
@@ -218,19 +223,26 @@ struct VersionsCommand: ParsableCommand {
         let store = VersionStore(directory: document.store.versionsDirectory, policy: .defaults)
         if let show { return try write(version: show, of: document, from: store) }
         let kept = store.versions(of: document.item)
+        let link = (try? RemoteLink.load(document.store)) ?? nil
         var rows = kept.map {
             let promised = store.isPromised(document.item, version: $0.version)
+            let maker = Self.maker($0.author, link: link)
             return Row(version: Self.number($0.version), pending: Self.pending($0.version), kind: $0.kind.rawValue, modified: $0.modified, size: $0.size, stored: promised ? 0 : $0.storedSize,
-                       pid: $0.author?.pid, uid: $0.author?.uid, command: $0.author?.command, promised: promised ? true : nil)
+                       machine: maker.machine, user: maker.user, pid: $0.author?.pid, uid: $0.author?.uid, command: $0.author?.command,
+                       promised: promised ? true : nil)
         }
         let author = currentAuthor(of: document, version: current)
+        let maker = Self.maker(author, link: link)
         rows.append(Row(version: Self.number(current), pending: Self.pending(current), kind: "current", modified: seconds(document.attributes.st_mtim),
-                        size: Int64(document.attributes.st_size), stored: 0, pid: author?.pid, uid: author?.uid, command: author?.command))
+                        size: Int64(document.attributes.st_size), stored: 0, machine: maker.machine, user: maker.user,
+                        pid: author?.pid, uid: author?.uid, command: author?.command))
         rows.sort { ($0.pending.flatMap(VersionNumber.parse) ?? $0.version ?? 0) > ($1.pending.flatMap(VersionNumber.parse) ?? $1.version ?? 0) }
         if json { return printJSON(rows) }
         print("VERSION  KIND      MODIFIED             SIZE        STORED      WHO")
         for row in rows {
-            let who = row.pid.map { "pid \($0), uid \(row.uid ?? 0), \(row.command ?? "")" } ?? ""
+            let process = row.pid.map { "pid \($0), uid \(row.uid ?? 0), \(row.command ?? "")" }
+            let who = [row.machine.map { "\(row.user ?? "?")@\($0)" }, process.map { row.machine == nil ? $0 : "(\($0))" }]
+                .compactMap { $0 }.joined(separator: " ")
             let kind = row.promised == true ? row.kind + "*" : row.kind
             print("\((row.pending ?? row.version.map(String.init) ?? "").padding(8)) \(kind.padding(9)) \(formatDate(row.modified).padding(20)) "
                   + "\(String(row.size).padding(11)) \(String(row.stored).padding(11)) \(who)")
@@ -238,6 +250,14 @@ struct VersionsCommand: ParsableCommand {
         print("kept versions of this document take \(rows.reduce(0) { $0 + $1.stored }) bytes; of the store, \(store.storedSize()) bytes")
         if rows.contains(where: { $0.promised == true }) { print("* still on the remote: fetched when shown or restored") }
         if rows.contains(where: { $0.pending != nil }) { print("pN: a save not gone up yet; the remote numbers it when it goes up") }
+    }
+
+    /// Who made a version, as every machine linked to the remote lists it: the machine and user
+    /// the remote named (kept from another machine), else this store's (made here).
+    private static func maker(_ author: Author?, link: RemoteLink?) -> (machine: String?, user: String?) {
+        if let machine = author?.machine { return (machine, author?.user) }
+        guard let link else { return (nil, nil) }
+        return (link.machine, link.maker)
     }
 
     private static func number(_ version: UInt64) -> UInt64? { VersionNumber.isPending(version) ? nil : version }

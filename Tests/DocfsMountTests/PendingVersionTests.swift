@@ -14,10 +14,11 @@ import Testing
     /// the last a conflict version, as they lost their race), and both machines list the same
     /// versions, numbers and makers, none pending.
     @Test func aSaveMadeWhileTheLinkIsCutIsPendingUntilTheServerNumbersIt() throws {
-        // Every save kept (no thinning of a burst), so each of b's two saves is a version, and
-        // a keeps the version its save superseded a few seconds after it went up.
+        // On b every save kept (no thinning of a burst), so each of b's two saves is a version;
+        // a keeps the default window, and still keeps the version its save superseded a few
+        // seconds after it went up (every machine keeps a version gone up).
         let everySave = #"{"versions": {"thinningWindowSeconds": 0}}"#
-        let pair = try CuttablePair("pending", subnet: 140, settings: everySave, aSettings: everySave)
+        let pair = try CuttablePair("pending", subnet: 140, settings: everySave)
         defer { pair.tearDown() }
         let (a, b, uri) = (pair.a, pair.b, pair.uri)
         try "base\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)
@@ -53,6 +54,9 @@ import Testing
         #expect(lists[0].allSatisfy { $0["pending"] == nil && $0["version"] != nil }, "\(lists[0])")
         #expect(Self.shown(lists[0]) == Self.shown(lists[1]), "a: \(Self.shown(lists[0]))\nb: \(Self.shown(lists[1]))")
         #expect(Set(lists[0].compactMap { $0["kind"] as? String }) == ["current", "previous", "conflict"], "\(Self.shown(lists[0]))")
+        // The conflict version and b's save set aside are b's; a's save is a's.
+        let makers = Dictionary(lists[0].map { ("\($0["kind"] ?? "")", "\($0["machine"] ?? "")") }, uniquingKeysWith: { $1 })
+        #expect(makers["conflict"] == b.name && makers["current"] == a.name, "\(Self.shown(lists[0]))")
         let number = try #require(attribute(b.path("plan.txt"), "user.docfs.version"))
         #expect(Int(number) != nil && attribute(a.path("plan.txt"), "user.docfs.version") == number)
         for machine in [a, b] {
@@ -67,8 +71,8 @@ import Testing
         return try #require(rows, "\(answer.output)")
     }
 
-    /// What every machine lists alike: number, kind and size.
+    /// What every machine lists alike: number, kind, size and maker (machine and user).
     static func shown(_ rows: [[String: Any]]) -> [String] {
-        rows.map { "\($0["version"] ?? "-") \($0["kind"] ?? "-") \($0["size"] ?? "-")" }
+        rows.map { "\($0["version"] ?? "-") \($0["kind"] ?? "-") \($0["size"] ?? "-") \($0["user"] ?? "-")@\($0["machine"] ?? "-")" }
     }
 }
