@@ -710,14 +710,40 @@ extension StoreSync {
                 guard !Self.holdsAnything(old) else { return (.changedHere, []) }
                 let wasReference = ReferenceStub.isReference(old.name, in: old.folder, Self.attributes(of: old))
                 let promise = promiseNumber(of: old)
+                // A promised file open here reads on after its removal, as any file does (POSIX):
+                // its whole content comes down now, and its record goes once it is here.
+                let readOn = promise != nil && Self.isOpen(old, in: view)
+                if readOn { downloadBeforeRemoval(old) }
                 shared.ownChanges.changedName(old.name, in: old.folderKey)
                 let times = FolderTimes(of: [old.folder])
                 try Self.removeTree(old.name, in: old.folder)
                 keepTimes(times, view: view)
-                if let promise { shared.promises.content.forget(version.item, number: promise) }  // its record goes with it
+                if let promise, !readOn { shared.promises.content.forget(version.item, number: promise) }  // its record goes with it
                 return (.applied, [.name(.deleted(wasReference: wasReference), old.name, inFolder: old.folder, item: item)])
             }
         }
+    }
+
+    /// Whether the file at `place` is open through `view`'s mount (one look at this daemon's
+    /// descriptors, made only for a promised file being removed).
+    private static func isOpen(_ place: Located, in view: Filesystem) -> Bool {
+        var st = stat()
+        guard fstatat(place.folder, place.name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0,
+              let node = view.nodes.known(key: BackingKey(st)) else { return false }
+        return view.isOpen(node)
+    }
+
+    /// Starts the whole download of the promised file at `place` (not waited for): readers
+    /// holding it open read on once it is removed; the download's end drops its record.
+    private func downloadBeforeRemoval(_ place: Located) {
+        let fd = openat(place.folder, place.name.cString, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        let item = ItemAttributes.id(ofDescriptor: fd)?.rawValue ?? 0
+        let problems = shared.problemSink
+        shared.promises.begin(PendingRead(whole: { error in
+            if let error { problems("sync: item \(item), removed by another machine while open here, could not be downloaded for its readers: \(error)") }
+        }), fd: fd)
     }
 
     /// Whether `place` is a folder with something in it.

@@ -278,6 +278,38 @@ import Glibc
     /// Another machine's new version of a document promised here: the content it replaces is
     /// kept promised (listed, nothing fetched); `docfs versions --show` has the daemon fetch
     /// that version alone and writes it out byte-exact; the current content stays promised.
+    /// Issue 49 reproduction 6: a promised file open on b reads on, byte for byte, after a
+    /// removes it, as a downloaded one does (POSIX: a removed file lives while it is open); a
+    /// promised file not open is removed without a download.
+    @Test func aPromisedFileOpenWhenAnotherMachineRemovesItReadsOn() throws {
+        let (_, uri, a, b) = try PromisedItemsMountTests.pair("removedwhileopen", settings: Self.onDemand)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        let content = Self.bytes(6 << 20, seed: 31)
+        try Data(content).write(to: URL(fileURLWithPath: a.path("open.bin")))
+        try Data(Self.bytes(2 << 20, seed: 32)).write(to: URL(fileURLWithPath: a.path("closed.bin")))
+        #expect(try a.link(uri).status == 0)
+        #expect(ManyMachinesTests.within(30) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
+        #expect(try b.link(uri).status == 0)
+        try b.fixture.start()
+        #expect(Self.isPromised(b, "open.bin") && Self.isPromised(b, "closed.bin"))
+        // Opened, nothing read yet (no download under way).
+        let fd = open(b.path("open.bin"), O_RDONLY)
+        #expect(fd >= 0)
+        defer { close(fd) }
+        #expect(unlink(a.path("open.bin")) == 0 && unlink(a.path("closed.bin")) == 0)
+        #expect(ManyMachinesTests.within(30) { access(b.path("open.bin"), F_OK) != 0 && access(b.path("closed.bin"), F_OK) != 0 } != nil)
+        var read = [UInt8](repeating: 0, count: content.count)
+        var done = 0
+        while done < content.count {
+            let n = read[done...].withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(done)) }
+            #expect(n > 0, "read at \(done) after the removal: errno \(errno)")
+            guard n > 0 else { break }
+            done += n
+        }
+        #expect(done == content.count && read == content, "the open file read on as it was")
+        #expect(try b.status()["downloadedBytes"] as? Int ?? 0 <= content.count, "closed.bin was not downloaded to be removed")
+    }
+
     @Test func aVersionKeptPromisedIsFetchedWhenShown() throws {
         let (_, uri, a, b) = try PromisedItemsMountTests.pair("versions", settings: Self.onDemand)
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
