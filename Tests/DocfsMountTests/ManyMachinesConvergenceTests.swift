@@ -267,6 +267,51 @@ extension ManyMachinesConvergenceTests {
     /// a sequence committed out of order would be) is found by the daemon's own check and taken; until
     /// then `remote status` never says the machine is in step, and once it does, `remote check`
     /// agrees (issue 49 §4).
+    /// Issue 49 reproduction 6: a machine joining a store that holds folders takes each
+    /// folder's time as the remote has it, not the moment it received it, and sends none of
+    /// them up again: every folder has one version on the remote, and both machines' checks
+    /// find no difference.
+    @Test func aJoiningMachineTakesFolderTimesAndSendsNoneUp() throws {
+        let server = try ThrowawayPostgres.shared()
+        let uri = try server.makeDatabase("foldertimes")
+        let (a, b) = (try Machine("a", mounted: true), try Machine("b", mounted: false))
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        let folders = ["docs/2025/q4", "docs/2025", "docs", "photos"]  // deepest first
+        for folder in folders.reversed() { #expect(mkdir(a.path(folder), 0o755) == 0, "\(folder)") }
+        for file in ["docs/2025/q4/report.txt", "docs/notes.txt", "photos/list.txt"] {
+            try "\(file)\n".write(toFile: a.path(file), atomically: false, encoding: .utf8)
+        }
+        // Folder times set well in the past, deepest first (a name made in a folder moves it).
+        for folder in folders {
+            #expect(try shell("touch -m -d '2024-03-01 12:00:00' '\(a.path(folder))'").status == 0)
+        }
+        #expect(try a.link(uri).status == 0)
+        #expect(ManyMachinesTests.within(30) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
+        #expect(try b.link(uri).status == 0)
+        try b.fixture.start()
+        #expect(ManyMachinesTests.within(60) {
+            b.content("docs/2025/q4/report.txt") != nil && Self.saysInStep([a, b])
+        } != nil, "\((try? b.status()) ?? [:])")
+        func modified(_ machine: Machine, _ folder: String) -> Int {
+            var st = stat()
+            return stat(machine.path(folder), &st) == 0 ? st.st_mtim.tv_sec : -1
+        }
+        for folder in folders {
+            #expect(modified(b, folder) == modified(a, folder) && modified(a, folder) < 1_735_689_600,
+                    "\(folder): a \(modified(a, folder)) b \(modified(b, folder))")
+        }
+        let numbers = try server.sql("""
+            SELECT string_agg(v.name || ':' || i.current_number::text, ',') FROM docfs.items i
+            JOIN docfs.versions v ON v.item = i.item AND v.number = i.current_number WHERE v.kind = 'folder'
+            """, database: uri.databaseName).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(numbers.split(separator: ",").count == folders.count && numbers.split(separator: ",").allSatisfy { $0.hasSuffix(":1") },
+                "folders' current numbers: \(numbers)")
+        for machine in [a, b] {
+            let checked = try Self.check(machine)
+            #expect(checked.status == 0, "\(machine.name): \(checked.output)")
+        }
+    }
+
     @Test func aChangeTheLogSkippedIsFoundByTheDaemonsOwnCheck() throws {
         let server = try ThrowawayPostgres.shared()
         let uri = try server.makeDatabase("audit")
