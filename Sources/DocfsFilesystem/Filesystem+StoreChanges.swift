@@ -192,6 +192,11 @@ extension Filesystem {
         guard fstat(fd, &st) == 0, let item = identity.existingID(of: fd, st) else { return nil }  // new: it gets an id when looked up
         return reporting("move the version of \(path) on after an uncoordinated change") { () throws(DocfsError) in
             try coordinator.withClaims([(item, .write)]) { () throws(DocfsError) -> String in
+                // A promised file written behind the mount holds what was written: no longer the
+                // remote's content, and no download writes over it (issue 49 reproduction 3).
+                if shared.promises.isActive, let number = PromisedContent.promisedNumber(fd) {
+                    shared.promises.content.fulfilled(item.rawValue, number: number, file: fd)
+                }
                 let version = store.versions.nextSaveNumber(of: item, after: max(ItemAttributes.version(ofDescriptor: fd), 1))
                 try ItemAttributes.setVersion(version, onDescriptor: fd)
                 if fstat(fd, &st) == 0 { ownChanges.changedFile(st, permissionsToo: false) }

@@ -231,6 +231,14 @@ public final class PromisedDownloads: Sendable {
             let recorded: Promise?
             do { recorded = try content.record(of: key.item, number: key.number) } catch { recorded = nil }  // cut short: as lost
             guard var promise = try recorded ?? recovered(key, writer: writer) else { return nil }
+            // Another length than the promise's: written behind the mount (a promised file keeps
+            // its length until it is whole). What is there is the content now, never torn by
+            // chunks written over it.
+            var now = stat()
+            if fstat(writer, &now) == 0, Int64(now.st_size) != promise.size {
+                content.fulfilled(key.item, number: key.number, file: writer)
+                return nil
+            }
             if promise.offsets == nil {
                 var digests: [ChunkDigest] = []
                 for hex in promise.manifest { digests.append(try Self.digest(hex)) }
@@ -331,6 +339,9 @@ public final class PromisedDownloads: Sendable {
                         throw DocfsError(.storeUnavailable, "chunk \(promise.manifest[index]) of item \(key.item) came from the remote with another length than its version says")
                     }
                     fetchedBytes.add(Int64(bytes.count), ordering: .relaxed)
+                    // Written behind the mount meanwhile (the store watcher took the promise
+                    // back): what is there is the content; nothing more is written over it.
+                    guard PromisedContent.promisedNumber(writer) == key.number else { return nil }
                     try Self.write(bytes, to: writer, at: offsets[index], item: key.item)
                     unnoted.append(index)
                     download.state.withLock { state in

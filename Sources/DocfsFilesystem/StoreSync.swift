@@ -318,10 +318,17 @@ public final class StoreSync: SyncedStore {
 
     /// What the promised file `fd` stands for; nil when its content is here. A promised file
     /// whose record is gone is never read as content (its bytes are not): an error.
+    /// One whose length is not the promise's was written behind the mount (while no daemon
+    /// watched): what it holds is its content, no longer promised.
     private func promise(of item: UInt64, file fd: Int32) throws -> Promise? {
         guard shared.promises.isActive, let number = PromisedContent.promisedNumber(fd) else { return nil }
         guard let promise = try shared.promises.content.record(of: item, number: number) else {
             throw StoreSyncError("item \(item) is promised but the record of what it stands for is missing: it is not sent up")
+        }
+        var st = stat()
+        if fstat(fd, &st) == 0, Int64(st.st_size) != promise.size {
+            shared.promises.content.fulfilled(item, number: number, file: fd)
+            return nil
         }
         return promise
     }

@@ -263,10 +263,6 @@ extension ManyMachinesConvergenceTests {
 }
 
 extension ManyMachinesConvergenceTests {
-    /// A change the log never gives a machine (its sequence moved to 0, behind every anchor, as
-    /// a sequence committed out of order would be) is found by the daemon's own check and taken; until
-    /// then `remote status` never says the machine is in step, and once it does, `remote check`
-    /// agrees (issue 49 §4).
     /// Issue 49 reproduction 6: a machine joining a store that holds folders takes each
     /// folder's time as the remote has it, not the moment it received it, and sends none of
     /// them up again: every folder has one version on the remote, and both machines' checks
@@ -312,6 +308,10 @@ extension ManyMachinesConvergenceTests {
         }
     }
 
+    /// A change the log never gives a machine (its sequence moved to 0, behind every anchor, as
+    /// a sequence committed out of order would be) is found by the daemon's own check and taken; until
+    /// then `remote status` never says the machine is in step, and once it does, `remote check`
+    /// agrees (issue 49 §4).
     @Test func aChangeTheLogSkippedIsFoundByTheDaemonsOwnCheck() throws {
         let server = try ThrowawayPostgres.shared()
         let uri = try server.makeDatabase("audit")

@@ -310,6 +310,36 @@ import Glibc
         #expect(try b.status()["downloadedBytes"] as? Int ?? 0 <= content.count, "closed.bin was not downloaded to be removed")
     }
 
+    /// Issue 49 reproduction 3b: a promised file written in the store folder (behind the
+    /// mount) holds what was written, whole: never torn by its download, not promised any more,
+    /// and it goes up as a new version with that content, which the other machine then has. The
+    /// same while no daemon serves the store (found at the next mount).
+    @Test(arguments: [false, true]) func aPromisedFileWrittenBehindTheMountIsThatContentEverywhere(whileStopped: Bool) throws {
+        let (_, uri, a, b) = try PromisedItemsMountTests.pair(whileStopped ? "behindstopped" : "behind", settings: Self.onDemand)
+        defer { a.fixture.tearDown(); b.fixture.tearDown() }
+        try Data(Self.bytes(3 << 20, seed: 41)).write(to: URL(fileURLWithPath: a.path("report.bin")))
+        #expect(try a.link(uri).status == 0)
+        #expect(ManyMachinesTests.within(30) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
+        #expect(try b.link(uri).status == 0)
+        try b.fixture.start()
+        #expect(Self.isPromised(b, "report.bin"))
+        if whileStopped { b.fixture.stop() }
+        let store = b.fixture.documents + "/report.bin"
+        #expect(try shell("printf 'hello' > '\(store)'").status == 0)
+        if whileStopped { try b.fixture.start() }
+        #expect(ManyMachinesTests.within(30) { a.content("report.bin") == "hello" } != nil,
+                "a has \(a.content("report.bin")?.prefix(16) ?? "nothing"); b \((try? b.status()) ?? [:])")
+        #expect(b.content("report.bin") == "hello")
+        #expect(!Self.isPromised(b, "report.bin"))
+        #expect(ManyMachinesConvergenceTests.saysInStep([a, b]), "\((try? a.status()) ?? [:]) \((try? b.status()) ?? [:])")
+        let lists = try [a, b].map { machine in
+            try machine.docfs("versions --json '\(machine.path("report.bin"))'").output
+        }
+        let rows = lists.map { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [[String: Any]] ?? [] }
+        #expect(rows.map { $0.map { "\($0["version"] ?? "-") \($0["kind"] ?? "-") \($0["size"] ?? "-")" } }.allSatisfy { $0 == ["2 current 5", "1 previous \(3 << 20)"] },
+                "\(rows)")
+    }
+
     @Test func aVersionKeptPromisedIsFetchedWhenShown() throws {
         let (_, uri, a, b) = try PromisedItemsMountTests.pair("versions", settings: Self.onDemand)
         defer { a.fixture.tearDown(); b.fixture.tearDown() }
