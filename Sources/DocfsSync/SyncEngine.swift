@@ -249,24 +249,41 @@ public final class SyncEngine: Sendable {
         // after the content went up, alone (only the machine that saved the content sends it).
         let thumbnail = local?.kind == .file ? store.thumbnailSet(of: item) : nil
         let thumbnailDigest = thumbnail.map { bytes in bytes.withUnsafeBytes { ChunkDigest(of: $0) } }
-        if let local {
-            // The save's number here: the remote gives it when it can, so numbers agree.
-            let number = local.kind == .file ? local.number ?? store.versionNumber(of: item) : 0
-            if local.kind == .file, state != nil { try sendSavesSetAside(of: local, after: state, &round) }
-            if let state, LocalItem(state.version) == local, !resolving,
-               thumbnailDigest == nil || state.version.thumbnail == thumbnailDigest?.hex || state.version.author != store.author,
-               try !stranded(of: item, after: state.number, before: number) {
-                // A save that wrote the content last in step again is that version: its pending
-                // key goes, and it holds the number every machine knows it by.
-                if local.kind == .file, number != state.number, VersionNumber.isPending(number) {
-                    try SyncError.local("number the content of item \(item) as v\(state.number)") {
-                        try store.takeNumber(item, key: number, given: state.number)
-                    }
+        // The save's number here: the remote gives it when it can, so numbers agree.
+        let number = local.map { $0.kind == .file ? $0.number ?? store.versionNumber(of: item) : 0 } ?? 0
+        if let local, local.kind == .file, state != nil { try sendSavesSetAside(of: local, after: state, &round) }
+        // Gone here and never settled: its first version may have committed unheard.
+        if local == nil && state == nil { state = try firstVersionCommittedUnheard(of: item) }
+        var observed = SyncPlanner.Observed(number: number)
+        if let state, let thumbnailDigest, state.version.thumbnail != thumbnailDigest.hex, state.version.author == store.author {
+            observed.newThumbnail = true
+        }
+        if let local, let state, local.kind == .file, LocalItem(state.version) == local {
+            observed.savesNotGoneUp = try stranded(of: item, after: state.number, before: number)
+        }
+        switch SyncPlanner.outgoing(local, observed: observed, synced: state) {
+        case .nothing:
+            return
+        case .inStep(let pending):
+            // A save that wrote the content last in step again is that version: its pending
+            // key goes, and it holds the number every machine knows it by.
+            if let pending, let state {
+                try SyncError.local("number the content of item \(item) as v\(state.number)") {
+                    try store.takeNumber(item, key: pending, given: state.number)
                 }
-                note("up \(item): in step already (number \(state.number))")
-                return  // in step already
             }
-            if local.kind == .file && !resolving && number > (state?.number ?? 0) + 1 {
+            note("up \(item): in step already (number \(state?.number ?? 0))")
+            return
+        case .asideOnly:
+            // Deleted everywhere already: saves of this machine's set aside still go up, kept
+            // beside by every machine (listed if the item comes back).
+            if let known = state, known.version.kind == .file {
+                try sendSavesSetAside(of: LocalItem(known.version), after: known, &round)
+            }
+            return
+        case .propose(let savesFirst):
+            guard let local else { return }
+            if savesFirst {
                 state = try sendUnsentSaves(of: local, numbered: number, after: state, &round)
                 try sendSavesSetAside(of: local, after: state, &round)  // those that lost their race just now
             }
@@ -284,18 +301,9 @@ public final class SyncEngine: Sendable {
                 (made.containerName, made.containerPublic) = (container.name, container.isPublic)
             }
             proposal = made
-        } else {
-            // Gone here: a tombstone, if the remote knows the item at all (its first version
-            // may have committed unheard: then it is settled first).
-            if state == nil { state = try firstVersionCommittedUnheard(of: item) }
+        case .delete(let savesFirst):
             guard let known = state else { return }
-            if known.version.deleted {
-                // Deleted everywhere already: saves of this machine's set aside still go up, kept
-                // beside by every machine (listed if the item comes back).
-                if known.version.kind == .file { try sendSavesSetAside(of: LocalItem(known.version), after: known, &round) }
-                return
-            }
-            if known.version.kind == .file {
+            if savesFirst {
                 // Saves made here before the deletion that never went up go first, as versions of
                 // their own (at the place it was last in step), so every machine keeps them.
                 let last = LocalItem(known.version)
@@ -600,8 +608,7 @@ public final class SyncEngine: Sendable {
         var settled = ItemSyncState(version: version, created: created)
         // Versions between the one in step here before and this one: those kept here become the
         // ones every machine keeps next (`keepSkipped`), a crash before then notwithstanding.
-        if version.kind == .file, raced || number > (state?.number ?? 0) + 1 || state?.version.deleted == true
-            || state?.versionsBehind == true {
+        if SyncPlanner.versionsBehind(after: version, number: number, synced: state, raced: raced) {
             settled.versionsBehind = true
         }
         try SyncError.local("save the sync state of item \(version.item)") {
@@ -903,18 +910,20 @@ public final class SyncEngine: Sendable {
     private func take(_ change: RemoteChange, relisting: Bool = false, _ round: inout Round) throws(SyncError) {
         let version = change.version
         touchedSinceAudit.withLock { _ = $0.insert(version.item) }
-        if version.previous == true {
+        let state = try syncState(of: version.item)
+        switch SyncPlanner.incoming(version, synced: state, me: store.author.machine) {
+        case .nothing(let why):
+            note("down \(version.item) v\(version.number): nothing to do (\(why))")
+            return
+        case .keepAside:
             // A save set aside on another machine: kept here too, beside the content (ours was
             // kept here, numbered as the remote numbered it, when it went up).
-            guard version.author != store.author else { return }
             note("down \(version.item) v\(version.number): kept as a previous version (a save \(version.author.machine) set aside)")
             try SyncError.local("keep version \(version.number) of item \(version.item)") {
                 try store.keepAside(version) { digest in try self.fetch(digest) }
             }
             return
-        }
-        let state = try syncState(of: version.item)
-        if version.conflict {
+        case .keepConflict:
             // Kept here as on every machine (even one that holds the same content: what a
             // machine holds when it reads the log differs from machine to machine, the log does
             // not); ours too, which its loss kept here already, unless the document changed here
@@ -925,15 +934,12 @@ public final class SyncEngine: Sendable {
             }
             round.conflicts += 1
             return
-        }
-        if let state, state.number >= version.number {
-            note("down \(version.item) v\(version.number): have v\(state.number) already")
-            return  // ours, or applied already
-        }
-        if version.resolves == true && version.author != store.author {
-            // Whatever becomes of the content here, the conflict is over everywhere.
-            try SyncError.local("resolve the conflict of item \(version.item)") {
-                try store.resolveConflicts(of: version.item, before: version.number)
+        case .apply(let resolvingFirst):
+            if resolvingFirst {
+                // Whatever becomes of the content here, the conflict is over everywhere.
+                try SyncError.local("resolve the conflict of item \(version.item)") {
+                    try store.resolveConflicts(of: version.item, before: version.number)
+                }
             }
         }
         switch try apply(version, committedAt: change.sequence, expecting: ApplyExpectation(state?.version),
