@@ -28,7 +28,38 @@ public struct PresentedChange: Sendable, Codable, Equatable {
     public var newPlace: StorePlace?
 
     private enum CodingKeys: String, CodingKey {
-        case kind, path, newPath, item, version, uncoordinated, origin, machine
+        case kind, path, newPath, item, version, pending, uncoordinated, origin, machine
+    }
+
+    // A pending save (`VersionNumber`) is told as `"pending": "p1"`, with no `version`, as
+    // `docfs versions --json` lists it: the number the remote gives it comes later.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(kind, forKey: .kind)
+        try container.encode(path, forKey: .path)
+        try container.encodeIfPresent(newPath, forKey: .newPath)
+        try container.encodeIfPresent(item, forKey: .item)
+        if let version, VersionNumber.isPending(version) {
+            try container.encode(VersionNumber.shown(version), forKey: .pending)
+        } else {
+            try container.encodeIfPresent(version, forKey: .version)
+        }
+        try container.encode(uncoordinated, forKey: .uncoordinated)
+        try container.encodeIfPresent(origin, forKey: .origin)
+        try container.encodeIfPresent(machine, forKey: .machine)
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        kind = try container.decode(Kind.self, forKey: .kind)
+        path = try container.decode(String.self, forKey: .path)
+        newPath = try container.decodeIfPresent(String.self, forKey: .newPath)
+        item = try container.decodeIfPresent(UInt64.self, forKey: .item)
+        version = try container.decodeIfPresent(UInt64.self, forKey: .version)
+            ?? container.decodeIfPresent(String.self, forKey: .pending).flatMap(VersionNumber.parse)
+        uncoordinated = try container.decode(Bool.self, forKey: .uncoordinated)
+        origin = try container.decodeIfPresent(String.self, forKey: .origin)
+        machine = try container.decodeIfPresent(String.self, forKey: .machine)
     }
 
     public init(_ kind: Kind, path: String, newPath: String? = nil, item: ItemID? = nil, version: UInt64? = nil,

@@ -156,14 +156,20 @@ extension IndexQuery.Scope: ExpressibleByArgument {}
 /// A record in `--json` output: the attributes by their query names, dates as seconds.
 struct RecordJSON: Encodable {
     let id: Int64, name: String, path: String, container: String, containerName: String, scope: String, kind: String
-    let size: Int64, created: Double, modified: Double, contentType: String, uti: String, version: Int64
+    let size: Int64, created: Double, modified: Double, contentType: String, uti: String
+    /// The remote's number (or this store's); absent for a save not gone up yet, which is
+    /// `pending` (`p1`), as `docfs versions --json` lists it.
+    let version: Int64?, pending: String?
     let tags: [String], comment: String, hasThumbnail: Bool, isExternal: Bool, originalPath: String
     let originalContainerName: String?, localPath: String, conflict: Bool, status: String
 
     init(_ r: IndexRecord) {
         id = r.id; name = r.name; path = r.path; container = r.container; containerName = r.containerName
         scope = r.scope; kind = r.kind; size = r.size; created = r.created; modified = r.modified
-        contentType = r.contentType; uti = r.uti; version = r.version; tags = r.tags; comment = r.comment
+        contentType = r.contentType; uti = r.uti; tags = r.tags; comment = r.comment
+        let pending = r.version > 0 && VersionNumber.isPending(UInt64(r.version))
+        version = pending ? nil : r.version
+        self.pending = pending ? VersionNumber.shown(UInt64(r.version)) : nil
         hasThumbnail = r.hasThumbnail; isExternal = r.isExternal; originalPath = r.originalPath
         originalContainerName = r.isExternal ? r.originalContainerName : nil
         localPath = r.localPath; conflict = r.conflict; status = r.status

@@ -144,3 +144,18 @@ import Testing
         #expect(coordinator.busyItems == 0)
     }
 }
+
+/// What `docfs watch --json` says of a change: a pending save is `"pending": "p1"` with no
+/// `version` (as `docfs versions --json` lists it); a numbered one is its `version`.
+@Suite struct PresentedChangeJSONTests {
+    @Test func aPendingSaveIsToldAsPendingAndReadBack() throws {
+        let pending = PresentedChange(.version, path: "plan.txt", item: ItemID(rawValue: 7), version: VersionNumber.pendingBase + 2)
+        let told = String(decoding: try JSONEncoder().encode(pending), as: UTF8.self)
+        #expect(told.contains("\"pending\":\"p2\"") && !told.contains("\"version\":"), "\(told)")
+        #expect(try JSONDecoder().decode(PresentedChange.self, from: Data(told.utf8)).version == VersionNumber.pendingBase + 2)
+        let numbered = PresentedChange(.version, path: "plan.txt", item: ItemID(rawValue: 7), version: 5)
+        let said = String(decoding: try JSONEncoder().encode(numbered), as: UTF8.self)
+        #expect(said.contains("\"version\":5") && !said.contains("pending"), "\(said)")
+        #expect(try JSONDecoder().decode(PresentedChange.self, from: Data(said.utf8)) == numbered)
+    }
+}

@@ -43,6 +43,10 @@ import Testing
         let status = try b.docfs("status '\(b.path("plan.txt"))'")
         #expect(status.output.contains("p2 (pending"), "\(status.output)")
         #expect(try b.docfs("versions --show p1 '\(b.path("plan.txt"))'").output == "b's first, offline\n")
+        // The index says so too: `docfs query --json` gives `pending`, no `version`.
+        let queried = try b.docfs("query --json 'name == \"plan.txt\"' --store '\(b.fixture.store)'").output
+        let record = ((try? JSONSerialization.jsonObject(with: Data(queried.utf8))) as? [[String: Any]])?.first
+        #expect(record?["pending"] as? String == "p2" && record?["version"] == nil, "\(queried)")
 
         try "a's, while b was away\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)
         #expect(ManyMachinesTests.within(30) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
