@@ -3,6 +3,7 @@ import PackageDescription
 
 // Layers, dependencies pointing one way:
 //   docfs (CLI) → DocfsDaemon (served store, control server, sync service) → DocfsFUSE (bridge) → DocfsFilesystem → {DocfsCoordination, DocfsIndex, DocfsProvider, DocfsThumbnails, DocfsSync} → {DocfsCore, DocfsChunks}
+//   DocfsDaemon → DocfsSyncStore (the sync engine's store over the filesystem) → {DocfsFilesystem, DocfsSync}
 // DocfsRemotePostgres (the PostgreSQL remote, beside DocfsSync's in-memory one) is used by the daemon and the CLI.
 // Only DocfsFUSE imports CFuse (libfuse3) and CFusePassthrough (its C helpers for the kernel's
 // FUSE passthrough); only DocfsIndex imports GRDB. CLinux wraps Linux syscalls Swift's Glibc hides;
@@ -76,6 +77,9 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "DocfsFilesystem", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsIndex", "DocfsProvider", "DocfsThumbnails", "DocfsSync", "DocfsChunks", "CLinux"]),
+        // The sync store: the engine's `SyncedStore` over a served store (reads, applies,
+        // versions kept from other machines, a store's merge into a remote's).
+        .target(name: "DocfsSyncStore", dependencies: ["DocfsCore", "DocfsCoordination", "DocfsIndex", "DocfsProvider", "DocfsThumbnails", "DocfsSync", "DocfsChunks", "DocfsFilesystem", "CLinux"]),
         .target(
             name: "DocfsFUSE",
             dependencies: ["CFuse", "CFusePassthrough", "DocfsFilesystem", .product(name: "Logging", package: "swift-log")]
@@ -83,7 +87,7 @@ let package = Package(
         .target(
             name: "DocfsDaemon",
             dependencies: ["CLinux", "DocfsCoordination", "DocfsCore", "DocfsFUSE", "DocfsFilesystem", "DocfsIndex", "DocfsProvider",
-                           "DocfsSync", "DocfsRemotePostgres", .product(name: "Logging", package: "swift-log")]
+                           "DocfsSync", "DocfsSyncStore", "DocfsRemotePostgres", .product(name: "Logging", package: "swift-log")]
         ),
         .executableTarget(
             name: "docfs",
@@ -98,14 +102,14 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsProvider", "DocfsCoordination", "DocfsIndex", "DocfsSync", "DocfsChunks", "CLinux", "DocfsTestSupport"]),
+        .testTarget(name: "DocfsFilesystemTests", dependencies: ["DocfsFilesystem", "DocfsSyncStore", "DocfsProvider", "DocfsCoordination", "DocfsIndex", "DocfsSync", "DocfsChunks", "CLinux", "DocfsTestSupport"]),
         .testTarget(name: "DocfsIndexTests", dependencies: ["DocfsIndex", "DocfsTestSupport"]),
         .testTarget(name: "DocfsChunksTests", dependencies: ["DocfsChunks"]),
         .testTarget(name: "DocfsProviderTests", dependencies: ["DocfsProvider", "DocfsTestSupport"]),
         .testTarget(name: "DocfsThumbnailsTests", dependencies: ["DocfsThumbnails"]),
         // The tests' own PostgreSQL server (scripts/throwaway-postgres), shared by the suites that need one.
         .target(name: "DocfsTestSupport", path: "Tests/DocfsTestSupport"),
-        .testTarget(name: "DocfsSyncTests", dependencies: ["DocfsCore", "DocfsSync", "DocfsChunks", "DocfsRemotePostgres", "DocfsIndex", "DocfsFilesystem", "DocfsTestSupport"]),
+        .testTarget(name: "DocfsSyncTests", dependencies: ["DocfsCore", "DocfsSync", "DocfsChunks", "DocfsRemotePostgres", "DocfsIndex", "DocfsFilesystem", "DocfsSyncStore", "DocfsTestSupport"]),
         .testTarget(name: "DocfsMountTests", dependencies: ["CLinux", "DocfsIndex", "DocfsProvider", "DocfsThumbnails", "DocfsTestSupport", .product(name: "Crypto", package: "swift-crypto")], exclude: ["Workloads"]),
     ],
     swiftLanguageModes: [.v6]

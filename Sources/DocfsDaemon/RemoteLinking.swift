@@ -4,6 +4,7 @@ import DocfsIndex
 import DocfsProvider
 import DocfsRemotePostgres
 import DocfsSync
+import DocfsSyncStore
 import Foundation
 import Logging
 

@@ -8,9 +8,9 @@ import DocfsCore
 /// until every consumer has said what it does with it. Changes made by the store's shared parts
 /// (write sessions, the thumbnailer), by the container registry and by writers behind docfs's
 /// back (the store watcher) are records too.
-struct ChangeRecord: Sendable {
+package struct ChangeRecord: Sendable {
     /// What the store watcher saw a writer other than docfs do (C5).
-    enum Uncoordinated: Sendable {
+    package enum Uncoordinated: Sendable {
         /// A name came, went or changed (`exists`: the name holds something now).
         case name(exists: Bool)
         /// A file was closed after writing: a new version of its item (docfs counted it).
@@ -19,7 +19,7 @@ struct ChangeRecord: Sendable {
         case modified
     }
 
-    enum Kind: Sendable {
+    package enum Kind: Sendable {
         /// A name now holds an item: one made (folder, link, special file, reference, copy) or
         /// a new name of one (a hard link).
         case created
@@ -76,7 +76,7 @@ struct ChangeRecord: Sendable {
     /// The item (the document's id for a document).
     var item: ItemID?
     /// The version the item's content is at after the change, where the operation knows it.
-    var version: UInt64?
+    package var version: UInt64?
     /// Who asked for the change; nil for docfs's own (a raced save put back, a picker's copy).
     var caller: Caller?
     /// For new content a stitch looked at: what it saw of the file's thumbnail prospects.
@@ -85,7 +85,7 @@ struct ChangeRecord: Sendable {
     var path: String? = nil
 
     /// A change of the name `name` in the folder `folder` (a descriptor).
-    static func name(_ kind: Kind, _ name: FileName, inFolder folder: Int32, item: ItemID?) -> ChangeRecord {
+    package static func name(_ kind: Kind, _ name: FileName, inFolder folder: Int32, item: ItemID?) -> ChangeRecord {
         ChangeRecord(kind: kind, folder: folder, name: name, node: nil, item: item, version: nil, caller: nil)
     }
 
@@ -122,9 +122,14 @@ struct ChangeRecord: Sendable {
 /// What an operation may change, known before it runs: the names and files other views of the
 /// store must stop trusting from their kernel caches once it is over, whether or not it
 /// succeeded (a failed operation may have changed something before it failed).
-struct TouchedPlaces {
+package struct TouchedPlaces {
     var names: [(folder: BackingKey, name: FileName)] = []
     var files: [BackingKey] = []
+
+    package init(names: [(folder: BackingKey, name: FileName)] = [], files: [BackingKey] = []) {
+        self.names = names
+        self.files = files
+    }
 
     static func name(_ name: FileName, in folder: Node) -> TouchedPlaces {
         TouchedPlaces(names: [(folder.key, name)])

@@ -15,8 +15,8 @@ import Glibc
 /// a container's folder carries (`user.docfs.container`, `user.docfs.container-id`).
 ///
 /// Lock order: `roots` is a leaf lock, held for a copy only.
-final class ContainerFolders: Sendable {
-    let catalog: ContainerCatalog
+package final class ContainerFolders: Sendable {
+    package let catalog: ContainerCatalog
     private let layout: StoreLayout
     /// Each container's documents folder, by backing inode.
     private let roots = Mutex<[BackingKey: ContainerRecord]>([:])

@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// Whose kernels must forget what a change touched, once its claims are let go.
-enum KernelAudience: Sendable {
+package enum KernelAudience: Sendable {
     /// Every view but the one whose request made the change: its reply tells its own kernel.
     case otherViews
     /// Every view: no view's request made the change (a remote change applied here).
@@ -53,7 +53,7 @@ extension Filesystem {
     /// the claims are let go (S1: the index has them before the reply), and the kernels of
     /// `audience` drop `touched` afterwards, whether or not the operation succeeded (a failed
     /// one may have changed something first). `caller` is who the records say asked for it.
-    func changing<T>(_ claims: [(ItemID, ClaimIntent)], touching touched: @autoclosure () -> TouchedPlaces, by caller: Caller? = nil,
+    package func changing<T>(_ claims: [(ItemID, ClaimIntent)], touching touched: @autoclosure () -> TouchedPlaces, by caller: Caller? = nil,
                      telling audience: KernelAudience = .otherViews,
                      _ operation: () throws(DocfsError) -> (T, [ChangeRecord])) throws(DocfsError) -> T {
         defer {
@@ -100,7 +100,7 @@ extension Filesystem {
     /// reply), presenters (posted to their queue), thumbnails (queued to the thumbnailer). The
     /// kernels are the scope's to tell (`DeliveryScope`): inside `changing`, or a scope saying
     /// why they need not be.
-    func deliver(_ change: ChangeRecord) {
+    package func deliver(_ change: ChangeRecord) {
         assert(DeliveryScope.current != nil, "a change record (\(change.kind)) delivered outside changing(...): no kernel would be told")
         shared.stitch(change)
         presentersHear(change)
@@ -108,7 +108,7 @@ extension Filesystem {
     }
 
     /// Delivers `change`, which leaves nothing a kernel caches (see `DeliveryScope.nothingCached`).
-    func deliverUncached(_ change: ChangeRecord) {
+    package func deliverUncached(_ change: ChangeRecord) {
         DeliveryScope.within(.nothingCached) { deliver(change) }
     }
 

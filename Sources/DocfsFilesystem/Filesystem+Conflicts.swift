@@ -13,7 +13,7 @@ import Glibc
 /// `user.docfs.conflict` = `1`. A session that changed nothing simply lets the other writer's
 /// content stand.
 extension Filesystem {
-    static let conflictAttribute = "user.docfs.conflict"
+    package static let conflictAttribute = "user.docfs.conflict"
 
     /// The raced session on `ours` ended having changed it: puts its content back in place and
     /// keeps the other writer's as a conflict version.

@@ -77,7 +77,7 @@ extension Filesystem {
 /// pinned, open, changed here and not gone up, or in conflict.
 extension Filesystem {
     /// Marks a file pinned (`user.docfs.pinned` on its backing file; it does not travel).
-    static let pinnedAttribute = "user.docfs.pinned"
+    package static let pinnedAttribute = "user.docfs.pinned"
 
     static func isPinned(_ fd: Int32) -> Bool { docfs_fd_getxattr(fd, pinnedAttribute, nil, 0) >= 0 }
 
@@ -175,7 +175,7 @@ extension Filesystem {
 
     /// Whether this daemon holds the backing file of `node` open (any open handle is one of its
     /// descriptors, mmap'd files too): one look at each descriptor, for an explicit eviction.
-    func isOpen(_ node: Node) -> Bool {
+    package func isOpen(_ node: Node) -> Bool {
         guard let folder = opendir("/proc/self/fd") else { return true }
         defer { closedir(folder) }
         while let entry = readdir(folder) {

@@ -206,7 +206,7 @@ extension Filesystem {
 
     /// The place of the reference whose record (in the external scope, under its path in its
     /// container, `/Documents/a`) is `record`; nil for any other record.
-    static func ownPlace(ofReference record: IndexRecord) -> StorePlace? {
+    package static func ownPlace(ofReference record: IndexRecord) -> StorePlace? {
         guard record.scope == Scope.external.rawValue, let container = try? ContainerID(record.container) else { return nil }
         let parts = record.path.split(separator: "/", maxSplits: 1).map(String.init)
         guard let scope = StorePaths.scopeFolders.first(where: { $0.name == parts.first })?.scope else { return nil }

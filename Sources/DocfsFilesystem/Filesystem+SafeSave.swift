@@ -171,8 +171,8 @@ extension Filesystem {
 }
 
 /// Copying user attributes from one backing file to another (O_PATH descriptors).
-enum ExtendedAttributeCopy {
-    static func userNames(of fd: Int32) -> [String] {
+package enum ExtendedAttributeCopy {
+    package static func userNames(of fd: Int32) -> [String] {
         let path = "/proc/self/fd/\(fd)"
         var buffer = [CChar](repeating: 0, count: 65536)
         let n = docfs_listxattr(path, &buffer, buffer.count)

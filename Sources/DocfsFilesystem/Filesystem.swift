@@ -59,7 +59,7 @@ public final class Filesystem: Sendable {
     public let shared: ServedStore
     public let view: View
     public let cachePolicy: CachePolicy
-    let nodes: NodeTable
+    package let nodes: NodeTable
     /// docfs's own files and folders the kernel knows (the control area, shared thumbnail
     /// repositories, read-only views).
     let virtualNodes = VirtualNodes()
@@ -94,7 +94,7 @@ public final class Filesystem: Sendable {
         invalidationSink.set(sink)
     }
 
-    func invalidate(_ invalidations: KernelInvalidations) {
+    package func invalidate(_ invalidations: KernelInvalidations) {
         invalidationSink(invalidations)
     }
 
@@ -400,6 +400,6 @@ public final class Filesystem: Sendable {
 
 /// Throws the current errno when a system call answered -1.
 @inline(__always)
-func check(_ result: Int32) throws(DocfsError) {
+package func check(_ result: Int32) throws(DocfsError) {
     if result < 0 { throw DocfsError.system(Glibc.errno) }
 }

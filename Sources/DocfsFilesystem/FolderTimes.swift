@@ -15,11 +15,11 @@ import Glibc
 /// the content came down) keeps the time that change gave it: that is a change of the
 /// folder's, which goes up, and keeps another machine's removal of the folder from taking the
 /// new file with it.
-struct FolderTimes {
+package struct FolderTimes {
     private var saved: [(fd: Int32, key: BackingKey, modified: timespec, expected: timespec)] = []
 
     /// The times of `folders` now (each once).
-    init(of folders: [Int32]) {
+    package init(of folders: [Int32]) {
         for fd in folders {
             var st = stat()
             guard fstat(fd, &st) == 0 else { continue }
@@ -30,7 +30,7 @@ struct FolderTimes {
     }
 
     /// The folders' times now are the apply's own doing (its working file came in them).
-    mutating func expectNow() {
+    package mutating func expectNow() {
         for index in saved.indices {
             var st = stat()
             if fstat(saved[index].fd, &st) == 0 { saved[index].expected = st.st_mtim }
@@ -39,7 +39,7 @@ struct FolderTimes {
 
     /// Forgets the folders whose time moved since `expectNow` (or since they were taken): someone
     /// else changed them, and they keep that change. Called under the apply's claims.
-    mutating func keepOnlyUnchanged() {
+    package mutating func keepOnlyUnchanged() {
         saved.removeAll { folder in
             var st = stat()
             return fstat(folder.fd, &st) != 0 || !Self.same(st.st_mtim, folder.expected)
@@ -48,7 +48,7 @@ struct FolderTimes {
 
     /// Sets each folder's modification time back where it was; answers the folders it moved.
     /// The folders' descriptors (`O_PATH` ones too) must still be open.
-    func restore() -> [Int32] {
+    package func restore() -> [Int32] {
         var moved: [Int32] = []
         for (fd, _, modified, _) in saved {
             var st = stat()

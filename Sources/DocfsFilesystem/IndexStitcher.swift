@@ -2,6 +2,7 @@ import CLinux
 import DocfsCore
 import DocfsIndex
 import DocfsProvider
+import DocfsSync
 import DocfsThumbnails
 import Synchronization
 #if canImport(Glibc)
@@ -35,8 +36,8 @@ import Glibc
 /// Lock order: a `files` lock, then `namespace`, both taken inside coordination claims and
 /// outside the index's own locks (`IndexDatabase`'s commit and journal locks, SQLite's); no
 /// other docfs lock is taken while they are held.
-final class IndexStitcher: Sendable {
-    let index: IndexDatabase
+package final class IndexStitcher: Sendable {
+    package let index: IndexDatabase
     private let identity: ItemIdentity
     /// Where records are: container, scope and path.
     private let paths: StorePaths
@@ -46,9 +47,9 @@ final class IndexStitcher: Sendable {
     private let namespace = Mutex(())
     /// Whether the store is linked to a remote: each stitched change then also puts its items
     /// in the outbox, in the same append (issue 22 §0), except changes the sync engine applies.
-    let fillsOutbox = Atomic<Bool>(false)
+    package let fillsOutbox = Atomic<Bool>(false)
     /// Told after a stitch put items in the outbox (the sync loop wakes).
-    let outboxFilled = Callback<Void>()
+    package let outboxFilled = Callback<Void>()
     /// Moved on by every change of names looked at under `namespace`.
     private let epoch = Atomic<UInt64>(0)
     /// Locks for files' looks, by backing inode (striped: unrelated files rarely share one).
@@ -84,18 +85,18 @@ final class IndexStitcher: Sendable {
 
     /// What a file's record follows: content and attribute changes move mtime or ctime, and
     /// a rename or link moves ctime.
-    struct FileStamp: Equatable {
+    package struct FileStamp: Equatable {
         var modified: timespec
         var changed: timespec
         var size: Int64
 
-        init(_ st: stat) {
+        package init(_ st: stat) {
             modified = st.st_mtim
             changed = st.st_ctim
             size = Int64(st.st_size)
         }
 
-        static func == (a: FileStamp, b: FileStamp) -> Bool {
+        package static func == (a: FileStamp, b: FileStamp) -> Bool {
             a.size == b.size && a.modified.tv_sec == b.modified.tv_sec && a.modified.tv_nsec == b.modified.tv_nsec
                 && a.changed.tv_sec == b.changed.tv_sec && a.changed.tv_nsec == b.changed.tv_nsec
         }
@@ -177,11 +178,11 @@ final class IndexStitcher: Sendable {
 
     /// Told, from the releasing thread, the item a writer's handle wrote after its last close
     /// (the sync engine sends up what it put off while the file was open).
-    let writerReleased = Callback<ItemID>()
+    package let writerReleased = Callback<ItemID>()
 
     /// Whether a handle open for writing (not released yet) writes `item`, or an open for
     /// writing of it is under way.
-    func isWritten(_ item: ItemID) -> Bool {
+    package func isWritten(_ item: ItemID) -> Bool {
         opening.withLock { $0[item] != nil } || writers.withLock { writers in writers.values.contains { $0.node.item == item } }
     }
 
@@ -407,7 +408,7 @@ final class IndexStitcher: Sendable {
             }
         }
         // A container's item after what it holds: a deletion of what it held goes up first.
-        if let container { items.append(Int64(bitPattern: StoreSync.containerItem(container))) }
+        if let container { items.append(Int64(bitPattern: ContainerItems.item(of: container))) }
         return changes + items.map { .outbox(item: $0) }
     }
 

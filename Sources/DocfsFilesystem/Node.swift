@@ -6,11 +6,11 @@ import Glibc
 #endif
 
 /// Identity of a file in the backing store: device and inode number.
-struct BackingKey: Hashable, Sendable {
+package struct BackingKey: Hashable, Sendable {
     var device: UInt64
     var inode: UInt64
 
-    init(_ st: stat) {
+    package init(_ st: stat) {
         device = UInt64(st.st_dev)
         inode = UInt64(st.st_ino)
     }
@@ -29,7 +29,7 @@ struct BackingKey: Hashable, Sendable {
 /// item id is the document's identity (`user.docfs.id`). They differ on purpose: after a safe-save
 /// the document (same item) lives in a new backing inode, while a reader that opened it
 /// before keeps the old content under the old node.
-final class Node: Sendable {
+package final class Node: Sendable {
     let id: NodeID
     /// O_PATH descriptor of the backing file; closed when the node is forgotten.
     let fd: Int32
@@ -59,7 +59,7 @@ final class Node: Sendable {
     /// write into that kept version, as into an unlinked file; no session starts on it.
     var isSuperseded: Bool { supersededStorage.load(ordering: .acquiring) }
 
-    func markSuperseded() { supersededStorage.store(true, ordering: .releasing) }
+    package func markSuperseded() { supersededStorage.store(true, ordering: .releasing) }
 
     func found(at place: Place?) { placeStorage.withLock { $0 = place } }
 
@@ -110,7 +110,7 @@ func backingPath(of fd: Int32) -> String? {
 ///
 /// Lock order: `NodeTable.state` is a leaf lock; nothing else is taken while holding it, and it
 /// is never held across a reply to the kernel.
-final class NodeTable: Sendable {
+package final class NodeTable: Sendable {
     private struct Slot {
         var node: Node
         var lookups: UInt64
@@ -226,7 +226,7 @@ final class NodeTable: Sendable {
     }
 
     /// The node of backing file `key`, if the kernel knows it (no lookup counted).
-    func known(key: BackingKey) -> Node? {
+    package func known(key: BackingKey) -> Node? {
         state.withLock { state in state.byKey[key].flatMap { state.slots[$0]?.node } }
     }
 

@@ -24,7 +24,7 @@ import Glibc
 /// already took it for docfs's).
 ///
 /// Lock order: `state` is a leaf lock.
-final class OwnChanges: Sendable {
+package final class OwnChanges: Sendable {
     struct Place: Hashable {
         let directory: BackingKey
         let name: FileName
@@ -145,7 +145,7 @@ final class OwnChanges: Sendable {
     private let state = Mutex(State())
 
     /// docfs changed `name` in `directory`: `events` watcher events will follow.
-    func changedName(_ name: FileName, in directory: BackingKey, events: Int = 1) {
+    package func changedName(_ name: FileName, in directory: BackingKey, events: Int = 1) {
         let now = SafeSaveTracker.now()
         state.withLock { state in
             state.sweep(now: now)
@@ -369,7 +369,7 @@ final class OwnChanges: Sendable {
     private static func same(_ a: timespec, _ b: timespec) -> Bool { a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec }
 
     /// docfs changed the file or folder the O_PATH descriptor `fd` names (see `changedFile(_:)`).
-    func changedFile(at fd: Int32, permissionsToo: Bool = true) {
+    package func changedFile(at fd: Int32, permissionsToo: Bool = true) {
         var st = stat()
         if fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 { changedFile(st, permissionsToo: permissionsToo) }
     }
@@ -377,7 +377,7 @@ final class OwnChanges: Sendable {
     /// docfs changed the file or folder itself (a truncate, its times, mode, owner or extended
     /// attributes): `st` is its state now. `permissionsToo` false: docfs changed neither mode
     /// nor owner, so the permissions it knows stay (see `State.record`).
-    func changedFile(_ st: stat, permissionsToo: Bool = true) {
+    package func changedFile(_ st: stat, permissionsToo: Bool = true) {
         let now = SafeSaveTracker.now()
         state.withLock { state in
             state.record(st, now: now, permissionsToo: permissionsToo)

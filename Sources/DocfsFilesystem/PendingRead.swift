@@ -24,7 +24,7 @@ public final class PendingRead: Sendable {
     }
 
     /// A wait for the whole file.
-    init(whole answer: @escaping @Sendable (DocfsError?) -> Void) {
+    package init(whole answer: @escaping @Sendable (DocfsError?) -> Void) {
         range = nil
         self.answer = answer
     }

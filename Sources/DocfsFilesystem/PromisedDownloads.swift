@@ -17,7 +17,7 @@ import Glibc
 /// Lock order: `downloads` before a `Download`'s `state`; neither is held across a fetch, a
 /// disk write or a wait.
 public final class PromisedDownloads: Sendable {
-    let content: PromisedContent
+    package let content: PromisedContent
     private let ownChanges: OwnChanges
     private let source = Mutex<(any Remote)?>(nil)
     private let versionInStep = Mutex<(@Sendable (UInt64) -> RemoteVersion?)?>(nil)  // set with `source`
@@ -29,7 +29,7 @@ public final class PromisedDownloads: Sendable {
     /// Whether the store may hold promised files: it makes them (`DownloadPolicy.onDemand`) or
     /// made some once. When not, nothing on the I/O path looks for them.
     private let active: Atomic<Bool>
-    var isActive: Bool { active.load(ordering: .relaxed) }
+    package var isActive: Bool { active.load(ordering: .relaxed) }
 
     /// The change time shown of each file seen promised in this run, until it changes after
     /// its download (`steadyChangeTime`); how many there are, so other files cost no lock.
@@ -69,7 +69,7 @@ public final class PromisedDownloads: Sendable {
     }
 
     /// Makes the promise `promise` of the sparse file `fd` (its size set already).
-    func promise(_ promise: Promise, file fd: Int32) throws(DocfsError) {
+    package func promise(_ promise: Promise, file fd: Int32) throws(DocfsError) {
         active.store(true, ordering: .relaxed)
         try content.promise(promise, file: fd)
     }
@@ -128,7 +128,7 @@ public final class PromisedDownloads: Sendable {
     /// fails, or no chunk landed for `waitLimit` (counted from when the read began, or from the
     /// download's last progress before that: a read the kernel retries, readahead then the
     /// page alone, fails at once on a stalled download). The calling thread goes on.
-    func begin(_ read: PendingRead, fd: Int32) {
+    package func begin(_ read: PendingRead, fd: Int32) {
         guard let number = PromisedContent.promisedNumber(fd), let item = ItemAttributes.id(ofDescriptor: fd) else { return read.finish(nil) }
         let download: Download
         do {
@@ -256,7 +256,7 @@ public final class PromisedDownloads: Sendable {
                 state.present = present
             }
             download.answerReads()
-            var times = [Glibc.timespec(tv_sec: 0, tv_nsec: DOCFS_UTIME_OMIT), StoreSync.timespec(promise.modified)]
+            var times = [Glibc.timespec(tv_sec: 0, tv_nsec: DOCFS_UTIME_OMIT), Glibc.timespec(seconds: promise.modified)]
             // Chunks written but not yet noted on disk as present: readers have them at once (the
             // page cache); they are synced and noted a batch at a time, so a crash costs at most
             // fetching them again.

@@ -4,10 +4,10 @@
 /// apply, on the sync thread that makes it. The sync engine's own bookkeeping here (a version
 /// number raised to the remote's, a conflict mark cleared) binds `ownBookkeeping`: kept out of
 /// the outbox too, but no other machine's change.
-enum RemoteApplication {
-    @TaskLocal static var machine: String? = nil
+package enum RemoteApplication {
+    @TaskLocal package static var machine: String? = nil
 
-    static let ownBookkeeping = ""
+    package static let ownBookkeeping = ""
 
     static var isApplying: Bool { machine != nil }
 

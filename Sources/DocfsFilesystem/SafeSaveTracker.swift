@@ -10,7 +10,7 @@ import Glibc
 /// while, so only a save in progress is taken for one.
 ///
 /// Lock order: `state` is a leaf lock.
-final class SafeSaveTracker: Sendable {
+package final class SafeSaveTracker: Sendable {
     /// How long a new file counts as a save's temporary file, in seconds.
     static let freshness: Double = 300
     /// How long a name vacated by a rename waits for the new content, in seconds.
@@ -110,7 +110,7 @@ final class SafeSaveTracker: Sendable {
     }
 
     /// Whether a safe-save's takeover of `item` is under way.
-    func isTakingOver(_ item: ItemID) -> Bool {
+    package func isTakingOver(_ item: ItemID) -> Bool {
         let now = Self.now()
         return state.withLock { state in
             guard let since = state.takingOver[item] else { return false }

@@ -23,9 +23,9 @@ public final class ServedStore: Sendable {
     /// Generation of every node the daemon hands out; node ids are never reused within it.
     public let generation: UInt64
     let identity: ItemIdentity
-    let sessions: WriteSessions
-    let safeSaves = SafeSaveTracker()
-    let ownChanges = OwnChanges()
+    package let sessions: WriteSessions
+    package let safeSaves = SafeSaveTracker()
+    package let ownChanges = OwnChanges()
     /// Changes the store watcher is to look at again (see `OwnChanges`).
     public let storeRechecks: StoreRechecks
     /// The arbiter every operation that changes an item claims it from (C1).
@@ -33,18 +33,18 @@ public final class ServedStore: Sendable {
     /// Whoever wants to hear about changes (C6).
     public let presenters = Presenters()
     /// Writes index records as operations change items (S1); nil when serving without an index.
-    let stitcher: IndexStitcher?
+    package let stitcher: IndexStitcher?
     /// Where items are in the store (for index records and bookmarks).
-    let paths: StorePaths
+    package let paths: StorePaths
     /// The containers, and each one's documents folder by backing inode.
-    let containerFolders: ContainerFolders
+    package let containerFolders: ContainerFolders
     /// How paths in the user view and places in the store correspond.
     public let userView: UserView
     /// Makes thumbnails in the background; nil when the store is served without them.
-    let thumbnailer: Thumbnailer?
+    package let thumbnailer: Thumbnailer?
     /// The store's thumbnail sets: those the thumbnailer makes, and those that come with
     /// other machines' versions (installed by a `docfs remote link` with no thumbnailer too).
-    let thumbnailStore: ThumbnailStore
+    package let thumbnailStore: ThumbnailStore
     /// Content of promised files, fetched as it is read (issue 23).
     public let promises: PromisedDownloads
     /// Whether documents other machines make arrive promised (`DownloadPolicy`).
@@ -53,10 +53,10 @@ public final class ServedStore: Sendable {
     /// the background's jobs).
     let userThumbnailWorker: ThumbnailWorkerClient?
     /// Where problems that failed no operation go (see `Filesystem.reporting`).
-    let problemSink = Callback<String>()
+    package let problemSink = Callback<String>()
     /// Told, after the claims, of an item whose conflict was resolved here (`docfs versions
     /// --resolve`): a linked store sends the resolution to every machine.
-    let conflictResolved = Callback<ItemID>()
+    package let conflictResolved = Callback<ItemID>()
     /// The views being served, weakly (a view leaves when it is unmounted).
     private let views = Mutex<[WeakView]>([])
     /// The containers' key-value stores, opened when an app view's key files are first used.

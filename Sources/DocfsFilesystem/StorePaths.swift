@@ -38,7 +38,7 @@ public final class StorePaths: Sendable {
 
     /// The place of the file or folder `fd` refers to; nil outside every scope, or when the
     /// name it was reached by has been removed.
-    func place(of fd: Int32) -> StorePlace? {
+    package func place(of fd: Int32) -> StorePlace? {
         var st = stat()
         guard fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
         return place(of: fd, st)
@@ -88,7 +88,7 @@ public final class StorePaths: Sendable {
 
     /// Opens `place` (O_PATH, never following a symbolic link on the way); -1 with errno set
     /// when nothing is there.
-    func openPlace(_ place: StorePlace) -> Int32 {
+    package func openPlace(_ place: StorePlace) -> Int32 {
         var fd = dup(containersFD)
         guard fd >= 0 else { return -1 }
         for component in Self.relativeBacking(place).split(separator: "/") where !component.isEmpty {

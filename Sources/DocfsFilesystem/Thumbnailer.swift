@@ -22,7 +22,7 @@ import Glibc
 /// claim, so no writer ever waits for a thumbnail.
 ///
 /// Lock order: `queue` is a leaf lock, never held while a claim is taken or the worker runs.
-final class Thumbnailer: Sendable {
+package final class Thumbnailer: Sendable {
     private struct Queue {
         /// Items in the order their jobs fall due (a job queued again is listed again; the
         /// entry whose time is not the job's is stale and skipped).
@@ -33,7 +33,7 @@ final class Thumbnailer: Sendable {
         var running: [ItemID: Bool] = [:]
     }
 
-    let store: ThumbnailStore
+    package let store: ThumbnailStore
     private let worker: ThumbnailWorkerClient
     private let coordinator: Coordinator
     private let queue = Mutex(Queue())

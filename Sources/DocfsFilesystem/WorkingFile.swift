@@ -8,13 +8,13 @@ import Glibc
 /// back): its name starts with `prefix` (a restart removes leftovers, see StoreWatcher), and
 /// its creation, writes and move are noted as docfs's own, so the store watcher does not take
 /// them for someone else's.
-struct WorkingFile {
-    let name: FileName
-    let fd: Int32
+package struct WorkingFile {
+    package let name: FileName
+    package let fd: Int32
     private let ownChanges: OwnChanges
 
     /// Creates it in the folder `directory`, for replacing `target` there.
-    init(prefix: String, in directory: Int32, replacing target: FileName, mode: mode_t, ownChanges: OwnChanges,
+    package init(prefix: String, in directory: Int32, replacing target: FileName, mode: mode_t, ownChanges: OwnChanges,
          purpose: @autoclosure () -> String) throws(DocfsError) {
         var folder = stat()
         try check(fstat(directory, &folder))
@@ -28,7 +28,7 @@ struct WorkingFile {
         if fstat(fd, &created) == 0 { ownChanges.openedForWriting(UInt64(fd), file: created) }
     }
 
-    func close() {
+    package func close() {
         _ = ownChanges.closingForWriting(UInt64(fd), fd: fd)
         _ = Glibc.close(fd)
     }

@@ -41,7 +41,7 @@ import Glibc
 ///
 /// Lock order: `state` is a leaf lock; the content copy and xattr writes of a session that starts
 /// or ends happen outside it, while new writers of the same file wait for them (`busy`).
-final class WriteSessions: Sendable {
+package final class WriteSessions: Sendable {
     private struct Session {
         let item: ItemID
         /// The content's number when the session began (what it kept is numbered so).
@@ -443,7 +443,7 @@ final class WriteSessions: Sendable {
 
     /// Whether a write session of `item` holds `number`: the content it began from, or the
     /// version it makes.
-    func holdsNumber(_ item: ItemID, _ number: UInt64) -> Bool {
+    package func holdsNumber(_ item: ItemID, _ number: UInt64) -> Bool {
         state.withLock { state in
             state.sessions.values.contains { $0.item == item && ($0.base == number || $0.number == number) }
         }
@@ -455,7 +455,7 @@ final class WriteSessions: Sendable {
     /// and the maker follow. The file is held busy meanwhile (no session starts, ends or saves
     /// into its delta). Answers the file's number when it took `given`, nil when the number
     /// went to a kept version (or to nothing: `key` is neither).
-    func takeNumber(_ item: ItemID, file fd: Int32, key: UInt64, given: UInt64) throws(DocfsError) -> UInt64? {
+    package func takeNumber(_ item: ItemID, file fd: Int32, key: UInt64, given: UInt64) throws(DocfsError) -> UInt64? {
         guard key != given else { return nil }
         var st = stat()
         try check(fstatat(fd, "", &st, DOCFS_AT_EMPTY_PATH))
@@ -513,7 +513,7 @@ final class WriteSessions: Sendable {
 
     /// Records who made `version` of `item`, applied from the remote: another machine (`author`),
     /// or this one (nil: a maker known for that version stays, another is forgotten).
-    func noteMaker(of item: ItemID, version: UInt64, _ author: Author?) {
+    package func noteMaker(of item: ItemID, version: UInt64, _ author: Author?) {
         state.withLock { state in
             if let author {
                 if state.authors.count > 65536 { state.authors.removeAll(keepingCapacity: true) }
@@ -546,7 +546,7 @@ final class WriteSessions: Sendable {
     }
 
     /// The version `item`'s current content was made by, and who made it, if this daemon saw it.
-    func author(of item: ItemID, version: UInt64) -> Author? {
+    package func author(of item: ItemID, version: UInt64) -> Author? {
         state.withLock { state in
             guard let known = state.authors[item], known.version == version else { return nil }
             return known.author
@@ -668,9 +668,9 @@ final class WriteSessions: Sendable {
     /// The kernel's page size, the unit its writeback cache writes.
     static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
 
-    static func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
+    package static func seconds(_ t: timespec) -> Double { Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 }
 
-    static func now() -> Double {
+    package static func now() -> Double {
         var t = timespec()
         clock_gettime(CLOCK_REALTIME, &t)
         return seconds(t)

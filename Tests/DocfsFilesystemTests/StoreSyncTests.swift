@@ -5,6 +5,7 @@ import DocfsCore
 import DocfsIndex
 @testable import DocfsProvider
 import DocfsSync
+import DocfsSyncStore
 import Foundation
 import Synchronization
 import Testing

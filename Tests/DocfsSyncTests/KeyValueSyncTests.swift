@@ -2,6 +2,7 @@ import DocfsCore
 import DocfsFilesystem
 import DocfsIndex
 import DocfsSync
+import DocfsSyncStore
 import DocfsTestSupport
 import Foundation
 import Testing

@@ -2,6 +2,7 @@ import CLinux
 import DocfsChunks
 import DocfsCoordination
 import DocfsCore
+import DocfsFilesystem
 import DocfsProvider
 import DocfsSync
 import DocfsThumbnails
@@ -790,10 +791,7 @@ extension StoreSync {
         try check(unlinkat(folder, name.cString, AT_REMOVEDIR))
     }
 
-    static func timespec(_ seconds: Double) -> Glibc.timespec {
-        let whole = seconds.rounded(.down)
-        return Glibc.timespec(tv_sec: Int(whole), tv_nsec: Int((seconds - whole) * 1e9))
-    }
+    static func timespec(_ seconds: Double) -> Glibc.timespec { Glibc.timespec(seconds: seconds) }
 }
 
 /// A place in the store, opened: its folder's descriptor and its name there.

@@ -1,5 +1,6 @@
 import DocfsChunks
 import DocfsCore
+import DocfsFilesystem
 import DocfsProvider
 import DocfsSync
 
@@ -11,19 +12,14 @@ import DocfsSync
 /// documents carry their container's name too, but only for a machine that has not got the
 /// container yet.
 extension StoreSync {
-    /// Container items' ids: this bit set, under it 41 bits of the SHA-256 of the container's
-    /// id. Above every machine's id space (`space << 41`, for fewer than 2^20 machines) and
-    /// below derived ids (`ItemID.derivedBase`, 2^62).
-    public static let containerItemBit: UInt64 = 1 << 61
+    /// Container items' ids (`ContainerItems`): above every machine's id space (`space << 41`,
+    /// for fewer than 2^20 machines) and below derived ids (`ItemID.derivedBase`, 2^62).
+    public static var containerItemBit: UInt64 { ContainerItems.bit }
 
     /// The item container `id` travels as, the same on every machine.
-    public static func containerItem(_ id: ContainerID) -> UInt64 {
-        let digest = Array(id.rawValue.utf8).withUnsafeBytes { ChunkDigest(of: $0) }
-        let low = digest.hex.prefix(16).reduce(UInt64(0)) { $0 << 4 | UInt64($1.hexDigitValue ?? 0) }
-        return containerItemBit | (low & ((1 << 41) - 1))
-    }
+    public static func containerItem(_ id: ContainerID) -> UInt64 { ContainerItems.item(of: id) }
 
-    static func isContainerItem(_ item: UInt64) -> Bool { item >> 41 == containerItemBit >> 41 }
+    static func isContainerItem(_ item: UInt64) -> Bool { ContainerItems.isContainer(item) }
 
     /// The container here whose item `item` is; nil when there is none (gone, or not made yet).
     func container(ofItem item: UInt64) -> ContainerRecord? {

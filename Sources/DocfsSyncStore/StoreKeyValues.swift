@@ -1,4 +1,5 @@
 import DocfsCore
+import DocfsFilesystem
 import DocfsIndex
 import DocfsSync
 

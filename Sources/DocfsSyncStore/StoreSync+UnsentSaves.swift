@@ -1,5 +1,6 @@
 import DocfsChunks
 import DocfsCore
+import DocfsFilesystem
 import DocfsProvider
 import DocfsSync
 #if canImport(Glibc)

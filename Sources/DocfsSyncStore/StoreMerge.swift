@@ -1,5 +1,6 @@
 import CLinux
 import DocfsCore
+import DocfsFilesystem
 import DocfsIndex
 import DocfsProvider
 import DocfsSync

@@ -1,6 +1,7 @@
 import CLinux
 import DocfsChunks
 import DocfsCore
+import DocfsFilesystem
 import DocfsIndex
 import DocfsProvider
 import DocfsSync
