@@ -90,6 +90,7 @@ extension SyncEngine {
             applied.number = number
             if try apply(applied, expecting: ApplyExpectation(here), keepingHereAsConflict: nil) == .applied {
                 try settle(placed, number: number, sequence: sequence, after: state)
+                keepAsEveryMachineKeeps(placed, committedAs: number, after: state)
             }
             round.merged += 1
         case .nameTaken:
@@ -127,9 +128,7 @@ extension SyncEngine {
                 applied.number = number
                 if try apply(applied, expecting: ApplyExpectation(here), keepingHereAsConflict: nil) == .applied {
                     try settle(renamed, number: number, sequence: sequence, after: state)
-                    if let state, renamed.base > state.number {
-                        keepingEarlierVersions(of: item) { () throws(SyncError) in try keepSkipped(of: item, after: state.number, before: applied) }
-                    }
+                    keepAsEveryMachineKeeps(renamed, committedAs: number, after: state)
                 } else {
                     round.again.insert(item)  // changed here meanwhile: it goes up from where it was
                 }

@@ -508,6 +508,20 @@ public final class SyncEngine: Sendable {
             }
         }
         try settle(proposal, number: number, sequence: sequence, after: state)
+        keepAsEveryMachineKeeps(proposal, committedAs: number, after: state)
+        round.uploaded += 1
+        progress((round.uploaded, round.applied))
+    }
+
+    /// After `proposal` of this machine's committed as `number` (settled, on `state`): the
+    /// versions kept here of its item become those every machine keeps (`VersionList.kept`).
+    func keepAsEveryMachineKeeps(_ proposal: RemoteVersion, committedAs number: UInt64, after state: ItemSyncState?) {
+        keepingEarlierVersions(of: proposal.item) { () throws(SyncError) in
+            try keepKeptVersionsInStep(proposal, committedAs: number, after: state)
+        }
+    }
+
+    private func keepKeptVersionsInStep(_ proposal: RemoteVersion, committedAs number: UInt64, after state: ItemSyncState?) throws(SyncError) {
         // A save that wrote the content it started from again (or changed only metadata): other
         // machines keep no version for the one it follows (`keepSkipped` keeps nowhere a version
         // whose next holds its content), and neither does this one, which kept it as a save.
@@ -525,10 +539,8 @@ public final class SyncEngine: Sendable {
             let here = try SyncError.local("list the versions of item \(proposal.item) kept here") { try store.keptVersions(of: proposal.item) }
             if here[base.number] == nil {
                 note("up \(proposal.item): v\(base.number), which v\(number) follows, kept here as every machine keeps it")
-                keepingEarlierVersions(of: proposal.item) { () throws(SyncError) in
-                    try SyncError.local("keep version \(base.number) of item \(proposal.item)") {
-                        try store.keepPrevious(base) { digest in try self.fetch(digest) }
-                    }
+                try SyncError.local("keep version \(base.number) of item \(proposal.item)") {
+                    try store.keepPrevious(base) { digest in try self.fetch(digest) }
                 }
             }
         }
@@ -537,12 +549,8 @@ public final class SyncEngine: Sendable {
         if proposal.kind == .file, number != (state?.number ?? 0) + 1 {
             var applied = proposal
             applied.number = number
-            keepingEarlierVersions(of: proposal.item) { () throws(SyncError) in
-                try keepSkipped(of: proposal.item, after: state?.number ?? 0, before: applied)
-            }
+            try keepSkipped(of: proposal.item, after: state?.number ?? 0, before: applied)
         }
-        round.uploaded += 1
-        progress((round.uploaded, round.applied))
     }
 
     /// Up to this many bytes of a batch's chunks go up without asking the remote which it lacks:

@@ -198,6 +198,26 @@ final class MemoryStore: SyncedStore, Sendable {
         }
     }
 
+    /// chmod: the item's mode (permission bits) changes; a change of its own that goes up.
+    func setMode(_ item: UInt64, _ mode: UInt32) {
+        state.withLock { state in
+            guard state.items[item] != nil else { return }
+            state.items[item]?.mode = mode
+            state.enqueue(item)
+        }
+    }
+
+    /// touch -m: the item's modification time is set (to a time of the clock's), its content
+    /// unchanged.
+    func touchItem(_ item: UInt64) {
+        state.withLock { state in
+            guard state.items[item] != nil else { return }
+            let now = state.tick()
+            state.items[item]?.modified = now
+            state.enqueue(item)
+        }
+    }
+
     func setAttribute(_ item: UInt64, _ name: String, _ value: String?) {
         state.withLock { state in
             state.items[item]?.attributes[name] = value.map { Array($0.utf8) }

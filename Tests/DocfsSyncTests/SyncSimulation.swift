@@ -94,7 +94,7 @@ struct SyncSimulation {
             let folder = random.next(below: 3) == 0 ? 0 : pick(folders) ?? 0
             written += 1
             let text = "\(name) wrote \(written)"
-            switch random.next(below: 100) {
+            switch random.next(below: 109) {
             case 0..<12:
                 let file = Self.fileNames[random.next(below: Self.fileNames.count)]
                 let item = store.create(file, in: folder, text: text)
@@ -142,6 +142,27 @@ struct SyncSimulation {
                 guard let item = pick(files + folders) else { continue }
                 store.setAttribute(item, "user.xdg.tags", random.next(below: 2) == 0 ? nil : text)
                 step("\(name) tags \(item)")
+            case 100..<102:
+                guard let item = pick(files + folders) else { continue }
+                let mode: UInt32 = [0o600, 0o644, 0o640, 0o755][random.next(below: 4)]
+                store.setMode(item, mode)
+                step("\(name) chmods \(item) to \(String(mode, radix: 8))")
+            case 102..<104:
+                guard let item = pick(files + folders) else { continue }
+                store.touchItem(item)
+                step("\(name) touches \(item)")
+            case 104..<106:
+                guard let item = pick(files) else { continue }
+                let kept = String((store.text(of: item) ?? "").prefix(random.next(below: 12)))
+                store.write(item, kept)
+                step("\(name) truncates \(item) to \(kept.utf8.count) bytes")
+            case 106..<109:
+                // An editor's safe-save without docfs's help: a new file beside, renamed over
+                // the document (the document is replaced: a new item at its name).
+                guard let item = pick(files), let document = store.item(item) else { continue }
+                let temporary = store.create(".\(document.name).swp", in: document.parent, text: text)
+                store.rename(temporary, to: document.name)
+                step("\(name) safe-saves \(item) as item \(temporary)")
             case 60..<92:
                 let outcome = (try? engines[index].syncOnce()).map { "\($0.uploaded) up, \($0.applied) down, \($0.conflicts) conflicts" }
                 step("\(name) syncs: \(outcome ?? "failed")")
