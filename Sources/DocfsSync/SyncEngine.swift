@@ -971,8 +971,11 @@ public final class SyncEngine: Sendable {
             round.applied += 1
             progress((round.uploaded, round.applied))
         case .changedHere:
-            note("down \(version.item) v\(version.number): changed here, not applied")
-            break  // the outbox sends the change up from the old base; the remote decides
+            // What is here is not the synced state: it goes up from that base, and the remote
+            // decides. Queued here, whoever saw the change (a change no watcher saw, found by
+            // this very comparison, has no outbox entry of its own).
+            note("down \(version.item) v\(version.number): changed here, not applied; it goes up")
+            round.again.insert(version.item)
         }
     }
 

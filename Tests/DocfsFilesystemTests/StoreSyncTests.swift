@@ -513,6 +513,24 @@ final class HeldWriter: Sendable {
         #expect(a.versionList(of: item) == b.versionList(of: item))
     }
 
+    /// A change no watcher saw (written in the store folder with nothing watching, as when
+    /// the watcher's events were lost), then another machine's deletion: the deletion finds the
+    /// document not as last in step and is not applied, and that same comparison sends the edit
+    /// up (it has no outbox entry of its own). The edit wins over the deletion, on both.
+    @Test func anEditNoWatcherSawGoesUpWhenAnotherMachinesChangeFindsIt() throws {
+        let (remote, a, b, item) = try twoMachinesInStep(on: "plan.txt", "one")
+        defer { a.cleanUp(); b.cleanUp() }
+        try "edited unseen".write(toFile: b.documents + "/plan.txt", atomically: false, encoding: .utf8)
+        #expect(try b.sync.pendingChanges(limit: 10).isEmpty, "nothing saw the edit")
+        _ = try a.filesystem.unlink(parent: 1, name: "plan.txt")
+        try a.engine.syncOnce()
+        #expect(try remote.currentVersion(of: item)?.deleted == true)
+        for _ in 0..<3 { for machine in [b, a] { try machine.engine.syncOnce() } }
+        let current = try #require(try remote.currentVersion(of: item))
+        #expect(!current.deleted, "the edit won over the deletion")
+        #expect(a.content("plan.txt") == "edited unseen" && b.content("plan.txt") == "edited unseen")
+    }
+
     @Test func whatOneStoreSavesRenamesAndDeletesTheOtherApplies() throws {
         let remote = InMemoryRemote()
         let a = try Machine("a", remote: remote, firstID: 1_000)
