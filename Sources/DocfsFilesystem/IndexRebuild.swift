@@ -63,6 +63,8 @@ public enum IndexRebuild {
         public var identified = 0
         /// Copies that carried another file's id and were given their own.
         public var separated = 0
+        /// Files of a linked store written while no daemon served it, numbered as new saves.
+        public var renumbered = 0
 
         /// What the walk did about copies, for its report ("" when there were none).
         public var separatedReport: String {
@@ -224,8 +226,11 @@ public enum IndexRebuild {
                 }
                 let (id, assigned) = IndexRebuild.identity(of: name, in: fd, &st, indexed: indexed, allocator: store.itemIDs)
                 if assigned { summary.identified += 1 }
-                let record = builder.record(item: id, directoryFD: fd, name: name, path: path, st: st)
+                var record = builder.record(item: id, directoryFD: fd, name: name, path: path, st: st)
                 if mode == .reconcile, let indexed, indexed.print == IndexFingerprints.print(of: record) { continue }
+                if fillsOutbox, indexed != nil, try writtenWhileStopped(record, at: location) {
+                    record = try renumber(name, in: fd, record, builder: builder, path: path, st: st)
+                }
                 changes.append(.put(record))
                 if fillsOutbox, let item = IndexStitcher.outboxItem(of: record) { changes.append(.outbox(item: item)) }
             }
@@ -236,6 +241,32 @@ public enum IndexRebuild {
                 progress(min(summary.items, total), total)
             }
             return subfolders
+        }
+
+        /// Whether the file `record` describes (its record changed since the index's) holds
+        /// content written while no daemon served the store: another size or time under the
+        /// number the index knows. In a linked store that number is the remote's, another
+        /// content's on every other machine.
+        private func writtenWhileStopped(_ record: IndexRecord, at location: IndexLocation) throws(DocfsError) -> Bool {
+            guard record.kind == IndexRecord.fileKind, let before = try index.record(at: location), before.kind == record.kind,
+                  before.version == record.version else { return false }
+            return before.size != record.size || before.modified != record.modified
+        }
+
+        /// Numbers the file `name` in `directoryFD` as a new save, pending until the remote
+        /// numbers it (`VersionNumber`), as the store watcher numbers a change made behind the
+        /// mount while the daemon runs; answers its record again.
+        private mutating func renumber(_ name: FileName, in directoryFD: Int32, _ record: IndexRecord, builder: IndexRecordBuilder,
+                              path: String, st: stat) throws(DocfsError) -> IndexRecord {
+            let fd = openat(directoryFD, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { return record }  // gone meanwhile
+            defer { close(fd) }
+            let item = ItemID(rawValue: UInt64(record.id))
+            let current = UInt64(max(record.version, 1))
+            let next = store.versions.firstFreeNumber(of: item, above: VersionNumber.after(current, pending: true))
+            try ItemAttributes.setVersion(next, onDescriptor: fd)
+            summary.renumbered += 1
+            return builder.record(item: item, file: fd, path: path, st: st)
         }
 
         /// A check of one name: its record as the store says it should be, against the index's.

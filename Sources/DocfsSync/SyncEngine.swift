@@ -430,6 +430,7 @@ public final class SyncEngine: Sendable {
                 break
             }
             try settle(proposal, number: given, sequence: sequence, after: state)
+            let before = state
             state = try syncState(of: item)
             round.uploaded += 1
             // Pending here: it takes the number the remote gave it.
@@ -438,6 +439,7 @@ public final class SyncEngine: Sendable {
                     try store.takeNumber(item, key: number, given: given)
                 }
             }
+            keepAsEveryMachineKeeps(proposal, committedAs: given, after: before)
         }
         return state
     }

@@ -68,6 +68,47 @@ import Testing
         }
     }
 
+    /// An edit written in b's store folder while its daemon was stopped, then a save through
+    /// b's mount before the edit could go up (b's cable pulled): the edit is a save of its own
+    /// (`p1`), never the number the document had (which every other machine knows with other
+    /// content). With the cable back both machines list the same versions, and each number
+    /// shows the same content on both.
+    @Test func anEditMadeWhileStoppedIsASaveOfItsOwnNotTheNumberItHad() throws {
+        let everySave = #"{"versions": {"thinningWindowSeconds": 0}}"#
+        let pair = try CuttablePair("stoppededit", subnet: 170, settings: everySave, aSettings: everySave)
+        defer { pair.tearDown() }
+        let (a, b, uri) = (pair.a, pair.b, pair.uri)
+        try "base\n".write(toFile: a.path("plan.txt"), atomically: false, encoding: .utf8)
+        #expect(try a.link(uri).status == 0)
+        #expect(ManyMachinesTests.within(90) { (try? a.status())?["waiting"] as? Int == 0 } != nil)
+        #expect(try b.link(uri).status == 0)
+        try b.fixture.start()
+        #expect(ManyMachinesTests.within(60) { b.content("plan.txt") == "base\n" } != nil)
+        #expect(attribute(b.path("plan.txt"), "user.docfs.version") == "1")
+
+        b.fixture.stop()
+        try "edited while stopped\n".write(toFile: b.fixture.documents + "/plan.txt", atomically: false, encoding: .utf8)
+        try pair.bSpace.cut()
+        try b.fixture.start()
+        #expect(attribute(b.path("plan.txt"), "user.docfs.version") == "p1", "the edit is a save of its own")
+        try "saved after it\n".write(toFile: b.path("plan.txt"), atomically: false, encoding: .utf8)
+        #expect(attribute(b.path("plan.txt"), "user.docfs.version") == "p2")
+        #expect(try b.docfs("versions --show p1 '\(b.path("plan.txt"))'").output == "edited while stopped\n")
+
+        try pair.bSpace.restore()
+        #expect(ManyMachinesTests.within(90) {
+            ManyMachinesConvergenceTests.saysInStep([a, b]) && a.content("plan.txt") == "saved after it\n"
+        } != nil, "\((try? a.status()) ?? [:]) \((try? b.status()) ?? [:])")
+        let lists = try [a, b].map(Self.versions)
+        #expect(Self.shown(lists[0]) == Self.shown(lists[1]), "a: \(Self.shown(lists[0]))\nb: \(Self.shown(lists[1]))")
+        for row in lists[0] where row["kind"] as? String != "current" {
+            guard let number = row["version"] as? Int else { continue }
+            let shown = try [a, b].map { try $0.docfs("versions --show \(number) '\($0.path("plan.txt"))'").output }
+            #expect(shown[0] == shown[1], "v\(number): a \(shown[0].debugDescription), b \(shown[1].debugDescription)")
+        }
+        #expect(Set(lists[0].compactMap { $0["kind"] as? String }) == ["current", "previous"], "\(Self.shown(lists[0]))")
+    }
+
     /// `docfs versions --json` of the machine's plan.txt, newest first.
     static func versions(_ machine: Machine) throws -> [[String: Any]] {
         let answer = try machine.docfs("versions --json '\(machine.path("plan.txt"))'")
