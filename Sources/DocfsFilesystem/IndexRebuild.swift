@@ -261,10 +261,12 @@ public enum IndexRebuild {
             let fd = openat(directoryFD, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { return record }  // gone meanwhile
             defer { close(fd) }
-            let item = ItemID(rawValue: UInt64(record.id))
+            let item = ItemID(rawValue: UInt64(bitPattern: record.id))
             let current = UInt64(max(record.version, 1))
             let next = store.versions.firstFreeNumber(of: item, above: VersionNumber.after(current, pending: true))
-            try ItemAttributes.setVersion(next, onDescriptor: fd)
+            // Not numbered (the store refused the attribute): it goes up under the number it had,
+            // as before; the mount goes on.
+            guard (try? ItemAttributes.setVersion(next, onDescriptor: fd)) != nil else { return record }
             summary.renumbered += 1
             return builder.record(item: item, file: fd, path: path, st: st)
         }

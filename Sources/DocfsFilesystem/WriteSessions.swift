@@ -476,8 +476,13 @@ package final class WriteSessions: Sendable {
                 // version last in step again); one holding other bytes (a store's records from
                 // before pending saves) is never removed: the number stays unchanged here.
                 let path = "/proc/self/fd/\(fd)"
-                guard versions.sameContent(item, version: given, as: path) else {
-                    throw DocfsError(.system(.fileExists), "item \(item): version \(given) is kept with other content than the file's; the file keeps \(VersionNumber.shown(key))")
+                if versions.record(of: item, version: given)?.isPrefix == true {
+                    try versions.makeWhole(item, version: given, current: path)  // a delta's file holds only its saved ranges
+                }
+                // A version kept promised came from the remote under that number: it is that content.
+                guard versions.isPromised(item, version: given) || versions.sameContent(item, version: given, as: path) else {
+                    problemSink("item \(item): version \(given) is kept here with other content than the file's (a record from before saves were pending); the file keeps \(VersionNumber.shown(key)) and both are kept")
+                    return nil
                 }
                 try versions.removeRepeated(item, version: given, current: path)
             }

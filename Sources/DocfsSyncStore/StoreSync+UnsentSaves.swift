@@ -95,7 +95,12 @@ extension StoreSync {
         return kept
     }
 
-    public var largestVersionKept: Int64 { shared.store.versions.policy.maximumFileSize }
+    public var largestVersionKept: Int64 {
+        let policy = shared.store.versions.policy
+        // A policy that keeps nothing (or less than the file) would prune it again at once.
+        guard policy.maximumCount > 0 else { return -1 }
+        return min(policy.maximumFileSize, policy.maximumTotalSize)
+    }
 
     public func unsentAside(of item: UInt64) throws -> [UInt64] {
         shared.store.versions.unsentDetached(of: ItemID(rawValue: item))

@@ -238,7 +238,7 @@ import Glibc
                                                                            size: Int64(text.utf8.count), author: nil))
         }
         try keep("legacy\n", as: 5)
-        #expect(throws: DocfsError.self) { try sync.takeNumber(item.rawValue, key: key, given: 5) }
+        try sync.takeNumber(item.rawValue, key: key, given: 5)  // said as a problem, never thrown: sync goes on
         let expected = directory + "-legacy"
         defer { unlink(expected) }
         try Data("legacy\n".utf8).write(to: URL(fileURLWithPath: expected))
