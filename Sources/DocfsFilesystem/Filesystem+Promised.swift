@@ -175,18 +175,22 @@ extension Filesystem {
 
     /// Whether this daemon holds the backing file of `node` open (any open handle is one of its
     /// descriptors, mmap'd files too): one look at each descriptor, for an explicit eviction.
-    package func isOpen(_ node: Node) -> Bool {
+    func isOpen(_ node: Node) -> Bool { Self.holdsOpen(node.key, except: node.fd) }
+
+    /// Whether this daemon holds the file `key` open through any view (`except`: a descriptor
+    /// of its own that does not count); `O_PATH` descriptors never count.
+    package static func holdsOpen(_ key: BackingKey, except skipped: Int32 = -1) -> Bool {
         guard let folder = opendir("/proc/self/fd") else { return true }
         defer { closedir(folder) }
         while let entry = readdir(folder) {
             let name = withUnsafePointer(to: &entry.pointee.d_name) {
                 $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
             }
-            guard let fd = Int32(name), fd != node.fd, fd != dirfd(folder) else { continue }
+            guard let fd = Int32(name), fd != skipped, fd != dirfd(folder) else { continue }
             let flags = fcntl(fd, F_GETFL)
             guard flags >= 0, flags & DOCFS_O_PATH == 0 else { continue }
             var st = stat()
-            if fstat(fd, &st) == 0, BackingKey(st) == node.key { return true }
+            if fstat(fd, &st) == 0, BackingKey(st) == key { return true }
         }
         return false
     }

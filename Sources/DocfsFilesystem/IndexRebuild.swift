@@ -229,7 +229,7 @@ public enum IndexRebuild {
                 var record = builder.record(item: id, directoryFD: fd, name: name, path: path, st: st)
                 if mode == .reconcile, let indexed, indexed.print == IndexFingerprints.print(of: record) { continue }
                 if fillsOutbox, indexed != nil, try writtenWhileStopped(record, at: location) {
-                    record = try renumber(name, in: fd, record, builder: builder, path: path, st: st)
+                    record = renumber(name, in: fd, record, builder: builder, path: path, st: st)
                 }
                 changes.append(.put(record))
                 if fillsOutbox, let item = IndexStitcher.outboxItem(of: record) { changes.append(.outbox(item: item)) }
@@ -257,7 +257,7 @@ public enum IndexRebuild {
         /// numbers it (`VersionNumber`), as the store watcher numbers a change made behind the
         /// mount while the daemon runs; answers its record again.
         private mutating func renumber(_ name: FileName, in directoryFD: Int32, _ record: IndexRecord, builder: IndexRecordBuilder,
-                              path: String, st: stat) throws(DocfsError) -> IndexRecord {
+                              path: String, st: stat) -> IndexRecord {
             let fd = openat(directoryFD, name.cString, DOCFS_O_PATH | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { return record }  // gone meanwhile
             defer { close(fd) }

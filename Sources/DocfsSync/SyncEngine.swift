@@ -258,7 +258,7 @@ public final class SyncEngine: Sendable {
         if let state, let thumbnailDigest, state.version.thumbnail != thumbnailDigest.hex, state.version.author == store.author {
             observed.newThumbnail = true
         }
-        if let local, let state, local.kind == .file, LocalItem(state.version) == local {
+        if let local, let state, local.kind == .file, !resolving, !observed.newThumbnail, LocalItem(state.version) == local {
             observed.savesNotGoneUp = try stranded(of: item, after: state.number, before: number)
         }
         switch SyncPlanner.outgoing(local, observed: observed, synced: state) {
@@ -538,8 +538,10 @@ public final class SyncEngine: Sendable {
             // The version it follows holds other content, so every machine keeps it
             // (`VersionList.kept`); here too, though the save that made it was still pending when
             // the next began (and thinned then): fetched from the remote when not kept.
-            let here = try SyncError.local("list the versions of item \(proposal.item) kept here") { try store.keptVersions(of: proposal.item) }
-            if here[base.number] == nil {
+            let kept = try SyncError.local("look for version \(base.number) of item \(proposal.item)") {
+                try store.keeps(proposal.item, version: base.number)
+            }
+            if !kept {
                 note("up \(proposal.item): v\(base.number), which v\(number) follows, kept here as every machine keeps it")
                 try SyncError.local("keep version \(base.number) of item \(proposal.item)") {
                     try store.keepPrevious(base) { digest in try self.fetch(digest) }

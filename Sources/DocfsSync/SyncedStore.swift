@@ -116,6 +116,8 @@ public struct ChunkBatch: Sendable {
 extension SyncedStore {
     public var largestVersionKept: Int64 { .max }
 
+    public func keeps(_ item: UInt64, version number: UInt64) throws -> Bool { try keptVersions(of: item)[number] != nil }
+
     /// A store that reads the content only when asked for a chunk hands none while reading.
     public func current(_ item: UInt64, cut: (_ batch: ChunkBatch) throws -> Void) throws -> LocalItem? {
         try current(item)
@@ -396,6 +398,9 @@ public protocol SyncedStore: Sendable {
     /// The numbers of the versions of the item kept here that the remote gave (pending saves
     /// left out), each with whether it is a conflict version.
     func keptVersions(of item: UInt64) throws -> [UInt64: Bool]
+
+    /// Whether a version of the item numbered `number` is kept here (one look, not a listing).
+    func keeps(_ item: UInt64, version number: UInt64) throws -> Bool
 
     /// The largest content the store keeps a version of when a save replaces it (its version
     /// policy); a save's base above it is not fetched to be kept.

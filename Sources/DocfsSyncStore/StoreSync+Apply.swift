@@ -713,7 +713,7 @@ extension StoreSync {
                 let promise = promiseNumber(of: old)
                 // A promised file open here reads on after its removal, as any file does (POSIX):
                 // its whole content comes down now, and its record goes once it is here.
-                let readOn = promise != nil && Self.isOpen(old, in: view)
+                let readOn = promise != nil && Self.isOpen(old)
                 if readOn { downloadBeforeRemoval(old) }
                 shared.ownChanges.changedName(old.name, in: old.folderKey)
                 let times = FolderTimes(of: [old.folder])
@@ -725,13 +725,11 @@ extension StoreSync {
         }
     }
 
-    /// Whether the file at `place` is open through `view`'s mount (one look at this daemon's
+    /// Whether the file at `place` is open through a mount of this daemon's (one look at its
     /// descriptors, made only for a promised file being removed).
-    private static func isOpen(_ place: Located, in view: Filesystem) -> Bool {
+    private static func isOpen(_ place: Located) -> Bool {
         var st = stat()
-        guard fstatat(place.folder, place.name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0,
-              let node = view.nodes.known(key: BackingKey(st)) else { return false }
-        return view.isOpen(node)
+        return fstatat(place.folder, place.name.cString, &st, AT_SYMLINK_NOFOLLOW) == 0 && Filesystem.holdsOpen(BackingKey(st))
     }
 
     /// Starts the whole download of the promised file at `place` (not waited for): readers

@@ -95,6 +95,10 @@ extension StoreSync {
         return kept
     }
 
+    public func keeps(_ item: UInt64, version number: UInt64) throws -> Bool {
+        shared.store.versions.isTaken(ItemID(rawValue: item), number)
+    }
+
     public var largestVersionKept: Int64 {
         let policy = shared.store.versions.policy
         // A policy that keeps nothing (or less than the file) would prune it again at once.

@@ -422,9 +422,10 @@ final class HeldWriter: Sendable {
 
     /// Two machines keeping every version (b with `bSettings`), in step on the document `path`
     /// saved on a as `text`; answers them, their remote and the document's id.
-    func twoMachinesInStep(on path: String, _ text: String, bSettings: String = TwoStoresInStepTests.everyVersion) throws -> (InMemoryRemote, Machine, Machine, UInt64) {
+    func twoMachinesInStep(on path: String, _ text: String, aSettings: String = TwoStoresInStepTests.everyVersion,
+                           bSettings: String = TwoStoresInStepTests.everyVersion) throws -> (InMemoryRemote, Machine, Machine, UInt64) {
         let remote = InMemoryRemote()
-        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.everyVersion)
+        let a = try Machine("a", remote: remote, firstID: 1_000, settings: aSettings)
         let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: bSettings)
         try a.save(path, text)
         try a.engine.syncOnce()
@@ -487,13 +488,8 @@ final class HeldWriter: Sendable {
     /// version a save with other content follows), also when the next save began while it was
     /// still going up (thinned then, it is fetched back once the next one commits).
     @Test func savesInsideTheThinningWindowListTheSameVersionsEverywhere() throws {
-        let remote = InMemoryRemote()
-        let a = try Machine("a", remote: remote, firstID: 1_000, settings: Self.thinning)
-        let b = try Machine("b", remote: remote, firstID: 1_000_000_000, settings: Self.thinning)
+        let (remote, a, b, item) = try twoMachinesInStep(on: "plan.txt", "one", aSettings: Self.thinning, bSettings: Self.thinning)
         defer { a.cleanUp(); b.cleanUp() }
-        try a.save("plan.txt", "one")
-        for machine in [a, b] { try machine.engine.syncOnce() }
-        let item = try #require(a.id("plan.txt"))
         try a.save("plan.txt", "two")
         for machine in [a, b] { try machine.engine.syncOnce() }
         #expect(try a.keptContents(of: item, at: "plan.txt") == [1: "one"], "a thinned away v1, which b keeps")
